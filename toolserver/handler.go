@@ -1,0 +1,343 @@
+package toolserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Error kinds of the JSON error body {"error": {"kind": ..., "message": ...}}.
+// docs/toolserver.md lists them with their HTTP status; the kernel-side
+// runtime maps them to its exceptions.
+const (
+	kindBadRequest      = "bad_request"      // 400, 404, 405, 413, 415
+	kindUnauthorized    = "unauthorized"     // 401
+	kindForbidden       = "forbidden"        // 403: wrong Host header
+	kindUnknownServer   = "unknown_server"   // 404
+	kindRejected        = "rejected"         // 403
+	kindApprovalTimeout = "approval_timeout" // 504
+	kindToolError       = "tool_error"       // 502: the call failed (not a result with isError)
+	kindTimeout         = "timeout"          // 504: CallTimeout expired
+	kindUnavailable     = "unavailable"      // 503: the server is closing
+	kindInternal        = "internal"         // 500
+)
+
+// maxNameBytes bounds server and tool names. MCP tool names are at most
+// 128 characters; this leaves room without letting a name flood a prompt.
+const maxNameBytes = 256
+
+type apiError struct {
+	status  int
+	kind    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.kind + ": " + e.message }
+
+// errClientGone is returned internally when the kernel closed the
+// connection; there is nobody to answer.
+var errClientGone = &apiError{status: 499, kind: "client_gone", message: "the client closed the connection"}
+
+func badRequest(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, kind: kindBadRequest, message: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP checks the Host header (403) and the token (401), then routes
+// the request. It implements http.Handler so that Server can be its own
+// handler; it is not meant to be mounted elsewhere.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if !hostAllowed(r) {
+		s.writeError(w, r, start, &apiError{status: http.StatusForbidden, kind: kindForbidden,
+			message: fmt.Sprintf("Host header %q is not accepted; use localhost (unix socket) or 127.0.0.1:PORT of this server", r.Host)})
+		return
+	}
+	if !s.tokenOK(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ipybox"`)
+		s.writeError(w, r, start, &apiError{status: http.StatusUnauthorized, kind: kindUnauthorized,
+			message: "missing or wrong token; send Authorization: Bearer $" + EnvToken})
+		return
+	}
+	var route func(http.ResponseWriter, *http.Request, time.Time) *apiError
+	method := http.MethodPost
+	switch r.URL.Path {
+	case "/v1/tools/call":
+		route = s.handleCall
+	case "/v1/shell/approve":
+		route = s.handleShell
+	case "/v1/health":
+		route, method = s.handleHealth, http.MethodGet
+	default:
+		s.writeError(w, r, start, &apiError{status: http.StatusNotFound, kind: kindBadRequest,
+			message: fmt.Sprintf("no endpoint %q; use /v1/tools/call, /v1/shell/approve or /v1/health", r.URL.Path)})
+		return
+	}
+	if r.Method != method {
+		w.Header().Set("Allow", method)
+		s.writeError(w, r, start, &apiError{status: http.StatusMethodNotAllowed, kind: kindBadRequest,
+			message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, method)})
+		return
+	}
+	if err := route(w, r, start); err != nil {
+		s.writeError(w, r, start, err)
+	}
+}
+
+// hostAllowed implements the Host check. On the unix socket the kernel
+// sends "localhost"; the sandbox's in-namespace forwarder relays TCP from
+// 127.0.0.1:<inner port> to the socket, so 127.0.0.1 or localhost with any
+// port is accepted there too. On TCP only 127.0.0.1 or localhost with the
+// port of this listener is accepted, which defeats DNS rebinding (a
+// browser would send the attacker's name).
+func hostAllowed(r *http.Request) bool {
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host, port = r.Host, ""
+	}
+	if host != "localhost" && host != "127.0.0.1" {
+		return false
+	}
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	switch a := local.(type) {
+	case *net.UnixAddr:
+		return true
+	case *net.TCPAddr:
+		return port != "" && port == fmt.Sprint(a.Port)
+	default:
+		return false
+	}
+}
+
+func (s *Server) tokenOK(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := strings.TrimSpace(h[len(prefix):])
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
+}
+
+// readJSON reads the bounded body and decodes it strictly into v: one JSON
+// object, no unknown fields, nothing after it. It returns the raw body too.
+func (s *Server) readJSON(r *http.Request, v any) ([]byte, *apiError) {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return nil, &apiError{status: http.StatusUnsupportedMediaType, kind: kindBadRequest,
+			message: fmt.Sprintf("Content-Type %q is not accepted; send application/json", ct)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, kind: kindBadRequest,
+				message: fmt.Sprintf("request body is over the limit of %d bytes; pass large data through files in the workspace", s.opts.MaxBodyBytes)}
+		}
+		return nil, badRequest("read request body: %v", err)
+	}
+	// encoding/json silently replaces invalid UTF-8; refuse it instead,
+	// so that what is approved is exactly what was sent.
+	if !utf8.Valid(body) {
+		return nil, badRequest("request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return nil, badRequest("decode request body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("request body has data after the JSON object")
+	}
+	return body, nil
+}
+
+func checkName(what, name string) *apiError {
+	switch {
+	case name == "":
+		return badRequest("%s is empty; name a registered %s", what, what)
+	case len(name) > maxNameBytes:
+		return badRequest("%s is %d bytes long, over the limit of %d", what, len(name), maxNameBytes)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return badRequest("%s %q contains a control or invalid character", what, name)
+		}
+	}
+	return nil
+}
+
+type callRequest struct {
+	Server string         `json:"server"`
+	Tool   string         `json:"tool"`
+	Args   map[string]any `json:"args"`
+}
+
+func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+	var req callRequest
+	body, aerr := s.readJSON(r, &req)
+	if aerr != nil {
+		return aerr
+	}
+	if aerr := checkName("server", req.Server); aerr != nil {
+		return aerr
+	}
+	if aerr := checkName("tool", req.Tool); aerr != nil {
+		return aerr
+	}
+	if req.Args == nil {
+		req.Args = map[string]any{}
+	}
+	if s.opts.KnownServer != nil && !s.opts.KnownServer(req.Server) {
+		return unknownServer(req.Server)
+	}
+	ctx := r.Context()
+	call := &ToolCall{Server: req.Server, Tool: req.Tool, Args: req.Args}
+	what := fmt.Sprintf("tool call %s.%s", req.Server, req.Tool)
+	if !s.opts.AutoApproveTools {
+		if aerr := s.approve(ctx, what, func(ctx context.Context, a Approver) error {
+			return a.ApproveTool(ctx, call)
+		}); aerr != nil {
+			return aerr
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.CallTimeout)
+	defer cancel()
+	res, err := s.caller.CallTool(cctx, call.Server, call.Tool, call.Args)
+	switch {
+	case err == nil && res == nil:
+		return &apiError{status: http.StatusInternalServerError, kind: kindInternal,
+			message: what + " returned neither a result nor an error"}
+	case err == nil:
+	case s.ctx.Err() != nil:
+		return unavailable()
+	case ctx.Err() != nil:
+		return errClientGone
+	case errors.Is(err, ErrUnknownServer):
+		return unknownServer(req.Server)
+	case cctx.Err() == context.DeadlineExceeded:
+		return &apiError{status: http.StatusGatewayTimeout, kind: kindTimeout,
+			message: fmt.Sprintf("%s did not finish within %v", what, s.opts.CallTimeout)}
+	default:
+		return &apiError{status: http.StatusBadGateway, kind: kindToolError,
+			message: fmt.Sprintf("%s failed: %v", what, err)}
+	}
+	out, err := json.Marshal(res)
+	if err != nil {
+		return &apiError{status: http.StatusInternalServerError, kind: kindInternal,
+			message: fmt.Sprintf("encode the result of %s: %v", what, err)}
+	}
+	s.log.Debug("toolserver: call", "server", req.Server, "tool", req.Tool,
+		"args_bytes", len(body), "result_bytes", len(out), "is_error", res.IsError, "dur", time.Since(start))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type shellRequest struct {
+	Command *string `json:"command"`
+}
+
+func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+	var req shellRequest
+	if _, aerr := s.readJSON(r, &req); aerr != nil {
+		return aerr
+	}
+	if req.Command == nil || *req.Command == "" {
+		return badRequest(`"command" is missing or empty; send {"command": "<the expanded command>"}`)
+	}
+	cmd := *req.Command
+	if aerr := s.approve(r.Context(), "shell command", func(ctx context.Context, a Approver) error {
+		return a.ApproveShell(ctx, cmd)
+	}); aerr != nil {
+		return aerr
+	}
+	s.log.Debug("toolserver: shell approved", "command_bytes", len(cmd), "dur", time.Since(start))
+	writeJSON(w, http.StatusOK, []byte(`{"approved":true}`))
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ time.Time) *apiError {
+	writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
+	return nil
+}
+
+// approve asks the Approver under ApprovalTimeout and maps its answer.
+func (s *Server) approve(ctx context.Context, what string, ask func(context.Context, Approver) error) *apiError {
+	a := s.opts.Approver
+	if a == nil {
+		return &apiError{status: http.StatusForbidden, kind: kindRejected,
+			message: what + " rejected: no approver is configured on the host, so everything is rejected"}
+	}
+	actx, cancel := context.WithTimeout(ctx, s.opts.ApprovalTimeout)
+	defer cancel()
+	err := ask(actx, a)
+	if err == nil {
+		return nil
+	}
+	var rej *RejectedError
+	switch {
+	case s.ctx.Err() != nil:
+		return unavailable()
+	case ctx.Err() != nil:
+		return errClientGone
+	case errors.Is(err, ErrApprovalTimeout) || actx.Err() == context.DeadlineExceeded:
+		return &apiError{status: http.StatusGatewayTimeout, kind: kindApprovalTimeout,
+			message: fmt.Sprintf("%s was not approved in time (the host waits up to %v)", what, s.opts.ApprovalTimeout)}
+	case errors.As(err, &rej):
+		msg := what + " rejected by the application"
+		if rej.Reason != "" {
+			msg += ": " + rej.Reason
+		}
+		return &apiError{status: http.StatusForbidden, kind: kindRejected, message: msg}
+	case errors.Is(err, ErrRejected):
+		return &apiError{status: http.StatusForbidden, kind: kindRejected, message: what + " " + err.Error()}
+	default:
+		// An approver that fails rejects; its error may hold host details,
+		// so it goes to the log, not to the kernel.
+		s.log.Warn("toolserver: approver failed; rejecting", "what", what, "err", err)
+		return &apiError{status: http.StatusForbidden, kind: kindRejected,
+			message: what + " rejected: the approval failed on the host"}
+	}
+}
+
+func unknownServer(name string) *apiError {
+	return &apiError{status: http.StatusNotFound, kind: kindUnknownServer,
+		message: fmt.Sprintf("unknown MCP server %q; register it on the host (the kernel cannot add servers)", name)}
+}
+
+func unavailable() *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, kind: kindUnavailable,
+		message: "the tool server is shutting down"}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, start time.Time, e *apiError) {
+	level := slog.LevelInfo
+	if e.kind == kindInternal || e.kind == kindForbidden || e.kind == kindUnauthorized {
+		level = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), level, "toolserver: request failed", "path", r.URL.Path,
+		"kind", e.kind, "message", e.message, "dur", time.Since(start))
+	if e == errClientGone {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"kind": e.kind, "message": e.message}})
+	writeJSON(w, e.status, body)
+}

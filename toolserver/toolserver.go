@@ -1,0 +1,285 @@
+package toolserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Environment variables through which the kernel-side runtime
+// (ipybox_runtime) finds the tool server. The façade puts them into the
+// kernel's constructed environment.
+const (
+	// EnvURL holds the address: "unix:///abs/path/tool.sock" or
+	// "http://127.0.0.1:PORT", as ListenUnix and ListenTCP return it.
+	EnvURL = "IPYBOX_TOOL_URL"
+	// EnvToken holds the bearer token (Server.Token).
+	EnvToken = "IPYBOX_TOOL_TOKEN"
+	// EnvTimeout optionally holds the runtime's per-request timeout in
+	// seconds. It must exceed ApprovalTimeout + CallTimeout, because the
+	// host bounds those waits; the runtime's default is 900.
+	EnvTimeout = "IPYBOX_TOOL_TIMEOUT"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultCallTimeout     = 120 * time.Second
+	DefaultApprovalTimeout = 5 * time.Minute
+	DefaultMaxBodyBytes    = 16 << 20
+)
+
+// shutdownTimeout bounds how long Close waits for handlers to return after
+// it cancelled them; a var so that tests can shorten it.
+var shutdownTimeout = 5 * time.Second
+
+// maxUnixPath is the longest unix socket path Linux accepts
+// (sizeof(sun_path) - 1).
+const maxUnixPath = 107
+
+// Caller calls a tool of a server in the host-side registry. The façade
+// implements it over mcpconn. It returns ErrUnknownServer (or an error
+// wrapping it) for a server that is not registered. A tool that failed is a
+// result with IsError set, not an error; an error means the call itself
+// failed (transport, protocol, unknown tool). CallTool must return once ctx
+// is done.
+type Caller interface {
+	CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error)
+}
+
+// Options configures a Server. A nil *Options means the defaults; New
+// copies the struct.
+type Options struct {
+	// Token is the bearer token every request must carry. Empty means a
+	// fresh one: 32 random bytes, hex-encoded. A given token must be at
+	// least 32 characters of [A-Za-z0-9._~+/=-].
+	Token string
+
+	// Approver decides tool calls and shell commands. Nil means that every
+	// tool call and every shell command is rejected: the safe default.
+	// Use AutoApprove to approve everything.
+	Approver Approver
+
+	// AutoApproveTools skips approval for tool calls only: they go to the
+	// Caller without asking the Approver. Shell commands are still sent to
+	// the Approver (and rejected if it is nil), so shell approval stays on
+	// when tool approval is turned off. False means tool calls are approved.
+	AutoApproveTools bool
+
+	// KnownServer reports whether a server name is in the host-side
+	// registry. When it is set, calls to other names are refused with
+	// "unknown_server" before any approval is asked. Nil means no
+	// pre-check: the Caller decides (and may return ErrUnknownServer).
+	KnownServer func(server string) bool
+
+	// CallTimeout bounds one Caller.CallTool. Zero means
+	// DefaultCallTimeout (120 s); negative is an error.
+	CallTimeout time.Duration
+
+	// ApprovalTimeout bounds one approval. When it expires the Approver's
+	// context is cancelled and the kernel gets "approval_timeout". Zero
+	// means DefaultApprovalTimeout (5 min); negative is an error.
+	ApprovalTimeout time.Duration
+
+	// MaxBodyBytes bounds a request body. Zero means DefaultMaxBodyBytes
+	// (16 MiB); negative is an error.
+	MaxBodyBytes int64
+
+	// Logger receives one record per request. Nil discards. Arguments and
+	// commands are never logged, only names, sizes and outcomes.
+	Logger *slog.Logger
+}
+
+// Server is the tool server of one executor. Create it with New, make it
+// reachable with ListenUnix and/or ListenTCP, and stop it with Close.
+type Server struct {
+	caller Caller
+	opts   Options
+	log    *slog.Logger
+
+	// ctx is the parent of every request context; Close cancels it, which
+	// cancels in-flight approvals and calls.
+	ctx    context.Context
+	cancel context.CancelFunc
+	http   *http.Server
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // one per Serve goroutine
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a Server that calls tools through caller. It does not listen
+// yet. It panics if caller is nil (a programmer error).
+func New(caller Caller, opts *Options) (*Server, error) {
+	if caller == nil {
+		panic("toolserver.New: nil Caller")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Token == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("toolserver: generate token: %w", err)
+		}
+		o.Token = hex.EncodeToString(b)
+	} else if err := checkToken(o.Token); err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"CallTimeout", &o.CallTimeout, DefaultCallTimeout},
+		{"ApprovalTimeout", &o.ApprovalTimeout, DefaultApprovalTimeout},
+	} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("toolserver: Options.%s is %v; use a positive duration, or 0 for the default %v", d.name, *d.v, d.def)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if o.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d; use a positive size, or 0 for the default %d", o.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{caller: caller, opts: o, log: log}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.http = &http.Server{
+		Handler:           s,
+		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+		ReadHeaderTimeout: 10 * time.Second,
+		// The body is bounded by MaxBodyBytes; this bounds a slow sender.
+		ReadTimeout: 60 * time.Second,
+		// No WriteTimeout: a response waits for approval and the call,
+		// which ApprovalTimeout and CallTimeout bound.
+		IdleTimeout:    60 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+func checkToken(tok string) error {
+	if len(tok) < 32 {
+		return fmt.Errorf("toolserver: Options.Token has %d characters; use at least 32, or leave it empty to generate one", len(tok))
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == '~' || c == '+' || c == '/' || c == '=' || c == '-'
+		if !ok {
+			return fmt.Errorf("toolserver: Options.Token has the byte %q at %d; use only [A-Za-z0-9._~+/=-]", c, i)
+		}
+	}
+	return nil
+}
+
+// Token returns the bearer token that every request must carry.
+func (s *Server) Token() string { return s.opts.Token }
+
+// ListenUnix listens on a unix socket at path and serves in the
+// background. The socket file gets mode 0600. The caller creates the
+// directory (mode 0700, so that nobody else can reach the socket in the
+// instant between bind and chmod); an existing file at path is an error and
+// is never removed. Close removes the socket. ListenUnix returns the URL for
+// EnvURL: "unix://" + path.
+func (s *Server) ListenUnix(path string) (string, error) {
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("toolserver: unix socket path %q is relative; use an absolute path", path)
+	}
+	if len(path) > maxUnixPath {
+		return "", fmt.Errorf("toolserver: unix socket path %q is %d bytes, over the limit of %d; use a shorter run directory", path, len(path), maxUnixPath)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", ErrClosed
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return "", fmt.Errorf("toolserver: listen on unix socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return "", fmt.Errorf("toolserver: restrict unix socket %q to mode 0600: %w", path, err)
+	}
+	s.serve(l)
+	return "unix://" + path, nil
+}
+
+// ListenTCP listens on 127.0.0.1 on a free port and serves in the
+// background. Use it only when the kernel cannot reach a unix socket; the
+// Host header must then name 127.0.0.1 or localhost with this port.
+// ListenTCP returns the URL for EnvURL: "http://127.0.0.1:PORT".
+func (s *Server) ListenTCP() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return "", ErrClosed
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("toolserver: listen on loopback: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	s.serve(l)
+	return "http://127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+// serve starts serving l; s.mu is held.
+func (s *Server) serve(l net.Listener) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Warn("toolserver: serve", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// Close stops the server: it cancels in-flight approvals and calls (their
+// requests get an "unavailable" error), closes the listeners, removes the
+// unix socket and waits for its goroutines. It is idempotent, safe to call
+// concurrently, and bounded: if a Caller or Approver ignores its context,
+// Close gives up on it after a few seconds, closes its connection and
+// returns an error.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := s.http.Shutdown(ctx); err != nil {
+			s.http.Close()
+			s.closeErr = fmt.Errorf("toolserver: close: requests still running after %v (a Caller or Approver ignores its context): %w", shutdownTimeout, err)
+		}
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
