@@ -1,0 +1,47 @@
+package mcpconn
+
+import (
+	"net/http"
+	"sync/atomic"
+)
+
+// headerTransport adds a server's configured headers to every request and
+// remembers the status of the latest POST, which tells whether a failed
+// streamable HTTP initialize should fall back to SSE.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+	// lastPOST is the status of the latest POST, or 0 while one is in
+	// flight or when it got no response.
+	lastPOST atomic.Int32
+}
+
+func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(t.headers) > 0 {
+		req = req.Clone(req.Context())
+		for k, v := range t.headers {
+			// The SDK's own headers (session id, protocol version, Accept)
+			// are not overridden by configured ones.
+			if req.Header.Get(k) == "" {
+				req.Header.Set(k, v)
+			}
+		}
+	}
+	post := req.Method == http.MethodPost
+	if post {
+		t.lastPOST.Store(0)
+	}
+	resp, err := t.base.RoundTrip(req)
+	if post && err == nil {
+		t.lastPOST.Store(int32(resp.StatusCode))
+	}
+	return resp, err
+}
+
+// rejectedPOST reports whether the latest POST was answered with a 4xx
+// status: the sign, per the MCP specification's backwards-compatibility
+// section, of a server that speaks only the older SSE transport.
+func (t *headerTransport) rejectedPOST() bool {
+	s := t.lastPOST.Load()
+	return s >= 400 && s < 500
+}

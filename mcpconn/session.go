@@ -1,0 +1,185 @@
+package mcpconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A session is one connection to one server.
+type session struct {
+	name      string
+	gen       uint64 // the registry generation of the config it was made from
+	transport Transport
+	cs        *mcp.ClientSession
+
+	// ctx lives as long as the session: it carries the SSE stream, and
+	// cancelling it ends the calls in flight so that closing is prompt.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the connection has ended, for any reason
+
+	stopped   atomic.Bool // set when Stop, StopAll or Close took it out of use
+	pgid      int         // the stdio server's process group, or 0
+	stderr    *lineLogger // nil for remote servers
+	closeOnce sync.Once
+}
+
+func (s *session) alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return s.ctx.Err() == nil
+	}
+}
+
+// close ends the session: calls in flight are cancelled, a stdio server is
+// asked to exit (stdin closed, then SIGTERM, then SIGKILL, each after
+// grace), and what is left of its process group is ended. It is idempotent.
+func (s *session) close(grace time.Duration, log *slog.Logger) {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		if err := s.cs.Close(); err != nil {
+			// A server that exits non-zero when its stdin closes is common
+			// and harmless: this is information, not a failure.
+			log.Debug("mcp server session closed", "server", s.name, "error", err)
+		}
+		<-s.done
+		killGroup(s.pgid, grace)
+		if s.stderr != nil {
+			s.stderr.flush()
+		}
+		log.Info("mcp server stopped", "server", s.name)
+	})
+}
+
+// connect opens a session to the named server, within ConnectTimeout.
+func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entry) (*session, error) {
+	exp, err := re.cfg.Expand(m.lookup)
+	if err != nil {
+		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+	}
+	kind, fallback, err := exp.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+	}
+	if kind != Stdio {
+		if err := checkURL(exp.URL); err != nil {
+			return nil, fmt.Errorf("mcpconn: server %q: after ${VAR} substitution: %w", name, err)
+		}
+	}
+	deadline := time.Now().Add(m.opts.ConnectTimeout)
+	if fallback && e.sseURL == exp.URL {
+		kind = SSE // learnt on an earlier connect
+	}
+	start := time.Now()
+	s, rejected, err := m.dial(ctx, name, exp, kind, deadline)
+	if err != nil && fallback && kind == StreamableHTTP && rejected {
+		m.log.Info("mcp server rejected streamable HTTP; trying SSE", "server", name, "error", err)
+		var err2 error
+		s, _, err2 = m.dial(ctx, name, exp, SSE, deadline)
+		if err2 != nil {
+			return nil, fmt.Errorf("mcpconn: server %q: streamable HTTP failed (%v), and so did the SSE fallback: %w", name, err, err2)
+		}
+		e.sseURL = exp.URL
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.gen = re.gen
+	m.log.Info("mcp server connected", "server", name, "transport", s.transport, "duration", time.Since(start))
+	return s, nil
+}
+
+// dial makes one connection attempt over the given transport. rejected
+// reports a streamable HTTP POST answered with a 4xx status.
+func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transport, deadline time.Time) (_ *session, rejected bool, _ error) {
+	// The context given to Connect lives on as the SSE stream's, so it must
+	// outlast Connect: the connect timeout, the caller's ctx and Close are
+	// applied to it by hand, and only until Connect returns.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &session{name: name, transport: kind, ctx: sctx, cancel: cancel, done: make(chan struct{})}
+	var (
+		t   mcp.Transport
+		ht  *headerTransport
+		cmd *exec.Cmd
+	)
+	switch kind {
+	case Stdio:
+		s.stderr = &lineLogger{log: m.log, server: name}
+		var err error
+		cmd, err = m.stdioCommand(ctx, name, cfg, s.stderr)
+		if err != nil {
+			cancel()
+			return nil, false, err
+		}
+		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: m.opts.StopGrace}
+	case StreamableHTTP:
+		ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		// No standalone SSE stream: the host only lists and calls tools, and
+		// answers come on the POSTs' own responses.
+		t = &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}, DisableStandaloneSSE: true}
+	case SSE:
+		ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}}
+	default:
+		cancel()
+		return nil, false, fmt.Errorf("mcpconn: server %q: unknown transport %q", name, kind)
+	}
+
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
+	stopCaller := context.AfterFunc(ctx, cancel)
+	stopClose := context.AfterFunc(m.ctx, cancel)
+	cs, err := m.client.Connect(sctx, t, nil)
+	// Each stop must run, hence no short-circuit.
+	t1, t2, t3 := timer.Stop(), stopCaller(), stopClose()
+	if err == nil && !(t1 && t2 && t3) {
+		// A stop came too late: the session's context is already cancelled.
+		cs.Close()
+		err = context.Canceled
+	}
+	if err != nil {
+		cancel()
+		if cmd != nil && cmd.Process != nil {
+			killGroup(groupOf(cmd.SysProcAttr, cmd.Process.Pid), m.opts.StopGrace)
+		}
+		if s.stderr != nil {
+			s.stderr.flush()
+		}
+		switch {
+		case timedOut.Load():
+			return nil, false, fmt.Errorf("mcpconn: server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s: %w",
+				name, m.opts.ConnectTimeout, kind, context.DeadlineExceeded)
+		case ctx.Err() != nil:
+			return nil, false, fmt.Errorf("mcpconn: server %q: connecting: %w", name, ctx.Err())
+		case m.ctx.Err() != nil:
+			return nil, false, ErrClosed
+		}
+		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
+			return nil, false, fmt.Errorf("mcpconn: server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
+		}
+		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("mcpconn: server %q: connecting over %s: %w", name, kind, err)
+	}
+	s.cs = cs
+	if cmd != nil && cmd.Process != nil {
+		s.pgid = groupOf(cmd.SysProcAttr, cmd.Process.Pid)
+	}
+	go func() {
+		// The connection ends when the server dies or the session closes;
+		// done then tells the next call to reconnect.
+		cs.Wait()
+		close(s.done)
+	}()
+	return s, false, nil
+}
