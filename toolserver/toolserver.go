@@ -58,6 +58,14 @@ type Caller interface {
 	CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error)
 }
 
+// CallerFunc adapts a function to Caller.
+type CallerFunc func(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error)
+
+// CallTool calls f.
+func (f CallerFunc) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+	return f(ctx, server, tool, args)
+}
+
 // Options configures a Server. A nil *Options means the defaults; New
 // copies the struct.
 type Options struct {
