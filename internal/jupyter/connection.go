@@ -1,0 +1,63 @@
+package jupyter
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// ConnectionInfo is the content of a kernel connection file.
+type ConnectionInfo struct {
+	Transport       string `json:"transport"`
+	IP              string `json:"ip"`
+	ShellPort       int    `json:"shell_port"`
+	IOPubPort       int    `json:"iopub_port"`
+	StdinPort       int    `json:"stdin_port"`
+	ControlPort     int    `json:"control_port"`
+	HBPort          int    `json:"hb_port"`
+	Key             string `json:"key"`
+	SignatureScheme string `json:"signature_scheme"`
+	KernelName      string `json:"kernel_name"`
+}
+
+// NewIPCConnection returns connection info for the ipc transport with the
+// socket files under dir. ZeroMQ names an ipc endpoint "<ip>-<port>", so the
+// "ports" are just distinct suffixes. dir must be short: a unix socket path
+// is limited to 107 bytes.
+func NewIPCConnection(dir string) (*ConnectionInfo, error) {
+	base := filepath.Join(dir, "k")
+	if len(base)+3 > 107 {
+		return nil, fmt.Errorf("jupyter: run directory %q is too long for unix socket paths (max ~100 bytes); choose a shorter one", dir)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	return &ConnectionInfo{
+		Transport: "ipc", IP: base,
+		ShellPort: 1, IOPubPort: 2, StdinPort: 3, ControlPort: 4, HBPort: 5,
+		Key:             hex.EncodeToString(key),
+		SignatureScheme: "hmac-sha256",
+		KernelName:      "python3",
+	}, nil
+}
+
+// Endpoint returns the ZeroMQ endpoint for port.
+func (c *ConnectionInfo) Endpoint(port int) string {
+	if c.Transport == "ipc" {
+		return fmt.Sprintf("ipc://%s-%d", c.IP, port)
+	}
+	return fmt.Sprintf("%s://%s:%d", c.Transport, c.IP, port)
+}
+
+// Write stores the connection file at path with mode 0600 (it holds the key).
+func (c *ConnectionInfo) Write(path string) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}

@@ -1,0 +1,61 @@
+// Package pyruntime holds the Python code ipybox puts into the kernel: the
+// ipybox_runtime package that generated tool modules import, and the init
+// code that configures every fresh kernel.
+package pyruntime
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+//go:embed kernel_init.py
+var initSource string
+
+//go:embed ipybox_runtime/*.py
+var runtimeFS embed.FS
+
+// InitConfig is what the init code needs to know.
+type InitConfig struct {
+	// WorkDir, when set, is restored after every cell, with a message.
+	WorkDir string `json:"workdir,omitempty"`
+	// SysPath entries are put at the front of sys.path.
+	SysPath []string `json:"sys_path,omitempty"`
+}
+
+// InitCode returns the Python source to run silently in a fresh kernel. It
+// defines nothing in the user's namespace.
+func InitCode(cfg InitConfig) string {
+	src, _ := json.Marshal(initSource)
+	args, _ := json.Marshal(cfg)
+	quoted, _ := json.Marshal(string(args))
+	// A JSON string literal is a valid Python string literal, so the
+	// source and the config travel without any Python-side escaping.
+	return fmt.Sprintf("(lambda __g: (exec(%s, __g), __g['setup'](__import__('json').loads(%s))))({'get_ipython': get_ipython})\n", src, quoted)
+}
+
+// Install writes the ipybox_runtime package into dir (dir/ipybox_runtime)
+// and returns dir, the entry to put on the kernel's sys.path.
+func Install(dir string) (string, error) {
+	dst := filepath.Join(dir, "ipybox_runtime")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	err := fs.WalkDir(runtimeFS, "ipybox_runtime", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := runtimeFS.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+	})
+	if err != nil {
+		return "", fmt.Errorf("install ipybox_runtime: %w", err)
+	}
+	return dir, nil
+}

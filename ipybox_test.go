@@ -1,0 +1,536 @@
+package ipybox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+func start(t *testing.T, opts *ipybox.Options) *ipybox.Executor {
+	t.Helper()
+	py := testenv.NeedsPython(t)
+	var o ipybox.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Python == "" {
+		o.Python = py
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ex, err := ipybox.Start(ctx, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+func run(t *testing.T, ex *ipybox.Executor, code string) *ipybox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := ex.Execute(ctx, code, nil)
+	if err != nil {
+		t.Fatalf("Execute(%q): %v", code, err)
+	}
+	return res
+}
+
+func TestOutputs(t *testing.T) {
+	ex := start(t, nil)
+	for _, tc := range []struct{ code, want string }{
+		{"print('hello')", "hello"},
+		{"2 + 2", "4"},
+		{"x = 1\ny = 2\nx + y", "3"},
+		{"z = 10", ""},
+		{"", ""},
+		{"import sys\nprint('out')\nprint('err', file=sys.stderr)", "out\nerr"},
+	} {
+		if got := run(t, ex, tc.code).Text; got != tc.want {
+			t.Errorf("%q: text = %q, want %q", tc.code, got, tc.want)
+		}
+	}
+}
+
+func TestPythonErrors(t *testing.T) {
+	ex := start(t, nil)
+	for _, tc := range []struct{ code, name, inTraceback string }{
+		{"def f(:\n  pass", "SyntaxError", ""},
+		{"def divide():\n    return 1/0\ndivide()", "ZeroDivisionError", "divide"},
+		{"def lookup():\n    return undefined_name\nlookup()", "NameError", "lookup"},
+	} {
+		res, err := ex.Execute(context.Background(), tc.code, nil)
+		var pe *ipybox.PythonError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%q: err = %v, want *PythonError", tc.code, err)
+		}
+		if pe.Name != tc.name {
+			t.Errorf("%q: name = %q, want %q", tc.code, pe.Name, tc.name)
+		}
+		tb := pe.TracebackText()
+		if strings.Contains(tb, "\x1b[") {
+			t.Errorf("%q: traceback has ANSI codes: %q", tc.code, tb)
+		}
+		if tc.inTraceback != "" && !strings.Contains(tb, tc.inTraceback) {
+			t.Errorf("%q: traceback does not name %q:\n%s", tc.code, tc.inTraceback, tb)
+		}
+		if res == nil {
+			t.Errorf("%q: no partial result with the error", tc.code)
+		}
+	}
+	// Output before the error is kept.
+	res, err := ex.Execute(context.Background(), "print('before')\nraise ValueError('boom')", nil)
+	if err == nil || !strings.Contains(err.Error(), "ValueError: boom") {
+		t.Fatalf("err = %v", err)
+	}
+	if res.Text != "before" {
+		t.Errorf("text before error = %q", res.Text)
+	}
+}
+
+func TestStatePersistsAndReset(t *testing.T) {
+	ex := start(t, nil)
+	run(t, ex, "import math\nv = 41\ndef inc(x):\n    return x + 1")
+	if got := run(t, ex, "inc(v), math.floor(2.5)").Text; got != "(42, 2)" {
+		t.Fatalf("state: %q", got)
+	}
+	run(t, ex, "open('kept.txt', 'w').write('data')")
+	if err := ex.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"v", "inc", "math"} {
+		_, err := ex.Execute(context.Background(), name, nil)
+		var pe *ipybox.PythonError
+		if !errors.As(err, &pe) || pe.Name != "NameError" {
+			t.Errorf("%s after reset: err = %v, want NameError", name, err)
+		}
+	}
+	if got := run(t, ex, "open('kept.txt').read()").Text; got != "'data'" {
+		t.Errorf("file after reset: %q", got)
+	}
+}
+
+func TestExecutorsAreIsolated(t *testing.T) {
+	a, b := start(t, nil), start(t, nil)
+	run(t, a, "secret = 'a'")
+	_, err := b.Execute(context.Background(), "secret", nil)
+	var pe *ipybox.PythonError
+	if !errors.As(err, &pe) || pe.Name != "NameError" {
+		t.Fatalf("b sees a's variable: %v", err)
+	}
+}
+
+func TestStreamingIsLive(t *testing.T) {
+	ex := start(t, nil)
+	code := "import time\nprint('first', flush=True)\ntime.sleep(0.5)\nprint('second', flush=True)"
+	begin := time.Now()
+	var got []string
+	var at []time.Duration
+	for ev, err := range ex.Stream(context.Background(), code, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := ev.(*ipybox.Output); ok {
+			got = append(got, strings.TrimSpace(o.Text))
+			at = append(at, time.Since(begin))
+			if o.Stream != "stdout" {
+				t.Errorf("stream = %q", o.Stream)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "first,second" {
+		t.Fatalf("outputs = %q", got)
+	}
+	if gap := at[1] - at[0]; gap < 300*time.Millisecond {
+		t.Errorf("first arrived %v before second: not streamed as it happened", gap)
+	}
+}
+
+func TestStreamKeepsStdoutAndStderrApart(t *testing.T) {
+	ex := start(t, nil)
+	streams := map[string]string{}
+	for ev, err := range ex.Stream(context.Background(), "import sys\nprint('o')\nsys.stdout.flush()\nprint('e', file=sys.stderr)", nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := ev.(*ipybox.Output); ok {
+			streams[o.Stream] += o.Text
+		}
+	}
+	if streams["stdout"] != "o\n" || streams["stderr"] != "e\n" {
+		t.Errorf("streams = %q", streams)
+	}
+}
+
+func TestWorkDirRestored(t *testing.T) {
+	dir := t.TempDir()
+	ex := start(t, &ipybox.Options{WorkDir: dir})
+	res := run(t, ex, "import os\nos.chdir('/')")
+	want := "[ipybox] cwd reset to " + dir
+	if res.Text != want {
+		t.Errorf("text = %q, want %q", res.Text, want)
+	}
+	if got := run(t, ex, "os.getcwd()").Text; got != "'"+dir+"'" {
+		t.Errorf("cwd = %s", got)
+	}
+}
+
+func TestNoWorkDirChangePersists(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	ex, err := ipybox.Start(context.Background(), &ipybox.Options{Python: py})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	run(t, ex, "import os\nos.chdir('/')")
+	if got := run(t, ex, "os.getcwd()").Text; got != "'/'" {
+		t.Errorf("after os.chdir: cwd = %s", got)
+	}
+	run(t, ex, "%cd /tmp")
+	if got := run(t, ex, "os.getcwd()").Text; got != "'/tmp'" {
+		t.Errorf("after %%cd: cwd = %s", got)
+	}
+}
+
+func TestPlotsBecomeImages(t *testing.T) {
+	imgs := t.TempDir()
+	ex := start(t, &ipybox.Options{ImagesDir: imgs})
+	res := run(t, ex, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+	if len(res.Images) != 1 {
+		t.Fatalf("one show: images = %v", res.Images)
+	}
+	res = run(t, ex, "plt.plot([1, 2]); plt.show()\nplt.plot([3, 4]); plt.show()")
+	if len(res.Images) != 2 {
+		t.Fatalf("two shows: images = %v", res.Images)
+	}
+	for _, p := range res.Images {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
+			t.Errorf("%s is not a PNG (err %v)", p, err)
+		}
+		if filepath.Dir(p) != imgs {
+			t.Errorf("%s is not in %s", p, imgs)
+		}
+	}
+	entries, _ := os.ReadDir(imgs)
+	if len(entries) != 3 {
+		t.Errorf("images dir holds %d files, want 3", len(entries))
+	}
+}
+
+func TestDisplaysAndClearOutput(t *testing.T) {
+	ex := start(t, nil)
+	res := run(t, ex, `from IPython.display import display, HTML, clear_output
+print('gone')
+clear_output()
+print('kept')
+h = display(HTML('<b>v1</b>'), display_id=True)
+h.update(HTML('<b>v2</b>'))`)
+	if res.Text != "kept\n<IPython.core.display.HTML object>" {
+		t.Errorf("text = %q", res.Text)
+	}
+	if len(res.Displays) != 1 || res.Displays[0].Data["text/html"] != "<b>v2</b>" {
+		t.Errorf("displays = %+v", res.Displays)
+	}
+	res = run(t, ex, "from IPython.display import SVG\nSVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1\" height=\"1\"/>')")
+	if len(res.Images) != 1 || !strings.HasSuffix(res.Images[0], ".svg") {
+		t.Errorf("svg images = %v", res.Images)
+	}
+}
+
+func TestTimeoutKeepsState(t *testing.T) {
+	ex := start(t, nil)
+	begin := time.Now()
+	_, err := ex.Execute(context.Background(), "import time\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)", &ipybox.ExecOptions{Timeout: 500 * time.Millisecond})
+	if !errors.Is(err, ipybox.ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	if !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("error does not say it timed out: %v", err)
+	}
+	if d := time.Since(begin); d > 3*time.Second {
+		t.Errorf("timeout took %v", d)
+	}
+	if got := run(t, ex, "n > 0").Text; got != "True" {
+		t.Errorf("variable set in the loop: %q", got)
+	}
+	// The plain sleep of the issue.
+	begin = time.Now()
+	_, err = ex.Execute(context.Background(), "time.sleep(10)", &ipybox.ExecOptions{Timeout: 500 * time.Millisecond})
+	if !errors.Is(err, ipybox.ErrTimeout) || time.Since(begin) > 3*time.Second {
+		t.Fatalf("sleep(10): err = %v after %v", err, time.Since(begin))
+	}
+	run(t, ex, "n")
+}
+
+func TestCancelInterruptsPromptly(t *testing.T) {
+	ex := start(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	begin := time.Now()
+	_, err := ex.Execute(ctx, "import time\ntime.sleep(30)", nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("cancel returned after %v", d)
+	}
+	if got := run(t, ex, "1 + 1").Text; got != "2" {
+		t.Errorf("after cancel: %q", got)
+	}
+}
+
+func TestExecutionsAreSerialised(t *testing.T) {
+	ex := start(t, nil)
+	var wg sync.WaitGroup
+	results := make([]string, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := ex.Execute(context.Background(), fmt.Sprintf("import time\nprint('start %d'); time.sleep(0.05); print('end %d')", i, i), nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = res.Text
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r != fmt.Sprintf("start %d\nend %d", i, i) {
+			t.Errorf("cell %d interleaved: %q", i, r)
+		}
+	}
+	// A second call whose context ends while the first runs fails fast.
+	go ex.Execute(context.Background(), "import time; time.sleep(1)", nil)
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	if _, err := ex.Execute(ctx, "1", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting call: err = %v", err)
+	}
+	if d := time.Since(begin); d > 500*time.Millisecond {
+		t.Errorf("waiting call took %v", d)
+	}
+}
+
+func TestLargeOutputRoundTrips(t *testing.T) {
+	ex := start(t, nil)
+	res := run(t, ex, "print('x' * 500000)")
+	if res.Text != strings.Repeat("x", 500000) {
+		t.Errorf("500,000 chars: got %d chars", len(res.Text))
+	}
+	res = run(t, ex, "for i in range(50000):\n    print(i)")
+	var want strings.Builder
+	for i := range 50000 {
+		want.WriteString(strconv.Itoa(i))
+		want.WriteByte('\n')
+	}
+	if res.Text != strings.TrimSuffix(want.String(), "\n") {
+		t.Errorf("50,000 lines: got %d bytes, want %d", len(res.Text), want.Len()-1)
+	}
+	var cell strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&cell, "v%d = %d\n", i, i)
+	}
+	cell.WriteString("print(v9999)")
+	if got := run(t, ex, cell.String()).Text; got != "9999" {
+		t.Errorf("10,000-line cell: %q", got)
+	}
+	res = run(t, ex, "import asyncio\nfor i in range(100):\n    print(i)\n    await asyncio.sleep(0.01)")
+	if n := len(strings.Split(res.Text, "\n")); n != 100 {
+		t.Errorf("async prints: %d lines", n)
+	}
+}
+
+func TestKernelEnv(t *testing.T) {
+	t.Setenv("IPYBOX_TEST_HOST_SECRET", "leaked")
+	ex := start(t, &ipybox.Options{KernelEnv: map[string]string{"GIVEN": "yes"}})
+	if got := run(t, ex, "import os\nos.environ.get('GIVEN')").Text; got != "'yes'" {
+		t.Errorf("kernel env var: %s", got)
+	}
+	if got := run(t, ex, "os.environ.get('IPYBOX_TEST_HOST_SECRET')").Text; got != "" {
+		t.Errorf("host env var leaked into the kernel: %s", got)
+	}
+	// IPython runs shell commands under a pty: lines end in \r\n.
+	if got := run(t, ex, "!echo $IPYBOX_TEST_HOST_SECRET-end").Text; got != "-end\r" {
+		t.Errorf("host env var leaked into shell commands: %q", got)
+	}
+}
+
+func TestKernelDeath(t *testing.T) {
+	ex := start(t, nil)
+	run(t, ex, "x = 1")
+	_, err := ex.Execute(context.Background(), "import os\nos._exit(1)", nil)
+	if !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("os._exit: err = %v, want ErrKernelDied", err)
+	}
+	if got := run(t, ex, "'x' in globals()").Text; got != "False" {
+		t.Errorf("after death: fresh kernel expected, got %q", got)
+	}
+	// SIGKILL from outside, while a cell runs.
+	pid := run(t, ex, "import os\nos.getpid()").Text
+	n, _ := strconv.Atoi(pid)
+	time.AfterFunc(300*time.Millisecond, func() { syscall.Kill(n, syscall.SIGKILL) })
+	_, err = ex.Execute(context.Background(), "import time\ntime.sleep(20)", nil)
+	if !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("SIGKILL: err = %v, want ErrKernelDied", err)
+	}
+	if got := run(t, ex, "1 + 1").Text; got != "2" {
+		t.Errorf("after SIGKILL: %q", got)
+	}
+	// SIGKILL while idle: found by the next call.
+	pid = run(t, ex, "import os\nos.getpid()").Text
+	n, _ = strconv.Atoi(pid)
+	syscall.Kill(n, syscall.SIGKILL)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := ex.Execute(context.Background(), "import os", nil); err != nil && !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("after idle kill: %v", err)
+	}
+	if got := run(t, ex, "2 + 2").Text; got != "4" {
+		t.Errorf("after idle SIGKILL: %q", got)
+	}
+}
+
+func TestDeadKernelTakesItsChildren(t *testing.T) {
+	ex := start(t, nil)
+	pid, _ := strconv.Atoi(run(t, ex, "import os, subprocess\nsubprocess.Popen(['sleep', '60'])\nos.getpid()").Text)
+	if len(groupMembers(pid)) < 2 {
+		t.Fatalf("expected the kernel and its child in group %d: %v", pid, groupMembers(pid))
+	}
+	if _, err := ex.Execute(context.Background(), "os._exit(1)", nil); !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("err = %v", err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(groupMembers(pid)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := groupMembers(pid); len(left) > 0 {
+		t.Errorf("the dead kernel's children live on: %v", left)
+	}
+}
+
+func TestIgnoredInterruptRestarts(t *testing.T) {
+	ex := start(t, &ipybox.Options{InterruptGrace: time.Second})
+	run(t, ex, "keep = 1")
+	begin := time.Now()
+	_, err := ex.Execute(context.Background(), "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", &ipybox.ExecOptions{Timeout: 500 * time.Millisecond})
+	var te *ipybox.TimeoutError
+	if !errors.As(err, &te) || !te.Restarted {
+		t.Fatalf("err = %v, want a TimeoutError with Restarted", err)
+	}
+	if !strings.Contains(err.Error(), "restarted") {
+		t.Errorf("error does not report the restart: %v", err)
+	}
+	// Timeout + grace, plus a kernel start.
+	if d := time.Since(begin); d > 500*time.Millisecond+time.Second+5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	if got := run(t, ex, "'keep' in globals()").Text; got != "False" {
+		t.Errorf("after restart: %q", got)
+	}
+}
+
+func TestInputGivesClearError(t *testing.T) {
+	ex := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := ex.Execute(ctx, "input('name? ')", nil)
+	var pe *ipybox.PythonError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Value, "input") {
+		t.Fatalf("err = %v, want a clear Python error about input", err)
+	}
+}
+
+func TestInputHandler(t *testing.T) {
+	ex := start(t, &ipybox.Options{Input: func(prompt string, _ bool) (string, error) {
+		return "answer to " + prompt, nil
+	}})
+	if got := run(t, ex, "input('q?')").Text; got != "'answer to q?'" {
+		t.Errorf("input: %q", got)
+	}
+}
+
+func TestCloseLeavesNothing(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	py := testenv.NeedsPython(t)
+	ex, err := ipybox.Start(context.Background(), &ipybox.Options{Python: py, WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(run(t, ex, "import os, subprocess\nsubprocess.Popen(['sleep', '60'])\nos.getpid()").Text)
+	runDir := strings.Trim(run(t, ex, "os.path.dirname(os.environ['IPYTHONDIR'])").Text, "'")
+	if _, err := os.Stat(runDir); err != nil {
+		t.Fatalf("run dir %q: %v", runDir, err)
+	}
+	begin := time.Now()
+	if err := ex.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := ex.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Errorf("kernel process %d still exists (%v)", pid, err)
+	}
+	if left := groupMembers(pid); len(left) > 0 {
+		t.Errorf("processes left in the kernel's group: %v", left)
+	}
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Errorf("run dir %q still exists", runDir)
+	}
+	if _, err := ex.Execute(context.Background(), "1", nil); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Execute after Close: %v", err)
+	}
+}
+
+// groupMembers lists live (non-zombie) processes whose process group is pgid.
+func groupMembers(pgid int) []string {
+	var out []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			out = append(out, d.Name()+" "+s[:strings.LastIndexByte(s, ')')+1])
+		}
+	}
+	return out
+}
+
+func TestBadWorkDir(t *testing.T) {
+	_, err := ipybox.Start(context.Background(), &ipybox.Options{WorkDir: "/nonexistent/dir"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/dir") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Event is something a running cell produced. It is one of *Stream,
+// *Display or *ClearOutput.
+type Event interface{ isEvent() }
+
+// Stream is a chunk of text the cell wrote to stdout or stderr.
+type Stream struct {
+	Name string // "stdout" or "stderr"
+	Text string
+}
+
+// Display is a rich output: display_data, execute_result, or an update of
+// an earlier display (update_display_data).
+type Display struct {
+	// ID is the display_id ("" when the output has none).
+	ID string
+	// Update is true for update_display_data: the display with ID changes.
+	Update bool
+	// Result is true for execute_result (the value of the last expression).
+	Result bool
+	// Text is the text/plain representation ("" if none).
+	Text string
+	// Images are the files the PNG, JPEG and SVG parts were written to.
+	Images []string
+	// Data holds every other MIME part as the kernel sent it
+	// (for example "text/html" or "application/json").
+	Data map[string]any
+}
+
+// ClearOutput asks the front end to clear the cell's output. With Wait, the
+// clearing happens when the next output arrives.
+type ClearOutput struct{ Wait bool }
+
+func (*Stream) isEvent()      {}
+func (*Display) isEvent()     {}
+func (*ClearOutput) isEvent() {}
+
+// Result is the outcome of a finished cell.
+type Result struct {
+	// Text is what the cell printed (stdout and stderr, in order) and the
+	// text of its displays and result, after clear_output and
+	// update_display_data were applied, without one trailing newline.
+	Text string
+	// Images lists the image files of the cell's displays, in order.
+	Images []string
+	// Displays are the cell's rich outputs as they stand at the end.
+	Displays []*Display
+	// ExecutionCount is the kernel's execution counter for the cell.
+	ExecutionCount int
+	// Truncated is true when the kernel's reply arrived but its final
+	// status message did not within the grace period: output may be missing.
+	Truncated bool
+}
+
+// Sentinel errors callers branch on.
+var (
+	// ErrKernelDied means the kernel process exited or stopped answering
+	// its heartbeat. The next call starts a fresh kernel.
+	ErrKernelDied = errors.New("kernel died")
+	// ErrTimeout means a cell exceeded its time budget and was interrupted.
+	ErrTimeout = errors.New("execution timed out")
+	// ErrClosed is returned by calls on a closed kernel.
+	ErrClosed = errors.New("kernel closed")
+)
+
+// PythonError is an exception raised by a cell.
+type PythonError struct {
+	Name      string   // the exception class, e.g. "ZeroDivisionError"
+	Value     string   // str(exception)
+	Traceback []string // lines, without ANSI escape codes
+}
+
+func (e *PythonError) Error() string {
+	if e.Value == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Value
+}
+
+// TracebackText returns the traceback as one string.
+func (e *PythonError) TracebackText() string { return strings.Join(e.Traceback, "\n") }
+
+// TimeoutError reports a cell that exceeded its budget. It matches
+// ErrTimeout with errors.Is.
+type TimeoutError struct {
+	Timeout time.Duration
+	// Restarted is true when the cell ignored the interrupt and the kernel
+	// had to be restarted: the kernel's state was lost.
+	Restarted bool
+}
+
+func (e *TimeoutError) Error() string {
+	msg := fmt.Sprintf("execution timed out after %v and was interrupted", e.Timeout)
+	if e.Restarted {
+		msg += "; the cell ignored the interrupt, so the kernel was restarted and its state is lost"
+	} else {
+		msg += "; the kernel's state is preserved"
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// DiedError reports a kernel that died during a call. It matches
+// ErrKernelDied with errors.Is.
+type DiedError struct{ Cause string }
+
+func (e *DiedError) Error() string { return "kernel died: " + e.Cause }
+
+// Is makes errors.Is(err, ErrKernelDied) true.
+func (e *DiedError) Is(target error) bool { return target == ErrKernelDied }
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07`)
+
+// StripANSI removes terminal escape sequences.
+func StripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansi.ReplaceAllString(s, "")
+}

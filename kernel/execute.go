@@ -1,0 +1,469 @@
+package kernel
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/jupyter"
+)
+
+// ExecOptions configures one Execute. A nil *ExecOptions means the defaults.
+type ExecOptions struct {
+	// Timeout bounds the cell's run time. On expiry the cell is
+	// interrupted, the kernel keeps its state, and Execute returns a
+	// *TimeoutError. Zero means no limit beyond ctx.
+	Timeout time.Duration
+	// Budget, when set, replaces Timeout with a pausable budget (the
+	// Executor pauses it while an approval is pending).
+	Budget *Budget
+	// OnEvent receives each event as it arrives, on the calling goroutine.
+	OnEvent func(Event)
+	// Input answers input() calls. Nil makes input() raise a clear error.
+	Input func(prompt string, password bool) (string, error)
+
+	silent bool
+}
+
+// Execute runs code as one cell and returns when the cell is done: when both
+// the execute_reply and the final status: idle have arrived.
+//
+// A Python exception gives a non-nil *Result (with the output printed before
+// it) and a *PythonError. A cancelled ctx or an expired timeout interrupts
+// the cell; if it does not stop within the grace period, the kernel is
+// restarted. A dead kernel gives ErrKernelDied; the next call starts a fresh
+// kernel.
+func (k *Kernel) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
+	in, err := k.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var o ExecOptions
+	if opts != nil {
+		o = *opts
+	}
+	return in.execute(ctx, code, &o)
+}
+
+// call collects the messages answering one request. Readers push; the
+// caller's goroutine pops. The queue is unbounded so that no reader ever
+// waits for the caller.
+type call struct {
+	mu     sync.Mutex
+	queue  []routed
+	notify chan struct{}
+}
+
+type routed struct {
+	ch jupyter.Channel
+	m  *jupyter.Message
+}
+
+func newCall() *call { return &call{notify: make(chan struct{}, 1)} }
+
+func (c *call) push(ch jupyter.Channel, m *jupyter.Message) {
+	c.mu.Lock()
+	c.queue = append(c.queue, routed{ch, m})
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (c *call) drain() []routed {
+	c.mu.Lock()
+	q := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	return q
+}
+
+// waitInfo waits for a kernel_info reply and an iopub message for it.
+func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) error {
+	t := time.NewTimer(per)
+	defer t.Stop()
+	gotReply, gotIOPub := false, false
+	for {
+		for _, r := range c.drain() {
+			switch r.ch {
+			case jupyter.Shell:
+				gotReply = true
+			case jupyter.IOPub:
+				gotIOPub = true
+			}
+		}
+		if gotReply && gotIOPub {
+			return nil
+		}
+		select {
+		case <-c.notify:
+		case <-t.C:
+			return errRetry
+		case <-in.dead:
+			return in.deadErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// cellState accumulates a cell's outputs.
+type cellState struct {
+	k        *Kernel
+	outputs  []any // *Stream or *Display, in order, after clear_output
+	clearAt  bool  // a clear_output(wait=True) is pending
+	pyErr    *PythonError
+	count    int
+	aborted  bool
+	gotReply bool
+	gotIdle  bool
+}
+
+func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
+	content := map[string]any{
+		"code":             code,
+		"silent":           o.silent,
+		"store_history":    !o.silent,
+		"user_expressions": map[string]any{},
+		"allow_stdin":      o.Input != nil,
+		// Cells are serialised by the caller, so there is no queue to
+		// abort; with stop_on_error ipykernel would abort a request that
+		// arrives right after an error (its abort window is call_later(0)).
+		"stop_on_error": false,
+	}
+	msg, err := jupyter.NewMessage(in.k.session, "execute_request", content)
+	if err != nil {
+		return nil, err
+	}
+	id := msg.Header.MsgID
+	c := in.register(id)
+	defer in.unregister(id)
+	if err := in.conn.Send(jupyter.Shell, msg); err != nil {
+		return nil, err
+	}
+
+	budget := o.Budget
+	if budget == nil && o.Timeout > 0 {
+		budget = NewBudget(o.Timeout)
+	}
+	st := &cellState{k: in.k}
+	var idleTimer <-chan time.Time
+	var interruptedAt time.Time // zero until we interrupted
+	var stopErr error           // why we interrupted
+	var graceTimer <-chan time.Time
+
+	for {
+		for _, r := range c.drain() {
+			st.handle(in, r, o)
+		}
+		if st.gotReply && st.gotIdle {
+			break
+		}
+		if st.gotReply && idleTimer == nil {
+			idleTimer = time.After(in.k.opts.IdleGrace)
+		}
+		var expired <-chan struct{}
+		if budget != nil && interruptedAt.IsZero() {
+			expired = budget.Expired()
+		}
+		var ctxDone <-chan struct{}
+		if interruptedAt.IsZero() {
+			ctxDone = ctx.Done()
+		}
+		select {
+		case <-c.notify:
+			continue
+		case <-idleTimer:
+			res := st.result(true)
+			return res, st.finalErr(stopErr)
+		case <-in.dead:
+			return st.result(false), in.deadErr
+		case <-expired:
+			stopErr = &TimeoutError{Timeout: budget.Total()}
+		case <-ctxDone:
+			stopErr = ctx.Err()
+		case <-graceTimer:
+			// The cell ignored SIGINT: only a restart stops it.
+			res := st.result(false)
+			rctx, cancel := context.WithTimeout(context.Background(), in.k.opts.StartTimeout)
+			rerr := in.k.restartAfter(rctx, in)
+			cancel()
+			var te *TimeoutError
+			if errors.As(stopErr, &te) {
+				te.Restarted = true
+			} else {
+				stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
+			}
+			if rerr != nil {
+				stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
+			}
+			return res, stopErr
+		}
+		// Interrupt once, then give the cell InterruptGrace to stop.
+		interruptedAt = time.Now()
+		in.proc.Signal(sigint)
+		graceTimer = time.After(in.k.opts.InterruptGrace)
+	}
+	return st.result(false), st.finalErr(stopErr)
+}
+
+var errAborted = errors.New("the kernel aborted the execution without running it; run it again")
+
+func (st *cellState) finalErr(stopErr error) error {
+	if stopErr != nil {
+		return stopErr
+	}
+	if st.pyErr != nil {
+		return st.pyErr
+	}
+	if st.aborted {
+		return errAborted
+	}
+	return nil
+}
+
+func (st *cellState) emit(o *ExecOptions, e Event) {
+	if o.OnEvent != nil {
+		o.OnEvent(e)
+	}
+}
+
+func (st *cellState) add(out any) {
+	if st.clearAt {
+		st.outputs = nil
+		st.clearAt = false
+	}
+	st.outputs = append(st.outputs, out)
+}
+
+func (st *cellState) handle(in *instance, r routed, o *ExecOptions) {
+	m := r.m
+	switch r.ch {
+	case jupyter.Shell:
+		if m.Header.MsgType != "execute_reply" {
+			return
+		}
+		var rep struct {
+			Status         string `json:"status"`
+			ExecutionCount int    `json:"execution_count"`
+		}
+		json.Unmarshal(m.Content, &rep)
+		st.gotReply = true
+		st.aborted = rep.Status == "aborted"
+		st.count = rep.ExecutionCount
+	case jupyter.Stdin:
+		st.handleInput(in, m, o)
+	case jupyter.IOPub:
+		st.handleIOPub(m, o)
+	}
+}
+
+func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
+	switch m.Header.MsgType {
+	case "status":
+		var s struct {
+			State string `json:"execution_state"`
+		}
+		json.Unmarshal(m.Content, &s)
+		if s.State == "idle" {
+			st.gotIdle = true
+		}
+	case "stream":
+		var s Stream
+		var raw struct {
+			Name string `json:"name"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(m.Content, &raw) != nil {
+			return
+		}
+		s.Name, s.Text = raw.Name, raw.Text
+		st.add(&s)
+		st.emit(o, &s)
+	case "display_data", "execute_result", "update_display_data":
+		d := st.display(m)
+		if d == nil {
+			return
+		}
+		if d.Update {
+			st.update(d)
+		} else {
+			st.add(d)
+		}
+		st.emit(o, d)
+	case "clear_output":
+		var c struct {
+			Wait bool `json:"wait"`
+		}
+		json.Unmarshal(m.Content, &c)
+		if c.Wait {
+			st.clearAt = true
+		} else {
+			st.outputs = nil
+		}
+		st.emit(o, &ClearOutput{Wait: c.Wait})
+	case "error":
+		var e struct {
+			Name      string   `json:"ename"`
+			Value     string   `json:"evalue"`
+			Traceback []string `json:"traceback"`
+		}
+		if json.Unmarshal(m.Content, &e) != nil {
+			return
+		}
+		st.pyErr = &PythonError{Name: e.Name, Value: StripANSI(e.Value), Traceback: cleanTraceback(e.Traceback)}
+	}
+}
+
+// cleanTraceback strips ANSI codes and splits multi-line entries.
+func cleanTraceback(tb []string) []string {
+	var out []string
+	for _, entry := range tb {
+		entry = strings.TrimRight(StripANSI(entry), "\n")
+		out = append(out, strings.Split(entry, "\n")...)
+	}
+	return out
+}
+
+func (st *cellState) update(d *Display) {
+	for i, out := range st.outputs {
+		if old, ok := out.(*Display); ok && old.ID != "" && old.ID == d.ID {
+			nd := *d
+			nd.Update = false
+			st.outputs[i] = &nd
+		}
+	}
+}
+
+var imageExt = map[string]string{"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
+
+// display decodes a display message and writes its images to disk.
+func (st *cellState) display(m *jupyter.Message) *Display {
+	var raw struct {
+		Data      map[string]json.RawMessage `json:"data"`
+		Transient struct {
+			DisplayID string `json:"display_id"`
+		} `json:"transient"`
+	}
+	if json.Unmarshal(m.Content, &raw) != nil {
+		return nil
+	}
+	d := &Display{
+		ID:     raw.Transient.DisplayID,
+		Update: m.Header.MsgType == "update_display_data",
+		Result: m.Header.MsgType == "execute_result",
+	}
+	// Stable order: PNG, JPEG, SVG.
+	for _, mime := range []string{"image/png", "image/jpeg", "image/svg+xml"} {
+		v, ok := raw.Data[mime]
+		if !ok {
+			continue
+		}
+		delete(raw.Data, mime)
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			continue
+		}
+		var b []byte
+		if mime == "image/svg+xml" {
+			b = []byte(s)
+		} else {
+			var err error
+			if b, err = base64.StdEncoding.DecodeString(strings.TrimSpace(s)); err != nil {
+				st.k.opts.Logger.Warn("bad base64 image", "mime", mime, "err", err)
+				continue
+			}
+		}
+		path, err := st.k.saveImage(b, imageExt[mime])
+		if err != nil {
+			st.k.opts.Logger.Warn("cannot save image", "err", err)
+			continue
+		}
+		d.Images = append(d.Images, path)
+	}
+	if v, ok := raw.Data["text/plain"]; ok {
+		delete(raw.Data, "text/plain")
+		json.Unmarshal(v, &d.Text)
+	}
+	for mime, v := range raw.Data {
+		var x any
+		if json.Unmarshal(v, &x) == nil {
+			if d.Data == nil {
+				d.Data = map[string]any{}
+			}
+			d.Data[mime] = x
+		}
+	}
+	return d
+}
+
+func (k *Kernel) saveImage(b []byte, ext string) (string, error) {
+	if err := os.MkdirAll(k.imagesDir, 0o755); err != nil {
+		return "", err
+	}
+	k.mu.Lock()
+	k.imageCount++
+	n := k.imageCount
+	k.mu.Unlock()
+	name := fmt.Sprintf("%s-%04d%s", time.Now().Format("20060102-150405"), n, ext)
+	path := filepath.Join(k.imagesDir, name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOptions) {
+	if m.Header.MsgType != "input_request" || o.Input == nil {
+		return
+	}
+	var req struct {
+		Prompt   string `json:"prompt"`
+		Password bool   `json:"password"`
+	}
+	json.Unmarshal(m.Content, &req)
+	value, err := o.Input(req.Prompt, req.Password)
+	if err != nil {
+		// The kernel waits for a reply; an interrupt makes input() raise.
+		in.proc.Signal(sigint)
+		return
+	}
+	reply, err := jupyter.NewMessage(in.k.session, "input_reply", map[string]string{"value": value})
+	if err != nil {
+		return
+	}
+	reply.ParentHeader = m.Header
+	in.conn.Send(jupyter.Stdin, reply)
+}
+
+// result assembles the final Result from the outputs as they stand.
+func (st *cellState) result(truncated bool) *Result {
+	res := &Result{ExecutionCount: st.count, Truncated: truncated}
+	var b strings.Builder
+	for _, out := range st.outputs {
+		switch v := out.(type) {
+		case *Stream:
+			b.WriteString(v.Text)
+		case *Display:
+			res.Displays = append(res.Displays, v)
+			res.Images = append(res.Images, v.Images...)
+			if v.Text != "" && len(v.Images) == 0 {
+				if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+					b.WriteByte('\n')
+				}
+				b.WriteString(v.Text)
+				b.WriteByte('\n')
+			}
+		}
+	}
+	res.Text = strings.TrimSuffix(b.String(), "\n")
+	return res
+}

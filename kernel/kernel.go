@@ -1,0 +1,670 @@
+// Package kernel runs an IPython kernel and speaks the Jupyter protocol to
+// it: start, execute with streamed events, interrupt, restart, death
+// detection and a bounded shutdown.
+//
+//	k, err := kernel.Start(ctx, &kernel.Options{Dir: workspace})
+//	if err != nil { ... }
+//	defer k.Close()
+//	res, err := k.Execute(ctx, "print(2 + 2)", nil)
+package kernel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/jupyter"
+)
+
+// Options configures a kernel. A nil *Options means the defaults; the
+// struct is copied by Start.
+type Options struct {
+	// Python is the interpreter. Empty means discovery (see FindPython).
+	Python string
+	// Launcher starts the process. Nil means DirectLauncher.
+	Launcher Launcher
+	// Dir is the kernel's working directory. Empty means the current one.
+	Dir string
+	// Env is added to the kernel's constructed environment ("KEY=VALUE").
+	// The host's environment is never passed as a whole.
+	Env []string
+	// PythonPath entries are put on the kernel's sys.path (PYTHONPATH).
+	PythonPath []string
+	// RunDir is the directory for the connection file and the ipc sockets.
+	// Empty means a new short directory (see NewRunDir) that Close removes.
+	RunDir string
+	// ImagesDir receives PNG, JPEG and SVG outputs. Empty means
+	// <Dir>/images.
+	ImagesDir string
+	// InitCode runs silently after every (re)start, before the first cell.
+	InitCode string
+	// StartTimeout bounds a start or restart. Zero means 60s.
+	StartTimeout time.Duration
+	// InterruptGrace is how long an interrupted cell may take to stop
+	// before the kernel is restarted. Zero means 3s.
+	InterruptGrace time.Duration
+	// IdleGrace is how long to wait for the final status after the reply
+	// before the result is marked Truncated. Zero means 2s.
+	IdleGrace time.Duration
+	// ShutdownGrace is each step of Close's escalation (shutdown_request,
+	// SIGTERM, SIGKILL). Zero means 2s.
+	ShutdownGrace time.Duration
+	// HeartbeatInterval is the pause between heartbeats; a kernel that
+	// misses HeartbeatMisses consecutive beats is declared dead. Zero means
+	// 2s and 3. A negative interval turns the heartbeat off.
+	HeartbeatInterval time.Duration
+	HeartbeatMisses   int
+	// Logger receives the kernel's own stderr and lifecycle logs. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Launcher == nil {
+		c.Launcher = DirectLauncher{}
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	if c.InterruptGrace <= 0 {
+		c.InterruptGrace = 3 * time.Second
+	}
+	if c.IdleGrace <= 0 {
+		c.IdleGrace = 2 * time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 2 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 2 * time.Second
+	}
+	if c.HeartbeatMisses <= 0 {
+		c.HeartbeatMisses = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Kernel is a running IPython kernel. Its methods are safe for concurrent
+// use, but cells run one at a time on the kernel side: callers that need an
+// order serialise Execute themselves (the Executor does).
+type Kernel struct {
+	opts       Options
+	python     string
+	runDir     string
+	ownRunDir  bool
+	imagesDir  string
+	session    string
+	imageCount int // guarded by mu
+
+	mu     sync.Mutex
+	cur    *instance
+	closed bool
+	wg     sync.WaitGroup // background goroutines of all instances
+}
+
+// Start launches a kernel and waits until it is ready to execute.
+func Start(ctx context.Context, opts *Options) (*Kernel, error) {
+	o := opts.withDefaults()
+	python, err := FindPython(ctx, o.Python)
+	if err != nil {
+		return nil, err
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, err
+	}
+	k := &Kernel{opts: o, python: python, session: jupyter.NewID()}
+	k.imagesDir = o.ImagesDir
+	if k.imagesDir == "" {
+		k.imagesDir = filepath.Join(o.Dir, "images")
+	}
+	if o.RunDir != "" {
+		k.runDir = o.RunDir
+	} else {
+		if k.runDir, err = NewRunDir(); err != nil {
+			return nil, err
+		}
+		k.ownRunDir = true
+	}
+	inst, err := k.spawn(ctx)
+	if err != nil {
+		if k.ownRunDir {
+			os.RemoveAll(k.runDir)
+		}
+		return nil, err
+	}
+	k.cur = inst
+	return k, nil
+}
+
+// Python returns the interpreter the kernel runs.
+func (k *Kernel) Python() string { return k.python }
+
+// RunDir returns the kernel's run directory.
+func (k *Kernel) RunDir() string { return k.runDir }
+
+// ImagesDir returns the directory images are written to.
+func (k *Kernel) ImagesDir() string { return k.imagesDir }
+
+// instance is one kernel process and its connection. A restart replaces the
+// instance; calls hold on to the instance they started on.
+type instance struct {
+	k    *Kernel
+	proc Process
+	conn *jupyter.Conn
+
+	mu    sync.Mutex
+	calls map[string]*call // by request msg_id
+
+	dead     chan struct{} // closed when the kernel is known dead
+	deadOnce sync.Once
+	deadErr  error
+	exited   chan struct{} // closed when Wait returned
+	stopHB   chan struct{}
+}
+
+func (in *instance) markDead(cause string) {
+	in.deadOnce.Do(func() {
+		in.deadErr = &DiedError{Cause: cause}
+		close(in.dead)
+		in.k.opts.Logger.Warn("kernel died", "cause", cause)
+	})
+}
+
+func (in *instance) isDead() bool {
+	select {
+	case <-in.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// spawn starts a process, connects and performs the ready handshake.
+func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.opts.StartTimeout)
+	defer cancel()
+
+	info, err := jupyter.NewIPCConnection(k.runDir)
+	if err != nil {
+		return nil, err
+	}
+	// Sockets of an earlier instance must not be reused.
+	for _, p := range []int{1, 2, 3, 4, 5} {
+		os.Remove(fmt.Sprintf("%s-%d", info.IP, p))
+	}
+	connFile := filepath.Join(k.runDir, "kernel.json")
+	if err := info.Write(connFile); err != nil {
+		return nil, fmt.Errorf("write connection file: %w", err)
+	}
+	stderr := &tailWriter{log: k.opts.Logger}
+	spec := &Spec{
+		Path: k.python,
+		Args: launchArgs(connFile),
+		Env:  k.env(),
+		Dir:  k.opts.Dir,
+		// The kernel's own stdout/stderr (not cell output) go to the log.
+		Stdout: stderr, Stderr: stderr,
+		RunDir: k.runDir,
+	}
+	proc, err := k.opts.Launcher.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	in := &instance{
+		k: k, proc: proc,
+		calls:  map[string]*call{},
+		dead:   make(chan struct{}),
+		exited: make(chan struct{}),
+		stopHB: make(chan struct{}),
+	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		err := proc.Wait()
+		// What the kernel started (a `!sleep`, a subprocess) dies with it.
+		proc.Kill()
+		close(in.exited)
+		cause := "process exited"
+		if err != nil {
+			cause = "process exited: " + err.Error()
+		}
+		if tail := stderr.Tail(); tail != "" {
+			cause += "; last output: " + tail
+		}
+		in.markDead(cause)
+	}()
+
+	dialCtx, dialCancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-in.dead:
+			dialCancel(in.deadErr)
+		case <-dialCtx.Done():
+		}
+	}()
+	conn, err := jupyter.Dial(dialCtx, info, in.handle, &jupyter.DialOptions{
+		OnLost: func(ch jupyter.Channel, err error) { in.markDead("connection lost on " + ch.String()) },
+		OnDropped: func(ch jupyter.Channel, err error) {
+			k.opts.Logger.Warn("dropped kernel message", "channel", ch.String(), "err", err)
+		},
+	})
+	dialCancel(nil)
+	if err != nil {
+		k.kill(in)
+		if in.isDead() {
+			return nil, fmt.Errorf("kernel failed to start: %w", in.deadErr)
+		}
+		return nil, fmt.Errorf("kernel failed to start within %v: %w", k.opts.StartTimeout, err)
+	}
+	in.conn = conn
+	if err := in.handshake(ctx); err != nil {
+		k.kill(in)
+		return nil, err
+	}
+	if k.opts.HeartbeatInterval > 0 {
+		k.wg.Add(1)
+		go in.heartbeat()
+	}
+	if k.opts.InitCode != "" {
+		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{silent: true}); err != nil {
+			k.kill(in)
+			return nil, fmt.Errorf("kernel init code failed: %w", err)
+		}
+	}
+	return in, nil
+}
+
+// launchShim starts ipykernel like `python -m ipykernel_launcher`, but
+// keeps debugpy and jedi from being imported while the kernel starts: the
+// debugger and jedi completion are of no use to an agent and cost about a
+// third of the import time. The block is lifted as soon as the kernel is
+// built, so user code can still import both.
+const launchShim = `import sys
+_b = ("debugpy", "jedi")
+for _m in _b: sys.modules.setdefault(_m, None)
+sys.argv[0] = "ipykernel_launcher"
+from ipykernel import kernelapp as _app
+for _m in _b:
+    if sys.modules.get(_m, 0) is None: del sys.modules[_m]
+del _b, _m
+_app.launch_new_instance()
+`
+
+// launchArgs are the interpreter arguments for ipykernel. History is off:
+// an agent's kernel needs no sqlite database, and it costs start time.
+func launchArgs(connFile string) []string {
+	return []string{"-c", launchShim, "-f", connFile,
+		"--HistoryManager.enabled=False",
+		"--InteractiveShell.colors=NoColor",
+		"--IPKernelApp.quiet=True",
+	}
+}
+
+// env constructs the kernel's environment from scratch.
+func (k *Kernel) env() []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	// The interpreter's own directory first, so that `!python` and `!pip`
+	// in a cell mean the kernel's Python (a venv's bin, say).
+	path = filepath.Dir(k.python) + string(os.PathListSeparator) + path
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = k.opts.Dir
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + home,
+		"LANG=" + lang,
+		"TERM=dumb",
+		"NO_COLOR=1",
+		"CLICOLOR=0",
+		"PYDEVD_DISABLE_FILE_VALIDATION=1",
+		"MPLBACKEND=module://matplotlib_inline.backend_inline",
+		"IPYTHONDIR=" + filepath.Join(k.runDir, "ipython"),
+		"JPY_SESSION_NAME=ipybox",
+	}
+	if len(k.opts.PythonPath) > 0 {
+		env = append(env, "PYTHONPATH="+strings.Join(k.opts.PythonPath, string(os.PathListSeparator)))
+	}
+	return mergeEnv(env, k.opts.Env)
+}
+
+// mergeEnv appends extra to base; a later KEY replaces an earlier one.
+func mergeEnv(base, extra []string) []string {
+	idx := map[string]int{}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range append(append([]string(nil), base...), extra...) {
+		key, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[key]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[key] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// handle is the jupyter.Handler: it routes a message to the call whose
+// request it answers. It never blocks.
+func (in *instance) handle(ch jupyter.Channel, m *jupyter.Message) {
+	in.mu.Lock()
+	c := in.calls[m.ParentHeader.MsgID]
+	in.mu.Unlock()
+	if c == nil {
+		return // output of a background thread of an earlier cell, or a late reply
+	}
+	c.push(ch, m)
+}
+
+// handshake sends kernel_info_request until a reply arrives and an iopub
+// message for the same request has been seen: only then is the iopub
+// subscription known to be live (the slow-joiner race).
+func (in *instance) handshake(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		msg, err := jupyter.NewMessage(in.k.session, "kernel_info_request", struct{}{})
+		if err != nil {
+			return err
+		}
+		c := in.register(msg.Header.MsgID)
+		err = in.conn.Send(jupyter.Shell, msg)
+		if err == nil {
+			err = c.waitInfo(ctx, in, 500*time.Millisecond)
+		}
+		in.unregister(msg.Header.MsgID)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errRetry) {
+			if in.isDead() {
+				return fmt.Errorf("kernel failed to start: %w", in.deadErr)
+			}
+			return fmt.Errorf("kernel did not become ready within %v: %w", in.k.opts.StartTimeout, err)
+		}
+	}
+}
+
+var errRetry = errors.New("retry")
+
+func (in *instance) heartbeat() {
+	defer in.k.wg.Done()
+	o := in.k.opts
+	t := time.NewTicker(o.HeartbeatInterval)
+	defer t.Stop()
+	misses := 0
+	for {
+		select {
+		case <-in.stopHB:
+			return
+		case <-in.dead:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.HeartbeatInterval)
+		err := in.conn.Ping(ctx)
+		cancel()
+		if err == nil {
+			misses = 0
+			continue
+		}
+		if errors.Is(err, jupyter.ErrClosed) {
+			return
+		}
+		misses++
+		if misses >= o.HeartbeatMisses {
+			in.markDead(fmt.Sprintf("no heartbeat for %d beats", misses))
+			in.k.kill(in)
+			return
+		}
+	}
+}
+
+func (in *instance) register(id string) *call {
+	c := newCall()
+	in.mu.Lock()
+	in.calls[id] = c
+	in.mu.Unlock()
+	return c
+}
+
+func (in *instance) unregister(id string) {
+	in.mu.Lock()
+	delete(in.calls, id)
+	in.mu.Unlock()
+}
+
+// current returns the live instance, restarting a dead one first.
+func (k *Kernel) current(ctx context.Context) (*instance, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, ErrClosed
+	}
+	if k.cur != nil && !k.cur.isDead() {
+		return k.cur, nil
+	}
+	if k.cur != nil {
+		k.opts.Logger.Info("starting a fresh kernel after death")
+		k.retire(k.cur)
+	}
+	in, err := k.spawn(ctx)
+	if err != nil {
+		k.cur = nil
+		return nil, err
+	}
+	k.cur = in
+	return in, nil
+}
+
+// Restart replaces the kernel process with a fresh one: the namespace is
+// new, files persist.
+func (k *Kernel) Restart(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrClosed
+	}
+	if k.cur != nil {
+		k.retire(k.cur)
+		k.cur = nil
+	}
+	in, err := k.spawn(ctx)
+	if err != nil {
+		return err
+	}
+	k.cur = in
+	return nil
+}
+
+// restartAfter replaces in (if it is still current) after a failed
+// interrupt.
+func (k *Kernel) restartAfter(ctx context.Context, in *instance) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return ErrClosed
+	}
+	if k.cur == in {
+		k.retire(in)
+		k.cur = nil
+		n, err := k.spawn(ctx)
+		if err != nil {
+			return err
+		}
+		k.cur = n
+	}
+	return nil
+}
+
+// Alive reports whether the current kernel process is believed alive.
+func (k *Kernel) Alive() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cur != nil && !k.cur.isDead()
+}
+
+// Pid returns the pid of the current kernel process (0 if none).
+func (k *Kernel) Pid() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil {
+		return 0
+	}
+	return k.cur.proc.Pid()
+}
+
+// Interrupt sends SIGINT to the kernel, as a user's Ctrl-C would.
+func (k *Kernel) Interrupt() error {
+	k.mu.Lock()
+	in := k.cur
+	k.mu.Unlock()
+	if in == nil {
+		return ErrClosed
+	}
+	return in.proc.Signal(syscall.SIGINT)
+}
+
+// retire stops an instance at once (it is dead or being replaced).
+func (k *Kernel) retire(in *instance) {
+	in.markDead("replaced")
+	k.kill(in)
+}
+
+// kill ends the process and closes the connection, bounded.
+func (k *Kernel) kill(in *instance) {
+	select {
+	case <-in.stopHB:
+	default:
+		close(in.stopHB)
+	}
+	in.proc.Kill()
+	select {
+	case <-in.exited:
+	case <-time.After(k.opts.ShutdownGrace):
+		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "pid", in.proc.Pid())
+	}
+	if in.conn != nil {
+		in.conn.Close()
+	}
+}
+
+// Close shuts the kernel down: shutdown_request, then SIGTERM, then
+// SIGKILL, each with a bounded wait. It removes the run directory it
+// created. Close is idempotent and safe to call concurrently.
+func (k *Kernel) Close() error {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		k.wg.Wait()
+		return nil
+	}
+	k.closed = true
+	in := k.cur
+	k.cur = nil
+	k.mu.Unlock()
+
+	if in != nil {
+		k.shutdown(in)
+	}
+	k.wg.Wait()
+	if k.ownRunDir {
+		if err := os.RemoveAll(k.runDir); err != nil {
+			return fmt.Errorf("remove run directory: %w", err)
+		}
+	}
+	return nil
+}
+
+func (k *Kernel) shutdown(in *instance) {
+	g := k.opts.ShutdownGrace
+	if !in.isDead() && in.conn != nil {
+		if msg, err := jupyter.NewMessage(k.session, "shutdown_request", map[string]bool{"restart": false}); err == nil {
+			in.conn.Send(jupyter.Control, msg)
+		}
+		select {
+		case <-in.exited:
+		case <-time.After(g):
+			in.proc.Signal(syscall.SIGTERM)
+			select {
+			case <-in.exited:
+			case <-time.After(g):
+			}
+		}
+	}
+	in.markDead("closed")
+	k.kill(in)
+	// The process group may still hold children (a `!sleep` of a cell).
+	in.proc.Kill()
+}
+
+// tailWriter logs the kernel's own output and keeps its last lines, which
+// explain a crash at start.
+type tailWriter struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	tail []byte
+	part []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.part = append(w.part, p...)
+	for {
+		i := bytes.IndexByte(w.part, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.part[:i])
+		w.part = w.part[i+1:]
+		if strings.TrimSpace(line) != "" {
+			w.log.Debug("kernel output", "line", line)
+		}
+	}
+	w.tail = append(w.tail, p...)
+	if len(w.tail) > 2048 {
+		w.tail = w.tail[len(w.tail)-2048:]
+	}
+	return len(p), nil
+}
+
+// Tail returns the last few lines the kernel printed.
+func (w *tailWriter) Tail() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := strings.TrimSpace(string(w.tail))
+	lines := strings.Split(s, "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+var _ io.Writer = (*tailWriter)(nil)
