@@ -54,10 +54,9 @@ func badRequest(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, kind: kindBadRequest, message: fmt.Sprintf(format, args...)}
 }
 
-// ServeHTTP checks the Host header (403) and the token (401), then routes
-// the request. It implements http.Handler so that Server can be its own
-// handler; it is not meant to be mounted elsewhere.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// serveHTTP checks the Host header (403) and the token (401), then routes
+// the request.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if !hostAllowed(r) {
 		s.writeError(w, r, start, &apiError{status: http.StatusForbidden, kind: kindForbidden,

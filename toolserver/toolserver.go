@@ -177,7 +177,7 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	s := &Server{caller: caller, opts: o, log: log}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.http = &http.Server{
-		Handler:           s,
+		Handler:           http.HandlerFunc(s.serveHTTP),
 		BaseContext:       func(net.Listener) context.Context { return s.ctx },
 		ReadHeaderTimeout: 10 * time.Second,
 		// The body is bounded by MaxBodyBytes; this bounds a slow sender.

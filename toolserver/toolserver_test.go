@@ -654,3 +654,41 @@ func TestRejectedError(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+// TestCloseBounded checks that Close returns in bounded time, with an
+// error, when a Caller ignores its context.
+func TestCloseBounded(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	defer toolserver.SetShutdownTimeout(200 * time.Millisecond)()
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := &fakeCaller{fn: func(context.Context, string, string, map[string]any) (*mcp.CallToolResult, error) {
+		close(entered)
+		<-release // ignores ctx on purpose
+		return text("late"), nil
+	}}
+	ts := start(t, c, &toolserver.Options{Approver: toolserver.AutoApprove})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hr, _ := http.NewRequest("POST", "http://localhost/v1/tools/call", strings.NewReader(call("s", "t", nil)))
+		hr.Header.Set("Authorization", "Bearer "+ts.Token())
+		hr.Header.Set("Content-Type", "application/json")
+		if resp, err := ts.unix.Do(hr); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	begin := time.Now()
+	err := ts.Close()
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("Close took %v with a stuck Caller; want about 200ms", d)
+	}
+	if err == nil || !strings.Contains(err.Error(), "ignores its context") {
+		t.Errorf("Close = %v; want an error about a handler that ignores its context", err)
+	}
+	if err2 := ts.Close(); err2 != err {
+		t.Errorf("second Close = %v; want the first result %v", err2, err)
+	}
+	close(release)
+	<-done
+}
