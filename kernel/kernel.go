@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -181,13 +182,16 @@ type instance struct {
 	deadErr  error
 	exited   chan struct{} // closed when Wait returned
 	stopHB   chan struct{}
+	closing  atomic.Bool // set before a deliberate shutdown: its exit is not news
 }
 
 func (in *instance) markDead(cause string) {
 	in.deadOnce.Do(func() {
 		in.deadErr = &DiedError{Cause: cause}
 		close(in.dead)
-		in.k.opts.Logger.Warn("kernel died", "cause", cause)
+		if !in.closing.Load() {
+			in.k.opts.Logger.Warn("kernel died", "cause", cause)
+		}
 	})
 }
 
@@ -553,6 +557,7 @@ func (k *Kernel) Interrupt() error {
 
 // retire stops an instance at once (it is dead or being replaced).
 func (k *Kernel) retire(in *instance) {
+	in.closing.Store(true)
 	in.markDead("replaced")
 	k.kill(in)
 }
@@ -604,6 +609,7 @@ func (k *Kernel) Close() error {
 
 func (k *Kernel) shutdown(in *instance) {
 	g := k.opts.ShutdownGrace
+	in.closing.Store(true)
 	if !in.isDead() && in.conn != nil {
 		if msg, err := jupyter.NewMessage(k.session, "shutdown_request", map[string]bool{"restart": false}); err == nil {
 			in.conn.Send(jupyter.Control, msg)

@@ -52,9 +52,9 @@ func checkChosen(ctx context.Context, p, source string) (string, error) {
 		return "", fmt.Errorf("python %q from %s: %w", p, source, err)
 	}
 	if err := probe(ctx, abs); err != nil {
-		return "", fmt.Errorf("python %q from %s cannot import ipykernel: %w; "+
-			"install it there (`%s -m pip install ipykernel`) or choose another interpreter",
-			p, source, err, abs)
+		return "", fmt.Errorf("python %q from %s cannot import ipykernel (%v); "+
+			"install it there (`%s -m pip install ipykernel`, or `apt-get install python3-ipykernel` "+
+			"for Debian's /usr/bin/python3) or choose another interpreter", p, source, err, abs)
 	}
 	return abs, nil
 }

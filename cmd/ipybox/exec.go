@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ipybox/ipybox"
+)
+
+const execUsage = `
+Usage: ipybox exec [flags] [FILE | -]
+
+Runs Python code in one IPython kernel and prints the output as it streams.
+The code comes from -c (repeatable: each -c is one cell, run in order in the
+same kernel), from FILE, or from standard input (FILE "-" or no argument).
+Images (plots) are saved to the images directory and their paths printed.
+
+Exit status: 0 on success, 1 when a cell raised, timed out or the kernel
+died (the traceback goes to stderr), 2 for bad flags.
+`
+
+type execFlags struct {
+	cells     stringList
+	timeout   time.Duration
+	workspace string
+	imagesDir string
+	python    string
+	json      bool
+	logLevel  string
+}
+
+func execCommand() *command {
+	return &command{name: "exec", summary: "run Python code in a kernel and print its output", run: runExec}
+}
+
+func runExec(ctx context.Context, env *cliEnv, args []string) int {
+	var f execFlags
+	fs := newFlagSet(env, "exec", execUsage)
+	fs.Var(&f.cells, "c", "`CODE` to run as one cell (repeatable)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "time limit per cell, e.g. 30s (0: none); on expiry the cell is interrupted")
+	fs.StringVar(&f.workspace, "workspace", "", "kernel working `DIR`; when set, cells that change directory are moved back (default: the current directory)")
+	fs.StringVar(&f.imagesDir, "images-dir", "", "`DIR` for saved images (default: <workspace>/images)")
+	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel (default: discovered)")
+	fs.BoolVar(&f.json, "json", false, "write one JSON event per line instead of plain output")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` on stderr: debug, info, warn or error")
+	if done, code := parseFlags(fs, env, args); done {
+		return code
+	}
+	cells, err := execCells(env, f.cells, fs.Args())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	log, closeLog, err := newLogger(env, f.logLevel, "")
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	defer closeLog()
+
+	ex, err := ipybox.Start(ctx, &ipybox.Options{
+		Python:    f.python,
+		WorkDir:   f.workspace,
+		ImagesDir: f.imagesDir,
+		Logger:    log,
+	})
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitFail
+	}
+	defer ex.Close()
+
+	out := newPrinter(env, f.json)
+	for i, cell := range cells {
+		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout}) {
+			return exitFail
+		}
+	}
+	return exitOK
+}
+
+// execCells returns the cells to run: the -c values, else the file (or
+// standard input) as one cell.
+func execCells(env *cliEnv, cs []string, rest []string) ([]string, error) {
+	if len(cs) > 0 {
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("give code with -c or as FILE, not both (got -c and %q)", rest[0])
+		}
+		return cs, nil
+	}
+	if len(rest) > 1 {
+		return nil, fmt.Errorf("one FILE at most, got %d: %q", len(rest), rest)
+	}
+	var r io.Reader = env.stdin
+	if len(rest) == 1 && rest[0] != "-" {
+		b, err := os.ReadFile(rest[0])
+		if err != nil {
+			return nil, fmt.Errorf("read code: %w", err)
+		}
+		return []string{string(b)}, nil
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read code from standard input: %w", err)
+	}
+	return []string{string(b)}, nil
+}
+
+// printer writes a cell's events as plain text or as JSON lines.
+type printer struct {
+	env  *cliEnv
+	json *json.Encoder
+}
+
+func newPrinter(env *cliEnv, asJSON bool) *printer {
+	p := &printer{env: env}
+	if asJSON {
+		p.json = json.NewEncoder(env.stdout)
+		p.json.SetEscapeHTML(false)
+	}
+	return p
+}
+
+// jsonEvent is the shape of one --json line.
+type jsonEvent struct {
+	Type      string         `json:"type"`
+	Cell      int            `json:"cell"`
+	Stream    string         `json:"stream,omitempty"`
+	Text      string         `json:"text,omitempty"`
+	ID        string         `json:"id,omitempty"`
+	Update    bool           `json:"update,omitempty"`
+	Result    bool           `json:"result,omitempty"`
+	Images    []string       `json:"images,omitempty"`
+	Data      map[string]any `json:"data,omitempty"`
+	Wait      bool           `json:"wait,omitempty"`
+	Truncated bool           `json:"truncated,omitempty"`
+	Kind      string         `json:"kind,omitempty"`
+	Message   string         `json:"message,omitempty"`
+	Name      string         `json:"name,omitempty"`
+	Value     string         `json:"value,omitempty"`
+	Traceback []string       `json:"traceback,omitempty"`
+}
+
+// cell runs one cell and reports whether it succeeded.
+func (p *printer) cell(ctx context.Context, ex *ipybox.Executor, i int, code string, opts *ipybox.ExecOptions) bool {
+	for ev, err := range ex.Stream(ctx, code, opts) {
+		if err != nil {
+			p.fail(i, err)
+			return false
+		}
+		p.event(i, ev)
+	}
+	return true
+}
+
+func (p *printer) event(i int, ev ipybox.Event) {
+	if p.json != nil {
+		var j jsonEvent
+		switch e := ev.(type) {
+		case *ipybox.Output:
+			j = jsonEvent{Type: "output", Stream: e.Stream, Text: e.Text}
+		case *ipybox.Display:
+			j = jsonEvent{Type: "display", ID: e.ID, Update: e.Update, Result: e.Result, Text: e.Text, Images: e.Images, Data: e.Data}
+		case *ipybox.ClearOutput:
+			j = jsonEvent{Type: "clear_output", Wait: e.Wait}
+		case *ipybox.Result:
+			j = jsonEvent{Type: "result", Text: e.Text, Images: e.Images, Truncated: e.Truncated}
+		default:
+			return
+		}
+		j.Cell = i
+		p.json.Encode(j)
+		return
+	}
+	switch e := ev.(type) {
+	case *ipybox.Output:
+		w := p.env.stdout
+		if e.Stream == "stderr" {
+			w = p.env.stderr
+		}
+		io.WriteString(w, e.Text)
+	case *ipybox.Display:
+		if len(e.Images) == 0 && e.Text != "" {
+			fmt.Fprintln(p.env.stdout, e.Text)
+		}
+		for _, img := range e.Images {
+			fmt.Fprintf(p.env.stdout, "[image saved: %s]\n", img)
+		}
+	case *ipybox.Result:
+		if e.Truncated {
+			fmt.Fprintln(p.env.stderr, "ipybox: the kernel did not confirm the end of the output; some output may be missing")
+		}
+	}
+}
+
+func (p *printer) fail(i int, err error) {
+	var pe *ipybox.PythonError
+	kind := "error"
+	switch {
+	case errors.As(err, &pe):
+		kind = "python"
+	case errors.Is(err, ipybox.ErrTimeout):
+		kind = "timeout"
+	case errors.Is(err, ipybox.ErrKernelDied):
+		kind = "kernel_died"
+	case errors.Is(err, context.Canceled):
+		kind = "cancelled"
+	}
+	if p.json != nil {
+		j := jsonEvent{Type: "error", Cell: i, Kind: kind, Message: err.Error()}
+		if pe != nil {
+			j.Name, j.Value, j.Traceback = pe.Name, pe.Value, pe.Traceback
+		}
+		p.json.Encode(j)
+		return
+	}
+	if pe != nil {
+		fmt.Fprintln(p.env.stderr, strings.TrimRight(pe.TracebackText(), "\n"))
+		return
+	}
+	fmt.Fprintf(p.env.stderr, "ipybox: %v\n", err)
+}

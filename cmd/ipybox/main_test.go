@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestMain lets the test binary stand in for the ipybox binary: with
+// IPYBOX_TEST_AS_MAIN=1 it runs main() (tier 4 tests drive it as a real
+// process, and the sandbox re-executes it as its init).
+func TestMain(m *testing.M) {
+	if os.Getenv("IPYBOX_TEST_AS_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// ipybox runs the binary with args and stdin, returning stdout, stderr and
+// the exit code.
+func runBinary(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*1e9)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("missing golden file %s (run go test ./cmd/ipybox -update): %v", path, err)
+	}
+	if got != string(want) {
+		t.Errorf("%s is stale (run go test ./cmd/ipybox -update):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: os.Getenv}
+	if code := run(context.Background(), env, []string{"help"}); code != 0 {
+		t.Fatalf("help: exit %d", code)
+	}
+	golden(t, "help", out.String())
+	for _, c := range commands() {
+		out.Reset()
+		if code := run(context.Background(), env, []string{c.name, "-h"}); code != 0 {
+			t.Errorf("%s -h: exit %d", c.name, code)
+		}
+		golden(t, "help-"+c.name, out.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"exec", "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"exec", "-c", "1", "file.py"}, `not both (got -c and "file.py")`},
+		{[]string{"exec", "a.py", "b.py"}, "one FILE at most"},
+		{[]string{"exec", "--timeout", "soon"}, `invalid value "soon" for flag -timeout`},
+	} {
+		var out bytes.Buffer
+		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: os.Getenv}
+		if code := run(context.Background(), env, tc.args); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d", tc.args, code, exitUsage)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%q: output %q does not contain %q", tc.args, out.String(), tc.want)
+		}
+	}
+}
+
+func TestExecBinary(t *testing.T) {
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	// Cells run in order in one kernel; stderr stays on stderr.
+	out, errOut, code := runBinary(t, "", "exec", "--workspace", ws, "-c", "x = 20", "-c", "import sys\nprint(x + 1)\nprint('warn', file=sys.stderr)", "-c", "x * 2")
+	if code != 0 || out != "21\n40\n" || errOut != "warn\n" {
+		t.Errorf("cells: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A file, then standard input.
+	file := filepath.Join(ws, "cell.py")
+	os.WriteFile(file, []byte("print('from file')"), 0o644)
+	if out, _, code := runBinary(t, "", "exec", file); code != 0 || out != "from file\n" {
+		t.Errorf("file: exit %d, stdout %q", code, out)
+	}
+	if out, _, code := runBinary(t, "print('from stdin')", "exec"); code != 0 || out != "from stdin\n" {
+		t.Errorf("stdin: exit %d, stdout %q", code, out)
+	}
+	// A Python error: traceback on stderr, exit 1, later cells not run.
+	out, errOut, code = runBinary(t, "", "exec", "-c", "print('before')", "-c", "def f():\n    1/0\nf()", "-c", "print('never')")
+	if code != 1 || out != "before\n" || !strings.Contains(errOut, "ZeroDivisionError") || !strings.Contains(errOut, "f()") {
+		t.Errorf("error: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A timeout.
+	_, errOut, code = runBinary(t, "", "exec", "--timeout", "300ms", "-c", "import time; time.sleep(5)")
+	if code != 1 || !strings.Contains(errOut, "timed out") {
+		t.Errorf("timeout: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestExecJSONAndImages(t *testing.T) {
+	testenv.NeedsPython(t)
+	ws, imgs := t.TempDir(), t.TempDir()
+	out, _, code := runBinary(t, "", "exec", "--json", "--workspace", ws, "--images-dir", imgs,
+		"-c", "print('a')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n7", "-c", "raise KeyError('k')")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	var events []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("not a JSON line: %q", sc.Text())
+		}
+		events = append(events, ev)
+	}
+	var types []string
+	for _, ev := range events {
+		types = append(types, ev["type"].(string))
+	}
+	if got := strings.Join(types, ","); got != "output,display,display,result,result,error" {
+		t.Fatalf("event types = %s\n%s", got, out)
+	}
+	img := events[1]["images"].([]any)[0].(string)
+	if filepath.Dir(img) != imgs {
+		t.Errorf("image %s not in %s", img, imgs)
+	}
+	if b, err := os.ReadFile(img); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("image %s: %v", img, err)
+	}
+	if events[2]["result"] != true || events[2]["text"] != "7" {
+		t.Errorf("execute_result event = %v", events[2])
+	}
+	if e := events[5]; e["kind"] != "python" || e["name"] != "KeyError" || e["cell"] != 1.0 {
+		t.Errorf("error event = %v", e)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	testenv.NeedsPython(t)
+	out, _, code := runBinary(t, "", "doctor")
+	if code != 0 || !strings.Contains(out, "ipykernel") {
+		t.Errorf("doctor: exit %d\n%s", code, out)
+	}
+	// A Python without ipykernel: the fix is named, exit 1.
+	out, _, code = runBinary(t, "", "doctor", "--python", "/bin/false")
+	if code != 1 || !strings.Contains(out, "apt-get install python3-ipykernel") {
+		t.Errorf("doctor with a bad python: exit %d\n%s", code, out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := runBinary(t, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "ipybox ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
