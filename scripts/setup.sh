@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what ipybox and its tests need on a Debian machine, skipping
+# whatever is already there. Safe to run again and again.
+#   - Debian packages: the kernel's Python stack, bubblewrap, node/npm
+#   - npm test servers, pinned by tools/npm/package-lock.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# Debian packages ipybox uses at run time and in its tests.
+pkgs=(
+  python3-ipykernel python3-matplotlib python3-pydantic python3-numpy
+  python3-jupyter-client   # the benchmark anchor (Python's jupyter_client)
+  python3-venv python3-pip # the kernel's virtualenv and install_package
+  bubblewrap               # the sandbox
+  nodejs npm               # the MCP reference servers used by the tests
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  # nodejs/npm may come from elsewhere than Debian (as on the CI image).
+  case "$p" in
+    nodejs) command -v node >/dev/null && continue ;;
+    npm) command -v npm >/dev/null && continue ;;
+  esac
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm test servers, exactly as locked. Re-install only when the lockfile
+# changed since the last install.
+lock=tools/npm/package-lock.json
+stamp=tools/npm/node_modules/.ipybox-lock
+if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+  say "installing npm test servers from $lock"
+  (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$lock" "$stamp"
+fi
+
+command -v go >/dev/null || { say "Go is missing: install Go 1.26 (https://go.dev/dl)"; exit 1; }
+say "ready"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up the machine (scripts/setup.sh) and runs the whole test suite:
+# formatting, vet, and every test tier under the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './tools/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt: these files need formatting:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+go vet ./...
+go test -race -timeout 20m ./... "$@"
