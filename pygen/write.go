@@ -1,0 +1,115 @@
+package pygen
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// Write generates the modules of server's tools and puts them in
+// root/<server>, where root is a workspace's mcptools folder. It creates
+// root and an empty root/__init__.py when they are missing, so that
+// "import mcptools.<server>.<tool>" works.
+//
+// Only root/<server> is replaced, and it is replaced whole: the new files
+// are written to a temporary folder beside it, which then takes its
+// place, so no stale module survives. Nothing outside root is touched:
+// the server name is checked before any I/O, root itself must not be a
+// symbolic link, and every operation goes through an os.Root.
+func Write(root, server string, tools []Tool) ([]Module, error) {
+	if err := ValidServerName(server); err != nil {
+		return nil, err
+	}
+	files, mods, err := Generate(server, tools)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, fmt.Errorf("pygen: create %s: %w", root, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("pygen: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("pygen: %s is not a directory (a symbolic link is refused too); pass the workspace's mcptools folder", root)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("pygen: %w", err)
+	}
+	defer r.Close()
+
+	if _, err := r.Lstat("__init__.py"); errors.Is(err, fs.ErrNotExist) {
+		if err := r.WriteFile("__init__.py", nil, 0o644); err != nil {
+			return nil, fmt.Errorf("pygen: %w", err)
+		}
+	}
+	removeLeftovers(r, server)
+
+	tmp := "." + server + ".tmp-" + randomSuffix()
+	if err := r.Mkdir(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("pygen: %w", err)
+	}
+	for _, f := range files {
+		name, ok := strings.CutPrefix(f.Path, server+"/")
+		if !ok || name != path.Base(name) {
+			r.RemoveAll(tmp)
+			return nil, fmt.Errorf("pygen: internal error: unexpected generated path %q", f.Path)
+		}
+		if err := r.WriteFile(tmp+"/"+name, f.Data, 0o644); err != nil {
+			r.RemoveAll(tmp)
+			return nil, fmt.Errorf("pygen: %w", err)
+		}
+	}
+
+	// Swap: the old folder (or whatever has its name) steps aside, the new
+	// one takes the name, the old one goes. Between the two renames the
+	// server's package is briefly absent, never half written.
+	var old string
+	if _, err := r.Lstat(server); err == nil {
+		old = "." + server + ".old-" + randomSuffix()
+		if err := r.Rename(server, old); err != nil {
+			r.RemoveAll(tmp)
+			return nil, fmt.Errorf("pygen: %w", err)
+		}
+	}
+	if err := r.Rename(tmp, server); err != nil {
+		if old != "" {
+			r.Rename(old, server) // put the previous modules back
+		}
+		r.RemoveAll(tmp)
+		return nil, fmt.Errorf("pygen: %w", err)
+	}
+	if old != "" {
+		if err := r.RemoveAll(old); err != nil {
+			return mods, fmt.Errorf("pygen: remove the previous modules: %w", err)
+		}
+	}
+	return mods, nil
+}
+
+// removeLeftovers removes the temporary folders of an earlier Write of
+// server that did not finish.
+func removeLeftovers(r *os.Root, server string) {
+	entries, err := fs.ReadDir(r.FS(), ".")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, "."+server+".tmp-") || strings.HasPrefix(n, "."+server+".old-") {
+			r.RemoveAll(n)
+		}
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
