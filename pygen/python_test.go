@@ -338,36 +338,85 @@ func TestModulesUnderPydantic(t *testing.T) {
 			}
 			spec.Marker = filepath.Join(dir, "pygen-pwned")
 
-			rt := filepath.Join(dir, "rt", "ipybox_runtime")
-			copyFile(t, filepath.Join("testdata", "stubruntime", "ipybox_runtime", "__init__.py"), filepath.Join(rt, "__init__.py"))
-			copyFile(t, filepath.Join(testenv.RepoRoot(t), "internal", "pyruntime", "ipybox_runtime", "_models.py"), filepath.Join(rt, "_models.py"))
-			script, err := filepath.Abs(filepath.Join("testdata", "check.py"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			input, err := json.Marshal(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := runPython(t, python, dir, []string{
-				"PYTHONPATH=" + filepath.Join(dir, "rt") + string(os.PathListSeparator) + ws,
-				"PYTHONDONTWRITEBYTECODE=1",
-			}, input, script)
-			var report struct {
-				Pydantic string
-				Errors   []string
-			}
-			if err := json.Unmarshal(out, &report); err != nil {
-				t.Fatalf("bad report from check.py: %v\n%s", err, out)
-			}
-			if !strings.HasPrefix(report.Pydantic, major+".") {
-				t.Fatalf("ran under pydantic %s, want %s.x", report.Pydantic, major)
-			}
-			for _, e := range report.Errors {
+			for _, e := range runChecks(t, python, major, dir, ws, spec) {
 				t.Error(e)
 			}
-			t.Logf("pydantic %s: %d modules, %d params checks, %d result checks, %d round trips",
-				report.Pydantic, len(spec.Modules), len(spec.Params), len(spec.Results), len(spec.Roundtrip))
+			t.Logf("%d modules, %d params checks, %d result checks, %d round trips",
+				len(spec.Modules), len(spec.Params), len(spec.Results), len(spec.Roundtrip))
+		})
+	}
+}
+
+// runChecks runs testdata/check.py on spec with the stub runtime (and the
+// real _models.py) and the workspace ws on the path, and returns the
+// errors it reports.
+func runChecks(t *testing.T, python, major, dir, ws string, spec any) []string {
+	t.Helper()
+	rt := filepath.Join(dir, "rt", "ipybox_runtime")
+	copyFile(t, filepath.Join("testdata", "stubruntime", "ipybox_runtime", "__init__.py"), filepath.Join(rt, "__init__.py"))
+	copyFile(t, filepath.Join(testenv.RepoRoot(t), "internal", "pyruntime", "ipybox_runtime", "_models.py"), filepath.Join(rt, "_models.py"))
+	script, err := filepath.Abs(filepath.Join("testdata", "check.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runPython(t, python, dir, []string{
+		"PYTHONPATH=" + filepath.Join(dir, "rt") + string(os.PathListSeparator) + ws,
+		"PYTHONDONTWRITEBYTECODE=1",
+	}, input, script)
+	var report struct {
+		Pydantic string
+		Errors   []string
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("bad report from check.py: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(report.Pydantic, major+".") {
+		t.Fatalf("ran under pydantic %s, want %s.x", report.Pydantic, major)
+	}
+	return report.Errors
+}
+
+// TestPropertiesNamedLikeModelAttributes asks each pydantic for the public
+// attributes of BaseModel and generates a tool with a property of each
+// name: the module must import without a warning, and every property must
+// reach the server under its own name.
+func TestPropertiesNamedLikeModelAttributes(t *testing.T) {
+	for _, major := range []string{"1", "2"} {
+		t.Run("pydantic"+major, func(t *testing.T) {
+			python := needsPydantic(t, major)
+			dir := t.TempDir()
+			out := runPython(t, python, dir, nil, nil, "-c",
+				"import json, pydantic; print(json.dumps(sorted(n for n in dir(pydantic.BaseModel) if not n.startswith('_'))))")
+			var attrs []string
+			if err := json.Unmarshal(out, &attrs); err != nil || len(attrs) < 10 {
+				t.Fatalf("BaseModel attributes: %v %s", err, out)
+			}
+			props := map[string]any{}
+			kwargs := map[string]any{}
+			for _, a := range attrs {
+				props[a] = map[string]string{"type": "string"}
+				kwargs[a] = "v-" + a
+			}
+			schema, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
+			ws := filepath.Join(dir, "ws")
+			mods, err := pygen.Write(filepath.Join(ws, "mcptools"), "attrs", []pygen.Tool{{Name: "t", InputSchema: schema, OutputSchema: schema}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			module := "mcptools.attrs." + mods[0].Name
+			spec := map[string]any{
+				"modules":   []string{module},
+				"params":    []any{map[string]any{"module": module, "kwargs": kwargs, "want": kwargs}},
+				"results":   []any{map[string]any{"module": module, "data": kwargs, "attr": "", "want": kwargs, "type": "Result", "by_alias": true}},
+				"roundtrip": []any{map[string]any{"module": module, "tool": "t", "description": "", "properties": attrs}},
+			}
+			for _, e := range runChecks(t, python, major, dir, ws, spec) {
+				t.Error(e)
+			}
 		})
 	}
 }

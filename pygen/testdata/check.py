@@ -100,7 +100,10 @@ def main():
                 want_type = getattr(mod, c["type"]) if hasattr(mod, c["type"]) else __builtins__.__dict__[c["type"]]
                 if not isinstance(result, want_type):
                     fail(where, "result is a %s, want %s" % (type(result).__name__, c["type"]))
-            got = plain(lookup(result, c["attr"]))
+            if c.get("by_alias"):
+                got = rt.dump_params(lookup(result, c["attr"]))
+            else:
+                got = plain(lookup(result, c["attr"]))
             if got != c["want"]:
                 fail(where, "got %r, want %r" % (got, c["want"]))
         except Exception:
