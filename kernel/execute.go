@@ -118,7 +118,7 @@ func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) er
 // cellState accumulates a cell's outputs.
 type cellState struct {
 	k        *Kernel
-	outputs  []any // *Stream or *Display, in order, after clear_output
+	outputs  []any // *textSeg or *Display, in order, after clear_output
 	clearAt  bool  // a clear_output(wait=True) is pending
 	pyErr    *PythonError
 	count    int
@@ -236,12 +236,31 @@ func (st *cellState) emit(o *ExecOptions, e Event) {
 	}
 }
 
+// textSeg is a run of consecutive stream output. Its chunks are joined once,
+// at the end: growing one buffer as megabytes arrive would copy them again
+// and again and double the peak memory.
+type textSeg struct{ chunks []string }
+
 func (st *cellState) add(out any) {
 	if st.clearAt {
 		st.outputs = nil
 		st.clearAt = false
 	}
 	st.outputs = append(st.outputs, out)
+}
+
+func (st *cellState) addText(text string) {
+	if st.clearAt {
+		st.outputs = nil
+		st.clearAt = false
+	}
+	if n := len(st.outputs); n > 0 {
+		if seg, ok := st.outputs[n-1].(*textSeg); ok {
+			seg.chunks = append(seg.chunks, text)
+			return
+		}
+	}
+	st.outputs = append(st.outputs, &textSeg{chunks: []string{text}})
 }
 
 func (st *cellState) handle(in *instance, r routed, o *ExecOptions) {
@@ -277,17 +296,13 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 			st.gotIdle = true
 		}
 	case "stream":
-		var s Stream
-		var raw struct {
-			Name string `json:"name"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(m.Content, &raw) != nil {
+		name, text, err := decodeStream(m.Content)
+		if err != nil {
 			return
 		}
-		s.Name, s.Text = raw.Name, raw.Text
-		st.add(&s)
-		st.emit(o, &s)
+		s := &Stream{Name: name, Text: text}
+		st.addText(text)
+		st.emit(o, s)
 	case "display_data", "execute_result", "update_display_data":
 		d := st.display(m)
 		if d == nil {
@@ -447,23 +462,45 @@ func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOption
 // result assembles the final Result from the outputs as they stand.
 func (st *cellState) result(truncated bool) *Result {
 	res := &Result{ExecutionCount: st.count, Truncated: truncated}
-	var b strings.Builder
+	// Collect the pieces first, so the text is built with one allocation
+	// (or none, for a cell whose output is a single chunk).
+	var parts []string
+	size := 0
+	endsNL := true
 	for _, out := range st.outputs {
 		switch v := out.(type) {
-		case *Stream:
-			b.WriteString(v.Text)
+		case *textSeg:
+			for _, c := range v.chunks {
+				if c != "" {
+					parts = append(parts, c)
+					size += len(c)
+					endsNL = c[len(c)-1] == '\n'
+				}
+			}
 		case *Display:
 			res.Displays = append(res.Displays, v)
 			res.Images = append(res.Images, v.Images...)
 			if v.Text != "" && len(v.Images) == 0 {
-				if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-					b.WriteByte('\n')
+				if !endsNL {
+					parts = append(parts, "\n")
 				}
-				b.WriteString(v.Text)
-				b.WriteByte('\n')
+				parts = append(parts, v.Text, "\n")
+				size += len(v.Text) + 2
+				endsNL = true
 			}
 		}
 	}
-	res.Text = strings.TrimSuffix(b.String(), "\n")
+	var text string
+	if len(parts) == 1 {
+		text = parts[0]
+	} else {
+		var b strings.Builder
+		b.Grow(size)
+		for _, p := range parts {
+			b.WriteString(p)
+		}
+		text = b.String()
+	}
+	res.Text = strings.TrimSuffix(text, "\n")
 	return res
 }

@@ -1,0 +1,74 @@
+"""The anchor for ipybox's kernel benchmarks: Python's jupyter_client on the
+same kernel build. Prints one JSON object.
+
+  anchor.py roundtrip N   -- execute_interactive("pass") N times
+  anchor.py start         -- KernelManager start + first execute
+  anchor.py output MB     -- one cell printing MB megabytes; time and peak RSS
+"""
+import json
+import resource
+import sys
+import time
+
+from jupyter_client.manager import KernelManager
+
+
+def start():
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "start":
+        t0 = time.perf_counter()
+        km, kc = start()
+        kc.execute_interactive("1", timeout=60, output_hook=lambda m: None)
+        ms = (time.perf_counter() - t0) * 1000
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        print(json.dumps({"ms": ms}))
+        return
+    km, kc = start()
+    try:
+        if mode == "roundtrip":
+            n = int(sys.argv[2])
+            for _ in range(20):  # warm up
+                kc.execute_interactive("pass", timeout=60, output_hook=lambda m: None)
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                kc.execute_interactive("pass", timeout=60, output_hook=lambda m: None)
+                times.append(time.perf_counter() - t0)
+            times.sort()
+            print(json.dumps({"p50_ms": times[len(times) // 2] * 1000, "mean_ms": sum(times) / n * 1000}))
+        elif mode == "output":
+            mb = int(sys.argv[2])
+            code = f"import sys\nline = 'x' * 99 + '\\n'\nfor _ in range({mb} * 10000):\n    sys.stdout.write(line)"
+            chunks = []
+
+            def hook(msg):
+                if msg["msg_type"] == "stream":
+                    chunks.append(msg["content"]["text"])
+
+            t0 = time.perf_counter()
+            kc.execute_interactive(code, timeout=600, output_hook=hook)
+            ms = (time.perf_counter() - t0) * 1000
+            out = "".join(chunks)
+            print(json.dumps({
+                "ms": ms,
+                "bytes": len(out),
+                "exact": out == ("x" * 99 + "\n") * (mb * 10000),
+                "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+// Package bench measures ipybox beside its anchors, in the same run:
+//
+//	go test ./bench -run '^$' -bench . -benchtime 200x
+//
+// Each benchmark reports ipybox's figure, the anchor's, and their ratio.
+// The kernel anchors run Python's jupyter_client (bench/anchor.py) with
+// Debian's /usr/bin/python3 on the same ipykernel build.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// TestMain lets the test binary measure one ipybox run in a fresh process
+// (start time and peak memory are per process).
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("IPYBOX_BENCH_CHILD"); mode != "" {
+		child(mode)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// anchor runs bench/anchor.py with args and decodes its JSON line.
+func anchor(b *testing.B, args ...string) map[string]any {
+	b.Helper()
+	py := "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import jupyter_client").CombinedOutput(); err != nil {
+		testenv.Missing(b, "jupyter_client for the anchor (apt-get install python3-jupyter-client): %s", out)
+	}
+	cmd := exec.Command(py, append([]string{"anchor.py"}, args...)...)
+	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1")
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("anchor %v: %v", args, err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		b.Fatalf("anchor %v: %q: %v", args, out, err)
+	}
+	return v
+}
+
+func start(b *testing.B) *ipybox.Executor {
+	b.Helper()
+	py := testenv.NeedsPython(b)
+	ex, err := ipybox.Start(context.Background(), &ipybox.Options{Python: py, WorkDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	return ex
+}
+
+// BenchmarkExecutePass is the `pass` round trip through the Executor.
+// Target: at most 0.9x jupyter_client's execute_interactive.
+func BenchmarkExecutePass(b *testing.B) {
+	ex := start(b)
+	ctx := context.Background()
+	for range 20 { // warm up, as the anchor does
+		ex.Execute(ctx, "pass", nil)
+	}
+	times := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := ex.Execute(ctx, "pass", nil); err != nil {
+			b.Fatal(err)
+		}
+		times = append(times, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	ours := float64(times[len(times)/2].Microseconds()) / 1000
+	a := anchor(b, "roundtrip", strconv.Itoa(max(b.N, 200)))["p50_ms"].(float64)
+	b.ReportMetric(ours, "p50-ms")
+	b.ReportMetric(a, "anchor-p50-ms")
+	b.ReportMetric(ours/a, "ratio")
+	b.Logf("pass round trip p50: ipybox %.2f ms, jupyter_client %.2f ms, ratio %.2f (target <= 0.9)", ours, a, ours/a)
+}
+
+// BenchmarkColdStart is start to first result, each in a fresh process.
+// Target: at most 0.6x jupyter_client's KernelManager start + execute.
+func BenchmarkColdStart(b *testing.B) {
+	testenv.NeedsPython(b)
+	var ours, theirs []float64
+	for range b.N {
+		ours = append(ours, childRun(b, "start")["ms"])
+		theirs = append(theirs, anchor(b, "start")["ms"].(float64))
+	}
+	o, a := median(ours), median(theirs)
+	b.ReportMetric(o, "ms")
+	b.ReportMetric(a, "anchor-ms")
+	b.ReportMetric(o/a, "ratio")
+	b.Logf("start to first result (median of %d): ipybox %.0f ms, jupyter_client %.0f ms, ratio %.2f (target <= 0.6)", b.N, o, a, o/a)
+}
+
+// BenchmarkOutput10MB is one cell printing 10 MB, in a fresh process so
+// that peak RSS is the client's own. Targets: at most 1.2x the time and
+// 0.6x the memory of jupyter_client, byte-exact.
+func BenchmarkOutput10MB(b *testing.B) {
+	testenv.NeedsPython(b)
+	var ours, theirs, oursRSS, theirRSS []float64
+	for range b.N {
+		r := childRun(b, "output")
+		if r["exact"] != 1 {
+			b.Fatalf("ipybox output not byte-exact: %v", r)
+		}
+		ours, oursRSS = append(ours, r["ms"]), append(oursRSS, r["rss_kb"])
+		a := anchor(b, "output", "10")
+		if a["exact"] != true {
+			b.Fatalf("anchor output not byte-exact: %v", a)
+		}
+		theirs, theirRSS = append(theirs, a["ms"].(float64)), append(theirRSS, a["rss_kb"].(float64))
+	}
+	o, a, om, am := median(ours), median(theirs), median(oursRSS)/1024, median(theirRSS)/1024
+	b.ReportMetric(o, "ms")
+	b.ReportMetric(a, "anchor-ms")
+	b.ReportMetric(o/a, "time-ratio")
+	b.ReportMetric(om, "peak-MB")
+	b.ReportMetric(am, "anchor-peak-MB")
+	b.ReportMetric(om/am, "mem-ratio")
+	b.Logf("10 MB output: ipybox %.0f ms / %.0f MB peak, jupyter_client %.0f ms / %.0f MB peak; time ratio %.2f (<= 1.2), memory ratio %.2f (<= 0.6); byte-exact",
+		o, om, a, am, o/a, om/am)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// childRun runs this test binary in mode and decodes its JSON result.
+func childRun(b *testing.B, mode string) map[string]float64 {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "IPYBOX_BENCH_CHILD="+mode)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("child %s: %v: %s", mode, err, out)
+	}
+	var v map[string]float64
+	if err := json.Unmarshal(out, &v); err != nil {
+		b.Fatalf("child %s: %q", mode, out)
+	}
+	return v
+}
+
+func child(mode string) {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-bench")
+	defer os.RemoveAll(dir)
+	res := map[string]float64{}
+	t0 := time.Now()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer func() {
+		ex.Close()
+		json.NewEncoder(os.Stdout).Encode(res)
+	}()
+	switch mode {
+	case "start":
+		if _, err := ex.Execute(ctx, "1", nil); err != nil {
+			panic(err)
+		}
+		res["ms"] = float64(time.Since(t0).Microseconds()) / 1000
+	case "output":
+		runtime.GC()
+		code := "import sys\nline = 'x' * 99 + '\\n'\nfor _ in range(10 * 10000):\n    sys.stdout.write(line)"
+		t1 := time.Now()
+		r, err := ex.Execute(ctx, code, nil)
+		if err != nil {
+			panic(err)
+		}
+		res["ms"] = float64(time.Since(t1).Microseconds()) / 1000
+		want := strings.Repeat(strings.Repeat("x", 99)+"\n", 100000)
+		if r.Text == strings.TrimSuffix(want, "\n") {
+			res["exact"] = 1
+		}
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		res["rss_kb"] = float64(ru.Maxrss)
+	}
+	_ = filepath.Join
+}

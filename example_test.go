@@ -1,0 +1,81 @@
+package ipybox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/ipybox/ipybox"
+)
+
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+
+	ex.Execute(ctx, "x = 6 * 7", nil) // state persists across cells
+	res, err := ex.Execute(ctx, "print(x)", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Text)
+	// Output: 42
+}
+
+func ExampleExecutor_Stream() {
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+
+	code := "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.1)"
+	for ev, err := range ex.Stream(ctx, code, nil) {
+		if err != nil {
+			fmt.Println("error:", err)
+			return
+		}
+		switch ev := ev.(type) {
+		case *ipybox.Output:
+			fmt.Printf("%s: %q\n", ev.Stream, ev.Text)
+		case *ipybox.Result:
+			fmt.Printf("done: %q\n", ev.Text)
+		}
+	}
+	// Output:
+	// stdout: "0\n"
+	// stdout: "1\n"
+	// stdout: "2\n"
+	// done: "0\n1\n2"
+}
+
+func ExampleExecutor_Execute_error() {
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+
+	res, err := ex.Execute(ctx, "print('working')\n1 / 0", nil)
+	var pe *ipybox.PythonError
+	if errors.As(err, &pe) {
+		fmt.Println(res.Text)
+		fmt.Println(pe.Name, "-", pe.Value)
+	}
+	// Output:
+	// working
+	// ZeroDivisionError - division by zero
+}
