@@ -25,7 +25,7 @@ var pyKeywords = set(
 var modelAttrs = set(
 	"Config", "construct", "copy", "dict", "from_orm", "json",
 	"parse_file", "parse_obj", "parse_raw", "schema", "schema_json",
-	"update_forward_refs", "validate", "fields",
+	"update_forward_refs", "validate",
 	"model_computed_fields", "model_config", "model_construct",
 	"model_copy", "model_dump", "model_dump_json", "model_extra",
 	"model_fields", "model_fields_set", "model_json_schema",

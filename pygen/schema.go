@@ -91,10 +91,9 @@ func (g *gen) rootClass(name string, schema any, input bool) *class {
 // fill sets the doc, extra mode and fields of c from an object schema.
 func (g *gen) fill(c *class, o *object) {
 	if c.doc == "" {
+		// Titles are not used: generated schemas set them to class or
+		// property names, which say nothing a docstring should repeat.
 		c.doc = o.str("description")
-		if c.doc == "" {
-			c.doc = o.str("title")
-		}
 	}
 	if ap, ok := o.get("additionalProperties"); ok && ap == false {
 		// Strict in what we send: a misspelt parameter fails here, not
