@@ -1,0 +1,281 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+)
+
+// RootMode selects how much of the host's file system the sandbox sees.
+type RootMode string
+
+const (
+	// RootMinimal shows /usr, /etc (without its secrets), the /bin, /lib,
+	// /lib64 and /sbin links, and the Python prefix, all read-only. It is the
+	// default.
+	RootMinimal RootMode = "minimal"
+	// RootHost shows the whole host file system read-only (the model of
+	// Anthropic's sandbox-runtime), except denyRead paths, the secrets under
+	// /etc, and the host's /tmp, /var/tmp and /run, which are replaced by
+	// private, empty directories.
+	RootHost RootMode = "host"
+)
+
+// Config is the sandbox policy. It reads the JSON settings format of
+// Anthropic's sandbox-runtime (srt) unchanged, plus a few ipybox extensions.
+//
+// Paths may start with "~" (the host user's home directory) and may be
+// relative (to the workspace). They may contain globs, including "**" for
+// any number of directories; globs are expanded each time a process starts,
+// never dropped.
+//
+// Whatever the Config says, the workspace and the run directory are
+// writable, and these paths in the workspace are write-protected: .env and
+// .env.*, the shell start-up files (.bashrc, .profile, .zshrc…), .gitconfig,
+// .git/hooks and .git/config, and the whole .ipybox directory (the MCP
+// server registry) except .ipybox/venv.
+type Config struct {
+	Filesystem FilesystemConfig `json:"filesystem"`
+	Network    NetworkConfig    `json:"network"`
+
+	// RootMode is "minimal" (the default when empty) or "host".
+	RootMode RootMode `json:"rootMode,omitempty"`
+	// ExtraRead lists host paths made visible read-only (for example a
+	// package an MCP server needs).
+	ExtraRead []string `json:"extraRead,omitempty"`
+	// Landlock adds a Landlock ruleset on top of the mount layout when the
+	// running kernel supports it (best effort: it is skipped, with a log
+	// line, where Landlock is unavailable).
+	Landlock bool `json:"landlock,omitempty"`
+	// BlockUnixSockets limits unix domain sockets. Processes started with
+	// Command cannot create AF_UNIX sockets at all (seccomp; socketpair
+	// still works). Kernels started with Start need AF_UNIX for ZeroMQ's
+	// ipc transport, so for them only connecting to path sockets outside
+	// the run directory is refused, with Landlock, on kernels that support
+	// it (Landlock ABI 9); elsewhere only the mount layout limits which
+	// sockets exist. Abstract sockets of the host are never reachable: the
+	// network namespace isolates them.
+	BlockUnixSockets bool `json:"blockUnixSockets,omitempty"`
+
+	// Ignored lists the keys of the settings file that have no effect here:
+	// srt keys that are meaningless on Linux (network.allowLocalBinding,
+	// allowPty, enableWeakerNestedSandbox…) and unknown keys, as dotted
+	// paths. New logs them.
+	Ignored []string `json:"-"`
+}
+
+// FilesystemConfig is srt's "filesystem" object.
+type FilesystemConfig struct {
+	// DenyRead lists paths that are masked: a file reads as permission
+	// denied, a directory as an empty, unlistable one.
+	DenyRead []string `json:"denyRead,omitempty"`
+	// AllowWrite lists paths, besides the workspace, that are writable.
+	// "/tmp" needs no entry: the sandbox always has a private, writable /tmp.
+	AllowWrite []string `json:"allowWrite,omitempty"`
+	// DenyWrite lists paths inside writable areas that stay read-only.
+	DenyWrite []string `json:"denyWrite,omitempty"`
+}
+
+// NetworkConfig is srt's "network" object.
+//
+// Without allowed domains the sandbox has no network at all. With them,
+// HTTP and HTTPS leave only through the egress proxy, which applies the
+// rules: a name in DeniedDomains is refused first; then a name must equal
+// an AllowedDomains entry or match a "*.suffix" entry (which does not match
+// the bare suffix). IP literals are refused unless listed, and a name that
+// resolves only to loopback, private or link-local addresses is refused.
+// An entry may end in ":port" to apply to that port only.
+type NetworkConfig struct {
+	AllowedDomains []string `json:"allowedDomains,omitempty"`
+	DeniedDomains  []string `json:"deniedDomains,omitempty"`
+}
+
+// DefaultConfig returns the default policy: the minimal root, no network,
+// writes only to the workspace (and the private /tmp).
+func DefaultConfig() *Config {
+	return &Config{RootMode: RootMinimal}
+}
+
+// LoadConfig reads a settings file in srt's format. Unknown keys and keys
+// that mean nothing on Linux are recorded in Config.Ignored, not rejected;
+// a known key with a value of the wrong type is an error.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses a settings document in srt's format; see LoadConfig.
+func ParseConfig(data []byte) (*Config, error) {
+	c := DefaultConfig()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, nil
+	}
+	top, err := objectOf(data, "")
+	if err != nil {
+		return nil, err
+	}
+	for key, raw := range top {
+		switch key {
+		case "filesystem":
+			fs, err := objectOf(raw, key)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range fs {
+				switch k {
+				case "denyRead":
+					err = stringsOf(v, key+"."+k, &c.Filesystem.DenyRead)
+				case "allowWrite":
+					err = stringsOf(v, key+"."+k, &c.Filesystem.AllowWrite)
+				case "denyWrite":
+					err = stringsOf(v, key+"."+k, &c.Filesystem.DenyWrite)
+				case "extraRead": // accepted here too, next to denyRead
+					err = stringsOf(v, key+"."+k, &c.ExtraRead)
+				default:
+					c.Ignored = append(c.Ignored, key+"."+k)
+				}
+				if err != nil {
+					return nil, err
+				}
+			}
+		case "network":
+			nw, err := objectOf(raw, key)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range nw {
+				switch k {
+				case "allowedDomains":
+					err = stringsOf(v, key+"."+k, &c.Network.AllowedDomains)
+				case "deniedDomains":
+					err = stringsOf(v, key+"."+k, &c.Network.DeniedDomains)
+				default:
+					c.Ignored = append(c.Ignored, key+"."+k)
+				}
+				if err != nil {
+					return nil, err
+				}
+			}
+		case "rootMode":
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, fmt.Errorf("rootMode: want a string (%q or %q)", RootMinimal, RootHost)
+			}
+			c.RootMode = RootMode(s)
+		case "extraRead":
+			if err := stringsOf(raw, key, &c.ExtraRead); err != nil {
+				return nil, err
+			}
+		case "landlock":
+			if err := boolOf(raw, key, &c.Landlock); err != nil {
+				return nil, err
+			}
+		case "blockUnixSockets":
+			if err := boolOf(raw, key, &c.BlockUnixSockets); err != nil {
+				return nil, err
+			}
+		default:
+			c.Ignored = append(c.Ignored, key)
+		}
+	}
+	sort.Strings(c.Ignored)
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func objectOf(data []byte, name string) (map[string]json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		if name == "" {
+			return nil, fmt.Errorf("want a JSON object: %v", err)
+		}
+		return nil, fmt.Errorf("%s: want a JSON object", name)
+	}
+	return m, nil
+}
+
+func stringsOf(raw json.RawMessage, name string, dst *[]string) error {
+	var s []string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("%s: want an array of strings", name)
+	}
+	for i, v := range s {
+		if v == "" {
+			return fmt.Errorf("%s[%d]: empty path or pattern", name, i)
+		}
+	}
+	*dst = append(*dst, s...)
+	return nil
+}
+
+func boolOf(raw json.RawMessage, name string, dst *bool) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return fmt.Errorf("%s: want true or false", name)
+	}
+	return nil
+}
+
+// Validate checks the root mode and every domain pattern.
+func (c *Config) Validate() error {
+	switch c.RootMode {
+	case "", RootMinimal, RootHost:
+	default:
+		return fmt.Errorf("rootMode %q: want %q or %q", c.RootMode, RootMinimal, RootHost)
+	}
+	for _, d := range c.Network.AllowedDomains {
+		if _, err := parseHostRule(d, false); err != nil {
+			return fmt.Errorf("network.allowedDomains: %w", err)
+		}
+	}
+	for _, d := range c.Network.DeniedDomains {
+		if _, err := parseHostRule(d, true); err != nil {
+			return fmt.Errorf("network.deniedDomains: %w", err)
+		}
+	}
+	return nil
+}
+
+// AllowDomains adds allowedDomains entries (the CLI's --allowed-domain).
+// Each pattern is validated as in a settings file; on error nothing is
+// added.
+func (c *Config) AllowDomains(patterns ...string) error {
+	for _, p := range patterns {
+		if _, err := parseHostRule(p, false); err != nil {
+			return fmt.Errorf("allowed domain: %w", err)
+		}
+	}
+	for _, p := range patterns {
+		if !slices.Contains(c.Network.AllowedDomains, p) {
+			c.Network.AllowedDomains = append(c.Network.AllowedDomains, p)
+		}
+	}
+	return nil
+}
+
+// clone returns a deep copy, so that New is not affected by later changes.
+func (c *Config) clone() *Config {
+	d := *c
+	d.Filesystem.DenyRead = slices.Clone(c.Filesystem.DenyRead)
+	d.Filesystem.AllowWrite = slices.Clone(c.Filesystem.AllowWrite)
+	d.Filesystem.DenyWrite = slices.Clone(c.Filesystem.DenyWrite)
+	d.Network.AllowedDomains = slices.Clone(c.Network.AllowedDomains)
+	d.Network.DeniedDomains = slices.Clone(c.Network.DeniedDomains)
+	d.ExtraRead = slices.Clone(c.ExtraRead)
+	d.Ignored = slices.Clone(c.Ignored)
+	if d.RootMode == "" {
+		d.RootMode = RootMinimal
+	}
+	return &d
+}

@@ -1,0 +1,232 @@
+package sandbox
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// hostRule is one allowedDomains or deniedDomains entry.
+type hostRule struct {
+	raw      string
+	any      bool       // "*": every host (deniedDomains only)
+	wildcard bool       // "*.suffix": names below suffix, not suffix itself
+	name     string     // lower-case name, or the suffix of a wildcard
+	ip       netip.Addr // an IP literal entry
+	port     uint16     // 0: any port
+}
+
+// parseHostRule parses and validates an entry the way srt does: a name
+// ("example.com", "localhost"), a wildcard ("*.example.com", with at least
+// two labels after "*."), an IPv4 literal or a bracketed IPv6 literal, each
+// with an optional ":port". In deniedDomains a bare "*" denies everything.
+func parseHostRule(s string, denied bool) (hostRule, error) {
+	r := hostRule{raw: s}
+	bad := func(why string) (hostRule, error) {
+		return hostRule{}, fmt.Errorf("invalid domain pattern %q: %s; use a name (\"example.com\"), "+
+			"a wildcard (\"*.example.com\"), an IP literal (\"192.0.2.1\", \"[2001:db8::1]\"), "+
+			"optionally followed by \":port\"", s, why)
+	}
+	if s == "" {
+		return bad("empty")
+	}
+	if strings.Contains(s, "://") || strings.ContainsAny(s, "/ \t\r\n?#@") {
+		return bad("a pattern is a host name, not a URL")
+	}
+	host, port := s, ""
+	switch {
+	case strings.HasPrefix(s, "["):
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return bad("unclosed '['")
+		}
+		host, port = s[1:end], s[end+1:]
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return bad("brackets hold an IPv6 address")
+		}
+		if port != "" {
+			if !strings.HasPrefix(port, ":") {
+				return bad("text after ']'")
+			}
+			port = port[1:]
+		}
+	case strings.Count(s, ":") > 1:
+		return bad("an IPv6 literal must be in brackets")
+	case strings.Contains(s, ":"):
+		host, port, _ = strings.Cut(s, ":")
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return bad("port must be 1-65535")
+		}
+		r.port = uint16(n)
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		r.ip = a.Unmap()
+		return r, nil
+	}
+	switch {
+	case host == "*":
+		if !denied {
+			return bad(`"*" would allow every host`)
+		}
+		r.any = true
+		return r, nil
+	case strings.HasPrefix(host, "*."):
+		suffix := host[2:]
+		if strings.Count(suffix, ".") < 1 {
+			return bad("a wildcard needs at least two labels after \"*.\" (\"*.com\" is too broad)")
+		}
+		if !validName(suffix) {
+			return bad("invalid characters")
+		}
+		r.wildcard, r.name = true, suffix
+		return r, nil
+	case strings.Contains(host, "*"):
+		return bad(`"*" is allowed only as a leading "*." label`)
+	}
+	if !validName(host) {
+		return bad("invalid characters")
+	}
+	if host != "localhost" && !strings.Contains(host, ".") {
+		return bad("a name needs at least one dot (or use \"localhost\")")
+	}
+	r.name = host
+	return r, nil
+}
+
+// validName reports whether s is a dot-separated list of non-empty labels
+// of letters, digits, '-' and '_'.
+func validName(s string) bool {
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return len(s) <= 253
+}
+
+// match reports whether the rule covers a request target. name is the
+// normalized host name (empty for an IP literal), ip the literal.
+func (r hostRule) match(name string, ip netip.Addr, port uint16) bool {
+	if r.port != 0 && r.port != port {
+		return false
+	}
+	switch {
+	case r.any:
+		return true
+	case r.ip.IsValid():
+		return ip.IsValid() && r.ip == ip
+	case name == "":
+		return false
+	case r.wildcard:
+		return strings.HasSuffix(name, "."+r.name)
+	default:
+		return name == r.name
+	}
+}
+
+// rules is the egress policy.
+type rules struct {
+	allow, deny []hostRule
+}
+
+func newRules(n NetworkConfig) (*rules, error) {
+	r := &rules{}
+	for _, d := range n.AllowedDomains {
+		h, err := parseHostRule(d, false)
+		if err != nil {
+			return nil, err
+		}
+		r.allow = append(r.allow, h)
+	}
+	for _, d := range n.DeniedDomains {
+		h, err := parseHostRule(d, true)
+		if err != nil {
+			return nil, err
+		}
+		r.deny = append(r.deny, h)
+	}
+	return r, nil
+}
+
+// target is a normalized request target.
+type target struct {
+	name string     // lower-case host name without a trailing dot; "" for an IP
+	ip   netip.Addr // valid for an IP literal
+	port uint16
+}
+
+func (t target) String() string {
+	if t.ip.IsValid() {
+		return netip.AddrPortFrom(t.ip, t.port).String()
+	}
+	return t.name + ":" + strconv.Itoa(int(t.port))
+}
+
+// parseTarget normalizes "host:port" (or "host" with defPort) from a
+// request.
+func parseTarget(hostport string, defPort uint16) (target, error) {
+	host, port := hostport, ""
+	if strings.HasPrefix(hostport, "[") {
+		end := strings.IndexByte(hostport, ']')
+		if end < 0 {
+			return target{}, fmt.Errorf("invalid host %q", hostport)
+		}
+		host, port = hostport[1:end], strings.TrimPrefix(hostport[end+1:], ":")
+	} else if i := strings.LastIndexByte(hostport, ':'); i >= 0 {
+		host, port = hostport[:i], hostport[i+1:]
+	}
+	t := target{port: defPort}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return target{}, fmt.Errorf("invalid port in %q", hostport)
+		}
+		t.port = uint16(n)
+	}
+	if t.port == 0 {
+		return target{}, fmt.Errorf("missing port in %q", hostport)
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return target{}, fmt.Errorf("invalid host %q: zoned address", hostport)
+		}
+		t.ip = a.Unmap()
+		return t, nil
+	}
+	if !validName(host) {
+		return target{}, fmt.Errorf("invalid host %q", hostport)
+	}
+	t.name = host
+	return t, nil
+}
+
+// decide applies the policy: denied entries first, then IP literals (only
+// when listed), then allowed names. The reason explains a refusal.
+func (r *rules) decide(t target) (ok bool, reason string) {
+	for _, d := range r.deny {
+		if d.match(t.name, t.ip, t.port) {
+			return false, fmt.Sprintf("%s matches deniedDomains entry %q", t, d.raw)
+		}
+	}
+	for _, a := range r.allow {
+		if a.match(t.name, t.ip, t.port) {
+			return true, ""
+		}
+	}
+	if t.ip.IsValid() {
+		return false, fmt.Sprintf("%s is an IP address; IP literals are refused unless listed in allowedDomains", t)
+	}
+	return false, fmt.Sprintf("%s is not in allowedDomains", t)
+}

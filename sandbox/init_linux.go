@@ -1,0 +1,346 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// initConfig is what the launcher tells the init, as JSON in its argv.
+type initConfig struct {
+	// Path and Argv are the program to run.
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	// CtlFD is the control socket to the host (0: none). The host writes
+	// one byte per signal to forward; the init writes "ok\n" or
+	// "error: …\n" once the program runs or failed to start.
+	CtlFD int `json:"ctl_fd,omitempty"`
+	// ArgsFD is bwrap's argument file, closed at once.
+	ArgsFD int `json:"args_fd,omitempty"`
+	// Forwards are TCP ports on 127.0.0.1 relayed to unix sockets.
+	Forwards []initForward `json:"forwards,omitempty"`
+	// Landlock asks for a best-effort ruleset: ReadOnly paths readable and
+	// executable, Writable paths fully accessible.
+	Landlock bool     `json:"landlock,omitempty"`
+	ReadOnly []string `json:"read_only,omitempty"`
+	Writable []string `json:"writable,omitempty"`
+	// RestrictUnixConnect limits connecting to path unix sockets to those
+	// below UnixConnect (Landlock ABI 9; best effort).
+	RestrictUnixConnect bool     `json:"restrict_unix_connect,omitempty"`
+	UnixConnect         []string `json:"unix_connect,omitempty"`
+	// ScopeAbstract keeps abstract unix sockets within the Landlock domain
+	// (Landlock ABI 6; best effort).
+	ScopeAbstract bool `json:"scope_abstract,omitempty"`
+	// DenyUnixSockets makes socket(AF_UNIX, …) fail with EPERM (seccomp).
+	DenyUnixSockets bool `json:"deny_unix,omitempty"`
+}
+
+type initForward struct {
+	Port   int    `json:"port"`
+	Socket string `json:"socket"`
+}
+
+// Exit codes of the init when the program did not run.
+const (
+	exitInitFailed = 125
+	exitExecFailed = 126
+)
+
+// InitMain runs the sandbox's init; args are the arguments after
+// InitCommand. It returns the exit code for os.Exit: the program's own, or
+// 128+n when a signal n ended it, or 125 when the sandbox could not be set
+// up.
+//
+// The init runs inside the sandbox in two stages. The first ("run") checks
+// the loopback interface, starts the port forwarders, and starts the second
+// stage as a child in its own process group; it then stays as the parent:
+// it relays signals from the host to that group, keeps forwarding, and
+// exits with the program's status. The second ("exec") locks itself to one
+// thread, sets no_new_privs, applies Landlock (when asked) and the seccomp
+// filter to that thread, and execs the program. Only the program is
+// filtered: the forwarders need AF_UNIX, and they are not kernel code.
+func InitMain(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintf(os.Stderr, "ipybox sandbox init: want 2 arguments, got %d (this command is internal to ipybox)\n", len(args))
+		return exitInitFailed
+	}
+	fd, err := strconv.Atoi(args[1])
+	if err != nil || fd < 3 {
+		fmt.Fprintf(os.Stderr, "ipybox sandbox init: bad configuration descriptor %q\n", args[1])
+		return exitInitFailed
+	}
+	f := os.NewFile(uintptr(fd), "init-config")
+	js, err := io.ReadAll(io.LimitReader(f, 16<<20))
+	f.Close()
+	var c initConfig
+	if err == nil {
+		err = json.Unmarshal(js, &c)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ipybox sandbox init: bad configuration: %v\n", err)
+		return exitInitFailed
+	}
+	switch args[0] {
+	case "run":
+		return runInit(&c, js)
+	case "exec":
+		return execStage(&c)
+	}
+	fmt.Fprintf(os.Stderr, "ipybox sandbox init: unknown stage %q\n", args[0])
+	return exitInitFailed
+}
+
+// memFile returns a sealed-off in-memory file holding data, positioned at
+// its start: the way configuration travels to a child without showing in
+// any command line.
+func memFile(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func runInit(c *initConfig, js []byte) int {
+	var ctl *os.File
+	if c.CtlFD > 0 {
+		ctl = os.NewFile(uintptr(c.CtlFD), "ctl")
+	}
+	fail := func(format string, a ...any) int {
+		msg := fmt.Sprintf(format, a...)
+		if ctl != nil {
+			fmt.Fprintf(ctl, "error: %s\n", strings.ReplaceAll(msg, "\n", " "))
+		} else {
+			fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg)
+		}
+		return exitInitFailed
+	}
+	// Not dumpable: code in the sandbox (same uid) cannot ptrace the init,
+	// which runs without the seccomp filter, nor read its /proc files.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("prctl(PR_SET_DUMPABLE): %v", err)
+	}
+	if c.ArgsFD > 0 {
+		unix.Close(c.ArgsFD) // bwrap's arguments, with the environment's values
+	}
+	closeInheritedOnExec()
+	if err := loopbackUp(); err != nil {
+		return fail("%v", err)
+	}
+	for _, f := range c.Forwards {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Port)))
+		if err != nil {
+			return fail("forward port %d: %v", f.Port, err)
+		}
+		go serveForward(ln, f.Socket)
+	}
+
+	cfgFile, err := memFile("init-config", js)
+	if err != nil {
+		return fail("%v", err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return fail("%v", err)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{os.Args[0], InitCommand, "exec", "4"},
+		Env:         os.Environ(),
+		Stdin:       os.Stdin,
+		Stdout:      os.Stdout,
+		Stderr:      os.Stderr,
+		ExtraFiles:  []*os.File{statusW, cfgFile}, // 3, 4
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	if err := cmd.Start(); err != nil {
+		return fail("start %s: %v", c.Path, err)
+	}
+	statusW.Close()
+	cfgFile.Close()
+	// The status pipe closes on a successful exec (close-on-exec) and
+	// carries the error otherwise.
+	msg, _ := io.ReadAll(io.LimitReader(statusR, 64<<10))
+	statusR.Close()
+	if len(msg) > 0 {
+		cmd.Wait()
+		return fail("%s", msg)
+	}
+	if ctl != nil {
+		if _, err := ctl.Write([]byte("ok\n")); err != nil {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+			return exitInitFailed
+		}
+	}
+	pgid := cmd.Process.Pid
+	go func() {
+		for sig := range sigs {
+			syscall.Kill(-pgid, sig.(syscall.Signal))
+		}
+	}()
+	if ctl != nil {
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				n, err := ctl.Read(buf)
+				for _, b := range buf[:n] {
+					syscall.Kill(-pgid, syscall.Signal(b))
+				}
+				if err != nil {
+					// The host closed its end: it is gone. Take the
+					// sandbox down with it.
+					syscall.Kill(-pgid, syscall.SIGKILL)
+					os.Exit(128 + int(syscall.SIGKILL))
+				}
+			}
+		}()
+	}
+	err = cmd.Wait()
+	syscall.Kill(-pgid, syscall.SIGKILL) // what the program left in its group
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return fail("wait: %v", err)
+}
+
+// execStage is the second stage: restrict this thread, then exec.
+func execStage(c *initConfig) int {
+	runtime.LockOSThread() // the restrictions are per thread; exec from this one
+	status := os.NewFile(3, "status")
+	syscall.CloseOnExec(3)
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(status, format, a...)
+		return exitExecFailed
+	}
+	path := c.Path
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return fail("%v", err)
+		}
+		path = p
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fail("%v", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail("prctl(PR_SET_NO_NEW_PRIVS): %v", err)
+	}
+	if err := applyLandlock(c); err != nil {
+		return fail("landlock: %v", err)
+	}
+	prog, err := seccompProgram(c.DenyUnixSockets)
+	if err != nil {
+		return fail("seccomp: %v", err)
+	}
+	if err := installSeccomp(prog); err != nil {
+		return fail("seccomp: %v", err)
+	}
+	err = syscall.Exec(path, c.Argv, os.Environ())
+	return fail("exec %s: %v", path, err)
+}
+
+// closeInheritedOnExec marks every inherited descriptor above stderr
+// close-on-exec, so that nothing bwrap passed along reaches the program.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
+// loopbackUp makes sure lo is up in the new network namespace. bwrap
+// configures it already; this is a check that does not rely on it.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: get flags: %w", err)
+	}
+	flags := ifr.Uint16()
+	if flags&unix.IFF_UP != 0 {
+		return nil
+	}
+	ifr.SetUint16(flags | unix.IFF_UP | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback: bring up lo: %w", err)
+	}
+	return nil
+}
+
+// serveForward relays each connection on ln to the unix socket at sock.
+// It runs until the init exits.
+func serveForward(ln net.Listener, sock string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		go relay(c, sock)
+	}
+}
+
+func relay(c net.Conn, sock string) {
+	defer c.Close()
+	u, err := net.DialTimeout("unix", sock, 10*time.Second)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	done := make(chan struct{})
+	go func() {
+		io.Copy(u, c)
+		closeWrite(u)
+		close(done)
+	}()
+	io.Copy(c, u)
+	closeWrite(c)
+	<-done
+}

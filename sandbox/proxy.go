@@ -1,0 +1,355 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// ProxyOptions holds test hooks of the egress proxy. They exist so that a
+// test can send an allowed name to a fixture on loopback; a settings file
+// cannot set any of them.
+type ProxyOptions struct {
+	// Resolve looks up the addresses of a host name. Nil uses
+	// net.DefaultResolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Dial connects to an address that passed the checks ("ip:port"). Nil
+	// uses a net.Dialer with a 10 s timeout.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// AllowPrivate reports whether a loopback, private or link-local
+	// address may be dialed anyway. Nil refuses every such address, which
+	// is the only safe choice outside tests.
+	AllowPrivate func(netip.Addr) bool
+}
+
+// Timeouts of the egress proxy. Tunnels (CONNECT) have no overall limit:
+// they end when either side closes, or when the Sandbox is closed.
+const (
+	proxyResolveTimeout = 5 * time.Second
+	proxyDialTimeout    = 10 * time.Second
+	proxyHeaderTimeout  = 10 * time.Second
+	proxyResponseWait   = 60 * time.Second
+	proxyCloseWait      = 2 * time.Second
+)
+
+// refusal is a policy decision, answered with 403.
+type refusal struct{ reason string }
+
+func (r *refusal) Error() string { return r.reason }
+
+// proxy is the egress proxy: HTTP CONNECT and absolute-URI HTTP requests,
+// filtered by host rules, served on a unix socket.
+type proxy struct {
+	rules        *rules
+	resolve      func(ctx context.Context, host string) ([]netip.Addr, error)
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	allowPrivate func(netip.Addr) bool
+	log          *slog.Logger
+
+	srv       *http.Server
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+
+	mu        sync.Mutex
+	tunnels   map[net.Conn]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newProxy(r *rules, o *ProxyOptions, log *slog.Logger) *proxy {
+	p := &proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
+	if o != nil {
+		p.resolve, p.dial, p.allowPrivate = o.Resolve, o.Dial, o.AllowPrivate
+	}
+	if p.resolve == nil {
+		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if p.dial == nil {
+		d := &net.Dialer{Timeout: proxyDialTimeout}
+		p.dial = d.DialContext
+	}
+	p.transport = &http.Transport{
+		// Proxy is nil: the egress proxy never chains to the host's proxy.
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			t, err := parseTarget(addr, 80)
+			if err != nil {
+				return nil, err
+			}
+			return p.connect(ctx, t)
+		},
+		ResponseHeaderTimeout: proxyResponseWait,
+		IdleConnTimeout:       30 * time.Second,
+		MaxIdleConnsPerHost:   4,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = pr.In.URL
+			pr.Out.Host = "" // the Host header is the URL's host, which was checked
+		},
+		Transport: p.transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.fail(w, r, err)
+		},
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: proxyHeaderTimeout,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// serve serves on ln until close.
+func (p *proxy) serve(ln net.Listener) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_ = p.srv.Serve(ln) // returns http.ErrServerClosed after close
+	}()
+}
+
+// close stops the server and every open tunnel, and waits for them. It is
+// idempotent.
+func (p *proxy) close() error {
+	p.closeOnce.Do(func() { p.closeErr = p.shutdown() })
+	return p.closeErr
+}
+
+func (p *proxy) shutdown() error {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.tunnels {
+		c.Close()
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), proxyCloseWait)
+	defer cancel()
+	err := p.srv.Shutdown(ctx)
+	if err != nil {
+		err = p.srv.Close()
+	}
+	p.transport.CloseIdleConnections()
+	p.wg.Wait()
+	return err
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect:
+		p.tunnel(w, r)
+	case r.URL.IsAbs() && r.URL.Scheme == "http":
+		t, err := parseTarget(r.URL.Host, 80)
+		if err != nil {
+			p.fail(w, r, &refusal{err.Error()})
+			return
+		}
+		if ok, why := p.rules.decide(t); !ok {
+			p.fail(w, r, &refusal{why})
+			return
+		}
+		p.log.Debug("sandbox proxy: allowed", "method", r.Method, "target", t.String())
+		p.rp.ServeHTTP(w, r)
+	default:
+		http.Error(w, "ipybox sandbox proxy: only CONNECT and absolute http:// URLs are supported\n",
+			http.StatusBadRequest)
+	}
+}
+
+// fail answers a refused or failed request.
+func (p *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ref *refusal
+	if errors.As(err, &ref) {
+		p.log.Info("sandbox proxy: refused", "method", r.Method, "target", r.Host, "reason", ref.reason)
+		http.Error(w, "ipybox sandbox proxy: refused: "+ref.reason+
+			"\n(the sandbox's network.allowedDomains / deniedDomains decide which hosts are reachable)\n",
+			http.StatusForbidden)
+		return
+	}
+	p.log.Info("sandbox proxy: upstream failed", "method", r.Method, "target", r.Host, "err", err)
+	http.Error(w, "ipybox sandbox proxy: "+err.Error()+"\n", http.StatusBadGateway)
+}
+
+func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
+	t, err := parseTarget(r.Host, 0)
+	if err != nil {
+		p.fail(w, r, &refusal{err.Error()})
+		return
+	}
+	if ok, why := p.rules.decide(t); !ok {
+		p.fail(w, r, &refusal{why})
+		return
+	}
+	up, err := p.connect(r.Context(), t)
+	if err != nil {
+		p.fail(w, r, err)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "ipybox sandbox proxy: cannot tunnel on this connection\n", http.StatusInternalServerError)
+		return
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if !p.track(down, up) {
+		return
+	}
+	p.log.Debug("sandbox proxy: tunnel", "target", t.String())
+	if _, err := down.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		p.untrack(down, up)
+		return
+	}
+	// Bytes the client sent after the CONNECT header are in buf.
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if n := buf.Reader.Buffered(); n > 0 {
+			b, _ := buf.Reader.Peek(n)
+			if _, err := up.Write(b); err != nil {
+				return
+			}
+		}
+		io.Copy(up, down)
+		closeWrite(up)
+	}()
+	go func() {
+		defer wg.Done()
+		io.Copy(down, up)
+		closeWrite(down)
+	}()
+	wg.Wait()
+	p.untrack(down, up)
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+// track registers a tunnel so that close can end it; it refuses (and
+// closes both ends) once the proxy is closed. The tunnel's goroutine is
+// counted in wg.
+func (p *proxy) track(a, b net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		a.Close()
+		b.Close()
+		return false
+	}
+	p.tunnels[a], p.tunnels[b] = struct{}{}, struct{}{}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *proxy) untrack(a, b net.Conn) {
+	a.Close()
+	b.Close()
+	p.mu.Lock()
+	delete(p.tunnels, a)
+	delete(p.tunnels, b)
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// connect resolves t once, drops addresses the SSRF guard refuses, and
+// dials the remaining addresses in order. The address dialed is always one
+// that was checked: there is no second lookup that DNS rebinding could
+// change.
+func (p *proxy) connect(ctx context.Context, t target) (net.Conn, error) {
+	var addrs []netip.Addr
+	if t.ip.IsValid() {
+		addrs = []netip.Addr{t.ip}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, proxyResolveTimeout)
+		found, err := p.resolve(rctx, t.name)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", t.name, err)
+		}
+		addrs = found
+	}
+	var ok []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if publicAddr(a) || p.allowPrivate != nil && p.allowPrivate(a) {
+			ok = append(ok, a)
+		}
+	}
+	if len(ok) == 0 {
+		return nil, &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+	}
+	var last error
+	for _, a := range ok {
+		dctx, cancel := context.WithTimeout(ctx, proxyDialTimeout)
+		c, err := p.dial(dctx, "tcp", netip.AddrPortFrom(a, t.port).String())
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("connect %s: %w", t, last)
+}
+
+// reserved lists ranges that are not reachable public unicast space, beyond
+// what netip.Addr's predicates cover.
+var reserved = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),   // reserved, broadcast
+	netip.MustParsePrefix("100::/64"),      // discard
+	netip.MustParsePrefix("fec0::/10"),     // site-local (deprecated)
+}
+
+// publicAddr is the SSRF guard: it reports whether a is public unicast
+// space. IPv6 forms that embed an IPv4 address (NAT64, 6to4) are judged by
+// the embedded address.
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || a.Zone() != "" || a.IsLoopback() || a.IsPrivate() || a.IsUnspecified() ||
+		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsMulticast() {
+		return false
+	}
+	for _, p := range reserved {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	if a.Is6() {
+		b := a.As16()
+		var v4 [4]byte
+		switch {
+		case netip.MustParsePrefix("64:ff9b::/96").Contains(a):
+			copy(v4[:], b[12:16])
+			return publicAddr(netip.AddrFrom4(v4))
+		case netip.MustParsePrefix("2002::/16").Contains(a):
+			copy(v4[:], b[2:6])
+			return publicAddr(netip.AddrFrom4(v4))
+		}
+	}
+	return true
+}

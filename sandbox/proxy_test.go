@@ -1,0 +1,296 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// proxyFixture runs the egress proxy in process, on a unix socket, in front
+// of an HTTP server on loopback that test names resolve to.
+type proxyFixture struct {
+	sock    string
+	port    string // the fixture server's port
+	mu      sync.Mutex
+	lookups map[string]int
+	dialed  []string
+}
+
+func newProxyFixture(t *testing.T, network NetworkConfig, hosts map[string][]string, allowLoopback bool) *proxyFixture {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "fixture %s %s host=%s", r.Method, r.URL.Path, r.Host)
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	f := &proxyFixture{port: u.Port(), lookups: map[string]int{}}
+	r, err := newRules(network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &ProxyOptions{
+		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			f.mu.Lock()
+			f.lookups[host]++
+			f.mu.Unlock()
+			var out []netip.Addr
+			for _, a := range hosts[host] {
+				out = append(out, netip.MustParseAddr(a))
+			}
+			if len(out) == 0 {
+				return nil, fmt.Errorf("no such host %s", host)
+			}
+			return out, nil
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			f.mu.Lock()
+			f.dialed = append(f.dialed, addr)
+			f.mu.Unlock()
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	if allowLoopback {
+		// Only the fixture's address passes the guard; 10/8 and the rest
+		// stay refused.
+		opts.AllowPrivate = func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.1") }
+	}
+	p := newProxy(r, opts, slog.New(slog.DiscardHandler))
+	f.sock = filepath.Join(t.TempDir(), "proxy.sock")
+	ln, err := net.Listen("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(ln)
+	t.Cleanup(func() {
+		if err := p.close(); err != nil {
+			t.Errorf("proxy close: %v", err)
+		}
+	})
+	return f
+}
+
+// client returns an HTTP client that uses the proxy for every request.
+func (f *proxyFixture) client() *http.Client {
+	tr := &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", f.sock)
+		},
+		DisableKeepAlives: true,
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func (f *proxyFixture) get(t *testing.T, rawURL string) (int, string) {
+	t.Helper()
+	resp, err := f.client().Get(strings.ReplaceAll(rawURL, "PORT", f.port))
+	if err != nil {
+		t.Fatalf("GET %s: %v", rawURL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// connect sends CONNECT target and, when it is accepted, a GET through the
+// tunnel.
+func (f *proxyFixture) connect(t *testing.T, target string) (int, string) {
+	t.Helper()
+	target = strings.ReplaceAll(target, "PORT", f.port)
+	c, err := net.Dial("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	// The GET follows the CONNECT header at once, the way eager clients
+	// send it: the proxy must pass on what it has already buffered.
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nGET /tunneled HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatalf("CONNECT %s: %v", target, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	inner, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("GET through tunnel to %s: %v", target, err)
+	}
+	b, _ := io.ReadAll(inner.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestProxyRules(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	f := newProxyFixture(t, NetworkConfig{
+		AllowedDomains: []string{"allowed.test", "*.wild.test", "private.test", "mixed.test"},
+		DeniedDomains:  []string{"bad.wild.test"},
+	}, map[string][]string{
+		"allowed.test":  {"127.0.0.1"},
+		"ok.wild.test":  {"127.0.0.1"},
+		"bad.wild.test": {"127.0.0.1"},
+		"wild.test":     {"127.0.0.1"},
+		"private.test":  {"10.1.2.3"},
+		"mixed.test":    {"10.1.2.3", "127.0.0.1"},
+	}, true)
+
+	tests := []struct {
+		name     string
+		connect  bool
+		target   string
+		wantCode int
+		wantBody string
+	}{
+		{"allowed GET", false, "http://allowed.test:PORT/x", 200, "fixture GET /x host=allowed.test:PORT"},
+		{"allowed GET, odd spelling", false, "http://ALLOWED.test.:PORT/x", 200, "fixture GET /x"},
+		{"allowed CONNECT", true, "allowed.test:PORT", 200, "fixture GET /tunneled"},
+		{"wildcard GET", false, "http://ok.wild.test:PORT/", 200, "fixture GET /"},
+		{"not allowed GET", false, "http://other.test:PORT/", 403, "other.test:PORT is not in allowedDomains"},
+		{"not allowed CONNECT", true, "other.test:PORT", 403, "not in allowedDomains"},
+		{"wildcard does not match bare", false, "http://wild.test:PORT/", 403, "not in allowedDomains"},
+		{"denied under wildcard GET", false, "http://bad.wild.test:PORT/", 403, "deniedDomains"},
+		{"denied under wildcard CONNECT", true, "bad.wild.test:PORT", 403, "deniedDomains"},
+		{"IP literal GET", false, "http://127.0.0.1:PORT/", 403, "IP literals are refused"},
+		{"IP literal CONNECT", true, "93.184.216.34:443", 403, "IP literals are refused"},
+		{"IPv6 literal CONNECT", true, "[::1]:PORT", 403, "IP literals are refused"},
+		{"private GET", false, "http://private.test:PORT/", 403, "resolves only to loopback, private"},
+		{"private CONNECT", true, "private.test:PORT", 403, "resolves only to loopback, private"},
+		{"mixed uses the allowed address", false, "http://mixed.test:PORT/", 200, "fixture GET /"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var code int
+			var body string
+			if tt.connect {
+				code, body = f.connect(t, tt.target)
+			} else {
+				code, body = f.get(t, tt.target)
+			}
+			want := strings.ReplaceAll(tt.wantBody, "PORT", f.port)
+			if code != tt.wantCode || !strings.Contains(body, want) {
+				t.Errorf("%s %s = %d %q; want %d and %q", map[bool]string{true: "CONNECT", false: "GET"}[tt.connect],
+					tt.target, code, body, tt.wantCode, want)
+			}
+		})
+	}
+
+	// Each request resolved its name once and dialed only checked
+	// addresses: no second lookup for DNS rebinding to change.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.lookups["allowed.test"]; n != 3 {
+		t.Errorf("allowed.test was resolved %d times for 3 requests", n)
+	}
+	for _, a := range f.dialed {
+		if a != "127.0.0.1:"+f.port {
+			t.Errorf("the proxy dialed %s, which no check allowed", a)
+		}
+	}
+}
+
+func TestProxyGuardOnByDefault(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	// Without the test hook, a name that resolves to loopback is refused.
+	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"allowed.test"}},
+		map[string][]string{"allowed.test": {"127.0.0.1"}}, false)
+	if code, body := f.get(t, "http://allowed.test:PORT/"); code != 403 || !strings.Contains(body, "loopback") {
+		t.Errorf("GET = %d %q, want 403 for a loopback address", code, body)
+	}
+	if code, _ := f.connect(t, "allowed.test:PORT"); code != 403 {
+		t.Errorf("CONNECT = %d, want 403 for a loopback address", code)
+	}
+}
+
+func TestProxyBadRequests(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"allowed.test"}}, nil, true)
+	c, err := net.Dial("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /relative HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("relative request: %d, want 400", resp.StatusCode)
+	}
+	if code, body := f.get(t, "http://allowed.test:PORT/"); code != 502 || !strings.Contains(body, "no such host") {
+		t.Errorf("unresolvable allowed name: %d %q, want 502", code, body)
+	}
+}
+
+func TestProxyCloseEndsTunnels(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	// A tunnel to a server that never answers must not keep close waiting.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	r, _ := newRules(NetworkConfig{AllowedDomains: []string{"silent.test"}})
+	p := newProxy(r, &ProxyOptions{
+		Resolve: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		},
+		AllowPrivate: func(netip.Addr) bool { return true },
+	}, slog.New(slog.DiscardHandler))
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	pl, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(pl)
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	fmt.Fprintf(c, "CONNECT silent.test:%s HTTP/1.1\r\nHost: silent.test\r\n\r\n", port)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	up := <-accepted
+	defer up.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.close() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not end an open tunnel")
+	}
+	if err := p.close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+}

@@ -1,0 +1,264 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+)
+
+// InitCommand is the hidden first argument that makes the ipybox binary
+// run as the sandbox's init. A main function dispatches on it:
+//
+//	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+//		os.Exit(sandbox.InitMain(os.Args[2:]))
+//	}
+const InitCommand = "__sandbox-init"
+
+var (
+	// ErrUnavailable is returned (wrapped, usually in a *ProbeError) when
+	// the sandbox cannot run on this host. The sandbox never falls back to
+	// running a process unsandboxed.
+	ErrUnavailable = errors.New("sandbox unavailable")
+	// ErrClosed is returned by Start and Command after Close.
+	ErrClosed = errors.New("sandbox closed")
+)
+
+// ProbeError explains why the sandbox cannot run here, and how to fix it.
+type ProbeError struct {
+	// Cause says what failed ("bwrap not found", "bwrap cannot create a
+	// user namespace"…).
+	Cause string
+	// Output is what bwrap printed, if it ran.
+	Output string
+	// Fix says what to do about it.
+	Fix string
+}
+
+func (e *ProbeError) Error() string {
+	msg := "sandbox unavailable: " + e.Cause
+	if e.Output != "" {
+		msg += ": " + e.Output
+	}
+	if e.Fix != "" {
+		msg += "; " + e.Fix
+	}
+	return msg
+}
+
+// Unwrap returns ErrUnavailable.
+func (e *ProbeError) Unwrap() error { return ErrUnavailable }
+
+// Forward makes a host unix socket reachable inside the sandbox as TCP on
+// 127.0.0.1:Port (the sandbox has no other network). The tool server uses
+// it.
+type Forward struct {
+	// Port is the TCP port inside the sandbox (1-65535, not ProxyPort when
+	// the egress proxy is on).
+	Port int
+	// Socket is the host path of the unix socket. It must exist when a
+	// process starts: the socket file itself is bound into the sandbox,
+	// so a server that re-creates it needs a restart of the process.
+	Socket string
+}
+
+// Options configures New. The zero value of each field is documented; a
+// nil *Options means all zero values.
+type Options struct {
+	// Workspace is the host directory the sandboxed processes work in. It
+	// is writable inside, at the same path, except the write-protected
+	// paths (see Config). Empty means the current directory.
+	Workspace string
+	// Forwards lists the host unix sockets reachable from inside as
+	// 127.0.0.1 TCP ports. Nil means none.
+	Forwards []Forward
+	// Logger receives the sandbox's log lines (ignored settings keys,
+	// proxy decisions, warnings). Nil discards them.
+	Logger *slog.Logger
+	// InitBinary is the executable that runs as the sandbox's init: a
+	// binary whose main calls InitMain when its first argument is
+	// InitCommand. It is bound read-only into the sandbox. Empty means
+	// os.Executable() (the ipybox binary, or a test binary whose TestMain
+	// dispatches to InitMain).
+	InitBinary string
+	// Bwrap is the bubblewrap executable. Empty means "bwrap" on PATH.
+	Bwrap string
+	// Proxy holds test hooks of the egress proxy. Nil means the real
+	// resolver and dialer, and the SSRF guard with no exception.
+	Proxy *ProxyOptions
+}
+
+// Sandbox launches processes inside a bubblewrap sandbox. It implements
+// kernel.Launcher. One Sandbox serves any number of processes, started
+// one after another or at once; they share the egress proxy, which Close
+// stops.
+type Sandbox struct {
+	cfg        *Config
+	log        *slog.Logger
+	workspace  string
+	home       string // the host user's home, for "~"
+	initBinary string
+	bwrap      string
+	forwards   []Forward
+	proxyOpts  *ProxyOptions
+
+	privDir    string // host-only: proxy socket, mask file
+	maskFile   string
+	etcSecrets []secretPath
+	proxy      *proxy
+
+	probeMu  sync.Mutex
+	probed   bool
+	probeErr error
+
+	pyMu sync.Mutex
+	py   map[string]*pyInfo
+
+	closeOnce sync.Once
+	closeErr  error
+	mu        sync.Mutex
+	closed    bool
+}
+
+// New prepares a sandbox with the policy cfg (nil means DefaultConfig()).
+// It validates the policy and starts the egress proxy when
+// cfg.Network.AllowedDomains is not empty; it does not run bwrap (Probe,
+// Start and Command do). Close releases it.
+func New(cfg *Config, opts *Options) (*Sandbox, error) {
+	if err := platformSupported(); err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sandbox config: %w", err)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	s := &Sandbox{
+		cfg:       cfg.clone(),
+		log:       o.Logger,
+		bwrap:     o.Bwrap,
+		proxyOpts: o.Proxy,
+		py:        map[string]*pyInfo{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	ws := o.Workspace
+	if ws == "" {
+		ws = "."
+	}
+	ws, err := filepath.Abs(ws)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox workspace: %w", err)
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("sandbox workspace %s is not a directory; create it or pass another Options.Workspace", ws)
+	}
+	s.workspace = ws
+	if h, err := os.UserHomeDir(); err == nil {
+		s.home = filepath.Clean(h)
+	}
+	s.initBinary = o.InitBinary
+	if s.initBinary == "" {
+		if s.initBinary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("sandbox init binary: %w; set Options.InitBinary", err)
+		}
+	}
+	if fi, err := os.Stat(s.initBinary); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", s.initBinary)
+	}
+	proxyOn := len(s.cfg.Network.AllowedDomains) > 0
+	ports := map[int]bool{}
+	for _, f := range o.Forwards {
+		switch {
+		case f.Port < 1 || f.Port > 65535:
+			return nil, fmt.Errorf("sandbox forward port %d: want 1-65535", f.Port)
+		case ports[f.Port]:
+			return nil, fmt.Errorf("sandbox forward port %d is listed twice", f.Port)
+		case proxyOn && f.Port == ProxyPort:
+			return nil, fmt.Errorf("sandbox forward port %d is the egress proxy's; choose another", f.Port)
+		case !filepath.IsAbs(f.Socket):
+			return nil, fmt.Errorf("sandbox forward socket %q: want an absolute path", f.Socket)
+		}
+		ports[f.Port] = true
+		s.forwards = append(s.forwards, f)
+	}
+	sort.Slice(s.forwards, func(i, j int) bool { return s.forwards[i].Port < s.forwards[j].Port })
+	for _, k := range s.cfg.Ignored {
+		s.log.Info("sandbox: settings key has no effect here; ignored", "key", k)
+	}
+
+	if s.privDir, err = os.MkdirTemp("", "ipybox-sandbox-"); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	s.maskFile = filepath.Join(s.privDir, "mask")
+	if err := os.WriteFile(s.maskFile, nil, 0); err != nil {
+		os.RemoveAll(s.privDir)
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	s.etcSecrets = scanEtc("/etc")
+	if proxyOn {
+		r, err := newRules(s.cfg.Network)
+		if err != nil { // Validate passed, so this cannot happen
+			os.RemoveAll(s.privDir)
+			return nil, err
+		}
+		sock := filepath.Join(s.privDir, "proxy.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			os.RemoveAll(s.privDir)
+			return nil, fmt.Errorf("sandbox egress proxy: %w", err)
+		}
+		s.proxy = newProxy(r, s.proxyOpts, s.log)
+		s.proxy.serve(ln)
+	}
+	s.logFeatures()
+	return s, nil
+}
+
+// Workspace returns the absolute host path of the workspace.
+func (s *Sandbox) Workspace() string { return s.workspace }
+
+// ProxyEnabled reports whether the egress proxy runs (allowedDomains is
+// not empty). Without it, the sandbox has no network except the forwards.
+func (s *Sandbox) ProxyEnabled() bool { return s.proxy != nil }
+
+// Close stops the egress proxy and removes the sandbox's private files. It
+// does not stop processes already started: whoever started them owns them
+// (they lose network access through the proxy). Close is idempotent.
+func (s *Sandbox) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		if s.proxy != nil {
+			s.closeErr = s.proxy.close()
+		}
+		if err := os.RemoveAll(s.privDir); err != nil && s.closeErr == nil {
+			s.closeErr = err
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Sandbox) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// pyInfo is what an interpreter says about itself.
+type pyInfo struct {
+	executable string   // sys.executable
+	prefixes   []string // sys.prefix, base_prefix, exec_prefix, base_exec_prefix, resolved
+	err        error
+}
