@@ -28,6 +28,8 @@ import (
 
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/toolserver"
 )
 
 // Options configures an Executor. A nil *Options means the defaults; Start
@@ -57,7 +59,39 @@ type Options struct {
 	Input func(prompt string, password bool) (string, error)
 	// Logger receives ipybox's logs. Nil discards them.
 	Logger *slog.Logger
+
+	// ApproveToolCalls says whether MCP tool calls from kernel code need
+	// the application's approval. Nil means true: each call is an
+	// *ApprovalRequest event of Stream (Execute answers through Approver).
+	// Point it at false to let calls run without asking.
+	ApproveToolCalls *bool
+	// ApproveShellCommands makes every shell command a cell runs (!cmd,
+	// x = !cmd, %%bash, %%sh, %%script and the other script magics,
+	// system_raw) an *ApprovalRequest too, independently of
+	// ApproveToolCalls. False (the default) runs them without asking.
+	ApproveShellCommands bool
+	// RequireShellEscape installs Python-level guards on subprocess,
+	// os.system, os.exec*, os.spawn*, os.posix_spawn* and pty.spawn, so
+	// that processes are started through ! (and so through shell
+	// approval). The guards steer well-behaved code; they are not a
+	// security boundary (ctypes or a fresh interpreter get around them).
+	RequireShellEscape bool
+	// Approver answers the approval requests of Execute. It returns nil to
+	// accept or an error whose text is the rejection reason. Nil accepts
+	// every request, as upstream ipybox does. Stream does not use it.
+	Approver func(ctx context.Context, req *ApprovalRequest) error
+	// ApprovalTimeout bounds the wait for one decision; then the call
+	// raises ApprovalTimeoutError in the cell. Zero means 5 minutes.
+	ApprovalTimeout time.Duration
+	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
+	ToolCallTimeout time.Duration
+	// DotEnv supplies ${VAR} values for MCP server configs, after the host
+	// environment (see mcpconn.LoadDotEnv). Nil means none.
+	DotEnv map[string]string
 }
+
+// Bool returns a pointer to b, for Options.ApproveToolCalls.
+func Bool(b bool) *bool { return &b }
 
 // ExecOptions configures one execution. A nil *ExecOptions means the
 // defaults.
@@ -78,6 +112,14 @@ type Executor struct {
 	k         *kernel.Kernel
 	sem       chan struct{}
 	log       *slog.Logger
+
+	registry *mcpconn.Registry
+	mcp      *mcpconn.Manager
+	tools    *toolserver.Server
+	toolURL  string
+
+	cellMu sync.Mutex
+	cur    *cell // the running cell, nil between cells
 
 	closeOnce sync.Once
 	closeErr  error
@@ -113,12 +155,24 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if e.runDir, err = kernel.NewRunDir(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
-	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
-	if err != nil {
-		os.RemoveAll(e.runDir)
+	ok := false
+	defer func() {
+		if !ok {
+			e.closeParts()
+		}
+	}()
+	if err := e.startTools(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
-	init := pyruntime.InitConfig{SysPath: []string{pyDir, ws}}
+	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
+	if err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	init := pyruntime.InitConfig{
+		SysPath:            []string{pyDir, ws},
+		ShellApproval:      o.ApproveShellCommands,
+		RequireShellEscape: o.RequireShellEscape,
+	}
 	if o.WorkDir != "" {
 		init.WorkDir = ws
 	}
@@ -127,13 +181,14 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		imagesDir = filepath.Join(ws, "images")
 	}
 	if imagesDir, err = filepath.Abs(imagesDir); err != nil {
-		os.RemoveAll(e.runDir)
 		return nil, err
 	}
+	env := envList(o.KernelEnv)
+	env = append(env, e.toolEnv()...)
 	e.k, err = kernel.Start(ctx, &kernel.Options{
 		Python:         o.Python,
 		Dir:            ws,
-		Env:            envList(o.KernelEnv),
+		Env:            env,
 		PythonPath:     []string{pyDir, ws},
 		RunDir:         e.runDir,
 		ImagesDir:      imagesDir,
@@ -143,9 +198,9 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		Logger:         log,
 	})
 	if err != nil {
-		os.RemoveAll(e.runDir)
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
+	ok = true
 	return e, nil
 }
 
@@ -176,17 +231,27 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 		if err != nil {
 			return last, err
 		}
-		if r, ok := ev.(*Result); ok {
-			last = r
+		switch ev := ev.(type) {
+		case *Result:
+			last = ev
+		case *ApprovalRequest:
+			if e.opts.Approver == nil {
+				ev.Accept()
+			} else if err := e.opts.Approver(ctx, ev); err != nil {
+				ev.Reject(err.Error())
+			} else {
+				ev.Accept()
+			}
 		}
 	}
 	return last, nil
 }
 
 // Stream runs code as one cell and yields its events as they happen:
-// *Output, *Display and *ClearOutput, then the *Result last. An error ends
-// the sequence; for a Python error or a timeout the partial *Result is
-// yielded just before it. Stopping the iteration early interrupts the cell.
+// *Output, *Display, *ClearOutput and *ApprovalRequest, then the *Result
+// last. An error ends the sequence; for a Python error or a timeout the
+// partial *Result is yielded just before it. Stopping the iteration early
+// rejects the open approval requests and interrupts the cell.
 func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		if err := e.acquire(ctx); err != nil {
@@ -198,20 +263,43 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		stopped := false
+		stop := func() {
+			stopped = true
+			cancel() // interrupts the cell
+		}
+		c := &cell{calls: make(chan kernel.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
 		var ko kernel.ExecOptions
-		if opts != nil {
-			ko.Timeout = opts.Timeout
+		if opts != nil && opts.Timeout > 0 {
+			c.budget = kernel.NewBudget(opts.Timeout)
+			defer c.budget.Stop()
+			ko.Budget = c.budget
 		}
 		ko.Input = e.opts.Input
+		ko.Calls = c.calls
 		ko.OnEvent = func(ev kernel.Event) {
-			if stopped {
-				return
-			}
-			if !yield(fromKernelEvent(ev), nil) {
-				stopped = true
-				cancel() // interrupts the cell
+			if !stopped && !yield(fromKernelEvent(ev), nil) {
+				stop()
 			}
 		}
+		c.deliver = func(r *ApprovalRequest) {
+			if !stopped && !yield(r, nil) {
+				stop()
+			}
+			if stopped {
+				r.Reject("the application stopped listening for approval requests")
+			}
+		}
+		e.cellMu.Lock()
+		e.cur = c
+		e.cellMu.Unlock()
+		defer func() {
+			e.cellMu.Lock()
+			e.cur = nil
+			e.cellMu.Unlock()
+			close(c.done)
+			c.rejectPending("the cell ended")
+		}()
+
 		res, err := e.k.Execute(runCtx, code, &ko)
 		if stopped {
 			return
@@ -248,6 +336,10 @@ func (e *Executor) Reset(ctx context.Context) error {
 	if err := e.k.Restart(ctx); err != nil {
 		return fmt.Errorf("ipybox: reset: %w", err)
 	}
+	// MCP sessions restart lazily on the next call.
+	if err := e.mcp.StopAll(ctx); err != nil {
+		return fmt.Errorf("ipybox: reset: stop MCP servers: %w", err)
+	}
 	return nil
 }
 
@@ -258,13 +350,30 @@ func (e *Executor) Interrupt() error { return e.k.Interrupt() }
 // safe to call concurrently, and bounded in time.
 func (e *Executor) Close() error {
 	e.closeOnce.Do(func() {
-		err := e.k.Close()
-		if rerr := os.RemoveAll(e.runDir); rerr != nil && err == nil {
-			err = rerr
-		}
-		if err != nil && !errors.Is(err, kernel.ErrClosed) {
+		if err := e.closeParts(); err != nil {
 			e.closeErr = fmt.Errorf("ipybox: close: %w", err)
 		}
 	})
 	return e.closeErr
+}
+
+// closeParts stops what Start started, in order: the tool server first
+// (open approvals end), then the kernel, then the MCP servers.
+func (e *Executor) closeParts() error {
+	var errs []error
+	if e.tools != nil {
+		errs = append(errs, e.tools.Close())
+	}
+	if e.k != nil {
+		if err := e.k.Close(); !errors.Is(err, kernel.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if e.mcp != nil {
+		errs = append(errs, e.mcp.Close())
+	}
+	if e.runDir != "" {
+		errs = append(errs, os.RemoveAll(e.runDir))
+	}
+	return errors.Join(errs...)
 }

@@ -28,9 +28,26 @@ type ExecOptions struct {
 	OnEvent func(Event)
 	// Input answers input() calls. Nil makes input() raise a clear error.
 	Input func(prompt string, password bool) (string, error)
-
-	silent bool
+	// Calls delivers functions to run on the calling goroutine while the
+	// cell runs, in order with its events (the Executor surfaces approval
+	// requests this way). Nil means none.
+	Calls <-chan Call
+	// Silent runs the code without output events, history or an execution
+	// count (for housekeeping code).
+	Silent bool
 }
+
+// Call is a function to run on the goroutine of Execute while a cell runs.
+type Call struct {
+	// After, when set, holds Run until the iopub message ipybox_sync with
+	// this id has arrived (the runtime publishes it behind the output
+	// printed before a tool call), or until SyncWait has passed.
+	After string
+	Run   func()
+}
+
+// SyncWait bounds how long a Call waits for its sync marker.
+const SyncWait = time.Second
 
 // Execute runs code as one cell and returns when the cell is done: when both
 // the execute_reply and the final status: idle have arrived.
@@ -125,13 +142,57 @@ type cellState struct {
 	aborted  bool
 	gotReply bool
 	gotIdle  bool
+
+	synced  map[string]bool // sync markers seen
+	waiting []waitingCall   // calls held for their marker
+}
+
+type waitingCall struct {
+	call     Call
+	deadline time.Time
+}
+
+// runCall runs c now if its marker was seen, else holds it.
+func (st *cellState) runCall(c Call) {
+	if c.After == "" || st.synced[c.After] {
+		c.Run()
+		return
+	}
+	st.waiting = append(st.waiting, waitingCall{c, time.Now().Add(SyncWait)})
+}
+
+// release runs the held calls whose marker arrived or whose wait is over.
+func (st *cellState) release(now time.Time) {
+	for i := 0; i < len(st.waiting); {
+		w := st.waiting[i]
+		if st.synced[w.call.After] || !now.Before(w.deadline) {
+			st.waiting = append(st.waiting[:i], st.waiting[i+1:]...)
+			w.call.Run()
+			continue
+		}
+		i++
+	}
+}
+
+// nextDeadline returns a timer channel for the earliest held call.
+func (st *cellState) nextDeadline() <-chan time.Time {
+	if len(st.waiting) == 0 {
+		return nil
+	}
+	d := st.waiting[0].deadline
+	for _, w := range st.waiting[1:] {
+		if w.deadline.Before(d) {
+			d = w.deadline
+		}
+	}
+	return time.After(time.Until(d))
 }
 
 func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
 	content := map[string]any{
 		"code":             code,
-		"silent":           o.silent,
-		"store_history":    !o.silent,
+		"silent":           o.Silent,
+		"store_history":    !o.Silent,
 		"user_expressions": map[string]any{},
 		"allow_stdin":      o.Input != nil,
 		// Cells are serialised by the caller, so there is no queue to
@@ -178,8 +239,19 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		if interruptedAt.IsZero() {
 			ctxDone = ctx.Done()
 		}
+		syncTimer := st.nextDeadline()
 		select {
 		case <-c.notify:
+			continue
+		case cl := <-o.Calls:
+			// Drain output first, so a call sees the events before it.
+			for _, r := range c.drain() {
+				st.handle(in, r, o)
+			}
+			st.runCall(cl)
+			continue
+		case now := <-syncTimer:
+			st.release(now)
 			continue
 		case <-idleTimer:
 			res := st.result(true)
@@ -314,6 +386,17 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 			st.add(d)
 		}
 		st.emit(o, d)
+	case "ipybox_sync":
+		var m2 struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m.Content, &m2) == nil && m2.ID != "" {
+			if st.synced == nil {
+				st.synced = map[string]bool{}
+			}
+			st.synced[m2.ID] = true
+			st.release(time.Now())
+		}
 	case "clear_output":
 		var c struct {
 			Wait bool `json:"wait"`

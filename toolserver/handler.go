@@ -181,6 +181,30 @@ type callRequest struct {
 	Server string         `json:"server"`
 	Tool   string         `json:"tool"`
 	Args   map[string]any `json:"args"`
+	Sync   string         `json:"sync"`
+}
+
+// syncKey carries a request's sync marker (see SyncMarker).
+type syncKey struct{}
+
+// SyncMarker returns the sync marker the kernel sent with the request whose
+// context ctx is, or "". The runtime publishes the same marker on the
+// kernel's iopub channel just before it sends the request, after flushing
+// stdout and stderr: an approver that waits until it has seen the marker
+// on iopub knows it has seen all the output printed before the call.
+func SyncMarker(ctx context.Context) string {
+	s, _ := ctx.Value(syncKey{}).(string)
+	return s
+}
+
+func withSync(ctx context.Context, sync string) (context.Context, *apiError) {
+	if sync == "" {
+		return ctx, nil
+	}
+	if len(sync) > 64 {
+		return ctx, badRequest(`"sync" is longer than 64 bytes`)
+	}
+	return context.WithValue(ctx, syncKey{}, sync), nil
 }
 
 func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
@@ -201,7 +225,10 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 	if s.opts.KnownServer != nil && !s.opts.KnownServer(req.Server) {
 		return unknownServer(req.Server)
 	}
-	ctx := r.Context()
+	ctx, aerr := withSync(r.Context(), req.Sync)
+	if aerr != nil {
+		return aerr
+	}
 	call := &ToolCall{Server: req.Server, Tool: req.Tool, Args: req.Args}
 	what := fmt.Sprintf("tool call %s.%s", req.Server, req.Tool)
 	if !s.opts.AutoApproveTools {
@@ -245,6 +272,7 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 
 type shellRequest struct {
 	Command *string `json:"command"`
+	Sync    string  `json:"sync"`
 }
 
 func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
@@ -256,7 +284,11 @@ func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.
 		return badRequest(`"command" is missing or empty; send {"command": "<the expanded command>"}`)
 	}
 	cmd := *req.Command
-	if aerr := s.approve(r.Context(), "shell command", func(ctx context.Context, a Approver) error {
+	ctx, aerr := withSync(r.Context(), req.Sync)
+	if aerr != nil {
+		return aerr
+	}
+	if aerr := s.approve(ctx, "shell command", func(ctx context.Context, a Approver) error {
 		return a.ApproveShell(ctx, cmd)
 	}); aerr != nil {
 		return aerr

@@ -38,3 +38,165 @@ def setup(config):
     for p in reversed(config.get("sys_path") or []):
         if p not in sys.path:
             sys.path.insert(0, p)
+
+    if config.get("shell_approval") or config.get("require_shell_escape"):
+        _install_shell_hooks(ip, config)
+
+
+def _install_shell_hooks(ip, config):
+    """Routes IPython's shell escapes through approval, and optionally guards
+    the Python-level ways of starting processes.
+
+    Every hook expands the command exactly once, in the caller's frame, as
+    IPython would, asks for approval of the expanded text, and runs that very
+    text without a second expansion: what the application approves is byte
+    for byte what runs.
+    """
+    import os
+    import subprocess
+
+    from IPython.utils import process as _process
+    from IPython.utils.text import LSString, SList
+
+    approve = config.get("shell_approval")
+    # While an approved command runs, the process guards stand aside. The
+    # count is process-wide, not per thread, because IPython runs script
+    # magics on an event loop in another thread; the guards are no security
+    # boundary, so the window this opens for other threads is acceptable.
+    allowed = _AllowCount()
+
+    def ask(command):
+        if approve:
+            import ipybox_runtime
+
+            ipybox_runtime.approve_shell(command)
+
+    class _Allowed:
+        def __enter__(self):
+            allowed.add(1)
+
+        def __exit__(self, *exc):
+            allowed.add(-1)
+
+    def system_piped(cmd):
+        __tracebackhide__ = True
+        # depth=1: the frame that called system_piped, as in IPython.
+        expanded = ip.var_expand(cmd, depth=1)
+        if expanded.rstrip().endswith("&"):
+            raise OSError("Background processes not supported.")
+        ask(expanded)
+        with _Allowed():
+            ip.user_ns["_exit_code"] = _process.system(expanded)
+
+    def system_raw(cmd):
+        __tracebackhide__ = True
+        expanded = ip.var_expand(cmd, depth=1)
+        ask(expanded)
+        with _Allowed():
+            try:
+                ec = _orig["call"](expanded, shell=True, executable=os.environ.get("SHELL"))
+            except KeyboardInterrupt:
+                print("\n" + ip.get_exception_only(), file=sys.stderr)
+                ec = 130
+        if ec > 128:
+            ec = -(ec - 128)
+        ip.user_ns["_exit_code"] = ec
+
+    def getoutput(cmd, split=True, depth=0):
+        __tracebackhide__ = True
+        expanded = ip.var_expand(cmd, depth=depth + 1)
+        if expanded.rstrip().endswith("&"):
+            raise OSError("Background processes not supported.")
+        ask(expanded)
+        with _Allowed():
+            out = _process.getoutput(expanded)
+        return SList(out.splitlines()) if split else LSString(out)
+
+    from IPython.core import magic as _magic
+
+    orig_run_cell_magic = ip.run_cell_magic
+
+    def run_cell_magic(magic_name, line, cell):
+        __tracebackhide__ = True
+        fn = ip.find_cell_magic(magic_name)
+        qual = getattr(fn, "__qualname__", "") or ""
+        if fn is None or cell == "" or not qual.startswith("ScriptMagics."):
+            return orig_run_cell_magic(magic_name, line, cell)
+        # The same expansion IPython's run_cell_magic performs (stack_depth
+        # 2 from here reaches the same frame), then the magic runs with the
+        # expanded line directly, so nothing is expanded twice.
+        if getattr(fn, _magic.MAGIC_NO_VAR_EXPAND_ATTR, False):
+            expanded = line
+        else:
+            expanded = ip.var_expand(line, 2)
+        header = ("%%" + magic_name + " " + expanded).rstrip()
+        ask(header + "\n" + cell)
+        with _Allowed(), ip.builtin_trap:
+            return fn(expanded, cell)
+
+    _orig = {"call": subprocess.call}
+    ip.system = system_piped
+    ip.system_piped = system_piped
+    ip.system_raw = system_raw
+    ip.getoutput = getoutput
+    ip.run_cell_magic = run_cell_magic
+
+    if config.get("require_shell_escape"):
+        _install_process_guards(allowed)
+
+
+class _AllowCount:
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self.depth = 0
+
+    def add(self, n):
+        with self._lock:
+            self.depth += n
+
+
+def _install_process_guards(allowed):
+    """Makes process creation outside ! fail with a clear error.
+
+    This steers well-behaved code towards ! (and so towards shell approval).
+    It is NOT a security boundary: ctypes, a fresh interpreter or a saved
+    reference to the original functions all get around it. Confinement is the
+    sandbox's job.
+    """
+    import os
+    import pty
+    import subprocess
+
+    msg = (
+        "starting processes from Python is disabled in this kernel "
+        "(RequireShellEscape); run the command with !cmd instead, so that it "
+        "goes through shell-command approval"
+    )
+
+    def guard(fn):
+        def guarded(*args, **kwargs):
+            if getattr(allowed, "depth", 0) > 0:
+                return fn(*args, **kwargs)
+            raise PermissionError(msg)
+
+        guarded.__name__ = getattr(fn, "__name__", "guarded")
+        guarded.__doc__ = fn.__doc__
+        return guarded
+
+    orig_popen_init = subprocess.Popen.__init__
+
+    def popen_init(self, *args, **kwargs):
+        if getattr(allowed, "depth", 0) > 0:
+            return orig_popen_init(self, *args, **kwargs)
+        raise PermissionError(msg)
+
+    subprocess.Popen.__init__ = popen_init
+    names = ["system", "posix_spawn", "posix_spawnp", "fork", "forkpty"]
+    names += [n for n in dir(os) if n.startswith(("exec", "spawn"))]
+    for name in names:
+        fn = getattr(os, name, None)
+        if callable(fn):
+            setattr(os, name, guard(fn))
+    pty.spawn = guard(pty.spawn)

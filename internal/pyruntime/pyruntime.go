@@ -24,6 +24,11 @@ type InitConfig struct {
 	WorkDir string `json:"workdir,omitempty"`
 	// SysPath entries are put at the front of sys.path.
 	SysPath []string `json:"sys_path,omitempty"`
+	// ShellApproval routes every shell command through the tool server's
+	// shell approval before it runs.
+	ShellApproval bool `json:"shell_approval,omitempty"`
+	// RequireShellEscape installs the Python-level process guards.
+	RequireShellEscape bool `json:"require_shell_escape,omitempty"`
 }
 
 // InitCode returns the Python source to run silently in a fresh kernel. It

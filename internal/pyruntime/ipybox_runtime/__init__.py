@@ -26,6 +26,7 @@ import http.client
 import json
 import os
 import socket
+import sys
 import threading
 
 __all__ = [
@@ -389,6 +390,39 @@ def _shape(result, result_type):
     return ToolResult(result)
 
 
+def _sync_marker():
+    """Flushes stdout and stderr, then publishes a marker on the kernel's
+    iopub channel and returns its id (None outside a kernel).
+
+    The marker travels behind the output on the same channel, so the host,
+    which receives the id with the request, can hold an approval request
+    until it has seen the output printed before the call.
+    """
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        kernel = getattr(ip, "kernel", None)
+        if kernel is None:
+            return None
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        marker = os.urandom(8).hex()
+        kernel.session.send(
+            kernel.iopub_socket,
+            "ipybox_sync",
+            {"id": marker},
+            parent=kernel.get_parent("shell"),
+            ident=b"ipybox_sync",
+        )
+        return marker
+    except Exception:
+        return None
+
+
 def run_tool(server, tool, params=None, result_type=None, *, timeout=None):
     """Call ``tool`` of the MCP server ``server`` and return its result.
 
@@ -403,6 +437,9 @@ def run_tool(server, tool, params=None, result_type=None, *, timeout=None):
     ApprovalTimeoutError, or ToolServerError; all are ToolRunnerError.
     """
     payload = {"server": server, "tool": tool, "args": _dump(params)}
+    marker = _sync_marker()
+    if marker:
+        payload["sync"] = marker
     result = _post("/v1/tools/call", payload, timeout)
     return _shape(result, result_type)
 
@@ -443,7 +480,11 @@ def approve_shell(command, *, timeout=None):
     """
     if not isinstance(command, str) or not command:
         raise ValueError("approve_shell needs the command as a non-empty str, got %r" % (command,))
-    answer = _post("/v1/shell/approve", {"command": command}, timeout)
+    payload = {"command": command}
+    marker = _sync_marker()
+    if marker:
+        payload["sync"] = marker
+    answer = _post("/v1/shell/approve", payload, timeout)
     # Fail closed: only an explicit approval lets the command run.
     if answer.get("approved") is not True:
         raise ApprovalRejectedError("shell command was not approved", kind="rejected", status=200)

@@ -1,0 +1,149 @@
+package ipybox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/toolserver"
+)
+
+// ApprovalRequest asks the application whether a tool call, or a shell
+// command, from the running cell may go ahead. Stream yields it; the
+// consumer answers with Accept or Reject, at once or later from any
+// goroutine. Until then the call waits, and the cell's timeout is paused.
+//
+// A request that is not answered within Options.ApprovalTimeout raises
+// ApprovalTimeoutError in the cell. A request still open when the consumer
+// stops iterating, or when the cell ends, is rejected.
+type ApprovalRequest struct {
+	// Kind is "tool" or "shell".
+	Kind string
+	// Server, Tool and Args describe a tool call (Kind "tool"). Server is
+	// the registered name; Tool is the tool's original MCP name.
+	Server string
+	Tool   string
+	Args   map[string]any
+	// Command is the exact shell command that will run (Kind "shell"),
+	// after IPython's expansion. Script magics carry their magic line:
+	// "%%bash --out x\n<script>".
+	Command string
+
+	once     sync.Once
+	decision chan error // receives nil (accept) or a *toolserver.RejectedError
+}
+
+func (*ApprovalRequest) isEvent() {}
+
+// Accept lets the call run. Only the first Accept or Reject counts.
+func (r *ApprovalRequest) Accept() { r.decide(nil) }
+
+// Reject refuses the call; kernel code sees ApprovalRejectedError with
+// reason. Only the first Accept or Reject counts.
+func (r *ApprovalRequest) Reject(reason string) {
+	if reason == "" {
+		reason = "rejected by the application"
+	}
+	r.decide(&toolserver.RejectedError{Reason: reason})
+}
+
+func (r *ApprovalRequest) decide(err error) {
+	r.once.Do(func() { r.decision <- err })
+}
+
+// String describes the request for a person deciding on it.
+func (r *ApprovalRequest) String() string {
+	if r.Kind == "shell" {
+		return "shell command: " + r.Command
+	}
+	return fmt.Sprintf("tool call %s.%s(%v)", r.Server, r.Tool, r.Args)
+}
+
+// cell is the execution that currently runs, as the approval path sees it.
+type cell struct {
+	calls   chan kernel.Call         // to the Stream loop
+	deliver func(r *ApprovalRequest) // runs on the Stream loop
+	done    chan struct{}            // closed when the cell's Stream ends
+	budget  *kernel.Budget
+
+	mu      sync.Mutex
+	pending map[*ApprovalRequest]struct{}
+}
+
+func (c *cell) track(r *ApprovalRequest, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		c.pending[r] = struct{}{}
+	} else {
+		delete(c.pending, r)
+	}
+}
+
+// rejectPending rejects every open request of the cell.
+func (c *cell) rejectPending(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for r := range c.pending {
+		r.Reject(reason)
+	}
+}
+
+// approver is the toolserver.Approver of an Executor: it routes each
+// request to the cell that is running, as an event of its Stream.
+type approver struct{ e *Executor }
+
+func (a approver) ApproveTool(ctx context.Context, c *toolserver.ToolCall) error {
+	return a.e.ask(ctx, &ApprovalRequest{Kind: "tool", Server: c.Server, Tool: c.Tool, Args: c.Args})
+}
+
+func (a approver) ApproveShell(ctx context.Context, command string) error {
+	return a.e.ask(ctx, &ApprovalRequest{Kind: "shell", Command: command})
+}
+
+var errNoCell = &toolserver.RejectedError{Reason: "no cell is running: calls from threads that outlive their cell are not approved"}
+
+// ask delivers r to the running cell's consumer and waits for the decision,
+// the approval timeout (ctx, set by the tool server), or the end of the cell.
+func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) error {
+	e.cellMu.Lock()
+	c := e.cur
+	e.cellMu.Unlock()
+	if c == nil {
+		return errNoCell
+	}
+	r.decision = make(chan error, 1)
+	c.track(r, true)
+	defer c.track(r, false)
+	// The time spent waiting for the application does not count against
+	// the cell's budget; the budget resumes however the wait ends.
+	if c.budget != nil {
+		c.budget.Pause()
+		defer c.budget.Resume()
+	}
+	select {
+	case c.calls <- kernel.Call{After: toolserver.SyncMarker(ctx), Run: func() { c.deliver(r) }}:
+	case <-c.done:
+		return errNoCell
+	case <-ctx.Done():
+		return approvalCtxErr(ctx)
+	}
+	select {
+	case err := <-r.decision:
+		return err
+	case <-c.done:
+		return &toolserver.RejectedError{Reason: "the cell ended before the call was approved"}
+	case <-ctx.Done():
+		r.Reject("approval timed out")
+		return approvalCtxErr(ctx)
+	}
+}
+
+func approvalCtxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return toolserver.ErrApprovalTimeout
+	}
+	return &toolserver.RejectedError{Reason: "the call was abandoned"}
+}

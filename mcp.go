@@ -1,0 +1,183 @@
+package ipybox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/pygen"
+	"github.com/ipybox/ipybox/toolserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type (
+	// ServerConfig is an MCP server's config: a command (stdio) or a URL
+	// (streamable HTTP or SSE). String values may hold ${VAR} placeholders.
+	ServerConfig = mcpconn.Config
+	// ToolModule describes one generated tool module: its Python module
+	// name, the tool's original name, and the call signature.
+	ToolModule = pygen.Module
+)
+
+const (
+	defaultApprovalTimeout = 5 * time.Minute
+	defaultToolCallTimeout = 2 * time.Minute
+)
+
+// registryPath is where a workspace's MCP servers are recorded, with their
+// ${VAR} placeholders (never the values).
+func registryPath(workspace string) string {
+	return filepath.Join(workspace, ".ipybox", "servers.json")
+}
+
+// startTools loads the workspace's registry and starts the MCP manager and
+// the tool server (on a unix socket in the run directory).
+func (e *Executor) startTools() error {
+	reg, err := mcpconn.LoadRegistry(registryPath(e.workspace))
+	if err != nil {
+		return err
+	}
+	e.registry = reg
+	e.mcp = mcpconn.New(reg, &mcpconn.Options{
+		Logger:      e.log,
+		CallTimeout: e.toolCallTimeout(),
+		DotEnv:      e.opts.DotEnv,
+	})
+	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
+		Approver:         approver{e},
+		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
+		KnownServer: func(name string) bool {
+			_, ok := reg.Get(name)
+			return ok
+		},
+		CallTimeout:     e.toolCallTimeout(),
+		ApprovalTimeout: e.approvalTimeout(),
+		Logger:          e.log,
+	})
+	if err != nil {
+		return err
+	}
+	e.tools = ts
+	if e.toolURL, err = ts.ListenUnix(filepath.Join(e.runDir, "tool.sock")); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (e *Executor) approvalTimeout() time.Duration {
+	if e.opts.ApprovalTimeout > 0 {
+		return e.opts.ApprovalTimeout
+	}
+	return defaultApprovalTimeout
+}
+
+func (e *Executor) toolCallTimeout() time.Duration {
+	if e.opts.ToolCallTimeout > 0 {
+		return e.opts.ToolCallTimeout
+	}
+	return defaultToolCallTimeout
+}
+
+// toolEnv is the kernel's view of the tool server.
+func (e *Executor) toolEnv() []string {
+	// The runtime's own socket timeout must outlast the host's bounds.
+	wait := e.approvalTimeout() + e.toolCallTimeout() + 30*time.Second
+	return []string{
+		toolserver.EnvURL + "=" + e.toolURL,
+		toolserver.EnvToken + "=" + e.tools.Token(),
+		toolserver.EnvTimeout + "=" + strconv.Itoa(int(wait.Seconds())),
+	}
+}
+
+// mcpCaller adapts the MCP manager to the tool server, turning its
+// unknown-server error into the tool server's.
+type mcpCaller struct{ m *mcpconn.Manager }
+
+func (c mcpCaller) CallTool(ctx context.Context, server, tool string, args map[string]any) (*toolResult, error) {
+	res, err := c.m.CallTool(ctx, server, tool, args)
+	if err != nil && isUnknownServer(err) {
+		return nil, fmt.Errorf("%w: %q", toolserver.ErrUnknownServer, server)
+	}
+	return res, err
+}
+
+// RegisterMCPServer connects to an MCP server, lists its tools, generates
+// mcptools/<name>/ in the workspace (one typed module per tool), and
+// records the server in <workspace>/.ipybox/servers.json with its ${VAR}
+// placeholders. Kernel code can then import the modules:
+//
+//	from mcptools.<name>.<module> import Params, run
+//
+// name must be a Python identifier that is not a keyword. Registering a
+// name again replaces the server and its modules.
+func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
+	if err := pygen.ValidServerName(name); err != nil {
+		return nil, fmt.Errorf("ipybox: register MCP server: %w", err)
+	}
+	old, had := e.registry.Get(name)
+	if err := e.registry.Add(name, cfg); err != nil {
+		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+	}
+	restore := func() {
+		if had {
+			e.registry.Add(name, old)
+		} else {
+			e.registry.Remove(name)
+		}
+	}
+	tools, err := e.mcp.ListTools(ctx, name)
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+	}
+	gen := make([]pygen.Tool, 0, len(tools))
+	for _, t := range tools {
+		in, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			restore()
+			return nil, fmt.Errorf("ipybox: register MCP server %q: tool %q: %w", name, t.Name, err)
+		}
+		g := pygen.Tool{Name: t.Name, Description: t.Description, InputSchema: in}
+		if t.OutputSchema != nil {
+			if g.OutputSchema, err = json.Marshal(t.OutputSchema); err != nil {
+				restore()
+				return nil, fmt.Errorf("ipybox: register MCP server %q: tool %q: %w", name, t.Name, err)
+			}
+		}
+		gen = append(gen, g)
+	}
+	mods, err := pygen.Write(filepath.Join(e.workspace, "mcptools"), name, gen)
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+	}
+	if err := e.registry.Save(registryPath(e.workspace)); err != nil {
+		return nil, fmt.Errorf("ipybox: register MCP server %q: save registry: %w", name, err)
+	}
+	e.forgetModules(ctx, name)
+	return mods, nil
+}
+
+// MCPServers returns the names of the registered MCP servers.
+func (e *Executor) MCPServers() []string { return e.registry.Names() }
+
+// forgetModules drops the kernel's cached imports of a regenerated server,
+// so that the next import sees the new modules.
+func (e *Executor) forgetModules(ctx context.Context, name string) {
+	if err := e.acquire(ctx); err != nil {
+		return
+	}
+	defer e.release()
+	code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
+	e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
+}
+
+type toolResult = mcp.CallToolResult
+
+func isUnknownServer(err error) bool { return errors.Is(err, mcpconn.ErrUnknownServer) }
