@@ -291,7 +291,7 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		go in.heartbeat()
 	}
 	if k.opts.InitCode != "" {
-		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{silent: true}); err != nil {
+		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
 			k.kill(in)
 			return nil, fmt.Errorf("kernel init code failed: %w", err)
 		}
