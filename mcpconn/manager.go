@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -167,7 +168,7 @@ func (m *Manager) lookup(name string) (string, bool) {
 // ListTools returns all tools of the named server, following pagination.
 func (m *Manager) ListTools(ctx context.Context, server string) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
-	err := m.do(ctx, server, "listing tools", func(ctx context.Context, s *session) error {
+	err := m.do(ctx, server, "listing tools", true, func(ctx context.Context, s *session) error {
 		tools = tools[:0]
 		seen := map[string]bool{}
 		params := &mcp.ListToolsParams{}
@@ -199,7 +200,7 @@ func (m *Manager) ListTools(ctx context.Context, server string) ([]*mcp.Tool, er
 // protocol error such as an unknown tool.
 func (m *Manager) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
 	var res *mcp.CallToolResult
-	err := m.do(ctx, server, fmt.Sprintf("calling tool %q", tool), func(ctx context.Context, s *session) error {
+	err := m.do(ctx, server, fmt.Sprintf("calling tool %q", tool), false, func(ctx context.Context, s *session) error {
 		var err error
 		res, err = s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		return err
@@ -211,10 +212,10 @@ func (m *Manager) CallTool(ctx context.Context, server, tool string, args map[st
 }
 
 // do runs op on the server's session, bounded by CallTimeout. When the
-// session turns out to be dead and the request was not delivered, it
-// reconnects and tries once more. A request that may have reached the
-// server is never repeated.
-func (m *Manager) do(ctx context.Context, server, what string, op func(context.Context, *session) error) error {
+// session turns out to be dead and the request was not delivered (or op is
+// idempotent, like listing), it reconnects and tries once more. A tool call
+// that may have reached the server is never repeated.
+func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, op func(context.Context, *session) error) error {
 	for attempt := 0; ; attempt++ {
 		s, err := m.session(ctx, server)
 		if err != nil {
@@ -236,15 +237,18 @@ func (m *Manager) do(ctx context.Context, server, what string, op func(context.C
 		case s.ctx.Err() != nil && s.stopped.Load():
 			return fmt.Errorf("mcpconn: server %q: %s: the server was stopped during the call: %w", server, what, err)
 		}
-		if attempt == 0 && notDelivered(err) {
-			m.log.Info("mcp server session is dead; reconnecting", "server", server, "error", err)
+		if attempt == 0 && (notDelivered(err) || idempotent && !isProtocolError(err)) {
+			m.log.Info("mcp server connection failed; reconnecting", "server", server, "error", err)
 			m.drop(server, s)
 			continue
 		}
-		if !s.alive() {
-			m.drop(server, s)
+		if isProtocolError(err) {
+			return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
 		}
-		return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
+		// The connection failed while the request may have reached the
+		// server, so it is not repeated; the next call starts afresh.
+		m.drop(server, s)
+		return fmt.Errorf("mcpconn: server %q: %s: the connection failed during the request (did the server crash?); the next call reconnects: %w", server, what, err)
 	}
 }
 
@@ -254,6 +258,13 @@ func (m *Manager) do(ctx context.Context, server, what string, op func(context.C
 func notDelivered(err error) bool {
 	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe)
+}
+
+// isProtocolError reports whether err is a JSON-RPC error from the server,
+// such as an unknown tool or invalid arguments: the connection is fine.
+func isProtocolError(err error) bool {
+	var je *jsonrpc.Error
+	return errors.As(err, &je)
 }
 
 // session returns the live session of the named server, connecting if

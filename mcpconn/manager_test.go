@@ -1,12 +1,20 @@
 package mcpconn
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -196,5 +204,554 @@ func TestGoServerAllTransports(t *testing.T) {
 	s := m.entries["sse"].current()
 	if s == nil || s.transport != SSE {
 		t.Errorf("sse server: session %+v, want the SSE transport (URL path /sse)", s)
+	}
+}
+
+// startEverything runs server-everything in an HTTP mode ("sse" or
+// "streamableHttp") on a free loopback port and returns its base URL.
+// server-everything reads only PORT; it binds every interface, as the
+// package offers no host setting.
+func startEverything(t *testing.T, mode string) string {
+	t.Helper()
+	bin := testenv.NPMBin(t, "mcp-server-everything")
+	for attempt := 0; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, mode)
+		cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+		cmd.Stdout, cmd.Stderr = &stderr, &stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		stop := func() {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				t.Cleanup(stop)
+				return "http://" + addr
+			}
+			select {
+			case <-exited:
+			case <-time.After(50 * time.Millisecond):
+				if time.Now().Before(deadline) {
+					continue
+				}
+				stop()
+				t.Fatalf("server-everything %s did not listen on %s within 20s:\n%s", mode, addr, stderr.String())
+			}
+			break
+		}
+		// It exited: most likely the port was taken meanwhile.
+		if attempt == 2 {
+			t.Fatalf("server-everything %s exited:\n%s", mode, stderr.String())
+		}
+	}
+}
+
+func TestEverythingAllTransports(t *testing.T) {
+	bin := testenv.NPMBin(t, "mcp-server-everything")
+	servers := map[string]Config{
+		"stdio": {Command: bin, Args: []string{"stdio"}},
+		"http":  {URL: startEverything(t, "streamableHttp") + "/mcp"},
+		"sse":   {URL: startEverything(t, "sse") + "/sse"},
+	}
+	m := newManager(t, servers, nil)
+	for name := range servers {
+		t.Run(name, func(t *testing.T) {
+			tools, err := m.ListTools(ctxT(t), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := toolNames(tools)
+			for _, want := range []string{"echo", "get-sum", "get-structured-content"} {
+				if !slices.Contains(names, want) {
+					t.Errorf("tools %v lack %q", names, want)
+				}
+			}
+			if got := callText(t, m, name, "echo", map[string]any{"message": "hello"}); !strings.Contains(got, "hello") {
+				t.Errorf("echo = %q, want it to contain hello", got)
+			}
+		})
+	}
+}
+
+func TestCrashBetweenCallsReconnects(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, nil)
+	pid := serverPid(t, m, "go")
+
+	// The crash tool kills the server while answering: that call fails
+	// with a Go error and is not repeated.
+	if r, err := m.CallTool(ctxT(t), "go", "crash", nil); err == nil {
+		t.Fatalf("crash: got result %+v, want a transport error", r)
+	}
+	waitGone(t, pid)
+	if got := callText(t, m, "go", "tool-1", map[string]any{"s": "again"}); got != "tool-1: again" {
+		t.Errorf("after the crash: tool-1 = %q", got)
+	}
+	if pid2 := serverPid(t, m, "go"); pid2 == pid {
+		t.Errorf("pid after the crash = %d, want a new process", pid2)
+	}
+}
+
+func TestKilledServerReconnects(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, nil)
+	pid := serverPid(t, m, "go")
+	// Killed from outside, between two calls: the next call must work.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Gone means reaped, which happens once the session has seen the
+	// server's end: the crash is then between the calls, not during one.
+	waitGone(t, pid)
+	if got := callText(t, m, "go", "tool-1", map[string]any{"s": "x"}); got != "tool-1: x" {
+		t.Errorf("after kill: tool-1 = %q", got)
+	}
+	// A listing is idempotent, so it is retried even when the server died
+	// during it.
+	pid = serverPid(t, m, "go")
+	syscall.Kill(pid, syscall.SIGKILL)
+	if _, err := m.ListTools(ctxT(t), "go"); err != nil {
+		t.Errorf("ListTools right after a kill: %v", err)
+	}
+}
+
+func TestHangingInitializeTimesOut(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	servers := map[string]Config{
+		"stdio_hang": testmcpStdio(t, "--hang-initialize"),
+		"http_hang":  {URL: mcptest.StartHTTP(t, "http", &mcptest.Options{HangInitialize: true})},
+		"sse_hang":   {URL: mcptest.StartHTTP(t, "sse", &mcptest.Options{HangInitialize: true})},
+	}
+	m := newManager(t, servers, &Options{ConnectTimeout: 700 * time.Millisecond})
+	for name := range servers {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			_, err := m.ListTools(ctxT(t), name)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+			}
+			for _, want := range []string{fmt.Sprintf("%q", name), "initialize", "700ms"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %s", err, want)
+				}
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %v, want about the connect timeout", d)
+			}
+		})
+	}
+}
+
+func TestPagination(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	opts := &mcptest.Options{ExtraTools: 250, PageSize: 40}
+	servers := goServers(t, opts, "--extra-tools", "250", "--page-size", "40")
+	m := newManager(t, servers, nil)
+	for name := range servers {
+		t.Run(name, func(t *testing.T) {
+			tools, err := m.ListTools(ctxT(t), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			extra := 0
+			seen := map[string]bool{}
+			for _, tl := range tools {
+				if seen[tl.Name] {
+					t.Errorf("tool %q listed twice", tl.Name)
+				}
+				seen[tl.Name] = true
+				if strings.HasPrefix(tl.Name, "extra_") {
+					extra++
+				}
+			}
+			if extra != 250 {
+				t.Errorf("got %d extra tools of %d tools, want 250", extra, len(tools))
+			}
+			if !seen["extra_0000"] || !seen["extra_0249"] {
+				t.Errorf("first or last extra tool missing")
+			}
+		})
+	}
+}
+
+func TestSSEFallback(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	// An SSE-only server at a URL without /sse: streamable HTTP is tried
+	// first, its POST initialize gets a 4xx, and SSE takes over.
+	sse := mcptest.StartHTTP(t, "sse", nil)
+	root := strings.TrimSuffix(sse, "/sse") + "/"
+	servers := map[string]Config{
+		"fallback": {URL: root},
+		// With an explicit type there is no fallback.
+		"explicit": {URL: root, Type: "http"},
+	}
+	m := newManager(t, servers, nil)
+	if got := callText(t, m, "fallback", "tool-1", map[string]any{"s": "sse"}); got != "tool-1: sse" {
+		t.Errorf("tool-1 = %q", got)
+	}
+	if s := m.entries["fallback"].current(); s == nil || s.transport != SSE {
+		t.Errorf("session %+v, want the SSE transport", s)
+	}
+	if _, err := m.ListTools(ctxT(t), "explicit"); err == nil {
+		t.Errorf("type http against an SSE-only server: no error")
+	}
+	// The next connect goes straight to SSE.
+	if err := m.Stop(ctxT(t), "fallback"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ListTools(ctxT(t), "fallback"); err != nil {
+		t.Fatal(err)
+	}
+	if m.entries["fallback"].sseURL != root {
+		t.Errorf("the fallback was not remembered")
+	}
+}
+
+func TestStdioEnvironment(t *testing.T) {
+	t.Setenv("IPYBOX_CANARY", "host-secret")
+	t.Setenv("IPYBOX_TOKEN", "tok")
+	cfg := testmcpStdio(t)
+	cfg.Env = map[string]string{"FROM_CONFIG": "cfg-${IPYBOX_TOKEN}", "FROM_DOTENV": "${ONLY_IN_DOTENV}"}
+	m := newManager(t, map[string]Config{"go": cfg}, &Options{DotEnv: map[string]string{"ONLY_IN_DOTENV": "dot", "IPYBOX_TOKEN": "loses"}})
+	for _, tc := range []struct{ name, want string }{
+		{"IPYBOX_CANARY", ""}, // the host environment does not leak
+		{"FROM_CONFIG", "cfg-tok"},
+		{"FROM_DOTENV", "dot"},
+		{"HOME", os.Getenv("HOME")},
+		{"PATH", os.Getenv("PATH")},
+	} {
+		if got := callText(t, m, "go", "env", map[string]any{"name": tc.name}); got != tc.want {
+			t.Errorf("server's %s = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestMissingVariable(t *testing.T) {
+	cfg := Config{URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer ${IPYBOX_NO_SUCH_VAR}"}}
+	m := newManager(t, map[string]Config{"gh": cfg}, nil)
+	_, err := m.ListTools(ctxT(t), "gh")
+	var mv *MissingVarError
+	if !errors.As(err, &mv) || mv.Var != "IPYBOX_NO_SUCH_VAR" {
+		t.Fatalf("error %v, want a MissingVarError for IPYBOX_NO_SUCH_VAR", err)
+	}
+	for _, want := range []string{`"gh"`, "IPYBOX_NO_SUCH_VAR", `headers["Authorization"]`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	// The registry keeps the placeholder.
+	if c, _ := m.reg.Get("gh"); c.Headers["Authorization"] != "Bearer ${IPYBOX_NO_SUCH_VAR}" {
+		t.Errorf("registry's header = %q, want the placeholder", c.Headers["Authorization"])
+	}
+}
+
+func TestStopLeavesNoProcess(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"a": testmcpStdio(t), "b": testmcpStdio(t)}, nil)
+	pa, pb := serverPid(t, m, "a"), serverPid(t, m, "b")
+	if err := m.Stop(ctxT(t), "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pa)
+	if err := syscall.Kill(pb, 0); err != nil {
+		t.Errorf("stopping a also ended b: %v", err)
+	}
+	// Stopped sessions restart lazily.
+	if pa2 := serverPid(t, m, "a"); pa2 == pa {
+		t.Errorf("a was not restarted")
+	}
+	if err := m.StopAll(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pb)
+	if err := m.Stop(ctxT(t), "never_started"); err != nil {
+		t.Errorf("Stop of a server without a session: %v", err)
+	}
+}
+
+func TestStopEndsProcessGroup(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	sh := testenv.NeedsTool(t, "sh")
+	// The shell starts the server as a child and waits, so the server is a
+	// grandchild of ours: stopping must reach it through the process group.
+	cfg := Config{Command: sh, Args: []string{"-c", `"$0" --transport stdio; echo done >&2`, mcptest.Build(t)}}
+	m := newManager(t, map[string]Config{"wrapped": cfg}, nil)
+	pid := serverPid(t, m, "wrapped")
+	if err := m.Stop(ctxT(t), "wrapped"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+}
+
+func TestCloseIsBoundedWithCallsInFlight(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	servers := goServers(t, nil)
+	reg := NewRegistry()
+	for name, c := range servers {
+		if err := reg.Add(name, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(servers))
+	for name := range servers {
+		if _, err := m.ListTools(ctxT(t), name); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := m.CallTool(context.Background(), name, "tool_2", map[string]any{"delay": 60})
+			errs <- err
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // let the calls reach the servers
+	start := time.Now()
+	if err := m.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	// An HTTP session's DELETE may wait for the server to finish the
+	// cancelled call, up to the SDK's 5s bound; Close is bounded all the same.
+	if d := time.Since(start); d > m.closeBound() {
+		t.Errorf("Close took %v with calls in flight, more than its bound %v", d, m.closeBound())
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err == nil {
+			t.Errorf("a call in flight during Close succeeded")
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := m.ListTools(ctxT(t), "stdio"); !errors.Is(err, ErrClosed) {
+		t.Errorf("ListTools after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, &Options{CallTimeout: 300 * time.Millisecond})
+	_, err := m.CallTool(ctxT(t), "go", "tool_2", map[string]any{"delay": 30})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "300ms") {
+		t.Fatalf("error %v, want a timeout naming 300ms", err)
+	}
+	// The session survives a slow call.
+	if got := callText(t, m, "go", "tool_2", nil); got != "tool_2 done" {
+		t.Errorf("tool_2 = %q", got)
+	}
+}
+
+func TestUnknownServer(t *testing.T) {
+	m := newManager(t, map[string]Config{"known": {URL: "http://127.0.0.1:1/mcp"}}, nil)
+	_, err := m.CallTool(ctxT(t), "nope", "x", nil)
+	if !errors.Is(err, ErrUnknownServer) || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "known") {
+		t.Fatalf("error %v, want ErrUnknownServer naming nope and the registered servers", err)
+	}
+}
+
+func TestRegistryChanges(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	reg := NewRegistry()
+	if err := reg.Add("go", testmcpStdio(t)); err != nil {
+		t.Fatal(err)
+	}
+	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	defer m.Close()
+	pid := serverPid(t, m, "go")
+	// A replaced config reconnects.
+	cfg := testmcpStdio(t)
+	cfg.Env = map[string]string{"MARK": "v2"}
+	if err := reg.Add("go", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := callText(t, m, "go", "env", map[string]any{"name": "MARK"}); got != "v2" {
+		t.Errorf("after replacing the config, MARK = %q, want v2", got)
+	}
+	waitGone(t, pid)
+	pid = serverPid(t, m, "go")
+	// A removed server is unknown, and its process ends.
+	reg.Remove("go")
+	if _, err := m.ListTools(ctxT(t), "go"); !errors.Is(err, ErrUnknownServer) {
+		t.Errorf("after Remove: %v, want ErrUnknownServer", err)
+	}
+	waitGone(t, pid)
+}
+
+func TestHeadersAreSent(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	t.Setenv("IPYBOX_TEST_TOKEN", "s3cret")
+	var mu sync.Mutex
+	var got []string
+	h, shutdown := mcptest.Handler("http", nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { shutdown(); srv.Close() })
+	m := newManager(t, map[string]Config{"remote": {
+		URL:     srv.URL + "/mcp",
+		Headers: map[string]string{"Authorization": "Bearer ${IPYBOX_TEST_TOKEN}"},
+	}}, nil)
+	callText(t, m, "remote", "tool-1", map[string]any{"s": "x"})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("no requests")
+	}
+	for _, a := range got {
+		if a != "Bearer s3cret" {
+			t.Errorf("Authorization = %q, want %q", a, "Bearer s3cret")
+		}
+	}
+}
+
+// swappable serves through a handler that a test can replace, as a server
+// restart would, which forgets every session.
+type swappable struct {
+	mu sync.Mutex
+	h  http.Handler
+}
+
+func (s *swappable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	h.ServeHTTP(w, r)
+}
+
+func TestHTTPSessionLostReconnects(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	h1, shutdown1 := mcptest.Handler("http", nil)
+	h2, shutdown2 := mcptest.Handler("http", nil)
+	sw := &swappable{h: h1}
+	srv := httptest.NewServer(sw)
+	t.Cleanup(func() { shutdown1(); shutdown2(); srv.Close() })
+	m := newManager(t, map[string]Config{"remote": {URL: srv.URL + "/mcp"}}, nil)
+	callText(t, m, "remote", "tool-1", map[string]any{"s": "1"})
+	// The server restarts: our session id is unknown to it (404).
+	shutdown1()
+	sw.mu.Lock()
+	sw.h = h2
+	sw.mu.Unlock()
+	if got := callText(t, m, "remote", "tool-1", map[string]any{"s": "2"}); got != "tool-1: 2" {
+		t.Errorf("after the restart: %q", got)
+	}
+}
+
+func TestStdioCommandHook(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	var calls []string
+	var mu sync.Mutex
+	hook := func(ctx context.Context, server string, cfg Config, cmd *exec.Cmd) (*exec.Cmd, error) {
+		mu.Lock()
+		calls = append(calls, server)
+		mu.Unlock()
+		if server == "refused" {
+			return nil, errors.New("no sandbox here")
+		}
+		if !cfg.SandboxRequested() {
+			return nil, fmt.Errorf("server %s: want the sandbox setting passed through", server)
+		}
+		// Wrap the command, as a sandbox launcher would.
+		env := testenv.NeedsTool(t, "env")
+		w := exec.Command(env, append([]string{"WRAPPED=yes", cmd.Path}, cmd.Args[1:]...)...)
+		w.Env, w.Dir, w.Stderr = cmd.Env, cmd.Dir, cmd.Stderr
+		return w, nil
+	}
+	cfg := testmcpStdio(t)
+	cfg.Sandbox = []byte(`{"network": {"allowedDomains": []}}`)
+	m := newManager(t, map[string]Config{"wrapped": cfg, "refused": cfg}, &Options{StdioCommand: hook})
+	if got := callText(t, m, "wrapped", "env", map[string]any{"name": "WRAPPED"}); got != "yes" {
+		t.Errorf("WRAPPED = %q, want yes", got)
+	}
+	_, err := m.ListTools(ctxT(t), "refused")
+	if err == nil || !strings.Contains(err.Error(), "no sandbox here") || !strings.Contains(err.Error(), `"refused"`) {
+		t.Errorf("error %v, want the hook's error naming the server", err)
+	}
+}
+
+func TestCommandNotFound(t *testing.T) {
+	m := newManager(t, map[string]Config{"missing": {Command: "ipybox-no-such-command"}}, nil)
+	_, err := m.ListTools(ctxT(t), "missing")
+	if err == nil || !strings.Contains(err.Error(), "ipybox-no-such-command") || !strings.Contains(err.Error(), `"missing"`) {
+		t.Fatalf("error %v, want one naming the command and the server", err)
+	}
+}
+
+func TestStderrGoesToLogger(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, &Options{Logger: log})
+	if _, err := m.ListTools(ctxT(t), "go"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), `line="testmcp: serving stdio"`) || !strings.Contains(buf.String(), "server=go") {
+		t.Errorf("log lacks the server's stderr line:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestConcurrentCallsShareOneSession(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, nil)
+	var wg sync.WaitGroup
+	pids := make([]string, 8)
+	for i := range pids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := m.CallTool(ctxT(t), "go", "pid", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			pids[i] = resultText(t, r)
+		}()
+	}
+	wg.Wait()
+	for _, p := range pids {
+		if p != pids[0] {
+			t.Fatalf("pids %v: concurrent first calls started several servers", pids)
+		}
 	}
 }

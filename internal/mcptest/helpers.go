@@ -18,21 +18,44 @@ import (
 
 // Handler returns an HTTP handler that serves NewServer(opts) over the given
 // transport: "http" (streamable HTTP, served at /mcp) or "sse" (the
-// 2024-11-05 SSE transport, served at every path, so both /sse and / work).
-// It panics on any other transport, which is a programmer error.
-func Handler(transport string, opts *Options) http.Handler {
-	server := NewServer(opts)
+// 2024-11-05 SSE transport, served at every path, so both /sse and / work),
+// and a shutdown function that ends every session (and, unless opts.Done was
+// set, every blocked handler), as a server restart would. It panics on any
+// other transport, which is a programmer error.
+func Handler(transport string, opts *Options) (h http.Handler, shutdown func()) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	var done chan struct{}
+	if o.Done == nil {
+		done = make(chan struct{})
+		o.Done = done
+	}
+	server := NewServer(&o)
 	get := func(*http.Request) *mcp.Server { return server }
 	switch transport {
 	case "http":
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(get, nil))
-		return mux
+		h = mux
 	case "sse":
-		return mcp.NewSSEHandler(get, nil)
+		h = mcp.NewSSEHandler(get, nil)
 	default:
 		panic(fmt.Sprintf("mcptest: transport %q: want \"http\" or \"sse\"", transport))
 	}
+	var once sync.Once
+	shutdown = func() {
+		once.Do(func() {
+			if done != nil {
+				close(done)
+			}
+			for ss := range server.Sessions() {
+				ss.Close()
+			}
+		})
+	}
+	return h, shutdown
 }
 
 // URLPath is the path at which Handler serves the transport: "/mcp" for
@@ -46,11 +69,13 @@ func URLPath(transport string) string {
 
 // StartHTTP serves NewServer(opts) in process on 127.0.0.1 over transport
 // ("http" or "sse") and returns the server's URL (ending in /mcp or /sse).
-// The server is shut down when t ends; open streams are cut at that point.
+// When t ends, the server's sessions are closed and open streams are cut.
 func StartHTTP(t testing.TB, transport string, opts *Options) string {
 	t.Helper()
-	srv := httptest.NewServer(Handler(transport, opts))
+	h, shutdown := Handler(transport, opts)
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
+		shutdown()
 		// SSE streams never end on their own: cut them so Close returns.
 		srv.CloseClientConnections()
 		srv.Close()

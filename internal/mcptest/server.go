@@ -20,6 +20,7 @@ package mcptest
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -47,6 +48,12 @@ type Options struct {
 	// Exit, when set, adds the tool "crash", which calls Exit(3). The binary
 	// passes os.Exit. Nil means no crash tool, as is right in process.
 	Exit func(code int)
+	// Done, when closed, ends at once what would otherwise block until its
+	// request ends: HangInitialize and tool_2's sleep. A server in process
+	// needs it to shut down, because closing a session waits for its
+	// handlers. Nil means they end only with their request. Handler and
+	// StartHTTP set it when it is nil.
+	Done <-chan struct{}
 }
 
 // Tool1Args are the arguments of tool-1.
@@ -111,6 +118,8 @@ func NewServer(opts *Options) *mcp.Server {
 				case <-time.After(time.Duration(in.Delay * float64(time.Second))):
 				case <-ctx.Done():
 					return nil, nil, ctx.Err()
+				case <-o.Done:
+					return nil, nil, errors.New("tool_2: the server is shutting down")
 				}
 			}
 			return text("tool_2 done"), nil, nil
@@ -163,8 +172,12 @@ func NewServer(opts *Options) *mcp.Server {
 		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 				if method == "initialize" || method == "server/discover" {
-					<-ctx.Done()
-					return nil, ctx.Err()
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-o.Done:
+						return nil, errors.New("the server is shutting down")
+					}
 				}
 				return next(ctx, method, req)
 			}

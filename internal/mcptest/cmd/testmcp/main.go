@@ -73,7 +73,8 @@ func serveHTTP(ctx context.Context, transport, addr string, opts *mcptest.Option
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mcptest.Handler(transport, opts), ReadHeaderTimeout: 10 * time.Second}
+	h, shutdown := mcptest.Handler(transport, opts)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("http://%s%s\n", ln.Addr(), mcptest.URLPath(transport))
 	fmt.Fprintf(os.Stderr, "testmcp: serving %s on %s\n", transport, ln.Addr())
 	errc := make(chan error, 1)
@@ -83,6 +84,7 @@ func serveHTTP(ctx context.Context, transport, addr string, opts *mcptest.Option
 		return err
 	case <-ctx.Done():
 	}
+	shutdown()
 	// SSE streams never end by themselves, so a graceful shutdown is bounded.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
