@@ -136,23 +136,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 		restore()
 		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
 	}
-	gen := make([]pygen.Tool, 0, len(tools))
-	for _, t := range tools {
-		in, err := json.Marshal(t.InputSchema)
-		if err != nil {
-			restore()
-			return nil, fmt.Errorf("ipybox: register MCP server %q: tool %q: %w", name, t.Name, err)
-		}
-		g := pygen.Tool{Name: t.Name, Description: t.Description, InputSchema: in}
-		if t.OutputSchema != nil {
-			if g.OutputSchema, err = json.Marshal(t.OutputSchema); err != nil {
-				restore()
-				return nil, fmt.Errorf("ipybox: register MCP server %q: tool %q: %w", name, t.Name, err)
-			}
-		}
-		gen = append(gen, g)
-	}
-	mods, err := pygen.Write(filepath.Join(e.workspace, "mcptools"), name, gen)
+	mods, err := writeModules(filepath.Join(e.workspace, "mcptools"), name, tools)
 	if err != nil {
 		restore()
 		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
@@ -161,6 +145,50 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 		return nil, fmt.Errorf("ipybox: register MCP server %q: save registry: %w", name, err)
 	}
 	e.forgetModules(ctx, name)
+	return mods, nil
+}
+
+// writeModules generates root/<name>/ from an MCP server's tool list.
+func writeModules(root, name string, tools []*mcp.Tool) ([]ToolModule, error) {
+	gen := make([]pygen.Tool, 0, len(tools))
+	for _, t := range tools {
+		in, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: input schema: %w", t.Name, err)
+		}
+		g := pygen.Tool{Name: t.Name, Description: t.Description, InputSchema: in}
+		if t.OutputSchema != nil {
+			if g.OutputSchema, err = json.Marshal(t.OutputSchema); err != nil {
+				return nil, fmt.Errorf("tool %q: output schema: %w", t.Name, err)
+			}
+		}
+		gen = append(gen, g)
+	}
+	return pygen.Write(root, name, gen)
+}
+
+// GenerateToolModules connects to an MCP server, lists its tools and writes
+// the typed Python modules to <dir>/<name>/, without a kernel (this is
+// `ipybox apigen`). dir is usually a workspace's mcptools folder. dotEnv
+// supplies ${VAR} values after the environment; it may be nil.
+func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, dotEnv map[string]string) ([]ToolModule, error) {
+	if err := pygen.ValidServerName(name); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	reg := mcpconn.NewRegistry()
+	if err := reg.Add(name, cfg); err != nil {
+		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+	}
+	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	defer m.Close()
+	tools, err := m.ListTools(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+	}
+	mods, err := writeModules(dir, name, tools)
+	if err != nil {
+		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+	}
 	return mods, nil
 }
 

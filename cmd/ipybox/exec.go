@@ -33,6 +33,9 @@ type execFlags struct {
 	python    string
 	json      bool
 	logLevel  string
+	mcpConfig string
+	approval  string
+	shell     bool
 }
 
 func execCommand() *command {
@@ -49,6 +52,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel (default: discovered)")
 	fs.BoolVar(&f.json, "json", false, "write one JSON event per line instead of plain output")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` on stderr: debug, info, warn or error")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) before running")
+	fs.StringVar(&f.approval, "approval", approvalAuto, "how tool calls (and, with --approve-shell, shell commands) are approved: auto, prompt (ask on the terminal; no terminal rejects) or reject")
+	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -56,6 +62,17 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
+	}
+	if err := checkApprovalMode(f.approval); err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	var servers []namedServer
+	if f.mcpConfig != "" {
+		if servers, err = loadMCPConfig(f.mcpConfig); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitUsage
+		}
 	}
 	log, closeLog, err := newLogger(env, f.logLevel, "")
 	if err != nil {
@@ -69,14 +86,23 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		WorkDir:   f.workspace,
 		ImagesDir: f.imagesDir,
 		Logger:    log,
+
+		ApproveShellCommands: f.shell,
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitFail
 	}
 	defer ex.Close()
+	for _, s := range servers {
+		if _, err := ex.RegisterMCPServer(ctx, s.name, s.cfg); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitFail
+		}
+	}
 
 	out := newPrinter(env, f.json)
+	out.decider = newDecider(f.approval)
 	for i, cell := range cells {
 		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout}) {
 			return exitFail
@@ -114,8 +140,9 @@ func execCells(env *cliEnv, cs []string, rest []string) ([]string, error) {
 
 // printer writes a cell's events as plain text or as JSON lines.
 type printer struct {
-	env  *cliEnv
-	json *json.Encoder
+	env     *cliEnv
+	json    *json.Encoder
+	decider *terminalDecider
 }
 
 func newPrinter(env *cliEnv, asJSON bool) *printer {
@@ -145,6 +172,10 @@ type jsonEvent struct {
 	Name      string         `json:"name,omitempty"`
 	Value     string         `json:"value,omitempty"`
 	Traceback []string       `json:"traceback,omitempty"`
+	Server    string         `json:"server,omitempty"`
+	Tool      string         `json:"tool,omitempty"`
+	Args      map[string]any `json:"args,omitempty"`
+	Command   string         `json:"command,omitempty"`
 }
 
 // cell runs one cell and reports whether it succeeded.
@@ -155,6 +186,9 @@ func (p *printer) cell(ctx context.Context, ex *ipybox.Executor, i int, code str
 			return false
 		}
 		p.event(i, ev)
+		if r, ok := ev.(*ipybox.ApprovalRequest); ok {
+			p.decider.decide(r)
+		}
 	}
 	return true
 }
@@ -171,6 +205,8 @@ func (p *printer) event(i int, ev ipybox.Event) {
 			j = jsonEvent{Type: "clear_output", Wait: e.Wait}
 		case *ipybox.Result:
 			j = jsonEvent{Type: "result", Text: e.Text, Images: e.Images, Truncated: e.Truncated}
+		case *ipybox.ApprovalRequest:
+			j = jsonEvent{Type: "approval", Kind: e.Kind, Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
 		default:
 			return
 		}

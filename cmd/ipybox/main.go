@@ -41,6 +41,7 @@ const (
 func commands() []*command {
 	return []*command{
 		execCommand(),
+		apigenCommand(),
 		doctorCommand(),
 		versionCommand(),
 	}
