@@ -124,14 +124,16 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	for key, raw := range top {
+	for _, key := range sortedKeys(top) {
+		raw := top[key]
 		switch key {
 		case "filesystem":
 			fs, err := objectOf(raw, key)
 			if err != nil {
 				return nil, err
 			}
-			for k, v := range fs {
+			for _, k := range sortedKeys(fs) {
+				v := fs[k]
 				switch k {
 				case "denyRead":
 					err = stringsOf(v, key+"."+k, &c.Filesystem.DenyRead)
@@ -153,7 +155,8 @@ func ParseConfig(data []byte) (*Config, error) {
 			if err != nil {
 				return nil, err
 			}
-			for k, v := range nw {
+			for _, k := range sortedKeys(nw) {
+				v := nw[k]
 				switch k {
 				case "allowedDomains":
 					err = stringsOf(v, key+"."+k, &c.Network.AllowedDomains)
@@ -204,6 +207,16 @@ func objectOf(data []byte, name string) (map[string]json.RawMessage, error) {
 		return nil, fmt.Errorf("%s: want a JSON object", name)
 	}
 	return m, nil
+}
+
+// sortedKeys makes parsing deterministic: extraRead may come from two keys.
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func stringsOf(raw json.RawMessage, name string, dst *[]string) error {

@@ -52,25 +52,22 @@ type initForward struct {
 	Socket string `json:"socket"`
 }
 
-// Exit codes of the init when the program did not run.
-const (
-	exitInitFailed = 125
-	exitExecFailed = 126
-)
+// exitInitFailed is the init's exit code when the program did not run.
+const exitInitFailed = 125
 
 // InitMain runs the sandbox's init; args are the arguments after
 // InitCommand. It returns the exit code for os.Exit: the program's own, or
 // 128+n when a signal n ended it, or 125 when the sandbox could not be set
 // up.
 //
-// The init runs inside the sandbox in two stages. The first ("run") checks
-// the loopback interface, starts the port forwarders, and starts the second
-// stage as a child in its own process group; it then stays as the parent:
-// it relays signals from the host to that group, keeps forwarding, and
-// exits with the program's status. The second ("exec") locks itself to one
-// thread, sets no_new_privs, applies Landlock (when asked) and the seccomp
-// filter to that thread, and execs the program. Only the program is
-// filtered: the forwarders need AF_UNIX, and they are not kernel code.
+// The init makes itself non-dumpable, checks the loopback interface,
+// starts the port forwarders, and starts the program in its own process
+// group from a thread that has no_new_privs, Landlock (when asked) and the
+// seccomp filter applied (see startRestricted). Only the program is
+// restricted: the forwarders need AF_UNIX, and they are not kernel code.
+// The init then stays as the program's parent: it relays signals from the
+// host to the program's group, keeps forwarding, and exits with the
+// program's status.
 func InitMain(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintf(os.Stderr, "ipybox sandbox init: want 2 arguments, got %d (this command is internal to ipybox)\n", len(args))
@@ -94,9 +91,7 @@ func InitMain(args []string) int {
 	}
 	switch args[0] {
 	case "run":
-		return runInit(&c, js)
-	case "exec":
-		return execStage(&c)
+		return runInit(&c)
 	}
 	fmt.Fprintf(os.Stderr, "ipybox sandbox init: unknown stage %q\n", args[0])
 	return exitInitFailed
@@ -122,7 +117,7 @@ func memFile(name string, data []byte) (*os.File, error) {
 	return f, nil
 }
 
-func runInit(c *initConfig, js []byte) int {
+func runInit(c *initConfig) int {
 	var ctl *os.File
 	if c.CtlFD > 0 {
 		ctl = os.NewFile(uintptr(c.CtlFD), "ctl")
@@ -156,38 +151,11 @@ func runInit(c *initConfig, js []byte) int {
 		go serveForward(ln, f.Socket)
 	}
 
-	cfgFile, err := memFile("init-config", js)
-	if err != nil {
-		return fail("%v", err)
-	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return fail("%v", err)
-	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{os.Args[0], InitCommand, "exec", "4"},
-		Env:         os.Environ(),
-		Stdin:       os.Stdin,
-		Stdout:      os.Stdout,
-		Stderr:      os.Stderr,
-		ExtraFiles:  []*os.File{statusW, cfgFile}, // 3, 4
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
-	}
-	if err := cmd.Start(); err != nil {
-		return fail("start %s: %v", c.Path, err)
-	}
-	statusW.Close()
-	cfgFile.Close()
-	// The status pipe closes on a successful exec (close-on-exec) and
-	// carries the error otherwise.
-	msg, _ := io.ReadAll(io.LimitReader(statusR, 64<<10))
-	statusR.Close()
-	if len(msg) > 0 {
-		cmd.Wait()
-		return fail("%s", msg)
+	cmd, err := startRestricted(c)
+	if err != nil {
+		return fail("%v", err)
 	}
 	if ctl != nil {
 		if _, err := ctl.Write([]byte("ok\n")); err != nil {
@@ -234,41 +202,59 @@ func runInit(c *initConfig, js []byte) int {
 	return fail("wait: %v", err)
 }
 
-// execStage is the second stage: restrict this thread, then exec.
-func execStage(c *initConfig) int {
-	runtime.LockOSThread() // the restrictions are per thread; exec from this one
-	status := os.NewFile(3, "status")
-	syscall.CloseOnExec(3)
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(status, format, a...)
-		return exitExecFailed
-	}
+// startRestricted starts the program with the restrictions applied to it
+// alone. no_new_privs, Landlock and seccomp filters belong to a thread, and
+// a child inherits those of the thread that forked it. So a goroutine
+// locks itself to a fresh thread, restricts that thread, starts the
+// program from it, and ends without unlocking, which retires the thread.
+// The init's other threads, which run the forwarders, stay unrestricted.
+func startRestricted(c *initConfig) (*exec.Cmd, error) {
 	path := c.Path
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
-			return fail("%v", err)
+			return nil, err
 		}
 		path = p
 	}
-	if _, err := os.Stat(path); err != nil {
-		return fail("%v", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fail("prctl(PR_SET_NO_NEW_PRIVS): %v", err)
-	}
-	if err := applyLandlock(c); err != nil {
-		return fail("landlock: %v", err)
-	}
 	prog, err := seccompProgram(c.DenyUnixSockets)
 	if err != nil {
-		return fail("seccomp: %v", err)
+		return nil, fmt.Errorf("seccomp: %w", err)
 	}
-	if err := installSeccomp(prog); err != nil {
-		return fail("seccomp: %v", err)
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   c.Argv,
+		Env:    os.Environ(),
+		Stdin:  os.Stdin,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		// Its own process group, so that a signal reaches the commands it
+		// starts too. No Pdeathsig: it would fire when the forking thread
+		// is retired. If the init dies, bwrap's pid 1 exits and the pid
+		// namespace goes with it.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	err = syscall.Exec(path, c.Argv, os.Environ())
-	return fail("exec %s: %v", path, err)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is retired with its restrictions
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			errc <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+			return
+		}
+		if err := applyLandlock(c); err != nil {
+			errc <- fmt.Errorf("landlock: %w", err)
+			return
+		}
+		if err := installSeccomp(prog); err != nil {
+			errc <- fmt.Errorf("seccomp: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
 
 // closeInheritedOnExec marks every inherited descriptor above stderr

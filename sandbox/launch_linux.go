@@ -154,6 +154,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 		return nil, fmt.Errorf("sandbox: run directory %s does not exist", runDir)
 	}
 	path := filepath.Clean(spec.Path)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sandbox: interpreter: %w", err)
+	}
 	prefixes, fallback := s.pythonFor(ctx, path, runDir)
 	binds, err := s.insideBinds(true)
 	if err != nil {
