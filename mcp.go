@@ -88,11 +88,17 @@ func (e *Executor) toolCallTimeout() time.Duration {
 func (e *Executor) toolEnv() []string {
 	// The runtime's own socket timeout must outlast the host's bounds.
 	wait := e.approvalTimeout() + e.toolCallTimeout() + 30*time.Second
-	return []string{
+	env := []string{
 		toolserver.EnvURL + "=" + e.toolURL,
 		toolserver.EnvToken + "=" + e.tools.Token(),
 		toolserver.EnvTimeout + "=" + strconv.Itoa(int(wait.Seconds())),
 	}
+	// With approval on, the runtime publishes a sync marker before each
+	// request, so that approvals follow the output printed before them.
+	if e.opts.ApproveToolCalls == nil || *e.opts.ApproveToolCalls || e.opts.ApproveShellCommands {
+		env = append(env, "IPYBOX_TOOL_SYNC=1")
+	}
+	return env
 }
 
 // mcpCaller adapts the MCP manager to the tool server, turning its

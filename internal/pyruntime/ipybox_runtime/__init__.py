@@ -314,6 +314,32 @@ def _connection(url, timeout):
     raise ToolServerError("%s=%r: use unix:///path or http://127.0.0.1:PORT" % (ENV_URL, url), kind="not_configured")
 
 
+_local = threading.local()
+
+
+def _pooled(url, timeout, fresh=False):
+    """Returns this thread's keep-alive connection to url (and whether it is
+    reused), creating it when needed. One connection per thread keeps
+    concurrent calls from threads independent."""
+    conn = getattr(_local, "conn", None)
+    if fresh or conn is None or getattr(_local, "url", None) != url:
+        if conn is not None:
+            conn.close()
+        conn = _connection(url, timeout)
+        _local.conn, _local.url = conn, url
+        return conn, False
+    conn.timeout = timeout
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout)
+    return conn, True
+
+
+def _drop(conn):
+    conn.close()
+    if getattr(_local, "conn", None) is conn:
+        _local.conn = None
+
+
 def _post(path, payload, timeout=None):
     """POST payload as JSON to the tool server and return the decoded answer."""
     url, token, timeout = _config(timeout)
@@ -323,28 +349,38 @@ def _post(path, payload, timeout=None):
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as e:
         raise ValueError("cannot send a string that is not valid UTF-8: %s" % e) from None
-    conn = _connection(url, timeout)
+    headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+    conn, reused = _pooled(url, timeout)
     try:
         try:
-            conn.request(
-                "POST",
-                path,
-                body=body,
-                headers={
-                    "Authorization": "Bearer " + token,
-                    "Content-Type": "application/json",
-                },
-            )
-            resp = conn.getresponse()
+            try:
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if not reused:
+                    raise
+                # The server closed the idle keep-alive connection before it
+                # read the request: nothing ran, so send it once more.
+                conn.close()
+                conn, reused = _pooled(url, timeout, fresh=True)
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
             status, data = resp.status, resp.read()
+            if resp.will_close:
+                _drop(conn)
         except socket.timeout:
+            _drop(conn)
             raise ToolServerError(
                 "no answer from the tool server within %g s (%s)" % (timeout, ENV_TIMEOUT), kind="timeout"
             ) from None
         except (OSError, http.client.HTTPException) as e:
+            _drop(conn)
             raise ToolServerError("cannot reach the tool server at %s: %s" % (url, e), kind="unavailable") from None
-    finally:
-        conn.close()
+    except BaseException:
+        # KeyboardInterrupt mid-request leaves the connection in an unknown
+        # state: never reuse it.
+        _drop(conn)
+        raise
     try:
         doc = json.loads(data.decode("utf-8"))
     except ValueError:
@@ -398,6 +434,8 @@ def _sync_marker():
     which receives the id with the request, can hold an approval request
     until it has seen the output printed before the call.
     """
+    if os.environ.get("IPYBOX_TOOL_SYNC") != "1":
+        return None  # nothing on the host waits for output: skip the cost
     try:
         from IPython import get_ipython
 
@@ -406,8 +444,14 @@ def _sync_marker():
         if kernel is None:
             return None
         for stream in (sys.stdout, sys.stderr):
+            # Text still in ipykernel's buffer must be handed to the IOPub
+            # thread before the marker; text already handed over is ahead of
+            # it in that thread's queue. flush() costs a round trip to the
+            # IOPub thread, so skip it for an empty buffer.
+            buf = getattr(stream, "_buffer", None)
             try:
-                stream.flush()
+                if buf is None or buf.tell():
+                    stream.flush()
             except Exception:
                 pass
         marker = os.urandom(8).hex()
