@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/ipybox/ipybox"
 )
@@ -78,4 +79,42 @@ func ExampleExecutor_Execute_error() {
 	// Output:
 	// working
 	// ZeroDivisionError - division by zero
+}
+
+func ExampleExecutor_RegisterMCPServer() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+
+	// The reference server, as scripts/setup.sh installs it.
+	everything, _ := filepath.Abs("tools/npm/node_modules/.bin/mcp-server-everything")
+	if _, err := ex.RegisterMCPServer(ctx, "everything", ipybox.ServerConfig{
+		Command: everything, Args: []string{"stdio"},
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	code := "from mcptools.everything.echo import Params, run\nprint(run(Params(message='hi')))"
+	for ev, err := range ex.Stream(ctx, code, nil) {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch ev := ev.(type) {
+		case *ipybox.ApprovalRequest:
+			fmt.Println("approve?", ev.Server, ev.Tool, ev.Args["message"])
+			ev.Accept()
+		case *ipybox.Result:
+			fmt.Println(ev.Text)
+		}
+	}
+	// Output:
+	// approve? everything echo hi
+	// Echo: hi
 }
