@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initConfig is what the launcher tells the init, as JSON in its argv.
+// initConfig is what the launcher tells the init: JSON in a memfd whose
+// descriptor number is the init's last argument.
 type initConfig struct {
 	// Path and Argv are the program to run.
 	Path string   `json:"path"`
@@ -60,14 +60,15 @@ const exitInitFailed = 125
 // 128+n when a signal n ended it, or 125 when the sandbox could not be set
 // up.
 //
-// The init makes itself non-dumpable, checks the loopback interface,
+// The init is pid 1 of the sandbox. It makes itself non-dumpable, checks
+// the loopback interface,
 // starts the port forwarders, and starts the program in its own process
 // group from a thread that has no_new_privs, Landlock (when asked) and the
 // seccomp filter applied (see startRestricted). Only the program is
 // restricted: the forwarders need AF_UNIX, and they are not kernel code.
 // The init then stays as the program's parent: it relays signals from the
-// host to the program's group, keeps forwarding, and exits with the
-// program's status.
+// host to the program's group, keeps forwarding, reaps orphans, and exits
+// with the program's status, which ends the pid namespace.
 func InitMain(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintf(os.Stderr, "ipybox sandbox init: want 2 arguments, got %d (this command is internal to ipybox)\n", len(args))
@@ -89,17 +90,16 @@ func InitMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "ipybox sandbox init: bad configuration: %v\n", err)
 		return exitInitFailed
 	}
-	switch args[0] {
-	case "run":
-		return runInit(&c)
+	if args[0] != "run" {
+		fmt.Fprintf(os.Stderr, "ipybox sandbox init: unknown mode %q\n", args[0])
+		return exitInitFailed
 	}
-	fmt.Fprintf(os.Stderr, "ipybox sandbox init: unknown stage %q\n", args[0])
-	return exitInitFailed
+	return runInit(&c)
 }
 
-// memFile returns a sealed-off in-memory file holding data, positioned at
-// its start: the way configuration travels to a child without showing in
-// any command line.
+// memFile returns an in-memory file holding data, positioned at its start:
+// the way configuration travels to a child without showing in any command
+// line.
 func memFile(name string, data []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
@@ -179,27 +179,34 @@ func runInit(c *initConfig) int {
 					syscall.Kill(-pgid, syscall.Signal(b))
 				}
 				if err != nil {
-					// The host closed its end: it is gone. Take the
-					// sandbox down with it.
-					syscall.Kill(-pgid, syscall.SIGKILL)
+					// The host closed its end: it is gone. Exiting ends
+					// the sandbox: the init is its pid 1.
 					os.Exit(128 + int(syscall.SIGKILL))
 				}
 			}
 		}()
 	}
-	err = cmd.Wait()
-	syscall.Kill(-pgid, syscall.SIGKILL) // what the program left in its group
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	// As pid 1, the init inherits every orphan: reap them all, and return
+	// the program's status when it exits. (Not cmd.Wait: the reaping
+	// loop would race with it.) Returning ends the pid namespace, and
+	// with it whatever the program left running.
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fail("wait: %v", err)
+		}
+		if pid != pgid {
+			continue
+		}
+		if ws.Signaled() {
 			return 128 + int(ws.Signal())
 		}
-		return ee.ExitCode()
+		return ws.ExitStatus()
 	}
-	return fail("wait: %v", err)
 }
 
 // startRestricted starts the program with the restrictions applied to it

@@ -572,7 +572,7 @@ func (t *tailWriter) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// process is a sandboxed process: bwrap, its pid-1 reaper, the init and
+// process is a sandboxed process: bwrap, and inside, the init (pid 1) and
 // the program. Signals travel to the init over the control socket, because
 // the program runs in another session and pid namespace; the init sends
 // them to the program's process group.
@@ -607,8 +607,9 @@ func (p *process) Signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Kill kills bwrap. Its pid-1 child dies with it (--die-with-parent), and
-// the kernel then kills every process in the sandbox's pid namespace.
+// Kill kills bwrap. The init, its child and the sandbox's pid 1, dies with
+// it (--die-with-parent), and the kernel then kills every process in the
+// sandbox's pid namespace.
 func (p *process) Kill() error {
 	err := p.cmd.Process.Kill()
 	if errors.Is(err, os.ErrProcessDone) {

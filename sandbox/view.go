@@ -21,11 +21,15 @@ const (
 	ProxyPort = 3128
 )
 
-// namespaceFlags are the bwrap options every sandbox gets.
+// namespaceFlags are the bwrap options every sandbox gets. With
+// --as-pid-1 the init is pid 1 of the sandbox, instead of a reaper of
+// bwrap's: a bwrap process inside would be one that the sandboxed code
+// could ptrace (same uid, dumpable, no seccomp filter) and use to get
+// around the filter. The init is not dumpable.
 var namespaceFlags = []string{
 	"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
 	"--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL",
-	"--die-with-parent", "--new-session",
+	"--die-with-parent", "--new-session", "--as-pid-1",
 }
 
 // shellStartupFiles are write-protected when they exist in the workspace,
