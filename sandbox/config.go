@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // RootMode selects how much of the host's file system the sandbox sees.
@@ -247,6 +249,16 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("rootMode %q: want %q or %q", c.RootMode, RootMinimal, RootHost)
 	}
+	for name, list := range map[string][]string{
+		"filesystem.denyRead": c.Filesystem.DenyRead, "filesystem.allowWrite": c.Filesystem.AllowWrite,
+		"filesystem.denyWrite": c.Filesystem.DenyWrite, "extraRead": c.ExtraRead,
+	} {
+		for i, p := range list {
+			if err := validPattern(p); err != nil {
+				return fmt.Errorf("%s[%d]: %w", name, i, err)
+			}
+		}
+	}
 	for _, d := range c.Network.AllowedDomains {
 		if _, err := parseHostRule(d, false); err != nil {
 			return fmt.Errorf("network.allowedDomains: %w", err)
@@ -255,6 +267,22 @@ func (c *Config) Validate() error {
 	for _, d := range c.Network.DeniedDomains {
 		if _, err := parseHostRule(d, true); err != nil {
 			return fmt.Errorf("network.deniedDomains: %w", err)
+		}
+	}
+	return nil
+}
+
+// validPattern checks a configured path before any expansion.
+func validPattern(p string) error {
+	if p == "" {
+		return fmt.Errorf("empty path")
+	}
+	if strings.HasPrefix(p, "~") && p != "~" && !strings.HasPrefix(p, "~/") {
+		return fmt.Errorf("path %q: ~user is not supported; use an absolute path", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if _, err := filepath.Match(seg, ""); err != nil {
+			return fmt.Errorf("path %q: bad glob %q", p, seg)
 		}
 	}
 	return nil

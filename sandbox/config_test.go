@@ -51,6 +51,8 @@ func TestParseConfig(t *testing.T) {
 		{name: "filesystem not object", json: `{"filesystem": []}`, wantErr: "filesystem: want a JSON object"},
 		{name: "denyRead not list", json: `{"filesystem": {"denyRead": "~/.ssh"}}`, wantErr: "filesystem.denyRead: want an array of strings"},
 		{name: "empty path", json: `{"filesystem": {"allowWrite": [""]}}`, wantErr: "filesystem.allowWrite[0]: empty"},
+		{name: "bad glob", json: `{"filesystem": {"denyRead": ["secrets/[x"]}}`, wantErr: `filesystem.denyRead[0]: path "secrets/[x": bad glob`},
+		{name: "tilde user", json: `{"extraRead": ["~bob/x"]}`, wantErr: "extraRead[0]: path \"~bob/x\": ~user"},
 		{name: "bad root mode", json: `{"rootMode": "full"}`, wantErr: `rootMode "full"`},
 		{name: "root mode type", json: `{"rootMode": 1}`, wantErr: "rootMode: want a string"},
 		{name: "landlock type", json: `{"landlock": "yes"}`, wantErr: "landlock: want true or false"},
