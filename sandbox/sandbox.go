@@ -163,6 +163,9 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox workspace %s is not a directory; create it or pass another Options.Workspace", ws)
 	}
+	if ws == "/" {
+		return nil, fmt.Errorf("sandbox workspace is /: that would make the whole file system writable; choose a project directory")
+	}
 	s.workspace = ws
 	if h, err := os.UserHomeDir(); err == nil {
 		s.home = filepath.Clean(h)
