@@ -242,7 +242,8 @@ func boolOf(raw json.RawMessage, name string, dst *bool) error {
 	return nil
 }
 
-// Validate checks the root mode and every domain pattern.
+// Validate checks the root mode, the paths and globs, and every domain
+// pattern.
 func (c *Config) Validate() error {
 	switch c.RootMode {
 	case "", RootMinimal, RootHost:

@@ -135,7 +135,10 @@ func namespaceFix(msg string) string {
 // Start implements kernel.Launcher: it runs spec inside the sandbox and
 // returns once the sandbox's init has started it (or failed to). The
 // process sees RunDir (writable) and Dir at the same paths as the host, and
-// exactly spec.Env (plus the proxy variables and MPLCONFIGDIR).
+// exactly spec.Env (plus the proxy variables and MPLCONFIGDIR). An empty
+// Dir means the workspace; another Dir must be visible in the sandbox.
+// Start runs Probe first and returns its error: it never runs the process
+// unsandboxed.
 func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
 	if err := s.Probe(ctx); err != nil {
 		return nil, err

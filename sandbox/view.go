@@ -16,10 +16,12 @@ const (
 	insideDir   = "/run/ipybox-sandbox"
 	insideInit  = insideDir + "/init"
 	insideProxy = insideDir + "/proxy.sock"
-	// ProxyPort is the TCP port on 127.0.0.1 inside the sandbox where the
-	// egress proxy listens (when allowedDomains is not empty).
-	ProxyPort = 3128
 )
+
+// ProxyPort is the TCP port on 127.0.0.1 inside the sandbox where the
+// egress proxy listens (when allowedDomains is not empty); HTTP_PROXY and
+// HTTPS_PROXY point there.
+const ProxyPort = 3128
 
 // namespaceFlags are the bwrap options every sandbox gets. With
 // --as-pid-1 the init is pid 1 of the sandbox, instead of a reaper of
