@@ -88,6 +88,12 @@ type Options struct {
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment (see mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+
+	// Sandbox, when set, runs the kernel inside a bubblewrap sandbox with
+	// this policy (DefaultSandbox() is a good start). If the sandbox
+	// cannot run on this host, Start fails with the cause and the fix; it
+	// never runs the kernel unsandboxed instead. Nil means no sandbox.
+	Sandbox *SandboxConfig
 }
 
 // Bool returns a pointer to b, for Options.ApproveToolCalls.
@@ -120,6 +126,8 @@ type Executor struct {
 
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
+
+	sandboxes sandboxSet
 
 	closeOnce sync.Once
 	closeErr  error
@@ -164,6 +172,12 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if err := e.startTools(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
+	var launcher kernel.Launcher
+	if o.Sandbox != nil {
+		if launcher, err = e.startSandbox(ctx); err != nil {
+			return nil, fmt.Errorf("ipybox: %w", err)
+		}
+	}
 	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
@@ -187,6 +201,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	env = append(env, e.toolEnv()...)
 	e.k, err = kernel.Start(ctx, &kernel.Options{
 		Python:         o.Python,
+		Launcher:       launcher,
 		Dir:            ws,
 		Env:            env,
 		PythonPath:     []string{pyDir, ws},
@@ -372,6 +387,7 @@ func (e *Executor) closeParts() error {
 	if e.mcp != nil {
 		errs = append(errs, e.mcp.Close())
 	}
+	errs = append(errs, e.sandboxes.close())
 	if e.runDir != "" {
 		errs = append(errs, os.RemoveAll(e.runDir))
 	}

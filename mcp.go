@@ -45,9 +45,10 @@ func (e *Executor) startTools() error {
 	}
 	e.registry = reg
 	e.mcp = mcpconn.New(reg, &mcpconn.Options{
-		Logger:      e.log,
-		CallTimeout: e.toolCallTimeout(),
-		DotEnv:      e.opts.DotEnv,
+		Logger:       e.log,
+		CallTimeout:  e.toolCallTimeout(),
+		DotEnv:       e.opts.DotEnv,
+		StdioCommand: e.stdioCommand,
 	})
 	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
 		Approver:         approver{e},

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -23,11 +22,15 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // TestMain lets the test binary measure one ipybox run in a fresh process
 // (start time and peak memory are per process).
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
 	if mode := os.Getenv("IPYBOX_BENCH_CHILD"); mode != "" {
 		child(mode)
 		return
@@ -109,6 +112,24 @@ func BenchmarkColdStart(b *testing.B) {
 	b.Logf("start to first result (median of %d): ipybox %.0f ms, jupyter_client %.0f ms, ratio %.2f (target <= 0.6)", b.N, o, a, o/a)
 }
 
+// BenchmarkSandboxStart is start to first result with the kernel in the
+// bwrap sandbox, beside the same start unsandboxed, alternating in one run.
+// Target: at most 1.15x.
+func BenchmarkSandboxStart(b *testing.B) {
+	testenv.NeedsPython(b)
+	testenv.NeedsTool(b, "bwrap")
+	var plain, boxed []float64
+	for range b.N {
+		plain = append(plain, childRun(b, "start")["ms"])
+		boxed = append(boxed, childRun(b, "start-sandbox")["ms"])
+	}
+	p, s := median(plain), median(boxed)
+	b.ReportMetric(s, "sandboxed-ms")
+	b.ReportMetric(p, "plain-ms")
+	b.ReportMetric(s/p, "ratio")
+	b.Logf("start to first result (median of %d): sandboxed %.0f ms, unsandboxed %.0f ms, ratio %.2f (target <= 1.15)", b.N, s, p, s/p)
+}
+
 // BenchmarkOutput10MB is one cell printing 10 MB, in a fresh process so
 // that peak RSS is the client's own. Targets: at most 1.2x the time and
 // 0.6x the memory of jupyter_client, byte-exact.
@@ -165,8 +186,13 @@ func child(mode string) {
 	dir, _ := os.MkdirTemp("", "ipybox-bench")
 	defer os.RemoveAll(dir)
 	res := map[string]float64{}
+	opts := &ipybox.Options{WorkDir: dir}
+	if mode == "start-sandbox" {
+		opts.Sandbox = sandbox.DefaultConfig()
+		mode = "start"
+	}
 	t0 := time.Now()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
+	ex, err := ipybox.Start(ctx, opts)
 	if err != nil {
 		panic(err)
 	}
@@ -197,5 +223,4 @@ func child(mode string) {
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		res["rss_kb"] = float64(ru.Maxrss)
 	}
-	_ = filepath.Join
 }

@@ -122,7 +122,7 @@ type Kernel struct {
 // Start launches a kernel and waits until it is ready to execute.
 func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	o := opts.withDefaults()
-	python, err := FindPython(ctx, o.Python)
+	python, err := choosePython(ctx, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +156,22 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	}
 	k.cur = inst
 	return k, nil
+}
+
+// choosePython finds the interpreter. An explicit interpreter given to a
+// confining Launcher (the sandbox) is never run on the host, not even to
+// probe it: it may be one the confined code can rewrite (a workspace venv),
+// so it only has to exist; whether it can import ipykernel shows when the
+// kernel starts inside.
+func choosePython(ctx context.Context, o *Options) (string, error) {
+	if _, direct := o.Launcher.(DirectLauncher); direct || o.Python == "" {
+		return FindPython(ctx, o.Python)
+	}
+	p, err := resolve(o.Python)
+	if err != nil {
+		return "", fmt.Errorf("python %q: %w", o.Python, err)
+	}
+	return p, nil
 }
 
 // Python returns the interpreter the kernel runs.

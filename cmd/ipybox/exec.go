@@ -36,6 +36,7 @@ type execFlags struct {
 	mcpConfig string
 	approval  string
 	shell     bool
+	sandbox   sandboxFlags
 }
 
 func execCommand() *command {
@@ -54,11 +55,17 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` on stderr: debug, info, warn or error")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) before running")
 	fs.StringVar(&f.approval, "approval", approvalAuto, "how tool calls (and, with --approve-shell, shell commands) are approved: auto, prompt (ask on the terminal; no terminal rejects) or reject")
+	f.sandbox.register(fs)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
 	cells, err := execCells(env, f.cells, fs.Args())
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	policy, err := f.sandbox.policy()
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
@@ -88,6 +95,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Logger:    log,
 
 		ApproveShellCommands: f.shell,
+		Sandbox:              policy,
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // command is one subcommand. run returns the process exit code.
@@ -59,7 +61,20 @@ func main() {
 
 // hiddenCommands are internal subcommands that are not listed in help
 // (the sandbox's in-namespace init re-executes this binary).
-var hiddenCommands = map[string]func(args []string) int{}
+var hiddenCommands = map[string]func(args []string) int{
+	sandbox.InitCommand: sandbox.InitMain,
+}
+
+func init() {
+	sandboxProbe = func(ctx context.Context) error {
+		sb, err := sandbox.New(nil, nil)
+		if err != nil {
+			return err
+		}
+		defer sb.Close()
+		return sb.Probe(ctx)
+	}
+}
 
 func hiddenCommand(args []string) func([]string) int {
 	if len(args) < 2 {

@@ -176,3 +176,25 @@ func TestApigen(t *testing.T) {
 		}
 	}
 }
+
+func TestExecSandbox(t *testing.T) {
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	out, errOut, rc := runBinary(t, "", "exec", "--sandbox", "--workspace", ws, "-c",
+		"import os\nprint(os.path.exists('/home'), b'__sandbox-init' in open('/proc/1/cmdline', 'rb').read())")
+	if rc != 0 || out != "False True\n" {
+		t.Errorf("--sandbox: exit %d, stdout %q, stderr %q", rc, out, errOut)
+	}
+	// Bad settings are usage errors that name the problem.
+	bad := filepath.Join(t.TempDir(), "srt.json")
+	os.WriteFile(bad, []byte(`{"rootMode": "everything"}`), 0o600)
+	_, errOut, rc = runBinary(t, "", "exec", "--sandbox-config", bad, "-c", "1")
+	if rc != exitUsage || !strings.Contains(errOut, "everything") {
+		t.Errorf("bad --sandbox-config: exit %d, stderr %q", rc, errOut)
+	}
+	_, errOut, rc = runBinary(t, "", "exec", "--allowed-domain", "http://x/y", "-c", "1")
+	if rc != exitUsage || !strings.Contains(errOut, "http://x/y") {
+		t.Errorf("bad --allowed-domain: exit %d, stderr %q", rc, errOut)
+	}
+}

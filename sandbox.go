@@ -1,0 +1,110 @@
+package ipybox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+
+	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/sandbox"
+)
+
+// toolPort is the port inside the sandbox where the tool server's unix
+// socket is forwarded. The sandbox has a network namespace of its own, so
+// any port is free there.
+const toolPort = 8765
+
+// SandboxConfig is the sandbox policy, in the JSON settings format of
+// Anthropic's sandbox-runtime plus ipybox's extensions (see package sandbox).
+type SandboxConfig = sandbox.Config
+
+// DefaultSandbox returns the default policy: a minimal read-only root, the
+// workspace writable, no network.
+func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
+
+// startSandbox prepares the kernel's sandbox and checks, before anything
+// runs, that it works here. A sandbox that was asked for either runs or
+// fails: there is no fallback to running unsandboxed.
+func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
+	sb, err := sandbox.New(e.opts.Sandbox, &sandbox.Options{
+		Workspace: e.workspace,
+		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
+		Logger:    e.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	e.sandboxes.add(sb)
+	if err := sb.Probe(ctx); err != nil {
+		return nil, fmt.Errorf("sandbox requested but unavailable (nothing was started): %w", err)
+	}
+	// Inside, the runtime reaches the tool server through the forwarder.
+	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
+	return sb, nil
+}
+
+// sandboxSet holds the sandboxes an Executor created (the kernel's and
+// those of sandboxed stdio MCP servers), to close them with it.
+type sandboxSet struct {
+	mu  sync.Mutex
+	all []*sandbox.Sandbox
+}
+
+func (s *sandboxSet) add(sb *sandbox.Sandbox) {
+	s.mu.Lock()
+	s.all = append(s.all, sb)
+	s.mu.Unlock()
+}
+
+func (s *sandboxSet) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for _, sb := range s.all {
+		if err := sb.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.all = nil
+	return first
+}
+
+// stdioCommand is mcpconn's StdioCommand hook: a stdio server whose config
+// has "sandbox": true (or a settings object) runs under the same launcher
+// as a sandboxed kernel, with its own policy.
+func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.Config, cmd *exec.Cmd) (*exec.Cmd, error) {
+	if !cfg.SandboxRequested() {
+		return cmd, nil
+	}
+	policy, err := serverSandboxPolicy(cfg.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
+	}
+	sb, err := sandbox.New(policy, &sandbox.Options{Workspace: e.workspace, Logger: e.log})
+	if err != nil {
+		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
+	}
+	e.sandboxes.add(sb)
+	if err := sb.Probe(ctx); err != nil {
+		return nil, fmt.Errorf("server %q asks for a sandbox, which is unavailable (not started): %w", server, err)
+	}
+	wrapped, err := sb.Command(ctx, cmd.Path, cmd.Args[1:], cmd.Env, cmd.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
+	}
+	return wrapped, nil
+}
+
+// serverSandboxPolicy reads a server config's "sandbox" value: true for the
+// default policy, or a settings object.
+func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
+	var b bool
+	if json.Unmarshal(raw, &b) == nil {
+		return sandbox.DefaultConfig(), nil
+	}
+	return sandbox.ParseConfig(raw)
+}
