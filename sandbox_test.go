@@ -3,6 +3,7 @@ package ipybox_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -163,5 +164,67 @@ from mcptools.boxed import pid
 print(run(Params(s="in a box")), int(pid.run(pid.Params())) < 50)`)
 	if res.Text != "tool-1: in a box True" {
 		t.Errorf("sandboxed server: %q (want its pid from a new pid namespace)", res.Text)
+	}
+}
+
+// TestSandboxAttacksFromKernel runs attacks as cells in the sandboxed
+// kernel against fixtures on the host. Each prints BLOCKED or OPEN; the
+// controls prove the harness can see an open door.
+func TestSandboxAttacksFromKernel(t *testing.T) {
+	// Host fixtures: a TCP listener on loopback, a file outside the view.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host service\n"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	hostFile := filepath.Join(t.TempDir(), "host-secret.txt")
+	os.WriteFile(hostFile, []byte("secret"), 0o644)
+
+	ex := startSandboxed(t, nil)
+	register(t, ex, "go", testmcpStdio(t))
+	run(t, ex, `import os, socket, ctypes, subprocess
+def attempt(f):
+    try:
+        f()
+        return "OPEN"
+    except BaseException as e:
+        return "BLOCKED"
+libc = ctypes.CDLL(None, use_errno=True)
+def syscall_ok(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        raise OSError(ctypes.get_errno(), "denied")
+def sh(cmd):
+    if subprocess.run(cmd, shell=True, capture_output=True).returncode != 0:
+        raise OSError(cmd)`)
+	for _, tc := range []struct{ name, code, want string }{
+		{"control: workspace write", `attempt(lambda: open("ok.txt", "w").write("x"))`, "OPEN"},
+		{"control: tool server via forwarder", `attempt(lambda: __import__("mcptools.go.tool_1", fromlist=["run"]).run(__import__("mcptools.go.tool_1", fromlist=["Params"]).Params(s="x")))`, "OPEN"},
+		{"read /etc/shadow", `attempt(lambda: open("/etc/shadow").read())`, "BLOCKED"},
+		{"read a host file outside the view", `attempt(lambda: open(` + strconv.Quote(hostFile) + `).read())`, "BLOCKED"},
+		{"write outside the workspace", `attempt(lambda: open("/usr/pwned", "w"))`, "BLOCKED"},
+		{"write servers.json", `attempt(lambda: open(".ipybox/servers.json", "w"))`, "BLOCKED"},
+		{"write .env", `attempt(lambda: open(".env", "a").write("X=1"))`, "BLOCKED"},
+		{"remount root rw", `attempt(lambda: sh("mount -o remount,rw /"))`, "BLOCKED"},
+		{"new user namespace", `attempt(lambda: sh("unshare -U true"))`, "BLOCKED"},
+		{"TCP to a host loopback port", `attempt(lambda: socket.create_connection(("127.0.0.1", ` + strconv.Itoa(port) + `), timeout=2))`, "BLOCKED"},
+		{"TCP to an external IP", `attempt(lambda: socket.create_connection(("1.1.1.1", 443), timeout=2))`, "BLOCKED"},
+		{"DNS", `attempt(lambda: socket.getaddrinfo("example.com", 443))`, "BLOCKED"},
+		{"AF_VSOCK", `attempt(lambda: socket.socket(40, socket.SOCK_STREAM))`, "BLOCKED"},
+		{"io_uring_setup", `attempt(lambda: syscall_ok(425, 1, ctypes.create_string_buffer(120)))`, "BLOCKED"},
+	} {
+		if got := run(t, ex, tc.code).Text; got != "'"+tc.want+"'" {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
