@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/mcpserver"
+)
+
+const mcpUsage = `
+Usage: ipybox mcp [flags]
+
+Serves MCP for agents such as Claude Code: a stateful IPython kernel with
+programmatic MCP tool calling, as the tools execute_ipython_cell,
+register_mcp_server, install_package, reset, upload_file and download_file.
+
+By default it speaks stdio (standard output carries only JSON-RPC; logs go to
+standard error or --log-file). With --http HOST:PORT it serves streamable
+HTTP at /mcp instead, and each MCP session gets its own kernel; the workspace
+and the registered MCP servers are shared.
+
+The workspace's .env file is read: variables named KERNEL_ENV_<NAME> reach the
+kernel as <NAME>; all of them fill ${VAR} placeholders in MCP server configs.
+Nothing else from the environment reaches the kernel.
+`
+
+type mcpFlags struct {
+	workspace, python   string
+	logLevel, logFile   string
+	allowedDirs         stringList
+	kernelEnv, binds    stringList
+	kernelEnvFile       string
+	mcpConfig           string
+	approval            string
+	allowTools          stringList
+	httpAddr, authToken string
+	idle, startTimeout  time.Duration
+	shutdownGrace       time.Duration
+}
+
+func mcpCommand() *command {
+	return &command{name: "mcp", summary: "serve a stateful Python kernel to agents over MCP (stdio or HTTP)", run: runMCP}
+}
+
+func runMCP(ctx context.Context, env *cliEnv, args []string) int {
+	var f mcpFlags
+	fs := newFlagSet(env, "mcp", mcpUsage)
+	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/)")
+	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel to create the workspace's virtualenv from (default: discovered)")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
+	fs.Var(&f.allowedDirs, "allowed-dir", "host `DIR` that upload_file and download_file may use (repeatable; default: the workspace and the system temp dir)")
+	fs.Var(&f.kernelEnv, "kernel-env", "`KEY=VALUE` for the kernel's environment (repeatable)")
+	fs.Var(&f.kernelEnv, "container-env-var", "alias of --kernel-env")
+	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
+	fs.StringVar(&f.kernelEnvFile, "container-env-file", "", "alias of --kernel-env-file")
+	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH`: make a host directory visible in the workspace (repeatable)")
+	fs.Var(&f.binds, "container-bind", "alias of --bind")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
+	fs.StringVar(&f.approval, "approval", mcpserver.ApprovalAuto, "how tool calls and shell commands of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
+	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob whose tool calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
+	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
+	fs.StringVar(&f.authToken, "auth-token", "", "bearer `TOKEN` HTTP clients must send (required for a non-loopback --http address; default $IPYBOX_MCP_AUTH_TOKEN)")
+	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP session, and stop its kernel, after this long without requests")
+	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
+	// The sandbox flags (--sandbox, --sandbox-config, --allowed-domain)
+	// belong here; mcpSandbox turns them into the executors' options.
+	if done, code := parseFlags(fs, env, args); done {
+		return code
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(exitUsage, fmt.Errorf("unexpected argument %q; all settings are flags", fs.Arg(0)))
+	}
+	if f.authToken == "" {
+		f.authToken = env.getenv("IPYBOX_MCP_AUTH_TOKEN")
+	}
+	if f.httpAddr != "" {
+		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.authToken); err != nil {
+			return fail(exitUsage, fmt.Errorf("--http: %w", err))
+		}
+	}
+	opts, err := mcpOptions(env, &f)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	log, closeLog, err := newLogger(env, f.logLevel, f.logFile)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer closeLog()
+	opts.Logger = log
+	srv, err := mcpserver.New(opts)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer func() {
+		if err := srv.Close(); err != nil {
+			log.Error("shutdown", "err", err)
+		}
+	}()
+	if f.httpAddr == "" {
+		if err := srv.Serve(ctx, &mcp.StdioTransport{}); err != nil {
+			return fail(exitFail, err)
+		}
+		return exitOK
+	}
+	return serveHTTP(ctx, env, srv, &f)
+}
+
+// serveHTTP serves srv on f.httpAddr until ctx ends (SIGINT, SIGTERM).
+func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFlags) int {
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		return exitFail
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", srv.Handler())
+	mux.Handle("/mcp/", srv.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		return exitFail
+	case <-ctx.Done():
+	}
+	// Stop the kernels first, so that running cells end and their
+	// requests can finish; then stop the listener.
+	srv.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	<-errc
+	return exitOK
+}
+
+// mcpOptions turns the flags into the server's options: the workspace's
+// .env, the kernel's environment, binds and servers to register.
+func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
+	o := &mcpserver.Options{
+		Workspace:          f.workspace,
+		Python:             f.python,
+		Approval:           f.approval,
+		AllowTools:         f.allowTools,
+		AuthToken:          f.authToken,
+		SessionIdleTimeout: f.idle,
+		StartTimeout:       f.startTimeout,
+		Version:            strings.Fields(versionString())[1],
+		KernelEnv:          map[string]string{},
+	}
+	if f.approval != mcpserver.ApprovalAuto && f.approval != mcpserver.ApprovalElicit {
+		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)
+	}
+	if len(f.allowTools) > 0 && f.approval != mcpserver.ApprovalElicit {
+		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
+	}
+	if f.idle <= 0 {
+		return nil, fmt.Errorf("--session-idle-timeout %v: want a positive duration", f.idle)
+	}
+	// The workspace's .env: KERNEL_ENV_<NAME> reaches the kernel as <NAME>;
+	// every variable can fill ${VAR} in server configs.
+	dot, err := mcpconn.LoadDotEnv(filepath.Join(f.workspace, ".env"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("workspace .env: %w", err)
+	}
+	o.DotEnv = dot
+	for k, v := range dot {
+		if name, ok := strings.CutPrefix(k, "KERNEL_ENV_"); ok && name != "" {
+			o.KernelEnv[name] = v
+		}
+	}
+	if f.kernelEnvFile != "" {
+		m, err := mcpconn.LoadDotEnv(f.kernelEnvFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kernel-env-file: %w", err)
+		}
+		maps.Copy(o.KernelEnv, m)
+	}
+	for _, kv := range f.kernelEnv {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--kernel-env %q: want KEY=VALUE", kv)
+		}
+		o.KernelEnv[k] = v
+	}
+	for _, d := range f.allowedDirs {
+		o.AllowedDirs = append(o.AllowedDirs, d)
+	}
+	for _, b := range f.binds {
+		host, rel, ok := strings.Cut(b, ":")
+		if !ok || host == "" || rel == "" {
+			return nil, fmt.Errorf("--bind %q: want HOST_PATH:RELPATH", b)
+		}
+		if abs, err := filepath.Abs(host); err == nil {
+			host = abs
+		}
+		o.Binds = append(o.Binds, mcpserver.Bind{HostPath: host, RelPath: rel})
+	}
+	if f.mcpConfig != "" {
+		servers, err := loadMCPConfig(f.mcpConfig)
+		if err != nil {
+			return nil, err
+		}
+		o.Servers = map[string]ipybox.ServerConfig{}
+		for _, s := range servers {
+			o.Servers[s.name] = s.cfg
+		}
+	}
+	o.ExecutorOptions = mcpSandbox(f)
+	return o, nil
+}
+
+// mcpSandbox returns the adjustment the sandbox flags make to every
+// executor's options; nil until they exist.
+func mcpSandbox(f *mcpFlags) func(*ipybox.Options) { return nil }

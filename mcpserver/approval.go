@@ -1,0 +1,96 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+)
+
+// elicitTimeout bounds one approval question to the client; the executor's
+// own approval timeout (5 minutes) bounds it too.
+const elicitTimeout = 5 * time.Minute
+
+// allowPattern is one --allow-tool pattern: globs for the server and the
+// tool.
+type allowPattern struct{ server, tool string }
+
+func parseAllowPatterns(ps []string) ([]allowPattern, error) {
+	var out []allowPattern
+	for _, p := range ps {
+		srv, tool, ok := strings.Cut(p, ".")
+		if !ok || srv == "" || tool == "" {
+			return nil, fmt.Errorf("allowed tool pattern %q: want SERVER.TOOL, where each part may use * and ? globs (for example fs.read_* or github.*)", p)
+		}
+		for _, g := range []string{srv, tool} {
+			if _, err := path.Match(g, ""); err != nil {
+				return nil, fmt.Errorf("allowed tool pattern %q: %v", p, err)
+			}
+		}
+		out = append(out, allowPattern{srv, tool})
+	}
+	return out, nil
+}
+
+func (s *Server) toolAllowed(server, tool string) bool {
+	for _, p := range s.allow {
+		ms, _ := path.Match(p.server, server)
+		mt, _ := path.Match(p.tool, tool)
+		if ms && mt {
+			return true
+		}
+	}
+	return false
+}
+
+// decide answers an approval request of a cell run for session ss.
+func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.ApprovalRequest) {
+	if s.opts.Approval != ApprovalElicit {
+		r.Accept()
+		return
+	}
+	if r.Kind == "tool" && s.toolAllowed(r.Server, r.Tool) {
+		r.Accept()
+		return
+	}
+	if ip := ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		r.Reject("ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
+			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, elicitTimeout)
+	defer cancel()
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Mode:            "form",
+		Message:         approvalMessage(r),
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+	})
+	switch {
+	case err != nil:
+		r.Reject("asking the MCP client for approval failed: " + err.Error())
+	case res.Action == "accept":
+		r.Accept()
+	case res.Action == "decline":
+		r.Reject("declined by the user")
+	default:
+		r.Reject("the user cancelled the approval request")
+	}
+}
+
+// approvalMessage is what the user sees when asked.
+func approvalMessage(r *ipybox.ApprovalRequest) string {
+	if r.Kind == "shell" {
+		return "ipybox: code run by the agent wants to run this shell command:\n\n" + r.Command + "\n\nAccept to run it, decline to refuse."
+	}
+	args, err := json.MarshalIndent(r.Args, "", "  ")
+	if err != nil {
+		args = []byte(fmt.Sprint(r.Args))
+	}
+	return fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s\n\nAccept to allow the call, decline to refuse it.", r.Tool, r.Server, args)
+}

@@ -1,0 +1,217 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+)
+
+// truncate keeps the head and the tail of text when it is longer than max
+// characters (runes), with a marker in between that says how many
+// characters were left out.
+func truncate(text string, max int) string {
+	n := utf8.RuneCountInString(text)
+	if max <= 0 || n <= max {
+		return text
+	}
+	head := max / 2
+	tail := max - head
+	omitted := n - head - tail
+	// Cut at rune boundaries.
+	hi := byteOffset(text, head)
+	ti := byteOffset(text, n-tail)
+	return fmt.Sprintf("%s\n\n[... %d characters omitted; raise max_output_chars, or print less ...]\n\n%s", text[:hi], omitted, text[ti:])
+}
+
+// byteOffset returns the byte index of the rune with index i.
+func byteOffset(s string, i int) int {
+	for off := range s {
+		if i == 0 {
+			return off
+		}
+		i--
+	}
+	return len(s)
+}
+
+// imageMIME maps a saved image's extension to its MIME type.
+var imageMIME = map[string]string{".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
+
+// maxImageBytes bounds one image block.
+const maxImageBytes = 16 << 20
+
+// cellResult builds the tool result of a cell: the output text (truncated),
+// the image paths, then one image block per image. A Python error, a
+// timeout or a dead kernel make it an error result.
+func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) *mcp.CallToolResult {
+	var b strings.Builder
+	for _, w := range warnings {
+		b.WriteString(w)
+		b.WriteString("\n")
+	}
+	if res != nil {
+		b.WriteString(truncate(res.Text, maxChars))
+	}
+	var images []mcp.Content
+	var notes []string
+	if res != nil {
+		for _, img := range res.Images {
+			notes = append(notes, fmt.Sprintf("[image saved: %s]", img))
+			mime, ok := imageMIME[strings.ToLower(filepath.Ext(img))]
+			if !ok {
+				continue
+			}
+			data, rerr := os.ReadFile(img)
+			if rerr != nil || len(data) > maxImageBytes {
+				notes = append(notes, fmt.Sprintf("[image %s not attached: too large or unreadable]", img))
+				continue
+			}
+			images = append(images, &mcp.ImageContent{Data: data, MIMEType: mime})
+		}
+		if res.Truncated {
+			notes = append(notes, "[ipybox: the kernel did not confirm the end of the output; some output may be missing]")
+		}
+	}
+	isErr := false
+	if err != nil {
+		isErr = true
+		var pe *ipybox.PythonError
+		switch {
+		case errors.As(err, &pe):
+			notes = append(notes, truncate(strings.TrimRight(pe.TracebackText(), "\n"), maxChars))
+		case errors.Is(err, ipybox.ErrTimeout):
+			notes = append(notes, "[ipybox: "+err.Error()+"]")
+		case errors.Is(err, ipybox.ErrKernelDied):
+			notes = append(notes, "[ipybox: "+err.Error()+"; the kernel's state is lost, and the next call starts a fresh kernel]")
+		default:
+			notes = append(notes, "[ipybox: "+err.Error()+"]")
+		}
+	}
+	for _, n := range notes {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString(n)
+	}
+	text := b.String()
+	if text == "" && len(images) == 0 {
+		text = "[no output]"
+	}
+	out := &mcp.CallToolResult{IsError: isErr}
+	if text != "" {
+		out.Content = append(out.Content, &mcp.TextContent{Text: text})
+	}
+	out.Content = append(out.Content, images...)
+	return out
+}
+
+// progress sends MCP progress notifications while a cell runs: one per
+// second with the elapsed time, and (at most four a second) when the cell
+// prints, with its last line.
+type progress struct {
+	ss    *mcp.ServerSession
+	token any
+	start time.Time
+
+	mu       sync.Mutex
+	last     float64 // the last progress value sent; values must increase
+	lastSent time.Time
+	lines    int
+	lastLine string
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startProgress starts the ticker when the client gave a progress token;
+// it returns nil otherwise (a nil *progress does nothing).
+func startProgress(ctx context.Context, req *mcp.CallToolRequest) *progress {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	p := &progress{ss: req.Session, token: token, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.send(ctx, false)
+			case <-p.stop:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// output notes printed text.
+func (p *progress) output(ctx context.Context, text string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.lines += strings.Count(text, "\n")
+	if l := lastLine(text); l != "" {
+		p.lastLine = l
+	}
+	due := time.Since(p.lastSent) >= 250*time.Millisecond
+	p.mu.Unlock()
+	if due {
+		p.send(ctx, true)
+	}
+}
+
+func lastLine(text string) string {
+	text = strings.TrimRight(text, "\r\n")
+	if i := strings.LastIndexAny(text, "\r\n"); i >= 0 {
+		text = text[i+1:]
+	}
+	if utf8.RuneCountInString(text) > 200 {
+		text = string([]rune(text)[:200]) + "…"
+	}
+	return text
+}
+
+func (p *progress) send(ctx context.Context, withLine bool) {
+	p.mu.Lock()
+	elapsed := time.Since(p.start).Seconds()
+	v := elapsed
+	if v <= p.last {
+		v = p.last + 0.001
+	}
+	p.last = v
+	p.lastSent = time.Now()
+	msg := fmt.Sprintf("cell running for %.0fs, %d lines of output", elapsed, p.lines)
+	if withLine && p.lastLine != "" {
+		msg += ": " + p.lastLine
+	}
+	// Sent under the lock, so that the values reach the client in order.
+	defer p.mu.Unlock()
+	if err := p.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: v, Message: msg}); err != nil {
+		return // the client went away; the cell's result will not reach it either
+	}
+}
+
+// end stops the ticker and waits for it.
+func (p *progress) end() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	<-p.done
+}

@@ -1,0 +1,395 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+)
+
+// Approval modes of Options.Approval.
+const (
+	// ApprovalAuto approves every tool call and shell command.
+	ApprovalAuto = "auto"
+	// ApprovalElicit asks the connected MCP client, through elicitation,
+	// about each tool call and each shell command a cell makes.
+	ApprovalElicit = "elicit"
+)
+
+// Default values of Options.
+const (
+	DefaultSessionIdleTimeout = 30 * time.Minute
+	DefaultStartTimeout       = 2 * time.Minute
+)
+
+// Bind makes a host directory visible inside the workspace, at RelPath.
+type Bind struct {
+	HostPath string
+	RelPath  string
+}
+
+// Options configures a Server. A nil *Options means the defaults; New copies
+// the struct.
+type Options struct {
+	// Workspace is the kernel's working directory, shared by every session:
+	// it holds mcptools/, images/, .ipybox/ (the registry of MCP servers and
+	// the kernel's virtualenv) and the agent's files. Empty means the
+	// current directory.
+	Workspace string
+	// Python is the interpreter the workspace's virtualenv is created from
+	// (with --system-site-packages, so that its ipykernel stays visible).
+	// Empty means discovery, as ipybox.Options.Python describes.
+	Python string
+	// KernelEnv is added to each kernel's environment (and to pip's, for
+	// install_package). Nothing else of the host's environment reaches the
+	// kernel beyond PATH, HOME and LANG. Nil means nothing more.
+	KernelEnv map[string]string
+	// DotEnv supplies ${VAR} values for MCP server configs, after the host
+	// environment. Nil means none.
+	DotEnv map[string]string
+	// AllowedDirs are the host directories upload_file may read from and
+	// download_file may write to. The check is made on real paths, after
+	// symbolic links are resolved. Nil means the workspace and the system
+	// temporary directory.
+	AllowedDirs []string
+	// Binds make host directories visible inside the workspace. Without a
+	// sandbox each one is a symbolic link at <workspace>/<RelPath>, created
+	// when missing. Nil means none.
+	Binds []Bind
+	// Servers are MCP servers registered at start (in the first session's
+	// kernel, which persists them in the workspace). Nil means none.
+	Servers map[string]ipybox.ServerConfig
+	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
+	Approval string
+	// AllowTools are "server.tool" patterns (path.Match globs on each part)
+	// whose tool calls are approved without asking, in ApprovalElicit mode.
+	// Nil means none.
+	AllowTools []string
+	// SessionIdleTimeout ends an HTTP session (and stops its kernel) that
+	// received no request for this long. Zero means
+	// DefaultSessionIdleTimeout; negative means never.
+	SessionIdleTimeout time.Duration
+	// StartTimeout bounds the wait of a tool call for its session's kernel
+	// (the virtualenv's creation and the kernel's start). Zero means
+	// DefaultStartTimeout.
+	StartTimeout time.Duration
+	// AuthToken, when set, is the bearer token Handler requires on every
+	// request. Empty means no authentication (loopback only; see
+	// CheckHTTPAddr).
+	AuthToken string
+	// ExecutorOptions, when set, may adjust the options of every Executor
+	// the server starts (the sandbox hooks in here). Nil changes nothing.
+	ExecutorOptions func(*ipybox.Options)
+	// Version is reported to clients in the initialize result. Empty means
+	// "dev".
+	Version string
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is ipybox's MCP server: it gives each MCP session its own stateful
+// kernel in a shared workspace. Create it with New, serve it with Serve
+// (stdio, one session) or Handler (streamable HTTP, many sessions), and
+// Close it to stop every kernel.
+type Server struct {
+	opts      Options
+	workspace string
+	allowed   []string // real paths of the allowed directories
+	allow     []allowPattern
+	log       *slog.Logger
+	mcp       *mcp.Server
+
+	ctx    context.Context // ends at Close; bounds background kernel starts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the goroutines of sessions
+
+	venvOnce sync.Mutex
+	venvPy   string // the virtualenv's interpreter once created
+
+	mu       sync.Mutex
+	sessions map[*mcp.ServerSession]*session
+	closed   bool
+
+	// regMu serialises registrations, so that every executor that saves
+	// servers.json has first learnt every registration before it.
+	regMu sync.Mutex
+	// regs is the registration table, guarded by mu.
+	regs      map[string]*registration
+	regGen    int
+	closeMu   sync.Mutex
+	closeErr  error
+	closeDone bool
+}
+
+// registration is one MCP server registered through the server (at start
+// or by register_mcp_server).
+type registration struct {
+	cfg ipybox.ServerConfig
+	gen int
+	// persisted is true once some executor saved it in servers.json, so
+	// that executors started afterwards load it themselves.
+	persisted bool
+}
+
+// New checks opts and returns a Server. It starts nothing: kernels start
+// when sessions begin.
+func New(opts *Options) (*Server, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch o.Approval {
+	case "":
+		o.Approval = ApprovalAuto
+	case ApprovalAuto, ApprovalElicit:
+	default:
+		return nil, fmt.Errorf("mcpserver: approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
+	}
+	allow, err := parseAllowPatterns(o.AllowTools)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	ws := o.Workspace
+	if ws == "" {
+		ws = "."
+	}
+	if ws, err = filepath.Abs(ws); err != nil {
+		return nil, fmt.Errorf("mcpserver: workspace: %w", err)
+	}
+	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("mcpserver: workspace %q is not a directory; create it or choose another", ws)
+	}
+	if real, err := filepath.EvalSymlinks(ws); err == nil {
+		ws = real
+	}
+	dirs := o.AllowedDirs
+	if dirs == nil {
+		dirs = []string{ws, os.TempDir()}
+	}
+	var allowed []string
+	for _, d := range dirs {
+		real, err := realDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("mcpserver: allowed directory: %w", err)
+		}
+		allowed = append(allowed, real)
+	}
+	for _, b := range o.Binds {
+		if err := checkBind(b); err != nil {
+			return nil, fmt.Errorf("mcpserver: %w", err)
+		}
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	s := &Server{
+		opts:      o,
+		workspace: ws,
+		allowed:   allowed,
+		allow:     allow,
+		log:       log,
+		sessions:  map[*mcp.ServerSession]*session{},
+		regs:      map[string]*registration{},
+	}
+	names := make([]string, 0, len(o.Servers))
+	for name := range o.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s.regGen++
+		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
+	}
+	if err := s.makeBinds(); err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
+		Instructions:       instructions,
+		Logger:             log,
+		InitializedHandler: s.initialized,
+		// Elicitation (approval) needs server-initiated requests, which the
+		// 2026-07-28 protocol replaces with multi round-trip results.
+		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
+	})
+	s.addTools()
+	return s, nil
+}
+
+// Workspace returns the workspace's absolute, real path.
+func (s *Server) Workspace() string { return s.workspace }
+
+// Serve runs one MCP session over t (for example &mcp.StdioTransport{})
+// until the client disconnects or ctx ends, then stops the session's
+// kernel. In stdio mode the transport carries only JSON-RPC: logs go to
+// Options.Logger.
+func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
+	ss, err := s.mcp.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ss.Wait() }()
+	select {
+	case err = <-done:
+		s.endSession(ss)
+	case <-ctx.Done():
+		err = s.stopSession(ss, done)
+	case <-s.ctx.Done():
+		err = s.stopSession(ss, done)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !isClosedErr(err) && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mcpserver: %w", err)
+	}
+	return nil
+}
+
+// stopSession ends a session from our side: its kernel first (so that its
+// running calls return), then the connection. The wait is bounded: a
+// transport blocked in a read it cannot interrupt (a terminal's stdin) is
+// abandoned.
+func (s *Server) stopSession(ss *mcp.ServerSession, done <-chan error) error {
+	s.endSession(ss)
+	go ss.Close()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		s.log.Warn("the MCP connection did not close within 5s; leaving it")
+		return nil
+	}
+}
+
+func isClosedErr(err error) bool {
+	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, os.ErrClosed)
+}
+
+// Close ends every session and stops every kernel and the MCP servers
+// they started. It is idempotent, safe to call concurrently, and bounded
+// in time.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closeDone {
+		return s.closeErr
+	}
+	s.closeDone = true
+	s.cancel()
+	s.mu.Lock()
+	s.closed = true
+	var all []*mcp.ServerSession
+	var sess []*session
+	for ss, x := range s.sessions {
+		all = append(all, ss)
+		sess = append(sess, x)
+	}
+	s.mu.Unlock()
+	// Stop the kernels first: that ends the cells tool calls wait for, so
+	// that closing the MCP sessions (which waits for their calls) is quick.
+	var errs []error
+	var ewg sync.WaitGroup
+	var emu sync.Mutex
+	for _, x := range sess {
+		ewg.Add(1)
+		go func() {
+			defer ewg.Done()
+			if err := x.close(); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	ewg.Wait()
+	for _, ss := range all {
+		ss.Close()
+	}
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		errs = append(errs, errors.New("sessions did not end within 30s"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.closeErr = fmt.Errorf("mcpserver: close: %w", err)
+	}
+	return s.closeErr
+}
+
+// initialized starts the session's kernel in the background as soon as the
+// client has finished initialising, so that the first execute finds it
+// ready or nearly so.
+func (s *Server) initialized(ctx context.Context, req *mcp.InitializedRequest) {
+	s.sessionFor(req.Session)
+}
+
+// sessionFor returns the state of ss, creating it (and starting its
+// kernel) on first use. It returns nil once the server is closed.
+func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x, ok := s.sessions[ss]; ok {
+		return x
+	}
+	if s.closed {
+		return nil
+	}
+	x := newSession(s, ss)
+	s.sessions[ss] = x
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		x.start()
+	}()
+	// The session's kernel stops when the session ends (the client went
+	// away, DELETE, idle timeout).
+	go func() {
+		defer s.wg.Done()
+		ss.Wait()
+		s.endSession(ss)
+	}()
+	return x
+}
+
+// endSession stops the kernel of ss, if it has one.
+func (s *Server) endSession(ss *mcp.ServerSession) {
+	s.mu.Lock()
+	x := s.sessions[ss]
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	if x != nil {
+		if err := x.close(); err != nil {
+			s.log.Warn("closing a session's kernel", "session", ss.ID(), "err", err)
+		}
+	}
+}
+
+// SessionCount returns the number of sessions that have a kernel (started
+// or starting).
+func (s *Server) SessionCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) startTimeout() time.Duration {
+	if s.opts.StartTimeout > 0 {
+		return s.opts.StartTimeout
+	}
+	return DefaultStartTimeout
+}

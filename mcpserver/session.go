@@ -1,0 +1,262 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+)
+
+var errSessionClosed = errors.New("the session is closed")
+
+// session is one MCP session's kernel. Its executor starts in the
+// background when the session begins; tool calls wait for it.
+type session struct {
+	s  *Server
+	ss *mcp.ServerSession
+
+	ctx    context.Context // ends when the session closes
+	cancel context.CancelFunc
+	ready  chan struct{} // closed when the first start attempt ended
+
+	startMu sync.Mutex // serialises (re)starts
+	mu      sync.Mutex
+	ex      *ipybox.Executor
+	err     error // the last start's error
+	closed  bool
+	closeMu sync.Mutex
+	closeEr error
+	done    bool
+
+	// synced maps a registration's name to the generation this session's
+	// executor knows; guarded by s.mu.
+	synced map[string]int
+	// warnings are registration problems to report with the next execute;
+	// guarded by mu.
+	warnings []string
+}
+
+func newSession(s *Server, ss *mcp.ServerSession) *session {
+	x := &session{s: s, ss: ss, ready: make(chan struct{}), synced: map[string]int{}}
+	x.ctx, x.cancel = context.WithCancel(s.ctx)
+	return x
+}
+
+// start makes the first attempt to start the executor.
+func (x *session) start() {
+	defer close(x.ready)
+	x.startMu.Lock()
+	defer x.startMu.Unlock()
+	x.startLocked(x.ctx)
+}
+
+// startLocked starts the executor and registers the servers it does not
+// know yet. Called with startMu held.
+func (x *session) startLocked(ctx context.Context) {
+	t0 := time.Now()
+	ex, err := x.s.startExecutor(ctx, x)
+	x.mu.Lock()
+	if x.closed && ex != nil {
+		x.mu.Unlock()
+		ex.Close()
+		return
+	}
+	x.ex, x.err = ex, err
+	x.mu.Unlock()
+	if err != nil {
+		x.s.log.Warn("kernel start failed", "session", x.ss.ID(), "err", err)
+		return
+	}
+	x.s.log.Info("kernel started", "session", x.ss.ID(), "took", time.Since(t0).Round(time.Millisecond))
+	x.sync(ctx, ex)
+}
+
+// executor returns the session's executor, waiting (bounded) for its start
+// and starting it again if the last attempt failed.
+func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
+	wait := x.s.startTimeout()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-x.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the kernel to start: %w", ctx.Err())
+	case <-x.ctx.Done():
+		return nil, errSessionClosed
+	case <-t.C:
+		return nil, fmt.Errorf("the kernel did not start within %v; see the server's log (--log-file) for why", wait)
+	}
+	x.mu.Lock()
+	ex, err, closed := x.ex, x.err, x.closed
+	x.mu.Unlock()
+	if closed {
+		return nil, errSessionClosed
+	}
+	if ex != nil {
+		x.sync(ctx, ex)
+		return ex, nil
+	}
+	// The last start failed: try again, within this call's bounds.
+	x.startMu.Lock()
+	defer x.startMu.Unlock()
+	x.mu.Lock()
+	ex = x.ex
+	x.mu.Unlock()
+	if ex == nil {
+		sctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		stop := context.AfterFunc(x.ctx, cancel)
+		defer stop()
+		x.startLocked(sctx)
+		x.mu.Lock()
+		ex, err = x.ex, x.err
+		x.mu.Unlock()
+		if ex == nil {
+			return nil, fmt.Errorf("starting the kernel: %w", err)
+		}
+	}
+	return ex, nil
+}
+
+// takeWarnings returns and clears the pending warnings.
+func (x *session) takeWarnings() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	w := x.warnings
+	x.warnings = nil
+	return w
+}
+
+// sync registers in ex the servers registered elsewhere (at start, or by
+// another session) since ex started. Failures become warnings.
+func (x *session) sync(ctx context.Context, ex *ipybox.Executor) {
+	if len(x.s.pending(x)) == 0 {
+		return
+	}
+	x.s.regMu.Lock()
+	defer x.s.regMu.Unlock()
+	x.syncLocked(ctx, ex)
+}
+
+// syncLocked is sync with s.regMu held.
+func (x *session) syncLocked(ctx context.Context, ex *ipybox.Executor) {
+	for _, p := range x.s.pending(x) {
+		_, err := ex.RegisterMCPServer(ctx, p.name, p.cfg)
+		x.s.mu.Lock()
+		x.synced[p.name] = p.gen
+		if err == nil {
+			if r := x.s.regs[p.name]; r != nil && r.gen == p.gen {
+				r.persisted = true
+			}
+		}
+		x.s.mu.Unlock()
+		if err != nil {
+			x.s.log.Warn("registering an MCP server", "server", p.name, "err", err)
+			x.mu.Lock()
+			x.warnings = append(x.warnings, fmt.Sprintf("[ipybox: MCP server %q could not be registered: %v]", p.name, err))
+			x.mu.Unlock()
+		}
+	}
+}
+
+type pendingReg struct {
+	name string
+	cfg  ipybox.ServerConfig
+	gen  int
+}
+
+// pending lists the registrations x's executor does not know yet.
+func (s *Server) pending(x *session) []pendingReg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []pendingReg
+	for name, r := range s.regs {
+		if x.synced[name] != r.gen {
+			out = append(out, pendingReg{name, r.cfg, r.gen})
+		}
+	}
+	return out
+}
+
+// register registers a server through x's executor and makes it known to
+// every other session.
+func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string, cfg ipybox.ServerConfig) ([]ipybox.ToolModule, error) {
+	x.s.regMu.Lock()
+	defer x.s.regMu.Unlock()
+	// Bring ex up to date first: it saves servers.json whole.
+	x.syncLocked(ctx, ex)
+	mods, err := ex.RegisterMCPServer(ctx, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	x.s.mu.Lock()
+	x.s.regGen++
+	x.s.regs[name] = &registration{cfg: cfg, gen: x.s.regGen, persisted: true}
+	x.synced[name] = x.s.regGen
+	x.s.mu.Unlock()
+	return mods, nil
+}
+
+// close stops the session's kernel. It is idempotent.
+func (x *session) close() error {
+	x.closeMu.Lock()
+	defer x.closeMu.Unlock()
+	if x.done {
+		return x.closeEr
+	}
+	x.done = true
+	x.mu.Lock()
+	x.closed = true
+	x.mu.Unlock()
+	x.cancel()
+	// A start in progress ends with the context.
+	<-x.ready
+	x.startMu.Lock()
+	x.mu.Lock()
+	ex := x.ex
+	x.ex = nil
+	x.mu.Unlock()
+	x.startMu.Unlock()
+	if ex != nil {
+		x.closeEr = ex.Close()
+	}
+	return x.closeEr
+}
+
+// startExecutor starts an Executor for session x: the workspace's
+// virtualenv, the approval policy, and the caller's adjustments.
+func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
+	py, err := s.venvPython(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// What servers.json holds now, this executor loads at Start.
+	s.mu.Lock()
+	for name, r := range s.regs {
+		if r.persisted {
+			x.synced[name] = r.gen
+		}
+	}
+	s.mu.Unlock()
+	o := ipybox.Options{
+		Python:    py,
+		WorkDir:   s.workspace,
+		KernelEnv: s.opts.KernelEnv,
+		DotEnv:    s.opts.DotEnv,
+		Logger:    s.log.With("session", x.ss.ID()),
+	}
+	if s.opts.Approval == ApprovalElicit {
+		o.ApproveShellCommands = true
+	} else {
+		o.ApproveToolCalls = ipybox.Bool(false)
+	}
+	if s.opts.ExecutorOptions != nil {
+		s.opts.ExecutorOptions(&o)
+	}
+	return ipybox.Start(ctx, &o)
+}

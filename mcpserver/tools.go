@@ -1,0 +1,410 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+)
+
+// Limits on tool arguments.
+const (
+	defaultTimeout  = 120 // seconds
+	maxTimeout      = 24 * 60 * 60
+	defaultMaxChars = 5000
+	maxMaxChars     = 10_000_000
+	maxCodeBytes    = 10 << 20
+	maxNameLen      = 200
+	maxPackageLen   = 1000
+	maxPipOutput    = 20000
+)
+
+const instructions = `ipybox gives you a stateful IPython kernel (a Jupyter-like Python session that keeps variables between calls) for code actions.
+Run Python with execute_ipython_cell; use !cmd for shell commands. Connect MCP servers with register_mcp_server: their tools become Python modules (mcptools.<server>.<tool>) that your code calls directly, so that one cell can make many tool calls and process their results without passing them through the conversation.
+The kernel's working directory is a workspace folder; move files between it and the host with upload_file and download_file. install_package adds Python packages; reset restarts the kernel with fresh state.`
+
+type executeArgs struct {
+	Code           string  `json:"code"`
+	Timeout        float64 `json:"timeout"`
+	MaxOutputChars int     `json:"max_output_chars"`
+}
+
+type registerArgs struct {
+	ServerName   string          `json:"server_name"`
+	ServerParams json.RawMessage `json:"server_params"`
+}
+
+type installArgs struct {
+	PackageName string `json:"package_name"`
+}
+
+type fileArgs struct {
+	Relpath   string `json:"relpath"`
+	LocalPath string `json:"local_path"`
+}
+
+type noArgs struct{}
+
+// schema parses a literal input schema.
+func schema(s string) json.RawMessage {
+	if !json.Valid([]byte(s)) {
+		panic("mcpserver: invalid schema literal: " + s)
+	}
+	return json.RawMessage(s)
+}
+
+func (s *Server) addTools() {
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "execute_ipython_cell",
+		Title: "Run Python code",
+		Description: `Run Python code in a stateful IPython kernel, like a Jupyter notebook cell. Variables, imports and definitions persist between calls (until reset), so build on earlier cells instead of repeating them.
+
+Returns what the cell printed (stdout and stderr) and the value of its last expression. Each image the cell shows (plt.show(), IPython.display) comes back as an image block, and is saved under images/ in the workspace; its path is in the text.
+
+- Shell commands work: !ls, files = !ls *.csv, and %%bash cells.
+- MCP tools registered with register_mcp_server are Python functions: from mcptools.<server>.<tool> import Params, run; result = run(Params(...)). Prefer one cell that calls tools in a loop and prints a summary over many separate calls.
+- Output longer than max_output_chars keeps its beginning and its end, and says how much was left out: print summaries, not whole datasets.
+- An exception makes an error result that contains the output printed before it and the traceback. On timeout the cell is interrupted and the variables are kept.
+- The working directory is the workspace. Use upload_file and download_file to move files between it and the host, and install_package (or !pip install) for missing packages.`,
+		InputSchema: schema(`{
+  "type": "object",
+  "properties": {
+    "code": {"type": "string", "description": "Python code to run as one cell. IPython syntax (!shell commands, %magics) is allowed."},
+    "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "default": 120, "description": "Seconds the cell may run before it is interrupted (the kernel's state is kept). Default 120."},
+    "max_output_chars": {"type": "integer", "minimum": 1, "maximum": 10000000, "default": 5000, "description": "Output beyond this many characters is cut in the middle, keeping the head and the tail. Default 5000."}
+  },
+  "required": ["code"],
+  "additionalProperties": false
+}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: ipybox.Bool(true)},
+	}, s.executeTool)
+
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "register_mcp_server",
+		Title: "Register an MCP server for use from Python",
+		Description: `Connect to an MCP server and turn its tools into typed Python modules in the workspace (mcptools/<server_name>/), so that code in execute_ipython_cell can call them: loop over calls, pass one tool's result to another, and keep large intermediate data out of the conversation.
+
+Returns one line per tool: the import, then the call signature, for example
+from mcptools.fs.read_text_file import Params, run  # run(Params(path: str, head: int | None = None)) -> Result
+run returns the typed Result when the tool declares an output schema, otherwise the text (str); run_async is the async variant. A failing tool raises ToolError.
+
+server_params is the server's config, as in an mcpServers file:
+- a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"], "env": {"API_KEY": "${API_KEY}"}}
+- a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations persist across reset and restarts; registering a name again replaces it.`,
+		InputSchema: schema(`{
+  "type": "object",
+  "properties": {
+    "server_name": {"type": "string", "description": "A Python identifier naming the server, such as fs or github: the tools become the package mcptools.<server_name>."},
+    "server_params": {
+      "type": "object",
+      "description": "The server's config: command (with args, env, cwd) for a local stdio server, or url (with headers) for a remote one.",
+      "properties": {
+        "command": {"type": "string", "description": "Program of a local (stdio) server."},
+        "args": {"type": "array", "items": {"type": "string"}, "description": "The program's arguments."},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Environment variables for the program."},
+        "cwd": {"type": "string", "description": "The program's working directory."},
+        "url": {"type": "string", "description": "Endpoint of a remote server (streamable HTTP, or SSE)."},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "HTTP headers sent to url."},
+        "type": {"type": "string", "enum": ["stdio", "http", "streamable_http", "streamableHttp", "sse"], "description": "Transport; normally inferred."}
+      }
+    }
+  },
+  "required": ["server_name", "server_params"],
+  "additionalProperties": false
+}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: ipybox.Bool(true)},
+	}, s.registerTool)
+
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "install_package",
+		Title: "Install a Python package",
+		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. The environment is a virtualenv in the workspace (.ipybox/venv) that also sees the system's packages; !pip install in a cell installs into the same place, and installed packages persist across reset.
+
+package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.`,
+		InputSchema: schema(`{
+  "type": "object",
+  "properties": {
+    "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."}
+  },
+  "required": ["package_name"],
+  "additionalProperties": false
+}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: ipybox.Bool(true)},
+	}, s.installTool)
+
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "reset",
+		Title:       "Reset the kernel",
+		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken.`,
+		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: ipybox.Bool(true), IdempotentHint: true},
+	}, s.resetTool)
+
+	fileSchema := func(rel, local string) json.RawMessage {
+		return schema(fmt.Sprintf(`{
+  "type": "object",
+  "properties": {
+    "relpath": {"type": "string", "description": %q},
+    "local_path": {"type": "string", "description": %q}
+  },
+  "required": ["relpath", "local_path"],
+  "additionalProperties": false
+}`, rel, local))
+	}
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "upload_file",
+		Title: "Copy a file from the host into the workspace",
+		Description: `Copy a file from the host (local_path) into the workspace (relpath), so that code in execute_ipython_cell can read it as open(relpath). Parent directories are created and an existing file is replaced; any file type works.
+
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`,
+		InputSchema: fileSchema("Destination, relative to the workspace (the kernel's working directory), such as data/input.csv.", "Absolute path of the file on the host to copy."),
+		Annotations: &mcp.ToolAnnotations{Title: "Upload a file", IdempotentHint: true},
+	}, s.uploadTool)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "download_file",
+		Title: "Copy a file from the workspace to the host",
+		Description: `Copy a file from the workspace (relpath), such as a result your code wrote, to the host (local_path). Parent directories are created and an existing file is replaced; any file type works.
+
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`,
+		InputSchema: fileSchema("The file to copy, relative to the workspace (the kernel's working directory), such as results/summary.csv.", "Absolute destination path on the host."),
+		Annotations: &mcp.ToolAnnotations{Title: "Download a file", IdempotentHint: true},
+	}, s.downloadTool)
+}
+
+// quote shows a user-given string in an error, shortened when long.
+func quote(v string) string {
+	if utf8.RuneCountInString(v) > 80 {
+		v = string([]rune(v)[:80]) + "..."
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+// sessionExecutor returns the executor of the calling session and a
+// context that also ends with the session.
+func (s *Server) sessionExecutor(ctx context.Context, req *mcp.CallToolRequest) (*session, *ipybox.Executor, context.Context, context.CancelFunc, error) {
+	x := s.sessionFor(req.Session)
+	if x == nil {
+		return nil, nil, nil, nil, errors.New("ipybox is shutting down")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(x.ctx, cancel)
+	done := func() { stop(); cancel() }
+	ex, err := x.executor(cctx)
+	if err != nil {
+		done()
+		return nil, nil, nil, nil, err
+	}
+	return x, ex, cctx, done, nil
+}
+
+func textResult(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a executeArgs) (*mcp.CallToolResult, any, error) {
+	switch {
+	case strings.TrimSpace(a.Code) == "":
+		return nil, nil, errors.New("code is empty; give the Python code to run")
+	case len(a.Code) > maxCodeBytes:
+		return nil, nil, fmt.Errorf("code is %d bytes; the limit is %d: write large data to a file with upload_file instead", len(a.Code), maxCodeBytes)
+	case strings.IndexByte(a.Code, 0) >= 0:
+		return nil, nil, errors.New("code contains a NUL byte, which Python source cannot contain")
+	}
+	if a.Timeout == 0 {
+		a.Timeout = defaultTimeout
+	}
+	if a.Timeout < 0 || a.Timeout > maxTimeout {
+		return nil, nil, fmt.Errorf("timeout %v: want seconds between 0 and %d", a.Timeout, maxTimeout)
+	}
+	if a.MaxOutputChars == 0 {
+		a.MaxOutputChars = defaultMaxChars
+	}
+	if a.MaxOutputChars < 0 || a.MaxOutputChars > maxMaxChars {
+		return nil, nil, fmt.Errorf("max_output_chars %d: want a number between 1 and %d", a.MaxOutputChars, maxMaxChars)
+	}
+	x, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	warnings := x.takeWarnings()
+	p := startProgress(ctx, req)
+	var res *ipybox.Result
+	var cellErr error
+	timeout := time.Duration(a.Timeout * float64(time.Second))
+	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout}) {
+		if err != nil {
+			cellErr = err
+			break
+		}
+		switch e := ev.(type) {
+		case *ipybox.Output:
+			p.output(ctx, e.Text)
+		case *ipybox.ApprovalRequest:
+			s.decide(ctx, req.Session, e)
+		case *ipybox.Result:
+			res = e
+		}
+	}
+	p.end()
+	return cellResult(res, cellErr, a.MaxOutputChars, warnings), nil, nil
+}
+
+func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a registerArgs) (*mcp.CallToolResult, any, error) {
+	name := a.ServerName
+	switch {
+	case name == "":
+		return nil, nil, errors.New("server_name is empty; give a Python identifier such as fs or github")
+	case len(name) > maxNameLen || strings.ContainsAny(name, "\x00/\\. \n"):
+		return nil, nil, fmt.Errorf("server_name %s is not a Python identifier; use letters, digits and _, such as fs or github", quote(name))
+	}
+	cfg, err := parseServerParams(a.ServerParams)
+	if err != nil {
+		return nil, nil, err
+	}
+	x, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	mods, err := x.register(ctx, ex, name, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(mods) == 0 {
+		return textResult("MCP server %s is registered, but it has no tools.", name), nil, nil
+	}
+	var b strings.Builder
+	for _, m := range mods {
+		fmt.Fprintf(&b, "from mcptools.%s.%s import Params, run  # %s\n", name, m.Name, m.Signature)
+	}
+	return textResult("%s", strings.TrimRight(b.String(), "\n")), nil, nil
+}
+
+// parseServerParams decodes server_params strictly: an unknown field is an
+// error, so that a misspelt one is not silently ignored.
+func parseServerParams(raw json.RawMessage) (ipybox.ServerConfig, error) {
+	var cfg ipybox.ServerConfig
+	if len(raw) == 0 || string(raw) == "null" {
+		return cfg, errors.New(`server_params is missing; give {"command": ..., "args": [...]} or {"url": ...}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf(`server_params: %v; want {"command": "...", "args": [...], "env": {...}} or {"url": "...", "headers": {...}}`, err)
+	}
+	for _, v := range append([]string{cfg.Command, cfg.URL, cfg.Cwd}, cfg.Args...) {
+		if strings.IndexByte(v, 0) >= 0 {
+			return cfg, errors.New("server_params contains a NUL byte")
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("server_params: %w", err)
+	}
+	return cfg, nil
+}
+
+func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a installArgs) (*mcp.CallToolResult, any, error) {
+	name := strings.TrimSpace(a.PackageName)
+	switch {
+	case name == "":
+		return nil, nil, errors.New("package_name is empty; give a pip requirement such as pandas or requests==2.32.3")
+	case len(name) > maxPackageLen:
+		return nil, nil, fmt.Errorf("package_name is %d bytes; the limit is %d", len(name), maxPackageLen)
+	case strings.ContainsAny(name, "\x00\r\n"):
+		return nil, nil, fmt.Errorf("package_name %s contains a NUL or a line break; give one requirement", quote(name))
+	case strings.HasPrefix(name, "-"):
+		return nil, nil, fmt.Errorf("package_name %s starts with -: pip options are not accepted, give a package name or path", quote(name))
+	}
+	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	out, err := s.runPip(ctx, "install", name)
+	text := truncate(strings.TrimSpace(string(out)), maxPipOutput)
+	if err != nil {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+			Text: fmt.Sprintf("pip install %s failed (%v):\n%s", name, err, text)}}}, nil, nil
+	}
+	// Let the running kernel see the new files at once.
+	if _, err := ex.Execute(ctx, "__import__('importlib').invalidate_caches()", nil); err != nil {
+		s.log.Warn("invalidating import caches", "err", err)
+	}
+	return textResult("%s", text), nil, nil
+}
+
+func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	if err := ex.Reset(ctx); err != nil {
+		return nil, nil, err
+	}
+	return textResult("The kernel was restarted with a fresh state. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+}
+
+func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fileArgs) (*mcp.CallToolResult, any, error) {
+	rel, local, err := checkFileArgs(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	sr, src, err := s.allowedRoot(local)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sr.Close()
+	dr, dst, err := s.workspaceRoot(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dr.Close()
+	n, err := copyFile(sr, src, "local_path "+local, dr, dst, "relpath "+rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	return textResult("Copied %d bytes from %s to %s in the workspace.", n, local, rel), nil, nil
+}
+
+func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a fileArgs) (*mcp.CallToolResult, any, error) {
+	rel, local, err := checkFileArgs(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	sr, src, err := s.workspaceRoot(rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sr.Close()
+	dr, dst, err := s.allowedRoot(local)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dr.Close()
+	n, err := copyFile(sr, src, "relpath "+rel, dr, dst, "local_path "+local)
+	if err != nil {
+		return nil, nil, err
+	}
+	return textResult("Copied %d bytes from %s in the workspace to %s.", n, rel, local), nil, nil
+}
+
+func checkFileArgs(a fileArgs) (rel, local string, err error) {
+	if rel, err = checkRelpath(a.Relpath); err != nil {
+		return "", "", err
+	}
+	if local, err = checkLocalPath(a.LocalPath); err != nil {
+		return "", "", err
+	}
+	return rel, local, nil
+}

@@ -1,0 +1,130 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ipybox/ipybox/kernel"
+)
+
+const (
+	venvTimeout = 2 * time.Minute
+	pipTimeout  = 10 * time.Minute
+)
+
+// venvDir is the kernel's virtualenv in a workspace.
+func venvDir(workspace string) string { return filepath.Join(workspace, ".ipybox", "venv") }
+
+// venvPython returns the interpreter of the workspace's virtualenv,
+// creating the virtualenv first when it is missing. It is created with
+// --system-site-packages from the discovered interpreter, so that the
+// system's ipykernel (and numpy, matplotlib, ...) stay importable while
+// pip installs into the virtualenv.
+func (s *Server) venvPython(ctx context.Context) (string, error) {
+	s.venvOnce.Lock()
+	defer s.venvOnce.Unlock()
+	if s.venvPy != "" {
+		return s.venvPy, nil
+	}
+	dir := venvDir(s.workspace)
+	py := filepath.Join(dir, "bin", "python")
+	if _, err := os.Stat(py); err == nil {
+		s.venvPy = py
+		return py, nil
+	}
+	base, err := kernel.FindPython(ctx, s.opts.Python)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("create the virtualenv: %w", err)
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
+	defer cancel()
+	out, err := runCommand(ctx, "", helperEnv(nil), base, "-m", "venv", "--system-site-packages", dir)
+	if err != nil {
+		os.RemoveAll(dir) // a half-made virtualenv would be taken as made
+		return "", fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
+	}
+	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
+	s.venvPy = py
+	return py, nil
+}
+
+// runPip runs the virtualenv's pip with args, in the workspace, with the
+// kernel's environment, and returns its combined output. Every pip run of
+// the server goes through here, so that a sandbox can wrap it in one place.
+func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
+	py, err := s.venvPython(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, pipTimeout)
+	defer cancel()
+	env := helperEnv(s.opts.KernelEnv)
+	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
+	return runCommand(ctx, s.workspace, env, py, append([]string{"-m", "pip"}, args...)...)
+}
+
+// helperEnv is the environment of pip and venv: the kernel's basic
+// variables and the caller's extra ones, nothing else of ours.
+func helperEnv(extra map[string]string) []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "LANG"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// runCommand runs a helper in its own process group, which is killed
+// whole when ctx ends.
+func runCommand(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.Bytes(), err
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		err := ctx.Err()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("timed out: %w", err)
+		}
+		return out.Bytes(), err
+	}
+}
