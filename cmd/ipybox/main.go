@@ -44,6 +44,7 @@ func commands() []*command {
 	return []*command{
 		execCommand(),
 		apigenCommand(),
+		mcpCommand(),
 		doctorCommand(),
 		versionCommand(),
 	}

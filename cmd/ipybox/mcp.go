@@ -66,7 +66,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Var(&f.kernelEnv, "container-env-var", "alias of --kernel-env")
 	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
 	fs.StringVar(&f.kernelEnvFile, "container-env-file", "", "alias of --kernel-env-file")
-	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH`: make a host directory visible in the workspace (repeatable)")
+	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
 	fs.Var(&f.binds, "container-bind", "alias of --bind")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
 	fs.StringVar(&f.approval, "approval", mcpserver.ApprovalAuto, "how tool calls and shell commands of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
