@@ -3,6 +3,8 @@ package kernel_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,4 +51,52 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Log(pe.TracebackText())
+}
+
+// TestHeartbeatDetectsHang: a stopped kernel keeps its process and sockets,
+// so only the heartbeat can tell it is gone.
+func TestHeartbeatDetectsHang(t *testing.T) {
+	k := startKernel(t, &kernel.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatMisses: 3})
+	ctx := context.Background()
+	pid := k.Pid()
+	time.AfterFunc(300*time.Millisecond, func() { syscall.Kill(pid, syscall.SIGSTOP) })
+	begin := time.Now()
+	_, err := k.Execute(ctx, "import time\ntime.sleep(30)", nil)
+	if !errors.Is(err, kernel.ErrKernelDied) || !strings.Contains(err.Error(), "heartbeat") {
+		t.Fatalf("err = %v, want ErrKernelDied from the heartbeat", err)
+	}
+	if d := time.Since(begin); d > 3*time.Second {
+		t.Errorf("detected after %v", d)
+	}
+	res, err := k.Execute(ctx, "1 + 1", nil)
+	if err != nil || res.Text != "2" {
+		t.Fatalf("next call: %v, %+v", err, res)
+	}
+	if k.Pid() == pid {
+		t.Error("the hung kernel was not replaced")
+	}
+}
+
+func TestCloseDuringCell(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	k := startKernel(t, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := k.Execute(context.Background(), "import time\ntime.sleep(30)", nil)
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	begin := time.Now()
+	k.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the running cell reported success")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Execute still blocked after Close")
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
 }
