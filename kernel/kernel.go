@@ -9,11 +9,9 @@
 package kernel
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/linelog"
 )
 
 // Options configures a kernel. A nil *Options means the defaults; the
@@ -237,7 +236,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	if err := info.Write(connFile); err != nil {
 		return nil, fmt.Errorf("write connection file: %w", err)
 	}
-	stderr := &tailWriter{log: k.opts.Logger}
+	log := k.opts.Logger
+	stderr := &linelog.Writer{Emit: func(line string) { log.Debug("kernel output", "line", line) }}
 	spec := &Spec{
 		Path: k.python,
 		Args: launchArgs(connFile),
@@ -269,7 +269,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		if err != nil {
 			cause = "process exited: " + err.Error()
 		}
-		if tail := stderr.Tail(); tail != "" {
+		stderr.Flush()
+		if tail := stderr.Tail(5); tail != "" {
 			cause += "; last output: " + tail
 		}
 		in.markDead(cause)
@@ -645,48 +646,3 @@ func (k *Kernel) shutdown(in *instance) {
 	// The process group may still hold children (a `!sleep` of a cell).
 	in.proc.Kill()
 }
-
-// tailWriter logs the kernel's own output and keeps its last lines, which
-// explain a crash at start.
-type tailWriter struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	tail []byte
-	part []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.part = append(w.part, p...)
-	for {
-		i := bytes.IndexByte(w.part, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.part[:i])
-		w.part = w.part[i+1:]
-		if strings.TrimSpace(line) != "" {
-			w.log.Debug("kernel output", "line", line)
-		}
-	}
-	w.tail = append(w.tail, p...)
-	if len(w.tail) > 2048 {
-		w.tail = w.tail[len(w.tail)-2048:]
-	}
-	return len(p), nil
-}
-
-// Tail returns the last few lines the kernel printed.
-func (w *tailWriter) Tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := strings.TrimSpace(string(w.tail))
-	lines := strings.Split(s, "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-var _ io.Writer = (*tailWriter)(nil)

@@ -112,22 +112,29 @@ _KIND_TO_ERROR = {
 # ------------------------------------------------------------------ results
 
 
-class Image:
-    """An image returned by a tool.
-
-    ``display(img)`` shows it in the cell (ipybox saves it like a plot);
-    ``img.save(path)`` writes the bytes to a file.
-    """
+class _Media:
+    """Binary content of a tool result: ``data`` bytes and a ``mime_type``."""
 
     def __init__(self, data, mime_type):
         self.data = data
         self.mime_type = mime_type
 
     def save(self, path):
-        """Write the image bytes to ``path`` and return the path."""
+        """Write the bytes to ``path`` and return the path."""
         with open(path, "wb") as f:
             f.write(self.data)
         return path
+
+    def __repr__(self):
+        return "<%s %s, %d bytes>" % (type(self).__name__, self.mime_type, len(self.data))
+
+
+class Image(_Media):
+    """An image returned by a tool.
+
+    ``display(img)`` shows it in the cell (ipybox saves it like a plot);
+    ``img.save(path)`` writes the bytes to a file.
+    """
 
     def _repr_png_(self):
         return self.data if self.mime_type == "image/png" else None
@@ -144,25 +151,9 @@ class Image:
             bundle[self.mime_type] = base64.b64encode(self.data).decode("ascii")
         return bundle
 
-    def __repr__(self):
-        return "<Image %s, %d bytes>" % (self.mime_type, len(self.data))
 
-
-class Audio:
+class Audio(_Media):
     """Audio returned by a tool; ``save(path)`` writes the bytes."""
-
-    def __init__(self, data, mime_type):
-        self.data = data
-        self.mime_type = mime_type
-
-    def save(self, path):
-        """Write the audio bytes to ``path`` and return the path."""
-        with open(path, "wb") as f:
-            f.write(self.data)
-        return path
-
-    def __repr__(self):
-        return "<Audio %s, %d bytes>" % (self.mime_type, len(self.data))
 
 
 class Resource:
