@@ -1,0 +1,270 @@
+package mcpserver
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+var shared struct {
+	once sync.Once
+	dir  string
+}
+
+// TestMain removes the shared workspace at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// sharedWorkspace returns a workspace that the tests of this process share,
+// so that its virtualenv is created once. Tests use names of their own in it.
+func sharedWorkspace(t *testing.T) string {
+	t.Helper()
+	testenv.NeedsPython(t)
+	shared.once.Do(func() {
+		d, err := os.MkdirTemp("", "ipybox-mcpserver-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.dir, _ = filepath.EvalSymlinks(d)
+	})
+	return shared.dir
+}
+
+// newServer returns a server that is closed when t ends.
+func newServer(t *testing.T, o *Options) *Server {
+	t.Helper()
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 90 * time.Second
+	}
+	srv, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return srv
+}
+
+// connect opens a client session to srv over in-memory transports (the
+// stdio path, Serve).
+func connect(t *testing.T, srv *Server, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	ct, st := mcp.NewInMemoryTransports()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background(), st) }()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
+	cs, err := c.Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Serve did not return after the client closed")
+		}
+	})
+	return cs
+}
+
+// serveHTTP serves srv over streamable HTTP on a loopback port and returns
+// the URL.
+func serveHTTP(t *testing.T, srv *Server) string {
+	t.Helper()
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL + "/mcp"
+}
+
+// connectHTTP opens a client session to url.
+func connectHTTP(t *testing.T, url string, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// call calls a tool and fails t on a protocol error.
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s(%v): %v", tool, short(fmt.Sprint(args)), err)
+	}
+	return res
+}
+
+// run executes code and returns the text of a successful result.
+func run(t *testing.T, cs *mcp.ClientSession, code string) string {
+	t.Helper()
+	res := call(t, cs, "execute_ipython_cell", map[string]any{"code": code})
+	if res.IsError {
+		t.Fatalf("execute %q: error result: %s", short(code), text(res))
+	}
+	return text(res)
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func short(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// kernels returns the pids of the ipykernel processes among the
+// descendants of pid (read from /proc).
+func kernels(t *testing.T, pid int) []int {
+	t.Helper()
+	children := map[int][]int{}
+	cmdline := map[int]string{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmdline[p] = strings.ReplaceAll(string(b), "\x00", " ")
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			if strings.Contains(cmdline[c], "kernel.json") {
+				out = append(out, c)
+			}
+			walk(c)
+		}
+	}
+	walk(pid)
+	sort.Ints(out)
+	return out
+}
+
+// waitKernels waits until pid has n kernels, and fails t after d.
+func waitKernels(t *testing.T, pid, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		k := kernels(t, pid)
+		if len(k) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d kernel processes (%v), want %d", len(k), k, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// buildWheel writes a pure-Python wheel of the package in testdata/testpkg
+// to dir and returns its file name. pip installs a wheel without an index
+// or a build backend, so this works offline.
+func buildWheel(t *testing.T, dir string) string {
+	t.Helper()
+	const name, ver = "ipybox_testpkg", "0.1"
+	info := name + "-" + ver + ".dist-info/"
+	files := map[string][]byte{
+		info + "METADATA": []byte("Metadata-Version: 2.1\nName: ipybox-testpkg\nVersion: " + ver + "\n"),
+		info + "WHEEL":    []byte("Wheel-Version: 1.0\nGenerator: ipybox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+	}
+	src := filepath.Join("testdata", "testpkg", name)
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name+"/"+e.Name()] = b
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, n := range names {
+		w, err := zw.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(files[n])
+		sum := sha256.Sum256(files[n])
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
+	}
+	fmt.Fprintf(&record, "%sRECORD,,\n", info)
+	w, _ := zw.Create(info + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := name + "-" + ver + "-py3-none-any.whl"
+	if err := os.WriteFile(filepath.Join(dir, file), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
