@@ -755,3 +755,40 @@ func TestConcurrentCallsShareOneSession(t *testing.T) {
 		}
 	}
 }
+
+func TestCloseAbortsConnect(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"hang": testmcpStdio(t, "--hang-initialize")}, &Options{ConnectTimeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.ListTools(context.Background(), "hang")
+		errc <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the server is up and ignoring initialize
+	start := time.Now()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("connect aborted by Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not abort the connect")
+	}
+	if d := time.Since(start); d > m.closeBound() {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestCallerCancelsConnect(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	m := newManager(t, map[string]Config{"hang": testmcpStdio(t, "--hang-initialize")}, &Options{ConnectTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := m.ListTools(ctx, "hang")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"hang"`) {
+		t.Errorf("error %v, want the caller's deadline, naming the server", err)
+	}
+}
