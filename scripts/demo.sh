@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Sets up the machine, builds ipybox, and runs a demo of its main job: code
-# actions in a stateful kernel (state across cells, shell commands, a plot).
+# actions in a stateful kernel (state across cells, shell commands, a plot),
+# MCP tools called from Python with approval, and the sandbox.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 mkdir -p bin
 go build -o bin/ipybox ./cmd/ipybox
 ws=$(mktemp -d)
-echo "== workspace: $ws"
+trap 'rm -rf "$ws"' EXIT
+
+echo "== 1. A stateful kernel: state across cells, a shell command, a plot ($ws)"
 bin/ipybox exec --workspace "$ws" \
   -c 'import math
 data = [math.sin(i / 5) for i in range(50)]
@@ -19,4 +22,40 @@ plt.plot(data)      # state from the first cell
 plt.title("sin")
 plt.show()' \
   -c 'max(data)'
-echo "== images saved:"; ls "$ws/images"
+
+echo
+echo "== 2. MCP tools as typed Python functions (server-everything), approved by the host"
+cat > "$ws/mcp.json" <<JSON
+{"mcpServers": {"everything": {"command": "$PWD/tools/npm/node_modules/.bin/mcp-server-everything", "args": ["stdio"]}}}
+JSON
+bin/ipybox exec --workspace "$ws" --mcp-config "$ws/mcp.json" --json -c '
+from mcptools.everything import echo, get_sum
+total = get_sum.run(get_sum.Params(a=19, b=23))
+print(echo.run(echo.Params(message=f"the sum is {total}")))' |
+  while IFS= read -r event; do
+    case "$event" in
+      *'"type":"approval"'*) echo "  approval asked and given (--approval auto): $event" ;;
+      *'"type":"output"'*) echo "  output: $event" ;;
+    esac
+  done
+
+echo
+echo "== 3. The same kernel in a bubblewrap sandbox: the workspace is writable, the host is not"
+if bin/ipybox doctor | grep -q "^ok .*sandbox"; then
+  bin/ipybox exec --sandbox --workspace "$ws" -c '
+import os, socket
+open("made-in-the-sandbox.txt", "w").write("hello")
+attempts = {
+    "read /etc/shadow": lambda: open("/etc/shadow").read(),
+    "list /home": lambda: os.listdir("/home"),
+    "connect to 1.1.1.1:443": lambda: socket.create_connection(("1.1.1.1", 443), timeout=2),
+}
+for what, attempt in attempts.items():
+    try:
+        attempt(); print("allowed:", what)
+    except OSError as e:
+        print("blocked:", what, "-", type(e).__name__)'
+  ls "$ws/made-in-the-sandbox.txt"
+else
+  echo "  (skipped: bin/ipybox doctor says the sandbox cannot run on this host)"
+fi
