@@ -60,7 +60,9 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 		b.WriteString("\n")
 	}
 	if res != nil {
-		b.WriteString(truncate(res.Text, maxChars))
+		// Shell commands print through a pseudo-terminal, with CRLF.
+		out := strings.TrimSuffix(strings.ReplaceAll(res.Text, "\r\n", "\n"), "\r")
+		b.WriteString(truncate(out, maxChars))
 	}
 	var images []mcp.Content
 	var notes []string
