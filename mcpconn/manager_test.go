@@ -792,3 +792,13 @@ func TestCallerCancelsConnect(t *testing.T) {
 		t.Errorf("error %v, want the caller's deadline, naming the server", err)
 	}
 }
+
+func TestFailedStartShowsStderr(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	sh := testenv.NeedsTool(t, "sh")
+	m := newManager(t, map[string]Config{"broken": {Command: sh, Args: []string{"-c", "echo 'error: API_KEY is required' >&2; exit 1"}}}, nil)
+	_, err := m.ListTools(ctxT(t), "broken")
+	if err == nil || !strings.Contains(err.Error(), "API_KEY is required") || !strings.Contains(err.Error(), `"broken"`) {
+		t.Fatalf("error %v, want one naming the server and quoting its stderr", err)
+	}
+}

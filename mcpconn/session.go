@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/linelog"
 )
 
 // A session is one connection to one server.
@@ -27,9 +29,9 @@ type session struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the connection has ended, for any reason
 
-	stopped   atomic.Bool // set when Stop, StopAll or Close took it out of use
-	pgid      int         // the stdio server's process group, or 0
-	stderr    *lineLogger // nil for remote servers
+	stopped   atomic.Bool     // set when Stop, StopAll or Close took it out of use
+	pgid      int             // the stdio server's process group, or 0
+	stderr    *linelog.Writer // nil for remote servers
 	closeOnce sync.Once
 }
 
@@ -56,7 +58,7 @@ func (s *session) close(grace time.Duration, log *slog.Logger) {
 		<-s.done
 		killGroup(s.pgid, grace)
 		if s.stderr != nil {
-			s.stderr.flush()
+			s.stderr.Flush()
 		}
 		log.Info("mcp server stopped", "server", s.name)
 	})
@@ -116,7 +118,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	)
 	switch kind {
 	case Stdio:
-		s.stderr = &lineLogger{log: m.log, server: name}
+		s.stderr = stderrLog(m.log, name)
 		var err error
 		cmd, err = m.stdioCommand(ctx, name, cfg, s.stderr)
 		if err != nil {
@@ -154,13 +156,19 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		if cmd != nil && cmd.Process != nil {
 			killGroup(groupOf(cmd.SysProcAttr, cmd.Process.Pid), m.opts.StopGrace)
 		}
+		// What a failed server printed usually says why (a missing API key, a
+		// wrong argument).
+		var tail string
 		if s.stderr != nil {
-			s.stderr.flush()
+			s.stderr.Flush()
+			if t := s.stderr.Tail(3); t != "" {
+				tail = "; its stderr ended with: " + t
+			}
 		}
 		switch {
 		case timedOut.Load():
-			return nil, false, fmt.Errorf("mcpconn: server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s: %w",
-				name, m.opts.ConnectTimeout, kind, context.DeadlineExceeded)
+			return nil, false, fmt.Errorf("mcpconn: server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
+				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
 		case ctx.Err() != nil:
 			return nil, false, fmt.Errorf("mcpconn: server %q: connecting: %w", name, ctx.Err())
 		case m.ctx.Err() != nil:
@@ -169,7 +177,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
 			return nil, false, fmt.Errorf("mcpconn: server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
 		}
-		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("mcpconn: server %q: connecting over %s: %w", name, kind, err)
+		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("mcpconn: server %q: connecting over %s%s: %w", name, kind, tail, err)
 	}
 	s.cs = cs
 	if cmd != nil && cmd.Process != nil {

@@ -1,14 +1,24 @@
 package mcpconn
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os/exec"
-	"sync"
+
+	"github.com/ipybox/ipybox/internal/linelog"
 )
+
+// stderrLog returns the stderr of a stdio server: each line becomes one log
+// record, so that a server's chatter never reaches our stdout, and the last
+// lines can explain a failure.
+func stderrLog(log *slog.Logger, server string) *linelog.Writer {
+	return &linelog.Writer{Emit: func(line string) {
+		log.Info("mcp server stderr", "server", server, "line", line)
+	}}
+}
 
 // baseEnvVars are the host variables a stdio server inherits. Everything
 // else it gets comes from its config's env.
@@ -39,7 +49,7 @@ func (m *Manager) stdioEnv(cfgEnv map[string]string) []string {
 
 // stdioCommand builds the command of a stdio server from its expanded
 // config, passing it through Options.StdioCommand.
-func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, stderr *lineLogger) (*exec.Cmd, error) {
+func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, stderr io.Writer) (*exec.Cmd, error) {
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cmd.Env = m.stdioEnv(cfg.Env)
 	cmd.Dir = cfg.Cwd
@@ -60,59 +70,4 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 		cmd.SysProcAttr = procAttr()
 	}
 	return cmd, nil
-}
-
-// lineLogger is the stderr of a stdio server: each line becomes one log
-// record, so that a server's chatter never reaches our stdout.
-type lineLogger struct {
-	log    *slog.Logger
-	server string
-	mu     sync.Mutex
-	buf    []byte
-}
-
-// maxLogLine bounds one logged line, so that a server writing without
-// newlines cannot grow the buffer without limit.
-const maxLogLine = 16 << 10
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			if len(l.buf) >= maxLogLine {
-				l.emit(l.buf[:maxLogLine])
-				l.buf = l.buf[maxLogLine:]
-				continue
-			}
-			break
-		}
-		l.emit(l.buf[:i])
-		l.buf = l.buf[i+1:]
-	}
-	// Keep the buffer from pinning a large array after a long line.
-	if len(l.buf) == 0 {
-		l.buf = nil
-	}
-	return len(p), nil
-}
-
-// flush logs a final line without a newline.
-func (l *lineLogger) flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.buf) > 0 {
-		l.emit(l.buf)
-		l.buf = nil
-	}
-}
-
-func (l *lineLogger) emit(line []byte) {
-	line = bytes.TrimRight(line, "\r")
-	if len(line) == 0 {
-		return
-	}
-	l.log.Info("mcp server stderr", "server", l.server, "line", string(line))
 }
