@@ -73,10 +73,11 @@ func ParseConfig(data []byte) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("mcpconn: server config %s: %w (fields: command, args, env, cwd, url, headers, type, sandbox)", strings.TrimSpace(string(data)), err)
+		// The raw JSON is not echoed: it may hold secrets.
+		return Config{}, fmt.Errorf("mcpconn: server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox)", err)
 	}
 	if dec.More() {
-		return Config{}, fmt.Errorf("mcpconn: server config %s: trailing data after the JSON object", strings.TrimSpace(string(data)))
+		return Config{}, fmt.Errorf("mcpconn: server config: trailing data after the JSON object")
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -232,6 +233,7 @@ type MissingVarError struct {
 	Field string
 }
 
+// Error names the variable, where it is used, and the fix.
 func (e *MissingVarError) Error() string {
 	return fmt.Sprintf("${%s} in %s is not set; set %s in the environment or in .env", e.Var, e.Field, e.Var)
 }

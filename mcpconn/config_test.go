@@ -43,6 +43,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "bad scheme", json: `{"url": "ftp://h/mcp"}`, err: []string{"scheme must be http or https"}},
 		{name: "no host", json: `{"url": "http:///mcp"}`, err: []string{"has no host"}},
 		{name: "unknown field", json: `{"command": "srv", "comand": "x"}`, err: []string{`unknown field "comand"`, "fields: command, args"}},
+		{name: "unknown field hides secrets", json: `{"command": "srv", "env": {"T": "abc123"}, "x": 1}`, err: []string{`unknown field "x"`}},
 		{name: "not json", json: `{"command": `, err: []string{"server config"}},
 		{name: "trailing", json: `{"command": "srv"} {}`, err: []string{"trailing data"}},
 		{name: "secret redacted", json: `{"command": "srv", "url": "http://h", "env": {"TOKEN": "abc123", "REF": "${X}"}}`, err: []string{`"TOKEN":"\u003credacted\u003e"`, `"REF":"${X}"`}},
