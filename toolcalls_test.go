@@ -105,6 +105,32 @@ print(type(r3).__name__, r3.name, r3.inner.count, r3.inner.tags, type(r3.inner).
 	}
 }
 
+func TestEverythingOverAllTransports(t *testing.T) {
+	bin := testenv.NPMBin(t, "mcp-server-everything")
+	ex := start(t, nil)
+	for name, cfg := range map[string]ipybox.ServerConfig{
+		"evstdio": {Command: bin, Args: []string{"stdio"}},
+		"evhttp":  {URL: mcptest.StartEverything(t, "streamableHttp") + "/mcp"},
+		"evsse":   {URL: mcptest.StartEverything(t, "sse") + "/sse"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			register(t, ex, name, cfg)
+			code := "from mcptools." + name + ".echo import Params, run\nfrom mcptools." + name + " import get_structured_content as g\n" +
+				"r = g.run(g.Params(location='Chicago'))\nprint(run(Params(message='via " + name + "')), type(r).__name__, isinstance(r.humidity, (int, float)))"
+			reqs, events, err := collect(t, ex, code, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := resultText(events), "Echo: via "+name+" Result True"; got != want {
+				t.Errorf("text = %q, want %q", got, want)
+			}
+			if len(reqs) != 2 || reqs[0].Server != name || reqs[0].Tool != "get-structured-content" || reqs[0].Args["location"] != "Chicago" {
+				t.Errorf("requests = %+v", reqs)
+			}
+		})
+	}
+}
+
 func TestEverythingToolsFromKernel(t *testing.T) {
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	ex := start(t, nil)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -207,67 +206,12 @@ func TestGoServerAllTransports(t *testing.T) {
 	}
 }
 
-// startEverything runs server-everything in an HTTP mode ("sse" or
-// "streamableHttp") on a free loopback port and returns its base URL.
-// server-everything reads only PORT; it binds every interface, as the
-// package offers no host setting.
-func startEverything(t *testing.T, mode string) string {
-	t.Helper()
-	bin := testenv.NPMBin(t, "mcp-server-everything")
-	for attempt := 0; ; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		var stderr bytes.Buffer
-		cmd := exec.Command(bin, mode)
-		cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-		cmd.Stdout, cmd.Stderr = &stderr, &stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		stop := func() {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				c.Close()
-				t.Cleanup(stop)
-				return "http://" + addr
-			}
-			select {
-			case <-exited:
-			case <-time.After(50 * time.Millisecond):
-				if time.Now().Before(deadline) {
-					continue
-				}
-				stop()
-				t.Fatalf("server-everything %s did not listen on %s within 20s:\n%s", mode, addr, stderr.String())
-			}
-			break
-		}
-		// It exited: most likely the port was taken meanwhile.
-		if attempt == 2 {
-			t.Fatalf("server-everything %s exited:\n%s", mode, stderr.String())
-		}
-	}
-}
-
 func TestEverythingAllTransports(t *testing.T) {
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	servers := map[string]Config{
 		"stdio": {Command: bin, Args: []string{"stdio"}},
-		"http":  {URL: startEverything(t, "streamableHttp") + "/mcp"},
-		"sse":   {URL: startEverything(t, "sse") + "/sse"},
+		"http":  {URL: mcptest.StartEverything(t, "streamableHttp") + "/mcp"},
+		"sse":   {URL: mcptest.StartEverything(t, "sse") + "/sse"},
 	}
 	m := newManager(t, servers, nil)
 	for name := range servers {
