@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// mcpWS is a workspace that the tests of this package may share, so that
+// its virtualenv (seconds to create) is made once. It lives in a fixed
+// per-user folder, reused across runs; everything in it but the
+// virtualenv is removed when a test process first uses it.
+var mcpWS struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func sharedMCPWorkspace(t *testing.T) string {
+	t.Helper()
+	testenv.NeedsPython(t)
+	mcpWS.once.Do(func() {
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ipybox-cmd-mcp-test-%d", os.Getuid()))
+		if mcpWS.err = os.MkdirAll(filepath.Join(dir, ".ipybox"), 0o700); mcpWS.err != nil {
+			return
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.Name() != ".ipybox" {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
+		}
+		os.Remove(filepath.Join(dir, ".ipybox", "servers.json"))
+		mcpWS.dir = dir
+	})
+	if mcpWS.err != nil {
+		t.Fatal(mcpWS.err)
+	}
+	return mcpWS.dir
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's writer and a
+// test's reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mcpBinary is `ipybox mcp` running as a process.
+type mcpBinary struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	url    string // set in HTTP mode
+	exited chan struct{}
+	err    error
+}
+
+// startHTTP runs `ipybox mcp --http 127.0.0.1:0 args...` and returns it once
+// it listens. It is stopped with SIGTERM when t ends.
+func startHTTP(t *testing.T, args ...string) *mcpBinary {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	b := &mcpBinary{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	pr, pw := io.Pipe()
+	cmd.Stderr = io.MultiWriter(b.stderr, pw)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b.err = cmd.Wait()
+		pw.Close()
+		close(b.exited)
+	}()
+	t.Cleanup(func() { b.stop(t, syscall.SIGTERM) })
+	urlc := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`serving streamable HTTP at (http://\S+/mcp)`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+				break
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case b.url = <-urlc:
+	case <-b.exited:
+		t.Fatalf("ipybox mcp exited: %v\n%s", b.err, b.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ipybox mcp did not listen within 30s\n%s", b.stderr)
+	}
+	return b
+}
+
+// stop signals the process and waits for it (bounded).
+func (b *mcpBinary) stop(t *testing.T, sig os.Signal) {
+	t.Helper()
+	select {
+	case <-b.exited:
+		return
+	default:
+	}
+	b.cmd.Process.Signal(sig)
+	select {
+	case <-b.exited:
+	case <-time.After(30 * time.Second):
+		b.cmd.Process.Kill()
+		<-b.exited
+		t.Errorf("ipybox mcp did not exit within 30s of %v\n%s", sig, b.stderr)
+	}
+}
+
+func goClient(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
+	cs, err := c.Connect(t.Context(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callText(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n"), res.IsError
+}
+
+func runCell(t *testing.T, cs *mcp.ClientSession, code string) string {
+	t.Helper()
+	out, isErr := callText(t, cs, "execute_ipython_cell", map[string]any{"code": code})
+	if isErr {
+		t.Fatalf("cell %q: %s", code, out)
+	}
+	return out
+}
+
+// inspector runs the MCP Inspector's CLI with args and returns its stdout.
+func inspector(t *testing.T, args ...string) string {
+	t.Helper()
+	node := testenv.NPMBin(t, "node")
+	insp := testenv.NPMBin(t, "inspector")
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{insp, "--cli"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("inspector %q: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+type toolsCallOutput struct {
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	IsError bool `json:"isError"`
+	Tools   []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+}
+
+func checkInspectorOutput(t *testing.T, list, callOut string) {
+	t.Helper()
+	var l, c toolsCallOutput
+	if err := json.Unmarshal([]byte(list), &l); err != nil {
+		t.Fatalf("tools/list output: %v\n%s", err, list)
+	}
+	var names []string
+	for _, tool := range l.Tools {
+		names = append(names, tool.Name)
+	}
+	if strings.Join(names, ",") != "download_file,execute_ipython_cell,install_package,register_mcp_server,reset,upload_file" {
+		t.Errorf("tools = %v", names)
+	}
+	if err := json.Unmarshal([]byte(callOut), &c); err != nil {
+		t.Fatalf("tools/call output: %v\n%s", err, callOut)
+	}
+	if c.IsError || len(c.Content) != 1 || c.Content[0].Text != "42" {
+		t.Errorf("tools/call = %s", callOut)
+	}
+}
+
+// TestMCPInspectorStdio drives `ipybox mcp` over stdio with the MCP
+// Inspector's CLI.
+func TestMCPInspectorStdio(t *testing.T) {
+	ws := sharedMCPWorkspace(t)
+	cfg := filepath.Join(t.TempDir(), "inspector.json")
+	b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"ipybox": map[string]any{
+		"command": os.Args[0],
+		"args":    []string{"mcp", "--workspace", ws},
+		"env":     map[string]string{"IPYBOX_TEST_AS_MAIN": "1"},
+	}}})
+	os.WriteFile(cfg, b, 0o600)
+	list := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/list")
+	out := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
+	checkInspectorOutput(t, list, out)
+}
+
+// TestMCPInspectorHTTP drives `ipybox mcp --http` with the Inspector's CLI.
+func TestMCPInspectorHTTP(t *testing.T) {
+	ws := sharedMCPWorkspace(t)
+	srv := startHTTP(t, "--workspace", ws)
+	list := inspector(t, srv.url, "--transport", "http", "--method", "tools/list")
+	out := inspector(t, srv.url, "--transport", "http", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
+	checkInspectorOutput(t, list, out)
+}
+
+// TestMCPConformance runs the MCP conformance suite's server scenarios
+// against `ipybox mcp --http`, with the committed baseline of expected
+// failures (fixture-specific scenarios; see the file for why).
+func TestMCPConformance(t *testing.T) {
+	ws := sharedMCPWorkspace(t)
+	node := testenv.NPMBin(t, "node")
+	conf := testenv.NPMBin(t, "conformance")
+	srv := startHTTP(t, "--workspace", ws)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	baseline, _ := filepath.Abs(filepath.Join("testdata", "conformance-baseline.yml"))
+	cmd := exec.CommandContext(ctx, node, conf, "server", "--url", srv.url, "--expected-failures", baseline, "-o", t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	summary := out.String()
+	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+		summary = summary[i:]
+	}
+	if err != nil {
+		t.Fatalf("conformance suite: %v\n%s", err, summary)
+	}
+	for _, s := range []string{"server-initialize", "ping", "tools-list", "logging-set-level", "dns-rebinding-protection"} {
+		if !regexp.MustCompile(`✓ ` + s + `: \d+ passed, 0 failed`).MatchString(summary) {
+			t.Errorf("scenario %s did not pass:\n%s", s, summary)
+		}
+	}
+	t.Logf("%s", summary)
+}
+
+// TestMCPBinarySession runs a session through the binary over stdio: the
+// workspace's .env, --kernel-env, --mcp-config, and registrations that
+// persist across a restart.
+func TestMCPBinarySession(t *testing.T) {
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, ".env"), []byte("KERNEL_ENV_IPYBOX_X=from-dotenv\nPLAIN_DOTENV_Y=secret\nGO_ARG=from-dotenv-arg\n"), 0o600)
+	testmcp := mcptest.Build(t)
+	cfg := writeMCPConfig(t, map[string]any{"startgo": map[string]any{"command": testmcp}})
+	start := func(args ...string) (*mcp.ClientSession, *lockedBuffer) {
+		cmd := exec.Command(os.Args[0], append([]string{"mcp", "--workspace", ws, "--log-level", "debug"}, args...)...)
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "PLAIN_HOST_Z=host")
+		stderr := &lockedBuffer{}
+		cmd.Stderr = stderr
+		return goClient(t, &mcp.CommandTransport{Command: cmd}, nil), stderr
+	}
+	cs, stderr := start("--mcp-config", cfg, "--kernel-env", "IPYBOX_K=flag")
+	got := runCell(t, cs, "import os\nprint(os.environ.get('IPYBOX_X'), os.environ.get('PLAIN_DOTENV_Y'), os.environ.get('KERNEL_ENV_IPYBOX_X'), os.environ.get('PLAIN_HOST_Z'), os.environ.get('IPYBOX_K'))")
+	if got != "from-dotenv None None None flag" {
+		t.Errorf("kernel environment: %q", got)
+	}
+	if got := runCell(t, cs, "from mcptools.startgo.tool_1 import Params, run\nprint(run(Params(s='cfg')))"); got != "tool-1: cfg" {
+		t.Errorf("server from --mcp-config: %q", got)
+	}
+	// ${VAR} from .env in a registered server's config.
+	out, isErr := callText(t, cs, "register_mcp_server", map[string]any{"server_name": "later", "server_params": map[string]any{
+		"command": testmcp, "env": map[string]string{"FROM_DOTENV": "${GO_ARG}"},
+	}})
+	if isErr || !strings.Contains(out, "from mcptools.later.env import Params, run  # run(") {
+		t.Fatalf("register: %s", out)
+	}
+	if got := runCell(t, cs, "from mcptools.later.env import Params, run\nprint(run(Params(name='FROM_DOTENV')))"); got != "from-dotenv-arg" {
+		t.Errorf("${GO_ARG} from .env: %q", got)
+	}
+	cs.Close()
+	if !strings.Contains(stderr.String(), "kernel started") {
+		t.Errorf("no logs on stderr:\n%s", stderr)
+	}
+	// A restart without --mcp-config: both registrations persist.
+	cs, _ = start()
+	if got := runCell(t, cs, "from mcptools.startgo.tool_1 import Params, run\nfrom mcptools.later import env\nprint(run(Params(s='again')), env.run(env.Params(name='FROM_DOTENV')))"); got != "tool-1: again from-dotenv-arg" {
+		t.Errorf("after a restart: %q", got)
+	}
+}
+
+// descendants returns the pids of every process below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+func checkGone(t *testing.T, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []int
+		for _, p := range pids {
+			if alive(p) {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				t.Errorf("process %d left behind: %s", p, strings.ReplaceAll(string(b), "\x00", " "))
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestMCPShutdown sends SIGTERM (HTTP) and SIGINT (stdio) to a server with
+// running kernels and MCP servers, and checks that it exits cleanly and
+// leaves no process behind.
+func TestMCPShutdown(t *testing.T) {
+	ws := sharedMCPWorkspace(t)
+	cfg := writeMCPConfig(t, map[string]any{"downgo": map[string]any{"command": mcptest.Build(t)}})
+	code := "from mcptools.downgo.pid import Params, run\nprint(run(Params()))"
+
+	t.Run("http SIGTERM", func(t *testing.T) {
+		srv := startHTTP(t, "--workspace", ws, "--mcp-config", cfg)
+		var sessions []*mcp.ClientSession
+		for range 2 {
+			cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: srv.url, DisableStandaloneSSE: true}, nil)
+			runCell(t, cs, code)
+			sessions = append(sessions, cs)
+		}
+		// A cell still running when the signal comes.
+		go sessions[0].CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time; time.sleep(60)"}})
+		time.Sleep(500 * time.Millisecond)
+		procs := descendants(srv.cmd.Process.Pid)
+		if len(procs) < 4 {
+			t.Fatalf("want 2 kernels and 2 MCP servers, got processes %v", procs)
+		}
+		t0 := time.Now()
+		srv.stop(t, syscall.SIGTERM)
+		if srv.cmd.ProcessState.ExitCode() != 0 {
+			t.Errorf("exit code %d\n%s", srv.cmd.ProcessState.ExitCode(), srv.stderr)
+		}
+		t.Logf("exited %v after SIGTERM", time.Since(t0).Round(time.Millisecond))
+		checkGone(t, procs)
+	})
+
+	t.Run("stdio SIGINT", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "mcp", "--workspace", ws)
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+		cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+		runCell(t, cs, code)
+		procs := descendants(cmd.Process.Pid)
+		if len(procs) < 2 {
+			t.Fatalf("want a kernel and an MCP server, got processes %v", procs)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { cs.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the stdio server did not exit after SIGINT")
+		}
+		checkGone(t, procs)
+	})
+}
+
+func TestMCPUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp", "--http", ":8080"}, "implicitly binds all interfaces"},
+		{[]string{"mcp", "--http", "0.0.0.0:8080"}, "--auth-token"},
+		{[]string{"mcp", "--approval", "sometimes"}, `--approval "sometimes"`},
+		{[]string{"mcp", "--allow-tool", "fs.*"}, "only matters with --approval elicit"},
+		{[]string{"mcp", "--approval", "elicit", "--allow-tool", "fs"}, "SERVER.TOOL"},
+		{[]string{"mcp", "--bind", "nocolon"}, "HOST_PATH:RELPATH"},
+		{[]string{"mcp", "--container-bind", "/nonexistent-ipybox:x"}, "not a directory"},
+		{[]string{"mcp", "--kernel-env", "NOVALUE"}, "KEY=VALUE"},
+		{[]string{"mcp", "--container-env-file", "/nonexistent/.env"}, "--kernel-env-file"},
+		{[]string{"mcp", "--workspace", "/nonexistent/ws"}, "not a directory"},
+		{[]string{"mcp", "extra"}, `unexpected argument "extra"`},
+	} {
+		var out bytes.Buffer
+		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
+		if code := run(t.Context(), env, tc.args); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (%s)", tc.args, code, exitUsage, out.String())
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%q: %q does not mention %q", tc.args, out.String(), tc.want)
+		}
+	}
+}
