@@ -34,13 +34,25 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 	if env := os.Getenv("IPYBOX_PYTHON"); env != "" {
 		return checkChosen(ctx, env, "$IPYBOX_PYTHON")
 	}
-	var tried []string
-	for _, c := range candidates() {
-		if err := probe(ctx, c); err == nil {
+	// Probe every candidate at once (each costs an interpreter start; a
+	// pyenv shim costs more), then take the first that works, in order.
+	cs := candidates()
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = probe(ctx, c)
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if errs[i] == nil {
 			return c, nil
 		}
-		tried = append(tried, c)
 	}
+	tried := cs
 	return "", fmt.Errorf("%w (tried %s); install it with `apt-get install python3-ipykernel` "+
 		"(or `pip install ipykernel`), or point ipybox at an interpreter that has it with "+
 		"--python, Options.Python or $IPYBOX_PYTHON", ErrNoPython, strings.Join(tried, ", "))
@@ -107,7 +119,11 @@ func probe(ctx context.Context, python string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-c", "import ipykernel")
+	// find_spec locates the package without importing it (an import of
+	// ipykernel costs a tenth of a second); a broken installation still
+	// shows, with its traceback, when the kernel starts.
+	cmd := exec.CommandContext(ctx, python, "-c",
+		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else 'No module named ipykernel')")
 	cmd.Env = minimalEnv()
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
