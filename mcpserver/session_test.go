@@ -19,6 +19,7 @@ import (
 // TestSession drives one session through every tool with the go-sdk
 // client, as an agent would: the subtests run in order in one kernel.
 func TestSession(t *testing.T) {
+	testenv.CheckGoroutines(t)
 	ws := sharedWorkspace(t)
 	everything := testenv.NPMBin(t, "mcp-server-everything")
 	srv := newServer(t, &Options{Workspace: ws, KernelEnv: map[string]string{"IPYBOX_TEST_KENV": "from-options"}})
@@ -278,8 +279,9 @@ func TestSession(t *testing.T) {
 // TestKernelStartsInBackground checks that initialize is answered before
 // the kernel is up, and that the first call waits for it.
 func TestKernelStartsInBackground(t *testing.T) {
-	ws := t.TempDir() // a fresh workspace: the virtualenv must be created
 	testenv.NeedsPython(t)
+	testenv.CheckGoroutines(t)
+	ws := t.TempDir() // a fresh workspace: the virtualenv must be created
 	srv := newServer(t, &Options{Workspace: ws})
 	t0 := time.Now()
 	cs := connect(t, srv, nil)
@@ -289,8 +291,12 @@ func TestKernelStartsInBackground(t *testing.T) {
 	if got := run(t, cs, "import sys; print(sys.prefix)"); got != filepath.Join(ws, ".ipybox", "venv") {
 		t.Errorf("kernel's prefix %q, want the workspace's virtualenv", got)
 	}
-	// `!pip` in a cell is the virtualenv's pip.
-	if got := run(t, cs, "!pip --version"); !strings.Contains(got, filepath.Join(ws, ".ipybox", "venv")) {
-		t.Errorf("!pip --version: %q", got)
+	// `!pip install` in a cell installs into the virtualenv.
+	whl := buildWheel(t, ws)
+	if got := run(t, cs, "!which pip\n!pip install --no-index "+whl); !strings.HasPrefix(got, filepath.Join(ws, ".ipybox", "venv", "bin", "pip")+"\n") || !strings.Contains(got, "Successfully installed ipybox-testpkg") {
+		t.Errorf("!pip install: %q", got)
+	}
+	if got := run(t, cs, "import ipybox_testpkg; print(ipybox_testpkg.__file__)"); !strings.HasPrefix(got, filepath.Join(ws, ".ipybox", "venv", "lib")) {
+		t.Errorf("installed at %q, want inside the virtualenv", got)
 	}
 }

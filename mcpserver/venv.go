@@ -51,14 +51,39 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
 	defer cancel()
-	out, err := runCommand(ctx, "", helperEnv(nil), base, "-m", "venv", "--system-site-packages", dir)
-	if err != nil {
+	if err := makeVenv(ctx, base, dir); err != nil {
 		os.RemoveAll(dir) // a half-made virtualenv would be taken as made
-		return "", fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
+		return "", err
 	}
 	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
 	s.venvPy = py
 	return py, nil
+}
+
+// makeVenv creates the virtualenv dir from base. Without its own pip it
+// takes milliseconds instead of seconds: when the system's pip is visible
+// (through --system-site-packages), bin/pip runs it with the virtualenv's
+// interpreter, which installs into the virtualenv. Otherwise ensurepip
+// installs a pip of its own.
+func makeVenv(ctx context.Context, base, dir string) error {
+	env := helperEnv(nil)
+	if out, err := runCommand(ctx, "", env, base, "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
+	}
+	py := filepath.Join(dir, "bin", "python")
+	if _, err := runCommand(ctx, "", env, py, "-c", "import pip"); err == nil {
+		shim := "#!/bin/sh\n# ipybox: the system's pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
+		for _, name := range []string{"pip", "pip3"} {
+			if err := os.WriteFile(filepath.Join(dir, "bin", name), []byte(shim), 0o755); err != nil {
+				return fmt.Errorf("create the virtualenv %s: %w", dir, err)
+			}
+		}
+		return nil
+	}
+	if out, err := runCommand(ctx, "", env, py, "-m", "ensurepip", "--default-pip"); err != nil {
+		return fmt.Errorf("install pip into the virtualenv %s: %w\n%s\n(on Debian, install python3-pip)", dir, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // runPip runs the virtualenv's pip with args, in the workspace, with the
