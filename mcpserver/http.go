@@ -60,17 +60,37 @@ func (s *Server) Handler() http.Handler {
 		SessionTimeout: idle,
 		Logger:         s.log,
 	})
-	if s.opts.AuthToken == "" {
-		return h
-	}
 	want := []byte("Bearer " + s.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		if s.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ipybox"`)
 			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
 			return
 		}
+		// Closing a session waits for its running calls: stop its kernel
+		// first, so that a running cell ends now rather than at its
+		// timeout.
+		if r.Method == http.MethodDelete {
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				s.endSessionID(id)
+			}
+		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// endSessionID stops the kernel of the session with the given ID.
+func (s *Server) endSessionID(id string) {
+	s.mu.Lock()
+	var found *mcp.ServerSession
+	for ss := range s.sessions {
+		if ss.ID() == id {
+			found = ss
+			break
+		}
+	}
+	s.mu.Unlock()
+	if found != nil {
+		s.endSession(found)
+	}
 }

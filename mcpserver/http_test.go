@@ -121,6 +121,38 @@ func TestHTTPSessions(t *testing.T) {
 		waitKernels(t, os.Getpid(), base, 15*time.Second)
 	})
 
+	t.Run("close during a cell", func(t *testing.T) {
+		cs := connectHTTP(t, url, nil)
+		run(t, cs, "print('up')")
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time; time.sleep(60)"}})
+			done <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		// The go-sdk client's Close waits for its calls before it sends
+		// DELETE; a client that gives up sends it at once.
+		t0 := time.Now()
+		req, _ := http.NewRequest(http.MethodDelete, url, nil)
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if d := time.Since(t0); resp.StatusCode != http.StatusNoContent || d > 10*time.Second {
+			t.Errorf("DELETE: status %d after %v", resp.StatusCode, d)
+		}
+		waitKernels(t, os.Getpid(), base, 10*time.Second)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the running call did not end")
+		}
+		cs.Close()
+		http.DefaultClient.CloseIdleConnections()
+	})
+
 	t.Run("20 sessions", func(t *testing.T) {
 		sem := make(chan struct{}, 4)
 		var wg sync.WaitGroup
