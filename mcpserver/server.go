@@ -113,8 +113,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the goroutines of sessions
 
-	venvOnce sync.Mutex
-	venvPy   string // the virtualenv's interpreter once created
+	venvMu sync.Mutex // serialises the virtualenv's creation
+	venvPy string     // the virtualenv's interpreter once created
 
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
@@ -123,12 +123,14 @@ type Server struct {
 	// regMu serialises registrations, so that every executor that saves
 	// servers.json has first learnt every registration before it.
 	regMu sync.Mutex
-	// regs is the registration table, guarded by mu.
-	regs      map[string]*registration
-	regGen    int
-	closeMu   sync.Mutex
-	closeErr  error
+	// regs is the registration table and regGen its last generation,
+	// guarded by mu.
+	regs   map[string]*registration
+	regGen int
+
+	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
+	closeErr  error
 }
 
 // registration is one MCP server registered through the server (at start

@@ -25,13 +25,14 @@ type session struct {
 	ready  chan struct{} // closed when the first start attempt ended
 
 	startMu sync.Mutex // serialises (re)starts
-	mu      sync.Mutex
+	mu      sync.Mutex // guards ex, err, closed and warnings
 	ex      *ipybox.Executor
 	err     error // the last start's error
 	closed  bool
-	closeMu sync.Mutex
-	closeEr error
-	done    bool
+
+	closeMu   sync.Mutex // makes close wait for a concurrent close
+	closeDone bool
+	closeErr  error
 
 	// synced maps a registration's name to the generation this session's
 	// executor knows; guarded by s.mu.
@@ -206,10 +207,10 @@ func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string
 func (x *session) close() error {
 	x.closeMu.Lock()
 	defer x.closeMu.Unlock()
-	if x.done {
-		return x.closeEr
+	if x.closeDone {
+		return x.closeErr
 	}
-	x.done = true
+	x.closeDone = true
 	x.mu.Lock()
 	x.closed = true
 	x.mu.Unlock()
@@ -223,9 +224,9 @@ func (x *session) close() error {
 	x.mu.Unlock()
 	x.startMu.Unlock()
 	if ex != nil {
-		x.closeEr = ex.Close()
+		x.closeErr = ex.Close()
 	}
-	return x.closeEr
+	return x.closeErr
 }
 
 // startExecutor starts an Executor for session x: the workspace's

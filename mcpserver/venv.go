@@ -30,8 +30,8 @@ func venvDir(workspace string) string { return filepath.Join(workspace, ".ipybox
 // system's ipykernel (and numpy, matplotlib, ...) stay importable while
 // pip installs into the virtualenv.
 func (s *Server) venvPython(ctx context.Context) (string, error) {
-	s.venvOnce.Lock()
-	defer s.venvOnce.Unlock()
+	s.venvMu.Lock()
+	defer s.venvMu.Unlock()
 	if s.venvPy != "" {
 		return s.venvPy, nil
 	}
