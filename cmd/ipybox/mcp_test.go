@@ -304,6 +304,9 @@ func TestMCPBinarySession(t *testing.T) {
 	if got != "from-dotenv None None None flag" {
 		t.Errorf("kernel environment: %q", got)
 	}
+	// Writes to the kernel's own file descriptors do not reach the
+	// protocol's standard output.
+	runCell(t, cs, "import os, sys\nos.system('echo to-fd-1; echo to-fd-2 >&2')\nsys.__stdout__.write('raw\\n'); sys.__stdout__.flush()")
 	if got := runCell(t, cs, "from mcptools.startgo.tool_1 import Params, run\nprint(run(Params(s='cfg')))"); got != "tool-1: cfg" {
 		t.Errorf("server from --mcp-config: %q", got)
 	}
