@@ -42,7 +42,9 @@ func isLoopback(host string) bool {
 }
 
 // Handler returns an http.Handler that serves the server over streamable
-// HTTP (at every path; clients usually use /mcp). Each MCP session gets its
+// HTTP (at every path; clients usually use /mcp). Each Handler keeps its
+// own table of sessions: mount one Handler on every path that should
+// reach the same sessions. Each MCP session gets its
 // own kernel, in the shared workspace. Idle sessions end after
 // Options.SessionIdleTimeout, and their kernels stop. Requests whose Host
 // header is not a loopback name are refused on a loopback listener

@@ -132,8 +132,9 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 		return exitFail
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", srv.Handler())
-	mux.Handle("/mcp/", srv.Handler())
+	h := srv.Handler() // one handler: it holds the sessions
+	mux.Handle("/mcp", h)
+	mux.Handle("/mcp/", h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
