@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // maxPathLen bounds the paths the file tools accept.
@@ -148,7 +149,9 @@ func (s *Server) allowedRoot(p string) (*os.Root, string, error) {
 // destination's parent directories created. srcName and dstName name the
 // two ends in errors.
 func copyFile(sr *os.Root, src, srcName string, dr *os.Root, dst, dstName string) (int64, error) {
-	in, err := sr.Open(src)
+	// O_NONBLOCK: opening a FIFO (which kernel code can make in the
+	// workspace) must not hang the call; it is refused below.
+	in, err := sr.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, describe(err, srcName)
 	}
@@ -170,8 +173,10 @@ func copyFile(sr *os.Root, src, srcName string, dr *os.Root, dst, dstName string
 	}
 	if st, err := dr.Stat(dst); err == nil && st.IsDir() {
 		return 0, fmt.Errorf("%s is a directory; give the file's path, including its name", dstName)
+	} else if err == nil && !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s exists and is not a regular file", dstName)
 	}
-	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
 		return 0, describe(err, dstName)
 	}

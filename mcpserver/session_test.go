@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,6 +244,10 @@ func TestSession(t *testing.T) {
 		os.Symlink("/etc", filepath.Join(ws, "escape-link"))
 		defer os.Remove(filepath.Join(ws, "escape-link"))
 		os.MkdirAll(filepath.Join(ws, "adir"), 0o755)
+		// FIFOs, which kernel code can make, must not hang a call.
+		syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o600)
+		defer os.Remove(filepath.Join(ws, "fifo"))
+		syscall.Mkfifo(filepath.Join(host, "fifo"), 0o600)
 		for _, tc := range []struct {
 			tool, rel, local, want string
 		}{
@@ -261,6 +266,11 @@ func TestSession(t *testing.T) {
 			{"download_file", "down/out.bin", "/etc/ipybox-test-evil", "outside the allowed directories"},
 			{"download_file", "down/out.bin", filepath.Join(host, "link-out"), "outside the allowed directories"},
 			{"download_file", "down/out.bin", host, "is a directory"},
+			{"download_file", "fifo", filepath.Join(host, "f"), "not a regular file"},
+			{"download_file", "down/out.bin", filepath.Join(host, "fifo"), "not a regular file"},
+			{"upload_file", "a.txt", filepath.Join(host, "fifo"), "not a regular file"},
+			{"upload_file", "fifo", filepath.Join(host, "ok.txt"), "not a regular file"},
+			{"upload_file", "a.txt", "/dev/zero", "outside the allowed directories"},
 		} {
 			res := call(t, cs, tc.tool, map[string]any{"relpath": tc.rel, "local_path": tc.local})
 			if !res.IsError || !strings.Contains(text(res), tc.want) {
