@@ -270,3 +270,39 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBinds checks that a bound host directory appears in the workspace and
+// that the file tools reach it through its relpath.
+func TestBinds(t *testing.T) {
+	ws, hostDir, tmp := t.TempDir(), t.TempDir(), t.TempDir()
+	srv, err := New(&Options{Workspace: ws, Binds: []Bind{{HostPath: hostDir, RelPath: "data/host"}}, AllowedDirs: []string{tmp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if target, err := os.Readlink(filepath.Join(ws, "data", "host")); err != nil || target != hostDir {
+		t.Fatalf("bind link: %q %v", target, err)
+	}
+	src := filepath.Join(tmp, "in.txt")
+	os.WriteFile(src, []byte("bound"), 0o600)
+	res, _, err := srv.uploadTool(t.Context(), nil, fileArgs{Relpath: "data/host/sub/in.txt", LocalPath: src})
+	if err != nil || res.IsError {
+		t.Fatalf("upload into the bind: %v %v", err, res)
+	}
+	if b, err := os.ReadFile(filepath.Join(hostDir, "sub", "in.txt")); err != nil || string(b) != "bound" {
+		t.Errorf("file in the bound directory: %q %v", b, err)
+	}
+	if _, _, err := srv.uploadTool(t.Context(), nil, fileArgs{Relpath: "data/host", LocalPath: src}); err == nil || !strings.Contains(err.Error(), "names a bound directory") {
+		t.Errorf("upload onto the bind itself: %v", err)
+	}
+	// The same bind again is fine (the link is already there); another
+	// target at the same relpath is refused.
+	if s2, err := New(&Options{Workspace: ws, Binds: []Bind{{HostPath: hostDir, RelPath: "data/host"}}}); err != nil {
+		t.Errorf("same bind again: %v", err)
+	} else {
+		s2.Close()
+	}
+	if _, err := New(&Options{Workspace: ws, Binds: []Bind{{HostPath: tmp, RelPath: "data/host"}}}); err == nil || !strings.Contains(err.Error(), "already links to") {
+		t.Errorf("another bind at the same relpath: %v", err)
+	}
+}
