@@ -108,3 +108,31 @@ func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
 	}
 	return sandbox.ParseConfig(raw)
 }
+
+// FindPython returns the interpreter ipybox runs a kernel with when
+// Options.Python is explicit (checked) or empty (discovered): see
+// Options.Python.
+func FindPython(ctx context.Context, explicit string) (string, error) {
+	return kernel.FindPython(ctx, explicit)
+}
+
+// SandboxedCommand prepares path with args to run inside a sandbox with the
+// policy cfg (nil means DefaultSandbox()), with workspace writable, exactly
+// env, in workspace. It checks first that the sandbox can run here and
+// fails otherwise; it never returns an unsandboxed command. The caller sets
+// the command's standard streams, runs it, and calls release afterwards.
+func SandboxedCommand(ctx context.Context, cfg *SandboxConfig, workspace string, env []string, path string, args ...string) (cmd *exec.Cmd, release func() error, err error) {
+	sb, err := sandbox.New(cfg, &sandbox.Options{Workspace: workspace})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if err := sb.Probe(ctx); err != nil {
+		sb.Close()
+		return nil, nil, fmt.Errorf("sandbox requested but unavailable (nothing was started): %w", err)
+	}
+	if cmd, err = sb.Command(ctx, path, args, env, workspace); err != nil {
+		sb.Close()
+		return nil, nil, err
+	}
+	return cmd, sb.Close, nil
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 var shared struct {
@@ -29,6 +30,10 @@ var shared struct {
 
 // TestMain removes the shared workspace at the end.
 func TestMain(m *testing.M) {
+	// The sandbox re-executes this binary as its init.
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
 	code := m.Run()
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -87,9 +88,12 @@ type Options struct {
 	// request. Empty means no authentication (loopback only; see
 	// CheckHTTPAddr).
 	AuthToken string
-	// ExecutorOptions, when set, may adjust the options of every Executor
-	// the server starts (the sandbox hooks in here). Nil changes nothing.
-	ExecutorOptions func(*ipybox.Options)
+	// Sandbox, when set, runs every session's kernel, and install_package's
+	// pip, inside a bubblewrap sandbox with this policy; bound directories
+	// (Binds) are made writable in it. If the sandbox cannot run here,
+	// calls fail with the cause; nothing runs unsandboxed. Nil means no
+	// sandbox.
+	Sandbox *ipybox.SandboxConfig
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
@@ -112,6 +116,10 @@ type Server struct {
 	ctx    context.Context // ends at Close; bounds background kernel starts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the goroutines of sessions
+
+	// sandbox is the policy of kernels and pip (nil: none): Options.Sandbox
+	// with the bound directories added as writable paths.
+	sandbox *ipybox.SandboxConfig
 
 	venvMu sync.Mutex // serialises the virtualenv's creation
 	venvPy string     // the virtualenv's interpreter once created
@@ -215,6 +223,16 @@ func New(opts *Options) (*Server, error) {
 	for _, name := range names {
 		s.regGen++
 		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
+	}
+	if o.Sandbox != nil {
+		// A bind is a link in the workspace to a host directory; inside the
+		// sandbox that directory must be there (and writable) too.
+		cp := *o.Sandbox
+		cp.Filesystem.AllowWrite = slices.Clone(cp.Filesystem.AllowWrite)
+		for _, b := range o.Binds {
+			cp.Filesystem.AllowWrite = append(cp.Filesystem.AllowWrite, b.HostPath)
+		}
+		s.sandbox = &cp
 	}
 	if err := s.makeBinds(); err != nil {
 		return nil, fmt.Errorf("mcpserver: %w", err)

@@ -256,8 +256,6 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 	} else {
 		o.ApproveToolCalls = ipybox.Bool(false)
 	}
-	if s.opts.ExecutorOptions != nil {
-		s.opts.ExecutorOptions(&o)
-	}
+	o.Sandbox = s.sandbox
 	return ipybox.Start(ctx, &o)
 }

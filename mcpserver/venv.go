@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox"
 )
 
 const (
@@ -41,7 +41,7 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 		s.venvPy = py
 		return py, nil
 	}
-	base, err := kernel.FindPython(ctx, s.opts.Python)
+	base, err := ipybox.FindPython(ctx, s.opts.Python)
 	if err != nil {
 		return "", err
 	}
@@ -98,7 +98,34 @@ func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	defer cancel()
 	env := helperEnv(s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
-	return runCommand(ctx, s.workspace, env, py, append([]string{"-m", "pip"}, args...)...)
+	args = append([]string{"-m", "pip"}, args...)
+	if s.sandbox == nil {
+		return runCommand(ctx, s.workspace, env, py, args...)
+	}
+	// Sandboxed code can rewrite the virtualenv, so its interpreter never
+	// runs on the host: pip runs under the kernel's sandbox policy, and
+	// reaches a package index only through the egress proxy.
+	cmd, release, err := ipybox.SandboxedCommand(ctx, s.sandbox, s.workspace, env, py, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	out, err := runCmd(ctx, cmd)
+	if err != nil && looksOffline(out) {
+		err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
+	}
+	return out, err
+}
+
+// looksOffline reports whether pip's output says it could not connect.
+func looksOffline(out []byte) bool {
+	for _, s := range []string{"NewConnectionError", "Failed to establish a new connection", "ProxyError",
+		"Temporary failure in name resolution", "Network is unreachable", "Tunnel connection failed"} {
+		if bytes.Contains(out, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // helperEnv is the environment of pip and venv: the kernel's basic
@@ -127,9 +154,17 @@ func runCommand(ctx context.Context, dir string, env []string, name string, args
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
+	return runCmd(ctx, cmd)
+}
+
+// runCmd runs cmd in its own process group (unless it has its own process
+// attributes), killed whole when ctx ends, and returns its combined output.
+func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

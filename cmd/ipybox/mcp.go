@@ -48,6 +48,7 @@ type mcpFlags struct {
 	httpAddr, authToken string
 	idle, startTimeout  time.Duration
 	shutdownGrace       time.Duration
+	sandbox             sandboxFlags
 }
 
 func mcpCommand() *command {
@@ -76,8 +77,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP session, and stop its kernel, after this long without requests")
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
-	// The sandbox flags (--sandbox, --sandbox-config, --allowed-domain)
-	// belong here; mcpSandbox turns them into the executors' options.
+	f.sandbox.register(fs)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -99,6 +99,13 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	opts, err := mcpOptions(env, &f)
 	if err != nil {
 		return fail(exitUsage, err)
+	}
+	if opts.Sandbox != nil {
+		// Kernels start with the sessions; find out now, not at the first
+		// cell, that the sandbox cannot run here.
+		if err := sandboxProbe(ctx); err != nil {
+			return fail(exitFail, fmt.Errorf("--sandbox: %w", err))
+		}
 	}
 	log, closeLog, err := newLogger(env, f.logLevel, f.logFile)
 	if err != nil {
@@ -229,10 +236,10 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			o.Servers[s.name] = s.cfg
 		}
 	}
-	o.ExecutorOptions = mcpSandbox(f)
+	policy, err := f.sandbox.policy()
+	if err != nil {
+		return nil, err
+	}
+	o.Sandbox = policy
 	return o, nil
 }
-
-// mcpSandbox returns the adjustment the sandbox flags make to every
-// executor's options; nil until they exist.
-func mcpSandbox(f *mcpFlags) func(*ipybox.Options) { return nil }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,5 +197,17 @@ func TestExecSandbox(t *testing.T) {
 	_, errOut, rc = runBinary(t, "", "exec", "--allowed-domain", "http://x/y", "-c", "1")
 	if rc != exitUsage || !strings.Contains(errOut, "http://x/y") {
 		t.Errorf("bad --allowed-domain: exit %d, stderr %q", rc, errOut)
+	}
+}
+
+func TestMCPSandboxFailsClosedAtStart(t *testing.T) {
+	for _, flag := range []string{"--sandbox", "--allowed-domain=example.com"} {
+		cmd := exec.Command(os.Args[0], "mcp", "--workspace", t.TempDir(), flag)
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "PATH="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != exitFail || !strings.Contains(string(out), "bubblewrap") {
+			t.Errorf("mcp %s without bwrap: %v\n%s", flag, err, out)
+		}
 	}
 }
