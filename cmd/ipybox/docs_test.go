@@ -92,3 +92,30 @@ func TestDocSandboxSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestDocClientConfigs parses every mcpServers example of the README and
+// docs/mcp.md with the loader --mcp-config uses.
+func TestDocClientConfigs(t *testing.T) {
+	n := 0
+	for _, doc := range []string{"../../README.md", "../../docs/mcp.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range strings.Split(string(b), "```json\n")[1:] {
+			js, _, _ := strings.Cut(block, "```")
+			if !strings.Contains(js, "mcpServers") {
+				continue
+			}
+			p := filepath.Join(t.TempDir(), "c.json")
+			os.WriteFile(p, []byte(js), 0o600)
+			if _, err := loadMCPConfig(p); err != nil {
+				t.Errorf("%s: %v\n%s", doc, err, js)
+			}
+			n++
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d client configs", n)
+	}
+}
