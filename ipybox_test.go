@@ -414,17 +414,17 @@ func TestKernelDeath(t *testing.T) {
 func TestDeadKernelTakesItsChildren(t *testing.T) {
 	ex := start(t, nil)
 	pid, _ := strconv.Atoi(run(t, ex, "import os, subprocess\nsubprocess.Popen(['sleep', '60'])\nos.getpid()").Text)
-	if len(groupMembers(pid)) < 2 {
-		t.Fatalf("expected the kernel and its child in group %d: %v", pid, groupMembers(pid))
+	if len(testenv.GroupMembers(pid)) < 2 {
+		t.Fatalf("expected the kernel and its child in group %d: %v", pid, testenv.GroupMembers(pid))
 	}
 	if _, err := ex.Execute(context.Background(), "os._exit(1)", nil); !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("err = %v", err)
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for len(groupMembers(pid)) > 0 && time.Now().Before(deadline) {
+	for len(testenv.GroupMembers(pid)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if left := groupMembers(pid); len(left) > 0 {
+	if left := testenv.GroupMembers(pid); len(left) > 0 {
 		t.Errorf("the dead kernel's children live on: %v", left)
 	}
 }
@@ -495,7 +495,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
 		t.Errorf("kernel process %d still exists (%v)", pid, err)
 	}
-	if left := groupMembers(pid); len(left) > 0 {
+	if left := testenv.GroupMembers(pid); len(left) > 0 {
 		t.Errorf("processes left in the kernel's group: %v", left)
 	}
 	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
@@ -504,28 +504,6 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if _, err := ex.Execute(context.Background(), "1", nil); !errors.Is(err, ipybox.ErrClosed) {
 		t.Errorf("Execute after Close: %v", err)
 	}
-}
-
-// groupMembers lists live (non-zombie) processes whose process group is pgid.
-func groupMembers(pgid int) []string {
-	var out []string
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			out = append(out, d.Name()+" "+s[:strings.LastIndexByte(s, ')')+1])
-		}
-	}
-	return out
 }
 
 func TestBadWorkDir(t *testing.T) {

@@ -347,11 +347,7 @@ func TestResetStopsStdioServers(t *testing.T) {
 func processGone(pid int, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil
-		}
-		if s := string(b); strings.Contains(s[strings.LastIndexByte(s, ')'):], " Z ") {
+		if !testenv.Alive(pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

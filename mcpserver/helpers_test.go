@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,47 +160,15 @@ func short(s string) string {
 }
 
 // kernels returns the pids of the ipykernel processes among the
-// descendants of pid (read from /proc).
+// descendants of pid.
 func kernels(t *testing.T, pid int) []int {
 	t.Helper()
-	children := map[int][]int{}
-	cmdline := map[int]string{}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
-		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		cmdline[p] = strings.ReplaceAll(string(b), "\x00", " ")
-	}
 	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			if strings.Contains(cmdline[c], "kernel.json") {
-				out = append(out, c)
-			}
-			walk(c)
+	for _, p := range testenv.Descendants(pid) {
+		if strings.Contains(p.Cmdline, "kernel.json") {
+			out = append(out, p.Pid)
 		}
 	}
-	walk(pid)
-	sort.Ints(out)
 	return out
 }
 

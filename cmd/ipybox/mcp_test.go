@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -331,57 +330,13 @@ func TestMCPBinarySession(t *testing.T) {
 	}
 }
 
-// descendants returns the pids of every process below pid.
-func descendants(pid int) []int {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		children[pp] = append(children[pp], p)
-	}
-	var out []int
-	var walk func(int)
-	walk = func(p int) {
-		for _, c := range children[p] {
-			out = append(out, c)
-			walk(c)
-		}
-	}
-	walk(pid)
-	return out
-}
-
-// alive reports whether pid is a running (not zombie) process.
-func alive(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] != "Z"
-}
-
 func checkGone(t *testing.T, pids []int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var left []int
 		for _, p := range pids {
-			if alive(p) {
+			if testenv.Alive(p) {
 				left = append(left, p)
 			}
 		}
@@ -478,4 +433,13 @@ func TestMCPUsageErrors(t *testing.T) {
 			t.Errorf("%q: %q does not mention %q", tc.args, out.String(), tc.want)
 		}
 	}
+}
+
+// descendants returns the pids of every live process below pid.
+func descendants(pid int) []int {
+	var out []int
+	for _, p := range testenv.Descendants(pid) {
+		out = append(out, p.Pid)
+	}
+	return out
 }
