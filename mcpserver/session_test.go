@@ -21,7 +21,10 @@ import (
 // client, as an agent would: the subtests run in order in one kernel.
 func TestSession(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	ws := sharedWorkspace(t)
+	// A workspace of its own: the session installs a package into the
+	// workspace's virtualenv, which must not be there from an earlier run.
+	testenv.NeedsPython(t)
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
 	everything := testenv.NPMBin(t, "mcp-server-everything")
 	srv := newServer(t, &Options{Workspace: ws, KernelEnv: map[string]string{"IPYBOX_TEST_KENV": "from-options"}})
 	var progMu sync.Mutex

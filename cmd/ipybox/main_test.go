@@ -27,7 +27,11 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if mcpWS.dir != "" {
+		os.RemoveAll(mcpWS.dir)
+	}
+	os.Exit(code)
 }
 
 // ipybox runs the binary with args and stdin, returning stdout, stderr and

@@ -23,10 +23,8 @@ import (
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
-// mcpWS is a workspace that the tests of this package may share, so that
-// its virtualenv (seconds to create) is made once. It lives in a fixed
-// per-user folder, reused across runs; everything in it but the
-// virtualenv is removed when a test process first uses it.
+// mcpWS is a workspace that the tests of this package share, so that its
+// virtualenv is made once per test process. TestMain removes it.
 var mcpWS struct {
 	once sync.Once
 	dir  string
@@ -37,18 +35,7 @@ func sharedMCPWorkspace(t *testing.T) string {
 	t.Helper()
 	testenv.NeedsPython(t)
 	mcpWS.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ipybox-cmd-mcp-test-%d", os.Getuid()))
-		if mcpWS.err = os.MkdirAll(filepath.Join(dir, ".ipybox"), 0o700); mcpWS.err != nil {
-			return
-		}
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if e.Name() != ".ipybox" {
-				os.RemoveAll(filepath.Join(dir, e.Name()))
-			}
-		}
-		os.Remove(filepath.Join(dir, ".ipybox", "servers.json"))
-		mcpWS.dir = dir
+		mcpWS.dir, mcpWS.err = os.MkdirTemp("", "ipybox-cmd-mcp-test-")
 	})
 	if mcpWS.err != nil {
 		t.Fatal(mcpWS.err)
