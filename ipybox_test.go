@@ -512,3 +512,17 @@ func TestBadWorkDir(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestInterrupt(t *testing.T) {
+	ex := start(t, nil)
+	run(t, ex, "kept = 'yes'")
+	time.AfterFunc(400*time.Millisecond, func() { ex.Interrupt() })
+	_, err := ex.Execute(context.Background(), "import time\ntime.sleep(30)", nil)
+	var pe *ipybox.PythonError
+	if !errors.As(err, &pe) || pe.Name != "KeyboardInterrupt" {
+		t.Fatalf("err = %v, want KeyboardInterrupt", err)
+	}
+	if got := run(t, ex, "kept").Text; got != "'yes'" {
+		t.Errorf("state after interrupt: %q", got)
+	}
+}
