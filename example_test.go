@@ -118,3 +118,27 @@ func ExampleExecutor_RegisterMCPServer() {
 	// approve? everything echo hi
 	// Echo: hi
 }
+
+func ExamplePool() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+
+	pool := ipybox.NewPool(&ipybox.Options{WorkDir: dir}, 1)
+	defer pool.Close()
+
+	// Each Get hands out a kernel of its own; a warm one when ready.
+	for i := range 2 {
+		ex, err := pool.Get(ctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		res, _ := ex.Execute(ctx, fmt.Sprintf("%d * 10", i+1), nil)
+		fmt.Println(res.Text)
+		ex.Close()
+	}
+	// Output:
+	// 10
+	// 20
+}
