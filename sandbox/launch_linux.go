@@ -430,6 +430,14 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		}
 		keepPath = true
 	}
+	if systemPython(ask) {
+		// Its prefixes are under /usr, which the minimal root shows anyway:
+		// asking it (an interpreter start) would add nothing.
+		if keepPath {
+			return nil, ""
+		}
+		return nil, ask
+	}
 	info := s.askPython(ctx, ask)
 	if info.err != nil {
 		s.log.Debug("sandbox: not a Python interpreter (or it failed); no prefix added", "path", ask, "err", info.err)
@@ -448,6 +456,21 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return prefixes, ""
 	}
 	return prefixes, info.executable
+}
+
+// systemPython reports whether path resolves to an interpreter under /usr
+// that is not a virtual environment's.
+func systemPython(path string) bool {
+	r, err := filepath.EvalSymlinks(path)
+	if err != nil || !under(r, "/usr") {
+		return false
+	}
+	for _, d := range []string{filepath.Dir(r), filepath.Dir(filepath.Dir(r))} {
+		if _, err := os.Stat(filepath.Join(d, "pyvenv.cfg")); err == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // pyvenvHome returns the "home" key of a virtual environment's pyvenv.cfg.
