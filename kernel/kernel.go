@@ -483,65 +483,49 @@ func (in *instance) unregister(id string) {
 
 // current returns the live instance, restarting a dead one first.
 func (k *Kernel) current(ctx context.Context) (*instance, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return nil, ErrClosed
-	}
-	if k.cur != nil && !k.cur.isDead() {
-		return k.cur, nil
-	}
-	if k.cur != nil {
-		k.opts.Logger.Info("starting a fresh kernel after death")
-		k.retire(k.cur)
-	}
-	in, err := k.spawn(ctx)
-	if err != nil {
-		k.cur = nil
-		return nil, err
-	}
-	k.cur = in
-	return in, nil
+	return k.replace(ctx, func(cur *instance) bool { return cur == nil || cur.isDead() })
 }
 
 // Restart replaces the kernel process with a fresh one: the namespace is
 // new, files persist.
 func (k *Kernel) Restart(ctx context.Context) error {
+	_, err := k.replace(ctx, func(*instance) bool { return true })
+	return err
+}
+
+// restartAfter replaces in, if it is still current (after an interrupt it
+// ignored).
+func (k *Kernel) restartAfter(ctx context.Context, in *instance) error {
+	_, err := k.replace(ctx, func(cur *instance) bool { return cur == in })
+	return err
+}
+
+// replace retires the current instance and spawns a fresh one when
+// needed(current) says so, and returns the instance that is current after.
+// It holds the lock throughout, so that concurrent callers see one
+// replacement, not several.
+func (k *Kernel) replace(ctx context.Context, needed func(cur *instance) bool) (*instance, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return ErrClosed
+		return nil, ErrClosed
+	}
+	if !needed(k.cur) {
+		return k.cur, nil
 	}
 	if k.cur != nil {
+		if k.cur.isDead() {
+			k.opts.Logger.Info("starting a fresh kernel after death")
+		}
 		k.retire(k.cur)
 		k.cur = nil
 	}
 	in, err := k.spawn(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	k.cur = in
-	return nil
-}
-
-// restartAfter replaces in (if it is still current) after a failed
-// interrupt.
-func (k *Kernel) restartAfter(ctx context.Context, in *instance) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return ErrClosed
-	}
-	if k.cur == in {
-		k.retire(in)
-		k.cur = nil
-		n, err := k.spawn(ctx)
-		if err != nil {
-			return err
-		}
-		k.cur = n
-	}
-	return nil
+	return in, nil
 }
 
 // Alive reports whether the current kernel process is believed alive.
