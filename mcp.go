@@ -106,9 +106,9 @@ func (e *Executor) toolEnv() []string {
 // unknown-server error into the tool server's.
 type mcpCaller struct{ m *mcpconn.Manager }
 
-func (c mcpCaller) CallTool(ctx context.Context, server, tool string, args map[string]any) (*toolResult, error) {
+func (c mcpCaller) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
 	res, err := c.m.CallTool(ctx, server, tool, args)
-	if err != nil && isUnknownServer(err) {
+	if errors.Is(err, mcpconn.ErrUnknownServer) {
 		return nil, fmt.Errorf("%w: %q", toolserver.ErrUnknownServer, server)
 	}
 	return res, err
@@ -212,7 +212,3 @@ func (e *Executor) forgetModules(ctx context.Context, name string) {
 	code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
 	e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 }
-
-type toolResult = mcp.CallToolResult
-
-func isUnknownServer(err error) bool { return errors.Is(err, mcpconn.ErrUnknownServer) }
