@@ -50,8 +50,30 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 // sandboxSet holds the sandboxes an Executor created (the kernel's and
 // those of sandboxed stdio MCP servers), to close them with it.
 type sandboxSet struct {
-	mu  sync.Mutex
-	all []*sandbox.Sandbox
+	mu       sync.Mutex
+	all      []*sandbox.Sandbox
+	byServer map[string]*sandbox.Sandbox // server name + policy -> its sandbox
+}
+
+// forServer returns the sandbox of a stdio server with the given policy,
+// creating it once: reconnects after a crash reuse it rather than piling up
+// sandboxes (and egress proxies) until Close.
+func (s *sandboxSet) forServer(key string, create func() (*sandbox.Sandbox, error)) (*sandbox.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb, ok := s.byServer[key]; ok {
+		return sb, nil
+	}
+	sb, err := create()
+	if err != nil {
+		return nil, err
+	}
+	if s.byServer == nil {
+		s.byServer = map[string]*sandbox.Sandbox{}
+	}
+	s.byServer[key] = sb
+	s.all = append(s.all, sb)
+	return sb, nil
 }
 
 func (s *sandboxSet) add(sb *sandbox.Sandbox) {
@@ -69,7 +91,7 @@ func (s *sandboxSet) close() error {
 			first = err
 		}
 	}
-	s.all = nil
+	s.all, s.byServer = nil, nil
 	return first
 }
 
@@ -80,15 +102,16 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 	if !cfg.SandboxRequested() {
 		return cmd, nil
 	}
-	policy, err := serverSandboxPolicy(cfg.Sandbox)
+	sb, err := e.sandboxes.forServer(server+"\x00"+string(cfg.Sandbox), func() (*sandbox.Sandbox, error) {
+		policy, err := serverSandboxPolicy(cfg.Sandbox)
+		if err != nil {
+			return nil, err
+		}
+		return sandbox.New(policy, &sandbox.Options{Workspace: e.workspace, Logger: e.log})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
 	}
-	sb, err := sandbox.New(policy, &sandbox.Options{Workspace: e.workspace, Logger: e.log})
-	if err != nil {
-		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
-	}
-	e.sandboxes.add(sb)
 	if err := sb.Probe(ctx); err != nil {
 		return nil, fmt.Errorf("server %q asks for a sandbox, which is unavailable (not started): %w", server, err)
 	}

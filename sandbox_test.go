@@ -165,6 +165,12 @@ print(run(Params(s="in a box")), int(pid.run(pid.Params())) < 50)`)
 	if res.Text != "tool-1: in a box True" {
 		t.Errorf("sandboxed server: %q (want its pid from a new pid namespace)", res.Text)
 	}
+	// A crash, then a call: the server is started again in its sandbox.
+	run(t, ex, "from mcptools.boxed import crash\ntry:\n    crash.run(crash.Params())\nexcept Exception:\n    pass")
+	res = run(t, ex, `print(run(Params(s="again")), int(pid.run(pid.Params())) < 50)`)
+	if res.Text != "tool-1: again True" {
+		t.Errorf("sandboxed server after a crash: %q", res.Text)
+	}
 }
 
 // TestSandboxAttacksFromKernel runs attacks as cells in the sandboxed
