@@ -39,12 +39,22 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	e.sandboxes.add(sb)
-	if err := sb.Probe(ctx); err != nil {
-		return nil, fmt.Errorf("sandbox requested but unavailable (nothing was started): %w", err)
+	if err := probe(ctx, sb); err != nil {
+		return nil, err
 	}
 	// Inside, the runtime reaches the tool server through the forwarder.
 	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
 	return sb, nil
+}
+
+// probe checks that sb can run here. A sandbox that was asked for either
+// runs or fails with the cause and the fix; nothing falls back to running
+// unsandboxed.
+func probe(ctx context.Context, sb *sandbox.Sandbox) error {
+	if err := sb.Probe(ctx); err != nil {
+		return fmt.Errorf("sandbox requested but unavailable (nothing was started): %w", err)
+	}
+	return nil
 }
 
 // sandboxSet holds the sandboxes an Executor created (the kernel's and
@@ -112,8 +122,8 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
 	}
-	if err := sb.Probe(ctx); err != nil {
-		return nil, fmt.Errorf("server %q asks for a sandbox, which is unavailable (not started): %w", server, err)
+	if err := probe(ctx, sb); err != nil {
+		return nil, fmt.Errorf("server %q: %w", server, err)
 	}
 	wrapped, err := sb.Command(ctx, cmd.Path, cmd.Args[1:], cmd.Env, cmd.Dir)
 	if err != nil {
@@ -149,9 +159,9 @@ func SandboxedCommand(ctx context.Context, cfg *SandboxConfig, workspace string,
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := sb.Probe(ctx); err != nil {
+	if err := probe(ctx, sb); err != nil {
 		sb.Close()
-		return nil, nil, fmt.Errorf("sandbox requested but unavailable (nothing was started): %w", err)
+		return nil, nil, err
 	}
 	if cmd, err = sb.Command(ctx, path, args, env, workspace); err != nil {
 		sb.Close()
