@@ -1,6 +1,8 @@
 package ipybox_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -24,9 +26,15 @@ func TestDocsPythonExamples(t *testing.T) {
 	if len(blocks) < 4 {
 		t.Fatalf("found %d python examples in docs/tools.md", len(blocks))
 	}
-	ex := start(t, nil)
+	// The fourth example shows the error path: the application rejects it.
+	ex := start(t, &ipybox.Options{Approver: func(_ context.Context, r *ipybox.ApprovalRequest) error {
+		if r.Args["message"] == "maybe" {
+			return errors.New("not this one")
+		}
+		return nil
+	}})
 	register(t, ex, "everything", ipybox.ServerConfig{Command: bin, Args: []string{"stdio"}})
-	want := []string{"hello", "Result float", "1 image/png", ""}
+	want := []string{"hello", "Result float", "1 image/png", "not run: ApprovalRejectedError"}
 	for i, b := range blocks {
 		res := run(t, ex, b[1])
 		if i < len(want) && !strings.Contains(res.Text, want[i]) {
