@@ -313,19 +313,21 @@ func (st *cellState) emit(o *ExecOptions, e Event) {
 // and again and double the peak memory.
 type textSeg struct{ chunks []string }
 
-func (st *cellState) add(out any) {
+// clearPending applies a clear_output(wait=True) now that output arrives.
+func (st *cellState) clearPending() {
 	if st.clearAt {
 		st.outputs = nil
 		st.clearAt = false
 	}
+}
+
+func (st *cellState) add(out any) {
+	st.clearPending()
 	st.outputs = append(st.outputs, out)
 }
 
 func (st *cellState) addText(text string) {
-	if st.clearAt {
-		st.outputs = nil
-		st.clearAt = false
-	}
+	st.clearPending()
 	if n := len(st.outputs); n > 0 {
 		if seg, ok := st.outputs[n-1].(*textSeg); ok {
 			seg.chunks = append(seg.chunks, text)
