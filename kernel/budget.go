@@ -76,5 +76,16 @@ func (b *Budget) Resume() {
 	}
 }
 
+// Remaining returns the running time left (never negative).
+func (b *Budget) Remaining() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	used := b.used
+	if b.paused == 0 && !b.done {
+		used += time.Since(b.since)
+	}
+	return max(b.total-used, 0)
+}
+
 // Stop releases the timer.
 func (b *Budget) Stop() { b.timer.Stop() }

@@ -59,6 +59,9 @@ type Result struct {
 	// Truncated is true when the kernel's reply arrived but its final
 	// status message did not within the grace period: output may be missing.
 	Truncated bool
+	// Omitted is how many bytes of text ExecOptions.KeepText left out of
+	// Text (they were streamed as events); zero when Text is whole.
+	Omitted int64
 }
 
 // Sentinel errors callers branch on.

@@ -2,17 +2,19 @@ package kernel
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // ExecOptions configures one Execute. A nil *ExecOptions means the defaults.
@@ -35,6 +37,12 @@ type ExecOptions struct {
 	// Silent runs the code without output events, history or an execution
 	// count (for housekeeping code).
 	Silent bool
+	// KeepText bounds the text the Result keeps: its first and last
+	// KeepText/2 bytes; Result.Omitted says how much was left out. Every
+	// output still reaches OnEvent, so a consumer that streams loses
+	// nothing. It bounds memory when a cell prints a lot. Zero (or less)
+	// keeps all of it.
+	KeepText int
 }
 
 // Call is a function to run on the goroutine of Execute while a cell runs.
@@ -145,6 +153,60 @@ type cellState struct {
 
 	synced  map[string]bool // sync markers seen
 	waiting []waitingCall   // calls held for their marker
+
+	capped *headTail // the text, when ExecOptions.KeepText bounds it
+}
+
+// headTail keeps the first and the last bytes of a text, and counts what
+// falls between.
+type headTail struct {
+	half    int
+	head    strings.Builder
+	tail    []string // the last chunks, at most half bytes in all
+	tailLen int
+	omitted int64
+}
+
+func (h *headTail) add(s string) {
+	if room := h.half - h.head.Len(); room > 0 {
+		n := min(room, len(s))
+		h.head.WriteString(s[:n])
+		s = s[n:]
+	}
+	if s == "" {
+		return
+	}
+	if len(s) > h.half {
+		h.omitted += int64(h.tailLen + len(s) - h.half)
+		h.tail, h.tailLen = []string{strings.Clone(s[len(s)-h.half:])}, h.half
+		return
+	}
+	h.tail = append(h.tail, s)
+	h.tailLen += len(s)
+	for h.tailLen > h.half {
+		over := h.tailLen - h.half
+		if len(h.tail[0]) <= over {
+			h.omitted += int64(len(h.tail[0]))
+			h.tailLen -= len(h.tail[0])
+			h.tail = h.tail[1:]
+			continue
+		}
+		h.omitted += int64(over)
+		h.tail[0] = strings.Clone(h.tail[0][over:])
+		h.tailLen -= over
+	}
+}
+
+func (h *headTail) text() string {
+	var b strings.Builder
+	b.WriteString(h.head.String())
+	if h.omitted > 0 {
+		fmt.Fprintf(&b, "\n[... %d bytes of output not kept here ...]\n", h.omitted)
+	}
+	for _, t := range h.tail {
+		b.WriteString(t)
+	}
+	return b.String()
 }
 
 type waitingCall struct {
@@ -216,19 +278,26 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		budget = NewBudget(o.Timeout)
 	}
 	st := &cellState{k: in.k}
+	if o.KeepText > 0 {
+		st.capped = &headTail{half: max(o.KeepText/2, 1)}
+	}
 	var idleTimer <-chan time.Time
 	var interruptedAt time.Time // zero until we interrupted
 	var stopErr error           // why we interrupted
 	var graceTimer <-chan time.Time
 
 	for {
-		for _, r := range c.drain() {
+		batch := c.drain()
+		for _, r := range batch {
 			st.handle(in, r, o)
 		}
 		if st.gotReply && st.gotIdle {
 			break
 		}
-		if st.gotReply && idleTimer == nil {
+		// The grace for the final idle counts from the last message, not
+		// from the reply: output still arriving (and being written to a
+		// slow consumer) is progress, not a kernel that forgot idle.
+		if st.gotReply && (idleTimer == nil || len(batch) > 0) {
 			idleTimer = time.After(in.k.opts.IdleGrace)
 		}
 		var expired <-chan struct{}
@@ -254,6 +323,12 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			st.release(now)
 			continue
 		case <-idleTimer:
+			if in.conn.Backlog(jupyter.IOPub) > 0 {
+				// Output received and still being decoded: not a kernel
+				// that forgot its idle.
+				idleTimer = time.After(in.k.opts.IdleGrace)
+				continue
+			}
 			res := st.result(true)
 			return res, st.finalErr(stopErr)
 		case <-in.dead:
@@ -318,16 +393,26 @@ func (st *cellState) clearPending() {
 	if st.clearAt {
 		st.outputs = nil
 		st.clearAt = false
+		if st.capped != nil {
+			st.capped = &headTail{half: st.capped.half}
+		}
 	}
 }
 
 func (st *cellState) add(out any) {
 	st.clearPending()
 	st.outputs = append(st.outputs, out)
+	if d, ok := out.(*Display); ok && st.capped != nil && d.Text != "" && len(d.Images) == 0 {
+		st.capped.add(d.Text + "\n")
+	}
 }
 
 func (st *cellState) addText(text string) {
 	st.clearPending()
+	if st.capped != nil {
+		st.capped.add(text)
+		return
+	}
 	if n := len(st.outputs); n > 0 {
 		if seg, ok := st.outputs[n-1].(*textSeg); ok {
 			seg.chunks = append(seg.chunks, text)
@@ -404,10 +489,9 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 			Wait bool `json:"wait"`
 		}
 		json.Unmarshal(m.Content, &c)
-		if c.Wait {
-			st.clearAt = true
-		} else {
-			st.outputs = nil
+		st.clearAt = true
+		if !c.Wait {
+			st.clearPending()
 		}
 		st.emit(o, &ClearOutput{Wait: c.Wait})
 	case "error":
@@ -462,6 +546,7 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 		Result: m.Header.MsgType == "execute_result",
 	}
 	// Stable order: PNG, JPEG, SVG.
+	var saveErrs []string
 	for _, mime := range []string{"image/png", "image/jpeg", "image/svg+xml"} {
 		v, ok := raw.Data[mime]
 		if !ok {
@@ -484,7 +569,15 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 		}
 		path, err := st.k.saveImage(b, imageExt[mime])
 		if err != nil {
+			// Nothing is lost: the image stays in Data, and the text
+			// says why there is no file (a link planted at the images
+			// directory, a full disk…).
 			st.k.opts.Logger.Warn("cannot save image", "err", err)
+			if d.Data == nil {
+				d.Data = map[string]any{}
+			}
+			d.Data[mime] = s
+			saveErrs = append(saveErrs, fmt.Sprintf("[ipybox: a %s image was not saved: %v]", mime, err))
 			continue
 		}
 		d.Images = append(d.Images, path)
@@ -492,6 +585,9 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 	if v, ok := raw.Data["text/plain"]; ok {
 		delete(raw.Data, "text/plain")
 		json.Unmarshal(v, &d.Text)
+	}
+	if len(saveErrs) > 0 {
+		d.Text = strings.TrimLeft(d.Text+"\n"+strings.Join(saveErrs, "\n"), "\n")
 	}
 	for mime, v := range raw.Data {
 		var x any
@@ -505,20 +601,51 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 	return d
 }
 
+// saveImage writes an image to a new file in the images directory. Kernel
+// code can write that directory (it is in the workspace): no link is
+// followed, neither the directory itself nor a file planted at the name,
+// and the file is created exclusively, with a random part in its name so
+// that it cannot be predicted.
 func (k *Kernel) saveImage(b []byte, ext string) (string, error) {
-	if err := os.MkdirAll(k.imagesDir, 0o755); err != nil {
+	base, rel := imagesBase(k.imagesDir, k.opts.Dir)
+	if err := safefs.MkdirAll(base, rel, 0o755); err != nil {
 		return "", err
 	}
 	k.mu.Lock()
 	k.imageCount++
 	n := k.imageCount
 	k.mu.Unlock()
-	name := fmt.Sprintf("%s-%04d%s", time.Now().Format("20060102-150405"), n, ext)
-	path := filepath.Join(k.imagesDir, name)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return "", err
+	for attempt := 0; ; attempt++ {
+		var rnd [4]byte
+		rand.Read(rnd[:])
+		name := fmt.Sprintf("%s-%04d-%x%s", time.Now().Format("20060102-150405"), n, rnd, ext)
+		f, err := safefs.CreateExclusive(base, filepath.Join(rel, name), 0o644)
+		if errors.Is(err, fs.ErrExist) && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(k.imagesDir, name), nil
 	}
-	return path, nil
+}
+
+// imagesBase splits the images directory into a trusted base and the path
+// below it that kernel code may control: the workspace when the images
+// directory is inside it, else the images directory's parent (a directory
+// the caller chose).
+func imagesBase(imagesDir, workspace string) (base, rel string) {
+	if r, err := filepath.Rel(workspace, imagesDir); err == nil && r != "." && !strings.HasPrefix(r, "..") && !filepath.IsAbs(r) {
+		return workspace, r
+	}
+	return filepath.Dir(imagesDir), filepath.Base(imagesDir)
 }
 
 func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOptions) {
@@ -574,6 +701,12 @@ func (st *cellState) result(truncated bool) *Result {
 				endsNL = true
 			}
 		}
+	}
+	if st.capped != nil {
+		// Display texts were kept in order with the stream text.
+		res.Text = strings.TrimSuffix(st.capped.text(), "\n")
+		res.Omitted = st.capped.omitted
+		return res
 	}
 	var text string
 	if len(parts) == 1 {

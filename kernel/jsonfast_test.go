@@ -44,3 +44,22 @@ func FuzzDecodeStream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlainRun checks the word-at-a-time scan against a byte loop, from
+// every start offset.
+func FuzzPlainRun(f *testing.F) {
+	for _, s := range []string{"", "abcdefghijklmnop\"", "0123456\\789", "x\x1fy", "\x7f\x80\xff\x20\x21\x5b\x5d\"", "aaaaaaaaaaaaaaaaaaaaaaa\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := range len(b) + 1 {
+			want := i
+			for want < len(b) && b[want] != '"' && b[want] != '\\' && b[want] >= 0x20 {
+				want++
+			}
+			if got := plainRun(b, i); got != want {
+				t.Fatalf("plainRun(%q, %d) = %d, want %d", b, i, got, want)
+			}
+		}
+	})
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/linelog"
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // Options configures a kernel. A nil *Options means the defaults; the
@@ -224,15 +225,26 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, k.opts.StartTimeout)
 	defer cancel()
 
-	info, err := jupyter.NewIPCConnection(k.runDir)
+	// The kernel's own files (its sockets, its connection file, which
+	// ipykernel rewrites at start, and its IPython directory) are in a
+	// directory of their own, the only part of the run directory a
+	// confining Launcher lets it write; the runtime and the tool socket
+	// stay where it cannot. The host never reads back what is there: it
+	// writes the connection file afresh, without following a link, and
+	// dials the sockets without following one.
+	if err := safefs.MkdirAll(k.runDir, "kernel", 0o700); err != nil {
+		return nil, fmt.Errorf("kernel directory: %w", err)
+	}
+	socketDir := filepath.Join(k.runDir, "kernel")
+	info, err := jupyter.NewIPCConnection(socketDir)
 	if err != nil {
 		return nil, err
 	}
 	// Sockets of an earlier instance must not be reused.
 	for _, p := range []int{1, 2, 3, 4, 5} {
-		os.Remove(fmt.Sprintf("%s-%d", info.IP, p))
+		safefs.Remove(socketDir, fmt.Sprintf("%s-%d", filepath.Base(info.IP), p))
 	}
-	connFile := filepath.Join(k.runDir, "kernel.json")
+	connFile := filepath.Join(socketDir, "kernel.json")
 	if err := info.Write(connFile); err != nil {
 		return nil, fmt.Errorf("write connection file: %w", err)
 	}
@@ -245,7 +257,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		Dir:  k.opts.Dir,
 		// The kernel's own stdout/stderr (not cell output) go to the log.
 		Stdout: stderr, Stderr: stderr,
-		RunDir: k.runDir,
+		RunDir:    k.runDir,
+		SocketDir: socketDir,
 	}
 	proc, err := k.opts.Launcher.Start(ctx, spec)
 	if err != nil {
@@ -329,7 +342,47 @@ from ipykernel import kernelapp as _app
 for _m in _b:
     if sys.modules.get(_m, 0) is None: del sys.modules[_m]
 del _b, _m
-_app.launch_new_instance()
+` + boundStreams + `_app.launch_new_instance()
+`
+
+// boundStreams keeps each stream message the kernel sends to a few
+// megabytes. ipykernel buffers stdout and stderr and flushes them from its
+// IO thread 0.2 s after the first write. A cell printing in a loop fills
+// tens of megabytes in that time; the flush of a big buffer is slow, so the
+// next one is bigger still, and hundreds of megabytes would leave as a few
+// messages that the host must hold whole while it reads and decodes them.
+// Each write already calls _schedule_flush, which returns at once while a
+// flush is pending; there, a buffer past 1 MiB asks the IO thread to flush
+// now, and one past 8 MiB waits for the flush, which holds a writer back
+// to the pace the IO thread can send. A wrapper around write itself cost a
+// fifth of the throughput of a cell printing in a loop; this costs one
+// tell() per write.
+const boundStreams = `def _ipybox_bound_streams():
+    from ipykernel.iostream import OutStream
+    soft, hard = 1 << 20, 8 << 20
+    orig = OutStream._schedule_flush
+    def _schedule_flush(self):
+        if not self._flush_pending:
+            return orig(self)
+        try:
+            size = self._buffer.tell()
+        except ValueError:
+            return  # the IO thread swapped and closed it: just flushed
+        if size < soft:
+            return
+        if size >= hard:
+            self.flush()
+        elif not self._ipybox_hurry:
+            self._ipybox_hurry = True
+            self.pub_thread.schedule(self._ipybox_flush_now)
+    def _ipybox_flush_now(self):
+        self._ipybox_hurry = False
+        self._flush()
+    OutStream._schedule_flush = _schedule_flush
+    OutStream._ipybox_flush_now = _ipybox_flush_now
+    OutStream._ipybox_hurry = False
+_ipybox_bound_streams()
+del _ipybox_bound_streams
 `
 
 // launchArgs are the interpreter arguments for ipykernel. History is off:
@@ -368,7 +421,7 @@ func (k *Kernel) env() []string {
 		"CLICOLOR=0",
 		"PYDEVD_DISABLE_FILE_VALIDATION=1",
 		"MPLBACKEND=module://matplotlib_inline.backend_inline",
-		"IPYTHONDIR=" + filepath.Join(k.runDir, "ipython"),
+		"IPYTHONDIR=" + filepath.Join(k.runDir, "kernel", "ipython"),
 		"JPY_SESSION_NAME=ipybox",
 	}
 	if len(k.opts.PythonPath) > 0 {
@@ -608,20 +661,35 @@ func (k *Kernel) Close() error {
 	return nil
 }
 
+// shutdown stops an instance for good. It asks politely first, and waits
+// for what really says the kernel is done: its shutdown_reply, or its
+// exit. A kernel that has replied is done, and its process group is killed
+// at once: ipykernel 6.17 can hang for seconds after replying, in its own
+// atexit shutdown (the control thread flushes through the IOPub thread,
+// which the main thread has already stopped, and the main thread joins the
+// control thread). jupyter_client does not wait for that exit either.
+// Without a reply or an exit within the grace, SIGTERM, then SIGKILL.
 func (k *Kernel) shutdown(in *instance) {
 	g := k.opts.ShutdownGrace
 	in.closing.Store(true)
 	if !in.isDead() && in.conn != nil {
+		replied := false
 		if msg, err := jupyter.NewMessage(k.session, "shutdown_request", map[string]bool{"restart": false}); err == nil {
-			in.conn.Send(jupyter.Control, msg)
+			c := in.register(msg.Header.MsgID)
+			if in.conn.Send(jupyter.Control, msg) == nil {
+				replied = c.waitShutdown(in, g)
+			}
+			in.unregister(msg.Header.MsgID)
 		}
-		select {
-		case <-in.exited:
-		case <-time.After(g):
-			in.proc.Signal(syscall.SIGTERM)
+		if !replied {
 			select {
 			case <-in.exited:
-			case <-time.After(g):
+			default:
+				in.proc.Signal(syscall.SIGTERM)
+				select {
+				case <-in.exited:
+				case <-time.After(g):
+				}
 			}
 		}
 	}
@@ -629,4 +697,25 @@ func (k *Kernel) shutdown(in *instance) {
 	k.kill(in)
 	// The process group may still hold children (a `!sleep` of a cell).
 	in.proc.Kill()
+}
+
+// waitShutdown waits up to grace for the shutdown_reply on c, or for the
+// process to exit; it reports whether either came.
+func (c *call) waitShutdown(in *instance, grace time.Duration) bool {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		for _, r := range c.drain() {
+			if r.ch == jupyter.Control && r.m.Header.MsgType == "shutdown_reply" {
+				return true
+			}
+		}
+		select {
+		case <-c.notify:
+		case <-in.exited:
+			return true
+		case <-t.C:
+			return false
+		}
+	}
 }

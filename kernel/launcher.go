@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/procattr"
 	"io"
 	"os"
 	"os/exec"
@@ -20,7 +21,7 @@ type Spec struct {
 	// Path is the interpreter to run (an absolute path).
 	Path string
 	// Args are the arguments after Path, for example
-	// ["-m", "ipykernel_launcher", "-f", "<run dir>/kernel.json"].
+	// ["-m", "ipykernel_launcher", "-f", "<run dir>/kernel/kernel.json"].
 	Args []string
 	// Env is the complete environment of the process ("KEY=VALUE").
 	// It is constructed by the kernel package; a Launcher must not add the
@@ -28,8 +29,15 @@ type Spec struct {
 	Env []string
 	// Dir is the working directory of the process.
 	Dir string
-	// RunDir is the per-kernel run directory (connection file, sockets).
+	// RunDir is the per-kernel run directory: the runtime and the tool
+	// socket, which the host makes, and SocketDir. A confining Launcher
+	// shows it read-only.
 	RunDir string
+	// SocketDir is the directory, inside RunDir, of the kernel's own files:
+	// its ipc sockets, its connection file (which ipykernel rewrites at
+	// start) and its IPython directory. It is the only part of RunDir that
+	// the process may write. Empty means RunDir (all of it writable).
+	SocketDir string
 	// Stdout and Stderr receive the process's own output (not cell output,
 	// which travels over iopub). Nil discards.
 	Stdout, Stderr io.Writer
@@ -66,7 +74,7 @@ func (DirectLauncher) Start(ctx context.Context, spec *Spec) (Process, error) {
 	cmd.Dir = spec.Dir
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = spec.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procattr.Group()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Path, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // ownerFile names the file in a run directory that records the pid of the
@@ -59,7 +61,13 @@ func reapStale(root, prefix string) {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		// Only ours: in a shared /tmp, another user's directory (or a link)
+		// of that name is none of our business.
+		var st syscall.Stat_t
+		if syscall.Lstat(dir, &st) != nil || int(st.Uid) != os.Getuid() || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			continue
+		}
+		b, err := safefs.ReadFile(dir, ownerFile, 64)
 		if err != nil {
 			continue // not ours, or still being created
 		}

@@ -52,6 +52,7 @@ type DialOptions struct {
 type Conn struct {
 	codec   *Codec
 	sockets [numChannels]zmq4.Socket
+	queues  [numChannels]*frameQueue // set before the readers start
 	cancel  context.CancelFunc
 	hbReply chan []byte
 	wg      sync.WaitGroup
@@ -107,7 +108,7 @@ func Dial(ctx context.Context, info *ConnectionInfo, h Handler, opts *DialOption
 	errs := make(chan error, numChannels)
 	for ch := Channel(0); ch < numChannels; ch++ {
 		go func() {
-			if err := c.sockets[ch].Dial(info.Endpoint(ports[ch])); err != nil {
+			if err := c.sockets[ch].Dial(info.dialEndpoint(ports[ch])); err != nil {
 				errs <- fmt.Errorf("jupyter: connect %s: %w", ch, err)
 				return
 			}
@@ -133,6 +134,7 @@ func Dial(ctx context.Context, info *ConnectionInfo, h Handler, opts *DialOption
 
 	for ch := Channel(0); ch < numChannels; ch++ {
 		c.wg.Add(1)
+		c.queues[ch] = &frameQueue{notify: make(chan struct{}, 1)}
 		go c.read(ch, h, &o)
 	}
 	return c, nil
@@ -141,9 +143,42 @@ func Dial(ctx context.Context, info *ConnectionInfo, h Handler, opts *DialOption
 func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 	defer c.wg.Done()
 	sock := c.sockets[ch]
+	// The reader only receives: verifying and decoding happen on another
+	// goroutine, so that the socket is drained as fast as the kernel
+	// writes. Otherwise, on a busy machine, the kernel's PUB socket reaches
+	// its high-water mark and drops output without a word.
+	q := c.queues[ch]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			batch, open := q.take()
+			for _, frames := range batch {
+				m, err := c.codec.Decode(frames)
+				if err != nil {
+					if o.OnDropped != nil {
+						o.OnDropped(ch, err)
+					}
+					q.done()
+					continue
+				}
+				h(ch, m)
+				q.done()
+			}
+			if !open {
+				return
+			}
+		}
+	}()
+	defer func() {
+		q.close()
+		<-done
+	}()
 	for {
 		msg, err := sock.Recv()
 		if err != nil {
+			q.close()
+			<-done // what was received is delivered before the loss is told
 			c.mu.Lock()
 			closed := c.closed
 			c.mu.Unlock()
@@ -159,14 +194,74 @@ func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 			}
 			continue
 		}
-		m, err := c.codec.Decode(msg.Frames)
-		if err != nil {
-			if o.OnDropped != nil {
-				o.OnDropped(ch, err)
-			}
-			continue
+		q.push(msg.Frames)
+	}
+}
+
+// frameQueue is an unbounded queue of received messages, from the reader
+// to the decoder.
+type frameQueue struct {
+	mu      sync.Mutex
+	items   [][][]byte
+	pending int // received, not yet handed to the Handler
+	closed  bool
+	notify  chan struct{}
+}
+
+func (q *frameQueue) push(f [][]byte) {
+	q.mu.Lock()
+	q.items = append(q.items, f)
+	q.pending++
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *frameQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *frameQueue) done() {
+	q.mu.Lock()
+	q.pending--
+	q.mu.Unlock()
+}
+
+func (q *frameQueue) backlog() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pending
+}
+
+// Backlog returns how many messages of ch were received but not yet handed
+// to the Handler (being verified and decoded): while it is not zero, more
+// of the kernel's output is on its way, whatever the clock says.
+func (c *Conn) Backlog(ch Channel) int {
+	if q := c.queues[ch]; q != nil {
+		return q.backlog()
+	}
+	return 0
+}
+
+// take waits for messages and returns them all, and whether more may come.
+func (q *frameQueue) take() ([][][]byte, bool) {
+	for {
+		q.mu.Lock()
+		items, closed := q.items, q.closed
+		q.items = nil
+		q.mu.Unlock()
+		if len(items) > 0 || closed {
+			return items, !closed
 		}
-		h(ch, m)
+		<-q.notify
 	}
 }
 

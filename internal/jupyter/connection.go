@@ -5,8 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // ConnectionInfo is the content of a kernel connection file.
@@ -53,11 +54,13 @@ func (c *ConnectionInfo) Endpoint(port int) string {
 	return fmt.Sprintf("%s://%s:%d", c.Transport, c.IP, port)
 }
 
-// Write stores the connection file at path with mode 0600 (it holds the key).
+// Write stores the connection file at path with mode 0600 (it holds the
+// key). It replaces whatever is at path, a link included, without following
+// it: the kernel can write its run directory when it is not sandboxed.
 func (c *ConnectionInfo) Write(path string) error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o600)
+	return safefs.WriteFile(filepath.Dir(path), filepath.Base(path), b, 0o600)
 }

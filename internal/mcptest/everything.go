@@ -3,6 +3,7 @@ package mcptest
 import (
 	"bytes"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/procattr"
 	"net"
 	"os"
 	"os/exec"
@@ -33,7 +34,7 @@ func StartEverything(t testing.TB, mode string) string {
 		cmd := exec.Command(bin, mode)
 		cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
 		cmd.Stdout, cmd.Stderr = &stderr, &stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = procattr.Group()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -78,19 +78,21 @@ def _install_shell_hooks(ip, config):
         def __exit__(self, *exc):
             allowed.add(-1)
 
+    _orig = {"call": subprocess.call, "system": _process.system, "getoutput": _process.getoutput}
+
     def system_piped(cmd):
         __tracebackhide__ = True
-        # depth=1: the frame that called system_piped, as in IPython.
-        expanded = ip.var_expand(cmd, depth=1)
+        # depth=2: the frame that called the class-level hook, as in IPython.
+        expanded = ip.var_expand(cmd, depth=2)
         if expanded.rstrip().endswith("&"):
             raise OSError("Background processes not supported.")
         ask(expanded)
         with _Allowed():
-            ip.user_ns["_exit_code"] = _process.system(expanded)
+            ip.user_ns["_exit_code"] = _orig["system"](expanded)
 
     def system_raw(cmd):
         __tracebackhide__ = True
-        expanded = ip.var_expand(cmd, depth=1)
+        expanded = ip.var_expand(cmd, depth=2)
         ask(expanded)
         with _Allowed():
             try:
@@ -109,12 +111,17 @@ def _install_shell_hooks(ip, config):
             raise OSError("Background processes not supported.")
         ask(expanded)
         with _Allowed():
-            out = _process.getoutput(expanded)
+            out = _orig["getoutput"](expanded)
         return SList(out.splitlines()) if split else LSString(out)
 
     from IPython.core import magic as _magic
+    from IPython.core.magics import script as _script
 
     orig_run_cell_magic = ip.run_cell_magic
+    orig_shebang = _script.ScriptMagics.shebang
+    import threading
+
+    magic_ok = threading.local()  # set while run_cell_magic runs an approved script
 
     def run_cell_magic(magic_name, line, cell):
         __tracebackhide__ = True
@@ -131,18 +138,100 @@ def _install_shell_hooks(ip, config):
             expanded = ip.var_expand(line, 2)
         header = ("%%" + magic_name + " " + expanded).rstrip()
         ask(header + "\n" + cell)
-        with _Allowed(), ip.builtin_trap:
-            return fn(expanded, cell)
+        magic_ok.on = True
+        try:
+            with _Allowed(), ip.builtin_trap:
+                return fn(expanded, cell)
+        finally:
+            magic_ok.on = False
 
-    _orig = {"call": subprocess.call}
-    ip.system = system_piped
-    ip.system_piped = system_piped
-    ip.system_raw = system_raw
-    ip.getoutput = getoutput
+    def shebang(self, line, cell):
+        # Every script magic (%%bash, %%sh, %%script, one registered at run
+        # time, or ScriptMagics.shebang called directly) comes through here.
+        __tracebackhide__ = True
+        if getattr(magic_ok, "on", False):
+            magic_ok.on = False
+            return orig_shebang(self, line, cell)
+        ask(("%%script " + line).rstrip() + "\n" + cell)
+        with _Allowed():
+            return orig_shebang(self, line, cell)
+
+    import functools
+    import types
+
+    functools.update_wrapper(shebang, orig_shebang)  # keeps its argument parser
+    _script.ScriptMagics.shebang = shebang
+    # The magics table holds methods bound when it was built: %%script
+    # would still reach the original through it.
+    for kind in ip.magics_manager.magics.values():
+        for name, fn in list(kind.items()):
+            if getattr(fn, "__func__", None) is orig_shebang:
+                kind[name] = types.MethodType(shebang, fn.__self__)
+
+    # Hooks at the class level, so that bound and unbound calls
+    # (ip.system_raw(c), type(ip).system_raw(ip, c),
+    # InteractiveShell.system_piped(ip, c)) all come through them.
+    hooks = {
+        "system": lambda self, cmd: system_piped(cmd),
+        "system_piped": lambda self, cmd: system_piped(cmd),
+        "system_raw": lambda self, cmd: system_raw(cmd),
+        "getoutput": lambda self, cmd, split=True, depth=0: getoutput(cmd, split, depth + 1),
+    }
+    for cls in type(ip).__mro__:
+        for name, hook in hooks.items():
+            if name in vars(cls):
+                setattr(cls, name, _named(hook, name))
     ip.run_cell_magic = run_cell_magic
+
+    # IPython's process helpers, used directly: each asks, unless an
+    # approved command is running them.
+    from IPython.utils import _process_common, _process_posix
+
+    def guard_cmd(fn):
+        def guarded(cmd, *args, **kwargs):
+            __tracebackhide__ = True
+            if allowed.depth > 0:
+                return fn(cmd, *args, **kwargs)
+            ask(cmd if isinstance(cmd, str) else " ".join(map(str, cmd)))
+            with _Allowed():
+                return fn(cmd, *args, **kwargs)
+
+        guarded.__name__ = getattr(fn, "__name__", "guarded")
+        guarded.__doc__ = getattr(fn, "__doc__", None)
+        return guarded
+
+    for mod in (_process, _process_common, _process_posix):
+        for name in ("system", "getoutput", "getoutputerror", "get_output_error_code", "process_handler"):
+            fn = vars(mod).get(name)
+            if callable(fn):
+                setattr(mod, name, guard_cmd(fn))
+
+    def guard_method(fn):
+        def method(self, cmd, *args, **kwargs):
+            __tracebackhide__ = True
+            if allowed.depth > 0:
+                return fn(self, cmd, *args, **kwargs)
+            ask(cmd)
+            with _Allowed():
+                return fn(self, cmd, *args, **kwargs)
+
+        method.__name__ = fn.__name__
+        return method
+
+    ph = getattr(_process_posix, "ProcessHandler", None)
+    if ph is not None:
+        for name in ("system", "getoutput", "getoutput_pexpect"):
+            fn = vars(ph).get(name)
+            if callable(fn):
+                setattr(ph, name, guard_method(fn))
 
     if config.get("require_shell_escape"):
         _install_process_guards(allowed)
+
+
+def _named(fn, name):
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 class _AllowCount:

@@ -8,8 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 //go:embed kernel_init.py
@@ -43,10 +44,11 @@ func InitCode(cfg InitConfig) string {
 }
 
 // Install writes the ipybox_runtime package into dir (dir/ipybox_runtime)
-// and returns dir, the entry to put on the kernel's sys.path.
+// and returns dir, the entry to put on the kernel's sys.path. dir's parent
+// must exist; nothing below it is followed if it is a link.
 func Install(dir string) (string, error) {
-	dst := filepath.Join(dir, "ipybox_runtime")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	base := filepath.Dir(dir)
+	if err := safefs.MkdirAll(base, filepath.Join(filepath.Base(dir), "ipybox_runtime"), 0o755); err != nil {
 		return "", err
 	}
 	err := fs.WalkDir(runtimeFS, "ipybox_runtime", func(p string, d fs.DirEntry, err error) error {
@@ -57,7 +59,7 @@ func Install(dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+		return safefs.WriteFile(base, filepath.Join(filepath.Base(dir), p), b, 0o644)
 	})
 	if err != nil {
 		return "", fmt.Errorf("install ipybox_runtime: %w", err)

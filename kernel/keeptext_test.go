@@ -1,0 +1,67 @@
+package kernel_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/kernel"
+)
+
+// TestKeepText: with KeepText, the Result keeps the head and the tail of
+// the output and counts the rest; every byte still reaches OnEvent.
+func TestKeepText(t *testing.T) {
+	k := startKernel(t, nil)
+	var streamed strings.Builder
+	res, err := k.Execute(context.Background(), "import sys\nfor i in range(1000):\n    sys.stdout.write('%04d\\n' % i)\nprint('display')", &kernel.ExecOptions{
+		KeepText: 100,
+		OnEvent: func(e kernel.Event) {
+			if s, ok := e.(*kernel.Stream); ok {
+				streamed.WriteString(s.Text)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streamed.Len() != 5000+len("display\n") {
+		t.Errorf("streamed %d bytes, want every one", streamed.Len())
+	}
+	if !strings.HasPrefix(res.Text, "0000\n0001\n") || !strings.HasSuffix(res.Text, "0999\ndisplay") {
+		t.Errorf("head or tail missing: %q", res.Text)
+	}
+	if want := int64(5000 + 8 - 100); res.Omitted != want || !strings.Contains(res.Text, "bytes of output not kept") {
+		t.Errorf("omitted %d, want %d: %q", res.Omitted, want, res.Text)
+	}
+	// Without KeepText, everything is kept.
+	res, err = k.Execute(context.Background(), "print('x' * 5000)", nil)
+	if err != nil || len(res.Text) != 5000 || res.Omitted != 0 {
+		t.Errorf("whole: %d bytes, omitted %d, %v", len(res.Text), res.Omitted, err)
+	}
+}
+
+// TestSlowConsumerLosesNothing: output still arriving after the reply, to
+// a consumer slower than IdleGrace, is not cut off: the grace counts from
+// the last message, not from the reply.
+func TestSlowConsumerLosesNothing(t *testing.T) {
+	k := startKernel(t, &kernel.Options{IdleGrace: 100 * time.Millisecond})
+	// Tens of megabytes: the last messages are still being decoded when
+	// the (small) reply has arrived.
+	n := 0
+	res, err := k.Execute(context.Background(), "import sys\nfor i in range(32 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", &kernel.ExecOptions{
+		KeepText: 1024,
+		OnEvent: func(e kernel.Event) {
+			if s, ok := e.(*kernel.Stream); ok {
+				time.Sleep(150 * time.Millisecond) // slower than the grace
+				n += len(s.Text)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Truncated || n != 32<<20 {
+		t.Errorf("truncated %v, streamed %d bytes; want all %d", res.Truncated, n, 32<<20)
+	}
+}

@@ -1,0 +1,453 @@
+//go:build linux
+
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/ipybox/ipybox/internal/procattr"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/linelog"
+)
+
+// A Zygote is a fork server for kernels: one Python process that has
+// already imported ipykernel, IPython, zmq and tornado, and forks a kernel
+// per request. A forked kernel is ready in about a fifth of a cold start,
+// because the imports (about 0.35 s of CPU) are already done; under a burst
+// of sessions on few cores that is the difference between seconds and a
+// fraction of one.
+//
+// The zygote forks before any ZeroMQ socket or thread exists, so a child
+// starts as clean as a fresh interpreter: it sets its own environment,
+// working directory, sys.path and standard streams, reseeds random, becomes
+// the leader of its own process group, and dies with the zygote. Kernels
+// share nothing after the fork but the read-only pages of the imported
+// code (and Python's hash seed).
+//
+// A Zygote implements Launcher for specs that run ipykernel with its own
+// interpreter; it is not a sandbox, and a sandboxed kernel must never come
+// from it (forked kernels in one sandbox would share its processes and
+// files).
+type Zygote struct {
+	python string
+	env    []string
+	log    *slog.Logger
+
+	mu   sync.Mutex // one request at a time; guards the fields below
+	cur  *zygoteProc
+	done bool
+}
+
+// zygoteProc is one running zygote process and its control socket.
+type zygoteProc struct {
+	cmd  *exec.Cmd
+	ctl  *os.File
+	dead chan struct{} // closed when the reader sees the socket close
+
+	mu      sync.Mutex
+	replies map[int]chan zygoteReply
+	procs   map[int]*zygoteKernel
+	nextID  int
+}
+
+type zygoteReply struct {
+	ID    int    `json:"id"`
+	Pid   int    `json:"pid"`
+	Error string `json:"error"`
+	Exit  int    `json:"exit"`   // a child's pid, in an exit report
+	State int    `json:"status"` // its wait status
+}
+
+// NewZygote starts a fork server with python (which must import ipykernel;
+// empty means discovery, see FindPython) and env, the environment of the
+// imports (nil means the basic one kernels get: PATH, HOME, LANG); each
+// kernel then gets its own environment from its Spec. A nil logger
+// discards the zygote's own output.
+func NewZygote(ctx context.Context, python string, env []string, log *slog.Logger) (*Zygote, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	python, err := FindPython(ctx, python)
+	if err != nil {
+		return nil, err
+	}
+	if env == nil {
+		k := &Kernel{python: python}
+		env = k.env()
+	}
+	z := &Zygote{python: python, env: env, log: log}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if _, err := z.proc(ctx); err != nil {
+		return nil, err
+	}
+	return z, nil
+}
+
+// Python returns the interpreter the zygote runs; kernels it forks must
+// name it in their Spec.
+func (z *Zygote) Python() string { return z.python }
+
+// zygoteStartTimeout bounds the zygote's imports.
+const zygoteStartTimeout = 60 * time.Second
+
+// proc returns the running zygote, starting one when there is none or it
+// died. z.mu is held.
+func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
+	if z.done {
+		return nil, ErrClosed
+	}
+	if z.cur != nil {
+		select {
+		case <-z.cur.dead:
+			z.cur.stop()
+			z.cur = nil
+		default:
+			return z.cur, nil
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("zygote: %w", err)
+	}
+	ctl, child := os.NewFile(uintptr(fds[0]), "zygote-ctl"), os.NewFile(uintptr(fds[1]), "zygote-ctl-child")
+	out := &linelog.Writer{Emit: func(line string) { z.log.Debug("zygote output", "line", line) }}
+	cmd := exec.Command(z.python, "-c", zygoteScript)
+	cmd.Env = z.env
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{child} // fd 3
+	cmd.SysProcAttr = procattr.Group()
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("zygote: start %s: %w", z.python, err)
+	}
+	p := &zygoteProc{cmd: cmd, ctl: ctl, dead: make(chan struct{}),
+		replies: map[int]chan zygoteReply{}, procs: map[int]*zygoteKernel{}}
+	ready := make(chan zygoteReply, 1)
+	p.replies[0] = ready
+	go p.read()
+	ctx, cancel := context.WithTimeout(ctx, zygoteStartTimeout)
+	defer cancel()
+	select {
+	case r := <-ready:
+		if r.Error != "" {
+			p.stop()
+			return nil, fmt.Errorf("zygote: %s", r.Error)
+		}
+	case <-p.dead:
+		p.stop()
+		return nil, fmt.Errorf("zygote: %s exited while importing ipykernel", z.python)
+	case <-ctx.Done():
+		p.stop()
+		return nil, fmt.Errorf("zygote: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
+	}
+	z.cur = p
+	return p, nil
+}
+
+// read dispatches the zygote's messages: replies to requests and exit
+// reports of kernels. It ends when the socket closes.
+func (p *zygoteProc) read() {
+	buf := make([]byte, 64<<10)
+	defer func() {
+		p.mu.Lock()
+		for _, k := range p.procs {
+			k.exit(errors.New("the zygote exited"))
+		}
+		p.procs = map[int]*zygoteKernel{}
+		p.mu.Unlock()
+		close(p.dead)
+	}()
+	for {
+		n, err := p.ctl.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var r zygoteReply
+		if json.Unmarshal(buf[:n], &r) != nil {
+			continue
+		}
+		p.mu.Lock()
+		if r.Exit != 0 {
+			if k := p.procs[r.Exit]; k != nil {
+				delete(p.procs, r.Exit)
+				k.exit(waitError(syscall.WaitStatus(r.State)))
+			}
+		} else if ch := p.replies[r.ID]; ch != nil {
+			delete(p.replies, r.ID)
+			if r.Pid > 0 {
+				// Registered before the next message is read: an exit
+				// report for this pid can only come after.
+				p.procs[r.Pid] = &zygoteKernel{pid: r.Pid, exited: make(chan struct{})}
+			}
+			ch <- r
+		}
+		p.mu.Unlock()
+	}
+}
+
+// waitError describes a wait status the way exec.Cmd.Wait would.
+func waitError(ws syscall.WaitStatus) error {
+	switch {
+	case ws.Signaled():
+		return fmt.Errorf("signal: %v", ws.Signal())
+	case ws.ExitStatus() != 0:
+		return fmt.Errorf("exit status %d", ws.ExitStatus())
+	}
+	return nil
+}
+
+// stop kills the zygote process group and waits for it.
+func (p *zygoteProc) stop() {
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.ctl.Close()
+	p.cmd.Wait()
+	<-p.dead
+}
+
+// Start implements Launcher: it forks a kernel for spec, which must run
+// this zygote's interpreter with ipykernel's launch arguments.
+func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
+	if spec.Path != z.python {
+		return nil, fmt.Errorf("zygote: it runs %s, not %s", z.python, spec.Path)
+	}
+	if len(spec.Args) < 2 || spec.Args[0] != "-c" || spec.Args[1] != launchShim {
+		return nil, errors.New("zygote: the spec does not launch ipykernel")
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	p, err := z.proc(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The kernel's own output (not cell output) goes to spec.Stdout and
+	// spec.Stderr through a pipe whose write end the child gets.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("zygote: %w", err)
+	}
+	out := io.Writer(io.Discard)
+	if spec.Stderr != nil {
+		out = spec.Stderr
+	}
+	go func() {
+		io.Copy(out, r)
+		r.Close()
+	}()
+	var pythonPath []string
+	env := make([]string, 0, len(spec.Env))
+	for _, kv := range spec.Env {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok && v != "" {
+			pythonPath = strings.Split(v, string(os.PathListSeparator))
+		}
+		env = append(env, kv)
+	}
+	p.mu.Lock()
+	p.nextID++
+	id := p.nextID
+	reply := make(chan zygoteReply, 1)
+	p.replies[id] = reply
+	p.mu.Unlock()
+	req, err := json.Marshal(map[string]any{
+		"id": id, "argv": spec.Args[2:], "env": env, "cwd": spec.Dir, "pythonpath": pythonPath,
+	})
+	if err == nil {
+		err = unix.Sendmsg(int(p.ctl.Fd()), req, unix.UnixRights(int(w.Fd())), nil, 0)
+	}
+	w.Close()
+	if err != nil {
+		return nil, fmt.Errorf("zygote: send the request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case rep := <-reply:
+		if rep.Error != "" {
+			return nil, fmt.Errorf("zygote: %s", rep.Error)
+		}
+		p.mu.Lock()
+		k := p.procs[rep.Pid]
+		p.mu.Unlock()
+		if k == nil { // exited before we looked: a Process that has ended
+			k = &zygoteKernel{pid: rep.Pid, exited: make(chan struct{})}
+			k.exit(errors.New("the kernel exited at once"))
+		}
+		return k, nil
+	case <-p.dead:
+		return nil, errors.New("zygote: it exited while forking a kernel")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("zygote: waiting for a fork: %w", ctx.Err())
+	}
+}
+
+// Close stops the zygote. Kernels it forked die with it. Close is
+// idempotent.
+func (z *Zygote) Close() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.done = true
+	if z.cur != nil {
+		z.cur.stop()
+		z.cur = nil
+	}
+	return nil
+}
+
+// zygoteKernel is a kernel forked by a zygote. It is the zygote's child,
+// not ours: signals go to its process group by pid, and its exit comes as
+// a report from the zygote.
+type zygoteKernel struct {
+	pid    int
+	once   sync.Once
+	exited chan struct{}
+	err    error
+}
+
+func (k *zygoteKernel) exit(err error) {
+	k.once.Do(func() {
+		k.err = err
+		close(k.exited)
+	})
+}
+
+// Pid implements Process.
+func (k *zygoteKernel) Pid() int { return k.pid }
+
+// Signal implements Process: the kernel leads its process group.
+func (k *zygoteKernel) Signal(sig syscall.Signal) error {
+	select {
+	case <-k.exited:
+		return os.ErrProcessDone
+	default:
+	}
+	if err := syscall.Kill(-k.pid, sig); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+	return nil
+}
+
+// Kill implements Process.
+func (k *zygoteKernel) Kill() error { return k.Signal(syscall.SIGKILL) }
+
+// Wait implements Process.
+func (k *zygoteKernel) Wait() error {
+	<-k.exited
+	return k.err
+}
+
+// zygoteScript is the fork server. It imports what a kernel imports, with
+// debugpy and jedi kept out as launchShim does; each child then launches
+// the kernel app. The protocol is
+// one JSON object per SOCK_SEQPACKET record on fd 3: requests carry the
+// kernel's argv, env, cwd and PYTHONPATH, and the descriptor of its
+// output; replies carry the pid or an error; exit reports carry a pid and
+// its wait status. The zygote stays single-threaded, so fork is safe.
+const zygoteScript = `# ipybox zygote
+import os, sys, json, socket, signal, select, ctypes, random
+_b = ("debugpy", "jedi")
+for _m in _b: sys.modules.setdefault(_m, None)
+from ipykernel import kernelapp as _app
+import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
+for _m in _b:
+    if sys.modules.get(_m, 0) is None: del sys.modules[_m]
+` + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
+_sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
+_rd, _wr = os.pipe()
+os.set_blocking(_wr, False)
+signal.set_wakeup_fd(_wr)
+signal.signal(signal.SIGCHLD, lambda *a: None)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+_base_path = list(sys.path)
+def _send(obj):
+    _sock.send(json.dumps(obj).encode())
+def _child(req, out):
+    os.setpgid(0, 0)
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
+    if os.getppid() == 1:
+        os._exit(1)
+    signal.set_wakeup_fd(-1)
+    for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+    _sock.close(); os.close(_rd); os.close(_wr)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0); os.dup2(out, 1); os.dup2(out, 2)
+    os.close(devnull); os.close(out)
+    os.chdir(req["cwd"] or "/")
+    os.environ.clear()
+    for kv in req["env"]:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+    sys.path[:] = _base_path[:1] + list(req["pythonpath"] or []) + _base_path[1:]
+    random.seed()
+    sys.argv = ["ipykernel_launcher"] + list(req["argv"])
+    _app.launch_new_instance()
+    os._exit(0)
+_send({"id": 0})
+while True:
+    try:
+        r, _, _ = select.select([_sock, _rd], [], [])
+    except InterruptedError:
+        continue
+    if _rd in r:
+        try:
+            os.read(_rd, 512)
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            _send({"exit": pid, "status": status})
+    if _sock in r:
+        try:
+            data, anc, _, _ = _sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
+        except InterruptedError:
+            continue
+        if not data:
+            os._exit(0)
+        fds = []
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += list(memoryview(payload).cast("i"))
+        try:
+            req = json.loads(data)
+            out = fds[0]
+        except Exception as e:
+            for f in fds: os.close(f)
+            _send({"id": -1, "error": "bad request: %s" % e})
+            continue
+        try:
+            pid = os.fork()
+        except OSError as e:
+            os.close(out)
+            _send({"id": req["id"], "error": "fork: %s" % e})
+            continue
+        if pid == 0:
+            try:
+                _child(req, out)
+            finally:
+                os._exit(1)
+        os.close(out)
+        _send({"id": req["id"], "pid": pid})
+`

@@ -1,0 +1,161 @@
+package kernel_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/kernel"
+)
+
+func startZygote(t *testing.T) (*kernel.Zygote, string) {
+	t.Helper()
+	py := testenv.NeedsPython(t)
+	z, err := kernel.NewZygote(context.Background(), py, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	return z, py
+}
+
+// TestZygoteKernels: kernels forked by the zygote behave as cold-started
+// ones, and share nothing with each other.
+func TestZygoteKernels(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	z, py := startZygote(t)
+	ctx := context.Background()
+	startK := func(env ...string) *kernel.Kernel {
+		k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir(), Launcher: z, Env: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { k.Close() })
+		return k
+	}
+	a := startK("ONLY_A=1")
+	b := startK()
+	res, err := a.Execute(ctx, "import os, random\nx = 41\nprint(os.environ.get('ONLY_A'), os.getcwd() != '/', random.random())", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := strings.Fields(res.Text)
+	res, err = b.Execute(ctx, "import os, random\nprint(os.environ.get('ONLY_A'), 'x' in dir(), random.random())", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := strings.Fields(res.Text)
+	if len(fa) != 3 || len(fb) != 3 || fa[0] != "1" || fa[1] != "True" || fb[0] != "None" || fb[1] != "False" {
+		t.Fatalf("a: %q, b: %q", fa, fb)
+	}
+	if fa[2] == fb[2] {
+		t.Errorf("both kernels drew the same random number %s: the zygote's random state was shared", fa[2])
+	}
+	ga, _ := syscall.Getpgid(a.Pid())
+	gb, _ := syscall.Getpgid(b.Pid())
+	if a.Pid() == b.Pid() || ga != a.Pid() || gb != b.Pid() {
+		t.Errorf("kernels %d and %d do not lead process groups of their own (%d, %d)", a.Pid(), b.Pid(), ga, gb)
+	}
+
+	// Interrupt reaches the cell; state survives.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		a.Interrupt()
+	}()
+	_, err = a.Execute(ctx, "import time\ntime.sleep(20)", nil)
+	var pe *kernel.PythonError
+	if !errors.As(err, &pe) || pe.Name != "KeyboardInterrupt" {
+		t.Fatalf("interrupt: %v", err)
+	}
+	if res, err := a.Execute(ctx, "x + 1", nil); err != nil || res.Text != "42" {
+		t.Fatalf("state after the interrupt: %v %+v", err, res)
+	}
+
+	// Death is seen, and the next call forks a fresh kernel.
+	pid := a.Pid()
+	syscall.Kill(pid, syscall.SIGKILL)
+	if _, err := a.Execute(ctx, "1", nil); !errors.Is(err, kernel.ErrKernelDied) {
+		t.Fatalf("after SIGKILL: %v, want ErrKernelDied", err)
+	}
+	if res, err := a.Execute(ctx, "2", nil); err != nil || res.Text != "2" || a.Pid() == pid {
+		t.Fatalf("after death: %v %+v", err, res)
+	}
+}
+
+// TestZygoteDeath: kernels die with their zygote, and the zygote comes back
+// for the next start.
+func TestZygoteDeath(t *testing.T) {
+	z, py := startZygote(t)
+	ctx := context.Background()
+	k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir(), Launcher: z})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	kpid := k.Pid()
+	zpid := 0
+	for _, p := range testenv.Processes() {
+		if p.Pid == kpid {
+			zpid = p.PPid
+		}
+	}
+	if zpid <= 1 {
+		t.Fatalf("no zygote parent for kernel %d", kpid)
+	}
+	syscall.Kill(zpid, syscall.SIGKILL)
+	if _, err := k.Execute(ctx, "1", nil); !errors.Is(err, kernel.ErrKernelDied) {
+		t.Fatalf("after the zygote died: %v, want ErrKernelDied", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testenv.Alive(kpid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if testenv.Alive(kpid) {
+		t.Errorf("kernel %d outlived its zygote", kpid)
+	}
+	if res, err := k.Execute(ctx, "3", nil); err != nil || res.Text != "3" {
+		t.Fatalf("a fresh zygote: %v %+v", err, res)
+	}
+}
+
+// BenchmarkZygoteStart is start to first result of a kernel forked by the
+// zygote, beside a cold start, alternating in one run.
+func BenchmarkZygoteStart(b *testing.B) {
+	py := testenv.NeedsPython(b)
+	z, err := kernel.NewZygote(context.Background(), py, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LANG=C.UTF-8"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer z.Close()
+	ctx := context.Background()
+	once := func(l kernel.Launcher) time.Duration {
+		t0 := time.Now()
+		k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: b.TempDir(), Launcher: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := k.Execute(ctx, "1", nil); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		k.Close()
+		return d
+	}
+	var forked, cold []time.Duration
+	for range b.N {
+		forked = append(forked, once(z))
+		cold = append(cold, once(kernel.DirectLauncher{}))
+	}
+	slices.Sort(forked)
+	slices.Sort(cold)
+	f, c := forked[len(forked)/2], cold[len(cold)/2]
+	b.ReportMetric(float64(f.Microseconds())/1000, "forked-ms")
+	b.ReportMetric(float64(c.Microseconds())/1000, "cold-ms")
+	b.ReportMetric(float64(f)/float64(c), "ratio")
+}
