@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// sockets exist. Abstract sockets of the host are never reachable: the
 	// network namespace isolates them.
 	BlockUnixSockets bool `json:"blockUnixSockets,omitempty"`
+	// Limits bounds the memory and the number of processes of every
+	// sandboxed process (an ipybox extension). The zero value means the
+	// defaults, which are not unlimited.
+	Limits Limits `json:"limits,omitempty"`
 
 	// Ignored lists the keys of the settings file that have no effect here:
 	// srt keys that are meaningless on Linux (network.allowLocalBinding,
@@ -93,6 +98,116 @@ type FilesystemConfig struct {
 type NetworkConfig struct {
 	AllowedDomains []string `json:"allowedDomains,omitempty"`
 	DeniedDomains  []string `json:"deniedDomains,omitempty"`
+}
+
+// The default limits of a sandboxed process.
+const (
+	// DefaultMemory is the default Limits.Memory: 2 GiB.
+	DefaultMemory int64 = 2 << 30
+	// DefaultPids is the default Limits.Pids.
+	DefaultPids = 512
+)
+
+// Limits bounds the resources of sandboxed processes. They are resource
+// limits (setrlimit) set on the program before it runs, so that it and
+// everything it starts inherit them; they cannot be raised from inside.
+// (cgroup v2 would bound the sandbox as a whole; it is not used, because
+// it can be delegated to an unprivileged process only on some hosts.)
+type Limits struct {
+	// Memory is the most memory, in bytes, that each process may map for
+	// data: its heap, anonymous mappings and thread stacks (RLIMIT_DATA).
+	// An allocation beyond it fails (Python raises MemoryError). Zero
+	// means DefaultMemory; a negative value means no limit.
+	Memory int64 `json:"memory,omitempty"`
+	// Pids is the most processes and threads that the sandbox's processes
+	// may run at once (RLIMIT_NPROC, counted in the sandbox's own user
+	// namespace, so other sandboxes and the host do not count). A fork
+	// beyond it fails with EAGAIN. Zero means DefaultPids; a negative
+	// value means no limit.
+	Pids int `json:"pids,omitempty"`
+}
+
+// memory returns the memory limit in force (0: none).
+func (l Limits) memory() int64 {
+	switch {
+	case l.Memory == 0:
+		return DefaultMemory
+	case l.Memory < 0:
+		return 0
+	}
+	return l.Memory
+}
+
+// pids returns the process limit in force (0: none).
+func (l Limits) pids() int {
+	switch {
+	case l.Pids == 0:
+		return DefaultPids
+	case l.Pids < 0:
+		return 0
+	}
+	return l.Pids
+}
+
+// String describes the limits in force, for logs and doctor.
+func (l Limits) String() string {
+	m, p := "unlimited", "unlimited"
+	if v := l.memory(); v > 0 {
+		m = FormatSize(v)
+	}
+	if v := l.pids(); v > 0 {
+		p = strconv.Itoa(v)
+	}
+	return fmt.Sprintf("memory %s per process (RLIMIT_DATA), %s processes and threads (RLIMIT_NPROC)", m, p)
+}
+
+// minMemory is the smallest memory limit accepted: below it Python cannot
+// start, and the error would be an obscure one.
+const minMemory = 64 << 20
+
+// ParseSize reads a memory size: a number of bytes, or a number with a
+// unit (k, m, g, t, optionally followed by "b", "ib" or "iB"; all binary,
+// so "2g" and "2GiB" are both 2×1024³), or "unlimited" (-1).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "unlimited" || t == "none" {
+		return -1, nil
+	}
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i") // "gib", "gb" -> "g"
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult = 1 << 10
+		case 'm':
+			mult = 1 << 20
+		case 'g':
+			mult = 1 << 30
+		case 't':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || !(f > 0) || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("size %q: want a positive number of bytes, optionally with a unit (512m, 2g, 4GiB), or \"unlimited\"", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// FormatSize writes a size the way ParseSize reads it.
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		name string
+		mult int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
 }
 
 // DefaultConfig returns the default policy: the minimal root, no network,
@@ -189,6 +304,10 @@ func ParseConfig(data []byte) (*Config, error) {
 			if err := boolOf(raw, key, &c.BlockUnixSockets); err != nil {
 				return nil, err
 			}
+		case "limits":
+			if err := limitsOf(raw, &c.Limits); err != nil {
+				return nil, err
+			}
 		default:
 			c.Ignored = append(c.Ignored, key)
 		}
@@ -235,6 +354,40 @@ func stringsOf(raw json.RawMessage, name string, dst *[]string) error {
 	return nil
 }
 
+// limitsOf reads the "limits" object: memory as bytes or a size string
+// ("2g"), pids as a number; -1 or "unlimited" means no limit.
+func limitsOf(raw json.RawMessage, dst *Limits) error {
+	var m struct {
+		Memory json.RawMessage `json:"memory"`
+		Pids   *int            `json:"pids"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return fmt.Errorf("limits: want an object with memory and pids: %v", err)
+	}
+	if len(m.Memory) > 0 {
+		var n int64
+		var s string
+		switch {
+		case json.Unmarshal(m.Memory, &n) == nil:
+			dst.Memory = n
+		case json.Unmarshal(m.Memory, &s) == nil:
+			v, err := ParseSize(s)
+			if err != nil {
+				return fmt.Errorf("limits.memory: %w", err)
+			}
+			dst.Memory = v
+		default:
+			return fmt.Errorf("limits.memory: want a number of bytes or a size such as \"2g\"")
+		}
+	}
+	if m.Pids != nil {
+		dst.Pids = *m.Pids
+	}
+	return nil
+}
+
 func boolOf(raw json.RawMessage, name string, dst *bool) error {
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return fmt.Errorf("%s: want true or false", name)
@@ -259,6 +412,12 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s[%d]: %w", name, i, err)
 			}
 		}
+	}
+	if m := c.Limits.Memory; m > 0 && m < minMemory {
+		return fmt.Errorf("limits.memory %s: too small for Python; want at least %s, or -1 for no limit", FormatSize(m), FormatSize(minMemory))
+	}
+	if p := c.Limits.Pids; p > 0 && p < 16 {
+		return fmt.Errorf("limits.pids %d: too small for a kernel (it runs several threads); want at least 16, or -1 for no limit", p)
 	}
 	for _, d := range c.Network.AllowedDomains {
 		if _, err := parseHostRule(d, false); err != nil {

@@ -57,7 +57,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "root mode type", json: `{"rootMode": 1}`, wantErr: "rootMode: want a string"},
 		{name: "landlock type", json: `{"landlock": "yes"}`, wantErr: "landlock: want true or false"},
 		{name: "bad allowed domain", json: `{"network": {"allowedDomains": ["https://x.com"]}}`, wantErr: "network.allowedDomains: invalid domain pattern"},
-		{name: "allow all", json: `{"network": {"allowedDomains": ["*"]}}`, wantErr: "would allow every host"},
+		{name: "any public", json: `{"network": {"allowedDomains": ["*"]}}`, want: &Config{RootMode: RootMinimal, Network: NetworkConfig{AllowedDomains: []string{"*"}}}},
 		{name: "deny all", json: `{"network": {"deniedDomains": ["*"]}}`, want: &Config{RootMode: RootMinimal, Network: NetworkConfig{DeniedDomains: []string{"*"}}}},
 	}
 	for _, tt := range tests {

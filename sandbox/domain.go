@@ -10,7 +10,7 @@ import (
 // hostRule is one allowedDomains or deniedDomains entry.
 type hostRule struct {
 	raw      string
-	any      bool       // "*": every host (deniedDomains only)
+	any      bool       // "*": every host (in allowedDomains: every public name, never an IP literal)
 	wildcard bool       // "*.suffix": names below suffix, not suffix itself
 	name     string     // lower-case name, or the suffix of a wildcard
 	ip       netip.Addr // an IP literal entry
@@ -71,9 +71,9 @@ func parseHostRule(s string, denied bool) (hostRule, error) {
 	}
 	switch {
 	case host == "*":
-		if !denied {
-			return bad(`"*" would allow every host`)
-		}
+		// In allowedDomains, "*" is any public name (AnyPublicDomain):
+		// the proxy's guard still refuses IP literals and names that
+		// resolve to loopback, private or link-local addresses.
 		r.any = true
 		return r, nil
 	case strings.HasPrefix(host, "*."):
@@ -208,8 +208,31 @@ func parseTarget(hostport string, defPort uint16) (target, error) {
 	if !validName(host) {
 		return target{}, fmt.Errorf("invalid host %q", hostport)
 	}
+	if numericName(host) {
+		// 2130706433, 0x7f.1, 127.1, 017700000001: IPv4 addresses in
+		// disguise, which some resolvers turn into 127.0.0.1.
+		return target{}, fmt.Errorf("host %q is an IP address in numeric disguise; IP literals must be written plainly and listed", hostport)
+	}
 	t.name = host
 	return t, nil
+}
+
+// numericName reports whether every label of a name is a number (decimal,
+// octal or 0x-hex): what inet_aton would read as an IPv4 address.
+func numericName(host string) bool {
+	for _, l := range strings.Split(host, ".") {
+		digits := strings.TrimPrefix(l, "0x")
+		if digits == "" {
+			return false
+		}
+		hex := digits != l
+		for _, c := range digits {
+			if !(c >= '0' && c <= '9' || hex && (c >= 'a' && c <= 'f')) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // decide applies the policy: denied entries first, then IP literals (only
@@ -221,6 +244,9 @@ func (r *rules) decide(t target) (ok bool, reason string) {
 		}
 	}
 	for _, a := range r.allow {
+		if a.any && t.ip.IsValid() {
+			continue // "*" names no IP literal
+		}
 		if a.match(t.name, t.ip, t.port) {
 			return true, ""
 		}

@@ -25,7 +25,7 @@ func TestParseHostRule(t *testing.T) {
 		{in: "*", denied: true},
 		{in: "*:22", denied: true},
 		{in: "", wantErr: "empty"},
-		{in: "*", wantErr: "every host"},
+		{in: "*"}, // AnyPublicDomain
 		{in: "*.com", wantErr: "too broad"},
 		{in: "a.*.com", wantErr: `leading "*."`},
 		{in: "https://example.com", wantErr: "not a URL"},
@@ -93,9 +93,33 @@ func TestDecide(t *testing.T) {
 			t.Errorf("decide(%q) = %v, %q; want %v, %q", tt.target, ok, why, tt.ok, tt.why)
 		}
 	}
-	for _, bad := range []string{"example.com", "example.com:0", "[::1", "a b:80", "[fe80::1%eth0]:80"} {
+	// IP literals in every spelling, and numeric names.
+	for _, bad := range []string{"example.com", "example.com:0", "[::1", "a b:80", "[fe80::1%eth0]:80",
+		"2130706433:80", "0x7f.1:80", "127.1:80", "017700000001:80", "0x7f000001:80", "127.0.0.1%2e:80", "[::127.0.0.1%25lo]:80"} {
 		if _, err := parseTarget(bad, 0); err == nil {
 			t.Errorf("parseTarget(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestAnyPublicDomain: "*" allows every name, no IP literal, and denied
+// entries still win.
+func TestAnyPublicDomain(t *testing.T) {
+	r, err := newRules(NetworkConfig{AllowedDomains: []string{AnyPublicDomain}, DeniedDomains: []string{"*.evil.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]bool{
+		"pypi.org:443": true, "files.pythonhosted.org:443": true, "x.evil.example:443": false,
+		"93.184.216.34:443": false, "[::127.0.0.1]:443": false, "[::]:80": false, "0.0.0.0:80": false,
+		"[2606:2800:220:1:248:1893:25c8:1946]:443": false,
+	} {
+		tg, err := parseTarget(target, 0)
+		if err != nil {
+			t.Fatalf("parseTarget(%q): %v", target, err)
+		}
+		if ok, why := r.decide(tg); ok != want {
+			t.Errorf("decide(%q) = %v (%s), want %v", target, ok, why, want)
 		}
 	}
 }
@@ -127,6 +151,16 @@ func TestPublicAddr(t *testing.T) {
 		{"64:ff9b::5db8:d822", true}, // NAT64 of 93.184.216.34
 		{"2002:a00:1::1", false},     // 6to4 of 10.0.0.1
 		{"2002:5db8:d822::1", true},  // 6to4 of 93.184.216.34
+		{"::127.0.0.1", false},       // IPv4-compatible
+		{"::7f00:1", false},          // the same, zero-compressed
+		{"0:0:0:0:0:0:127.0.0.1", false},
+		{"::10.0.0.1", false},
+		{"::ffff:0:7f00:1", false},     // IPv4-translated (SIIT)
+		{"64:ff9b:1::7f00:1", false},   // local-use NAT64 of 127.0.0.1
+		{"2001:0:4136:e378::1", false}, // Teredo
+		{"192.0.2.1", false},           // documentation
+		{"2001:db8::1", false},
+		{"::", false},
 	}
 	for _, tt := range tests {
 		if got := publicAddr(netip.MustParseAddr(tt.addr)); got != tt.want {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,6 +46,13 @@ type initConfig struct {
 	ScopeAbstract bool `json:"scope_abstract,omitempty"`
 	// DenyUnixSockets makes socket(AF_UNIX, …) fail with EPERM (seccomp).
 	DenyUnixSockets bool `json:"deny_unix,omitempty"`
+	// Memory and Pids are the program's resource limits (0: none); see
+	// limitMain.
+	Memory int64 `json:"memory,omitempty"`
+	Pids   int   `json:"pids,omitempty"`
+	// Self is the init's own path inside the sandbox, which runs
+	// limitMain.
+	Self string `json:"self,omitempty"`
 }
 
 type initForward struct {
@@ -70,6 +78,16 @@ const exitInitFailed = 125
 // host to the program's group, keeps forwarding, reaps orphans, and exits
 // with the program's status, which ends the pid namespace.
 func InitMain(args []string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "limit":
+			return limitMain(args[1:])
+		case "prep":
+			return prepMain(args[1:])
+		case "hold":
+			return holdMain()
+		}
+	}
 	if len(args) != 2 {
 		fmt.Fprintf(os.Stderr, "ipybox sandbox init: want 2 arguments, got %d (this command is internal to ipybox)\n", len(args))
 		return exitInitFailed
@@ -95,6 +113,46 @@ func InitMain(args []string) int {
 		return exitInitFailed
 	}
 	return runInit(&c)
+}
+
+// limitMain is the step between the init and the program when limits are
+// set: "limit MEMORY PIDS PATH ARGV0 ARGS..." sets the resource limits
+// (0: none) on itself and execs the program, which inherits them. The
+// limits cannot be set from the init for the program alone (resource
+// limits belong to a process, and the init must stay free to start
+// threads whatever the program does), nor lowered by the program after it
+// started, so they are set here, before the program's first instruction.
+func limitMain(args []string) int {
+	// fd 3 reports a failure to the init; a successful exec closes it.
+	report := os.NewFile(3, "exec-error")
+	syscall.CloseOnExec(3)
+	fail := func(format string, a ...any) int {
+		msg := fmt.Sprintf(format, a...)
+		if _, err := report.WriteString(msg); err != nil {
+			fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg)
+		}
+		return exitInitFailed
+	}
+	if len(args) < 4 {
+		return fail("limit: want MEMORY PIDS PATH ARGV0 [ARGS...]")
+	}
+	mem, err1 := strconv.ParseInt(args[0], 10, 64)
+	pids, err2 := strconv.ParseInt(args[1], 10, 64)
+	if err1 != nil || err2 != nil || mem < 0 || pids < 0 {
+		return fail("limit: bad limits %q %q", args[0], args[1])
+	}
+	if mem > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: uint64(mem), Max: uint64(mem)}); err != nil {
+			return fail("setrlimit(RLIMIT_DATA, %d): %v", mem, err)
+		}
+	}
+	if pids > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(pids), Max: uint64(pids)}); err != nil {
+			return fail("setrlimit(RLIMIT_NPROC, %d): %v", pids, err)
+		}
+	}
+	err := syscall.Exec(args[2], args[3:], os.Environ())
+	return fail("exec %s: %v", args[2], err)
 }
 
 // memFile returns an in-memory file holding data, positioned at its start:
@@ -228,9 +286,20 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
+	argv := c.Argv
+	var execErr, execErrW *os.File // the limit step's report of a failed exec
+	if c.Memory > 0 || c.Pids > 0 {
+		argv = append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), path}, argv...)
+		path = c.Self
+		var err error
+		if execErr, execErrW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		defer execErr.Close()
+	}
 	cmd := &exec.Cmd{
 		Path:   path,
-		Args:   c.Argv,
+		Args:   argv,
 		Env:    os.Environ(),
 		Stdin:  os.Stdin,
 		Stdout: os.Stdout,
@@ -240,6 +309,9 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		// is retired. If the init dies, bwrap's pid 1 exits and the pid
 		// namespace goes with it.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if execErrW != nil {
+		cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -258,8 +330,23 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		}
 		errc <- cmd.Start()
 	}()
-	if err := <-errc; err != nil {
+	err = <-errc
+	if execErrW != nil {
+		execErrW.Close()
+	}
+	if err != nil {
 		return nil, err
+	}
+	if execErr != nil {
+		// The limit step closes its end on a successful exec (close on
+		// exec), or writes why the exec failed.
+		execErr.SetReadDeadline(time.Now().Add(30 * time.Second))
+		msg, _ := io.ReadAll(io.LimitReader(execErr, 4096))
+		if len(msg) > 0 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, errors.New(string(msg))
+		}
 	}
 	return cmd, nil
 }

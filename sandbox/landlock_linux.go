@@ -61,6 +61,12 @@ func applyLandlock(c *initConfig) error {
 	if c.ScopeAbstract && abi >= 6 {
 		scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
 	}
+	if c.Landlock && abi >= 6 {
+		// The program may signal what it started, but not the init
+		// (outside its Landlock domain): the init relays the host's
+		// signals and must not be disturbed.
+		scoped |= unix.LANDLOCK_SCOPE_SIGNAL
+	}
 	if handled == 0 && scoped == 0 {
 		return nil
 	}

@@ -4,19 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -52,86 +52,6 @@ func (s *Sandbox) logFeatures() {
 	}
 }
 
-// Probe checks that the sandbox can run here: bwrap exists, and it can
-// create the user, pid and network namespaces with the options Start uses.
-// It runs bwrap once per Sandbox and caches the answer (a failure caused by
-// ctx is not cached). Errors are *ProbeError values that name the cause and
-// the fix.
-func (s *Sandbox) Probe(ctx context.Context) error {
-	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
-	if s.probed {
-		return s.probeErr
-	}
-	path, err := probeBwrap(ctx, s.bwrap)
-	if err != nil && ctx.Err() != nil {
-		return err
-	}
-	s.probed, s.probeErr = true, err
-	if err == nil {
-		s.bwrap = path
-	}
-	return err
-}
-
-func probeBwrap(ctx context.Context, bwrap string) (string, error) {
-	install := "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) or set Options.Bwrap"
-	if bwrap == "" {
-		p, err := exec.LookPath("bwrap")
-		if err != nil {
-			return "", &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH", Fix: install}
-		}
-		bwrap = p
-	} else if fi, err := os.Stat(bwrap); err != nil || fi.IsDir() {
-		return "", &ProbeError{Cause: fmt.Sprintf("bwrap not found at %s", bwrap), Fix: install}
-	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	args := append(append([]string{}, namespaceFlags...), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true")
-	cmd := exec.CommandContext(ctx, bwrap, args...)
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return bwrap, nil
-	}
-	if ctx.Err() != nil {
-		return "", fmt.Errorf("sandbox probe: %w", ctx.Err())
-	}
-	msg := strings.TrimSpace(string(out))
-	if msg == "" {
-		msg = err.Error()
-	}
-	return "", &ProbeError{Cause: fmt.Sprintf("%s cannot create the sandbox's namespaces", bwrap), Output: msg, Fix: namespaceFix(msg)}
-}
-
-// namespaceFix suggests a fix from bwrap's message and the host's settings.
-func namespaceFix(msg string) string {
-	if strings.Contains(msg, "Unknown option") || strings.Contains(msg, "disable-userns") {
-		return "bubblewrap 0.8 or newer is needed (for --disable-userns); upgrade it"
-	}
-	read := func(p string) string {
-		b, _ := os.ReadFile(p)
-		return strings.TrimSpace(string(b))
-	}
-	var fixes []string
-	if read("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
-		fixes = append(fixes, "enable unprivileged user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1`")
-	}
-	if read("/proc/sys/user/max_user_namespaces") == "0" {
-		fixes = append(fixes, "allow user namespaces: `sysctl -w user.max_user_namespaces=15000`")
-	}
-	if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
-		fixes = append(fixes, "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): add an AppArmor profile "+
-			"that grants `userns` to /usr/bin/bwrap, or `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
-	}
-	if len(fixes) == 0 {
-		fixes = append(fixes, "user and network namespaces must be available to this user; inside a container, allow "+
-			"them (for example docker --security-opt seccomp=unconfined --security-opt apparmor=unconfined), "+
-			"or run ipybox on the host")
-	}
-	return strings.Join(fixes, "; ")
-}
-
 // Start implements kernel.Launcher: it runs spec inside the sandbox and
 // returns once the sandbox's init has started it (or failed to). The
 // process sees RunDir (writable) and Dir at the same paths as the host, and
@@ -160,13 +80,23 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sandbox: interpreter: %w", err)
 	}
+	socketDir := ""
+	if spec.SocketDir != "" {
+		socketDir = filepath.Clean(spec.SocketDir)
+		if !under(socketDir, runDir) {
+			return nil, fmt.Errorf("sandbox: socket directory %s is not inside the run directory %s", socketDir, runDir)
+		}
+		if fi, err := os.Lstat(socketDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("sandbox: socket directory %s is not a directory", socketDir)
+		}
+	}
 	prefixes, fallback := s.pythonFor(ctx, path, runDir)
 	binds, err := s.insideBinds(true)
 	if err != nil {
 		return nil, err
 	}
 	v, err := s.buildView(viewInput{
-		runDir: runDir, dir: spec.Dir, home: envValue(spec.Env, "HOME"), extraRO: prefixes, binds: binds,
+		runDir: runDir, socketDir: socketDir, dir: spec.Dir, home: envValue(spec.Env, "HOME"), extraRO: prefixes, binds: binds,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -181,25 +111,31 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	}
 	ic := s.initConfig(v, exe, spec.Args, true)
 	ic.CtlFD = 5
-	cmd, err := s.bwrapCmd(v, spec.Env, ic)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	ctl, ctlChild := os.NewFile(uintptr(fds[0]), "sandbox-ctl"), os.NewFile(uintptr(fds[1]), "sandbox-ctl-init")
+	cmd, err := s.launchCmd(v, spec.Env, ic, ctlChild) // ctlChild is fd 5
+	if err != nil {
+		ctl.Close()
+		ctlChild.Close()
 		return nil, err
 	}
 	closeFiles := func() {
 		for _, f := range cmd.ExtraFiles {
-			f.Close()
+			if f != nil {
+				f.Close()
+			}
 		}
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		closeFiles()
-		return nil, fmt.Errorf("sandbox: %w", err)
+	tail := &linelog.Writer{}
+	stderr := io.Writer(tail)
+	if spec.Stderr != nil {
+		stderr = io.MultiWriter(spec.Stderr, tail)
 	}
-	ctl, ctlChild := os.NewFile(uintptr(fds[0]), "sandbox-ctl"), os.NewFile(uintptr(fds[1]), "sandbox-ctl-init")
-	cmd.ExtraFiles = append(cmd.ExtraFiles, ctlChild) // fd 5
-	tail := &tailWriter{w: spec.Stderr}
 	cmd.Stdout = spec.Stdout
-	cmd.Stderr = tail
+	cmd.Stderr = stderr
 	err = cmd.Start()
 	closeFiles() // the child has its copies; the init's EOF needs ours closed
 	if err != nil {
@@ -229,7 +165,8 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 		if why == "" {
 			why = "bwrap exited before the process started"
 		}
-		if t := tail.String(); t != "" {
+		tail.Flush()
+		if t := tail.Tail(8); t != "" {
 			why += ": " + t
 		}
 		return nil, fmt.Errorf("sandbox: start %s: %s", path, why)
@@ -287,11 +224,7 @@ func (s *Sandbox) Command(ctx context.Context, path string, args, env []string, 
 		return nil, fmt.Errorf("sandbox: command %s is not visible in the sandbox; add it (or the directory it lives in) to extraRead", path)
 	}
 	ic := s.initConfig(v, path, args, false)
-	cmd, err := s.bwrapCmd(v, env, ic)
-	if err != nil {
-		return nil, err
-	}
-	return cmd, nil
+	return s.launchCmd(v, env, ic)
 }
 
 // visibleExe reports whether p, and what its symbolic links lead to, are
@@ -326,7 +259,8 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
-	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3}
+	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}
@@ -358,18 +292,39 @@ func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool)
 	return ic
 }
 
-// bwrapCmd returns the bwrap command for a view, an environment and an
-// init configuration. bwrap reads its options from a memfd (fd 3) and the
-// init its configuration from another (fd 4), so that neither the
-// environment nor the program's arguments show in the host's or the
-// sandbox's process list; bwrap itself gets an empty environment.
-func (s *Sandbox) bwrapCmd(v *view, env []string, ic *initConfig) (*exec.Cmd, error) {
+// launchCmd returns the command that runs the sandbox for a view, an
+// environment and an init configuration. bwrap reads its options from a
+// memfd (fd 3) and the init its configuration from another (fd 4), so
+// that neither the environment nor the program's arguments show in the
+// host's or the sandbox's process list; bwrap itself gets an empty
+// environment. extra files follow, from fd 5. When host root creates the
+// sandbox, the command is the prep step that runs bwrap as MappedID (see
+// prep_linux.go). The caller closes cmd.ExtraFiles after Start.
+func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.File) (*exec.Cmd, error) {
 	js, err := json.Marshal(ic)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	args := v.args
+	var st *staging
+	if s.mapped {
+		st = s.staging(v)
+		args = st.rewrite(args)
+	}
+	// The view's descriptors follow bwrap's files (3: arguments, 4: the
+	// init's configuration) and extra.
+	if len(v.fds) > 0 {
+		args = append([]string(nil), args...)
+		for i, a := range args {
+			if n, ok := strings.CutPrefix(a, "@fd"); ok && i > 0 && args[i-1] == "--ro-bind-fd" {
+				k, _ := strconv.Atoi(n)
+				args[i] = strconv.Itoa(5 + len(extra) + k)
+			}
+		}
+		extra = append(append([]*os.File(nil), extra...), v.fds...)
+	}
 	var buf bytes.Buffer
-	for _, a := range append(append([]string{}, v.args...), s.envArgs(env)...) {
+	for _, a := range append(append([]string{}, args...), s.envArgs(env)...) {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: an option or environment value contains a NUL byte")
 		}
@@ -385,159 +340,43 @@ func (s *Sandbox) bwrapCmd(v *view, env []string, ic *initConfig) (*exec.Cmd, er
 		argsFile.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	cmd := exec.Command(s.bwrap, "--args", "3", "--", insideInit, InitCommand, "run", "4")
+	bwrap := s.bwrap
+	if st != nil {
+		// MappedID must be able to run it, wherever it lives.
+		bwrap = st.add(bwrap, false, true)
+	}
+	cmd := exec.Command(bwrap, "--args", "3", "--", insideInit, InitCommand, "run", "4")
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{argsFile, cfgFile}
+	cmd.ExtraFiles = append([]*os.File{argsFile, cfgFile}, extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd, nil
-}
-
-// pythonFor returns the host directories the interpreter at path needs
-// (its prefixes, symbolic links resolved) and its real executable, asking
-// the interpreter once per path. An interpreter in a place the sandbox can
-// write (a venv in the workspace) is never run on the host: its pyvenv.cfg
-// names the base interpreter, which is asked instead, if it lives outside
-// those places. A program that is not Python gets no extra directories.
-func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes []string, executable string) {
-	writable := []string{s.workspace, runDir}
-	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
-		writable = append(writable, aw...)
+	if st == nil {
+		return cmd, nil
 	}
-	inWritable := func(p string) bool {
-		if underAny(p, writable) {
-			return true
-		}
-		r, err := filepath.EvalSymlinks(p)
-		return err != nil || underAny(r, writable)
-	}
-	ask, keepPath := path, false
-	if inWritable(path) {
-		home := pyvenvHome(filepath.Dir(filepath.Dir(path)))
-		if home == "" {
-			return nil, ""
-		}
-		ask = ""
-		for _, name := range []string{"python3", "python"} {
-			if c := filepath.Join(home, name); !inWritable(c) {
-				if _, err := os.Stat(c); err == nil {
-					ask = c
-					break
-				}
-			}
-		}
-		if ask == "" {
-			return nil, ""
-		}
-		keepPath = true
-	}
-	if systemPython(ask) {
-		// Its prefixes are under /usr, which the minimal root shows anyway:
-		// asking it (an interpreter start) would add nothing.
-		if keepPath {
-			return nil, ""
-		}
-		return nil, ask
-	}
-	info := s.askPython(ctx, ask)
-	if info.err != nil {
-		s.log.Debug("sandbox: not a Python interpreter (or it failed); no prefix added", "path", ask, "err", info.err)
-		return nil, ""
-	}
-	for _, p := range info.prefixes {
-		switch {
-		case s.cfg.RootMode == RootHost, under(p, "/usr"):
-		case p == "/" || s.home != "" && under(s.home, p):
-			s.log.Warn("sandbox: the Python prefix is / or contains the home directory; not bound (add what it needs to extraRead)", "prefix", p)
-		default:
-			prefixes = append(prefixes, p)
-		}
-	}
-	if keepPath {
-		return prefixes, ""
-	}
-	return prefixes, info.executable
-}
-
-// systemPython reports whether path resolves to an interpreter under /usr
-// that is not a virtual environment's.
-func systemPython(path string) bool {
-	r, err := filepath.EvalSymlinks(path)
-	if err != nil || !under(r, "/usr") {
-		return false
-	}
-	for _, d := range []string{filepath.Dir(r), filepath.Dir(filepath.Dir(r))} {
-		if _, err := os.Stat(filepath.Join(d, "pyvenv.cfg")); err == nil {
-			return false
-		}
-	}
-	return true
-}
-
-// pyvenvHome returns the "home" key of a virtual environment's pyvenv.cfg.
-func pyvenvHome(venv string) string {
-	b, err := os.ReadFile(filepath.Join(venv, "pyvenv.cfg"))
+	prep, err := s.prepCmd(cmd, st)
 	if err != nil {
-		return ""
+		argsFile.Close()
+		cfgFile.Close()
+		return nil, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if ok && strings.TrimSpace(k) == "home" {
-			if h := strings.TrimSpace(v); filepath.IsAbs(h) {
-				return filepath.Clean(h)
-			}
-		}
-	}
-	return ""
+	return prep, nil
 }
 
-func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
-	s.pyMu.Lock()
-	defer s.pyMu.Unlock()
-	if info, ok := s.py[path]; ok {
-		return info
+// staging lists the host paths bwrap binds that MappedID cannot be
+// trusted to reach: the view's explicit binds (idmapped directories) and
+// the launcher's files (the init binary, sockets, the mask).
+func (s *Sandbox) staging(v *view) *staging {
+	st := &staging{dir: s.privDir}
+	for _, b := range v.binds {
+		fi, err := os.Stat(b.path)
+		st.add(b.path, err == nil && fi.IsDir(), !b.rw)
 	}
-	ctx, cancel := context.WithTimeout(ctx, pythonTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-I", "-c",
-		"import sys\nfor v in (sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix): print(v)")
-	cmd.Dir = "/" // not the workspace: a .python-version there could steer a pyenv shim
-	for _, k := range []string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"} {
-		if v, ok := os.LookupEnv(k); ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
+	for _, f := range v.files {
+		st.add(f, false, true)
 	}
-	if cmd.Env == nil {
-		cmd.Env = []string{}
+	for _, p := range v.pinned {
+		st.pin(p)
 	}
-	out, err := cmd.Output()
-	info := &pyInfo{}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	switch {
-	case ctx.Err() != nil:
-		return &pyInfo{err: ctx.Err()} // not cached: may be transient
-	case err != nil:
-		info.err = err
-	case len(lines) != 5:
-		info.err = fmt.Errorf("unexpected answer %q", out)
-	default:
-		info.executable = filepath.Clean(lines[0])
-		for _, p := range lines[1:] {
-			if r, err := filepath.EvalSymlinks(p); err == nil && filepath.IsAbs(r) && !contains(info.prefixes, r) {
-				info.prefixes = append(info.prefixes, r)
-			}
-		}
-	}
-	s.py[path] = info
-	return info
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return st
 }
 
 // envValue returns the value of key in env ("KEY=VALUE"), the last wins.
@@ -549,108 +388,4 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return v
-}
-
-// readLine reads one line (without the newline) from the init's control
-// socket; it returns what it has at EOF.
-func readLine(r io.Reader) string {
-	var b []byte
-	one := make([]byte, 1)
-	for len(b) < 4096 {
-		n, err := r.Read(one)
-		if n == 1 {
-			if one[0] == '\n' {
-				break
-			}
-			b = append(b, one[0])
-		}
-		if err != nil {
-			break
-		}
-	}
-	return string(b)
-}
-
-// tailWriter passes writes to w (nil discards) and keeps the last bytes,
-// so that a failed start can say what bwrap printed.
-type tailWriter struct {
-	w   io.Writer
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2048 {
-		t.buf = t.buf[len(t.buf)-2048:]
-	}
-	t.mu.Unlock()
-	if t.w != nil {
-		return t.w.Write(p)
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
-}
-
-// process is a sandboxed process: bwrap, and inside, the init (pid 1) and
-// the program. Signals travel to the init over the control socket, because
-// the program runs in another session and pid namespace; the init sends
-// them to the program's process group.
-type process struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	ctl *os.File // nil after Wait
-}
-
-func (p *process) Pid() int { return p.cmd.Process.Pid }
-
-// Signal delivers sig to the program's process group inside the sandbox.
-// SIGKILL kills the whole sandbox (see Kill).
-func (p *process) Signal(sig syscall.Signal) error {
-	if sig == syscall.SIGKILL {
-		return p.Kill()
-	}
-	if sig <= 0 || sig > 64 {
-		return fmt.Errorf("sandbox: cannot forward signal %d", int(sig))
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ctl == nil {
-		return os.ErrProcessDone
-	}
-	if _, err := p.ctl.Write([]byte{byte(sig)}); err != nil {
-		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
-			return os.ErrProcessDone
-		}
-		return fmt.Errorf("sandbox: signal: %w", err)
-	}
-	return nil
-}
-
-// Kill kills bwrap. The init, its child and the sandbox's pid 1, dies with
-// it (--die-with-parent), and the kernel then kills every process in the
-// sandbox's pid namespace.
-func (p *process) Kill() error {
-	err := p.cmd.Process.Kill()
-	if errors.Is(err, os.ErrProcessDone) {
-		return os.ErrProcessDone
-	}
-	return err
-}
-
-func (p *process) Wait() error {
-	err := p.cmd.Wait()
-	p.mu.Lock()
-	if p.ctl != nil {
-		p.ctl.Close()
-		p.ctl = nil
-	}
-	p.mu.Unlock()
-	return err
 }

@@ -319,10 +319,30 @@ var reserved = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
 	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),   // reserved, broadcast
-	netip.MustParsePrefix("100::/64"),      // discard
-	netip.MustParsePrefix("fec0::/10"),     // site-local (deprecated)
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("100::/64"),        // discard
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments, Teredo among them
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("3fff::/20"),       // documentation
+	netip.MustParsePrefix("5f00::/16"),       // segment routing
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated)
+}
+
+// embedding lists the IPv6 ranges that carry an IPv4 address, with the
+// offset of its four bytes: each is judged by the address it embeds.
+var embedding = []struct {
+	prefix netip.Prefix
+	at     int
+}{
+	{netip.MustParsePrefix("::/96"), 12},           // IPv4-compatible (::127.0.0.1)
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), 12}, // IPv4-translated (SIIT)
+	{netip.MustParsePrefix("64:ff9b::/96"), 12},    // NAT64, well-known
+	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},  // NAT64, local use
+	{netip.MustParsePrefix("2002::/16"), 2},        // 6to4
 }
 
 // publicAddr is the SSRF guard: it reports whether a is public unicast
@@ -341,14 +361,12 @@ func publicAddr(a netip.Addr) bool {
 	}
 	if a.Is6() {
 		b := a.As16()
-		var v4 [4]byte
-		switch {
-		case netip.MustParsePrefix("64:ff9b::/96").Contains(a):
-			copy(v4[:], b[12:16])
-			return publicAddr(netip.AddrFrom4(v4))
-		case netip.MustParsePrefix("2002::/16").Contains(a):
-			copy(v4[:], b[2:6])
-			return publicAddr(netip.AddrFrom4(v4))
+		for _, e := range embedding {
+			if e.prefix.Contains(a) {
+				var v4 [4]byte
+				copy(v4[:], b[e.at:e.at+4])
+				return publicAddr(netip.AddrFrom4(v4))
+			}
 		}
 	}
 	return true

@@ -11,6 +11,18 @@ import (
 	"sync"
 )
 
+// ProxyPort is the TCP port on 127.0.0.1 inside the sandbox where the
+// egress proxy listens (when allowedDomains is not empty); HTTP_PROXY and
+// HTTPS_PROXY point there.
+const ProxyPort = 3128
+
+// secretPath is a path under /etc that only its owner can read, and that
+// a sandbox running as that owner (root) could otherwise read.
+type secretPath struct {
+	path string
+	dir  bool
+}
+
 // InitCommand is the hidden first argument that makes the ipybox binary
 // run as the sandbox's init. A main function dispatches on it:
 //
@@ -53,6 +65,12 @@ func (e *ProbeError) Error() string {
 // Unwrap returns ErrUnavailable.
 func (e *ProbeError) Unwrap() error { return ErrUnavailable }
 
+// MappedID is the host uid and gid that sandboxed processes run as when
+// ipybox runs as root. It is far above the ranges that /etc/subuid hands
+// to rootless containers (which end at 600,100,000 by default), so it
+// shares no id with another process of the host.
+const MappedID = 2_000_000_000
+
 // Forward makes a host unix socket reachable inside the sandbox as TCP on
 // 127.0.0.1:Port (the sandbox has no other network). The tool server uses
 // it.
@@ -87,6 +105,11 @@ type Options struct {
 	InitBinary string
 	// Bwrap is the bubblewrap executable. Empty means "bwrap" on PATH.
 	Bwrap string
+	// Secrets returns host files that hold secrets, for example files an
+	// MCP server config names; each start masks those in the sandbox's
+	// view (besides .env, .env.* and .ipybox, which are always masked).
+	// Nil means none.
+	Secrets func() []string
 	// Proxy holds test hooks of the egress proxy. Nil means the real
 	// resolver and dialer, and the SSRF guard with no exception.
 	Proxy *ProxyOptions
@@ -105,6 +128,7 @@ type Sandbox struct {
 	bwrap      string
 	forwards   []Forward
 	proxyOpts  *ProxyOptions
+	secrets    func() []string
 
 	privDir    string // host-only: proxy socket, mask file
 	maskFile   string
@@ -117,6 +141,14 @@ type Sandbox struct {
 
 	pyMu sync.Mutex
 	py   map[string]*pyInfo
+
+	// git is the workspace's repositories when the sandbox was made (see
+	// gitplant.go).
+	git *gitSnapshot
+
+	// mapped is set when host root creates the sandbox: its processes then
+	// run as MappedID (see prep_linux.go).
+	mapped bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -148,6 +180,8 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		bwrap:     o.Bwrap,
 		proxyOpts: o.Proxy,
 		py:        map[string]*pyInfo{},
+		mapped:    runsAsRoot(),
+		secrets:   o.Secrets,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -221,9 +255,20 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			os.RemoveAll(s.privDir)
 			return nil, fmt.Errorf("sandbox egress proxy: %w", err)
 		}
+		if s.mapped {
+			// The sandbox's MappedID connects to it; the private
+			// directory (0700) keeps everyone else out.
+			if err := os.Chmod(sock, 0o666); err != nil {
+				ln.Close()
+				os.RemoveAll(s.privDir)
+				return nil, fmt.Errorf("sandbox egress proxy: %w", err)
+			}
+		}
 		s.proxy = newProxy(r, s.proxyOpts, s.log)
 		s.proxy.serve(ln)
 	}
+	placeholders.acquire(s.workspace)
+	s.snapshotGit()
 	s.logFeatures()
 	return s, nil
 }
@@ -249,6 +294,9 @@ func (s *Sandbox) Close() error {
 		if err := os.RemoveAll(s.privDir); err != nil && s.closeErr == nil {
 			s.closeErr = err
 		}
+		s.quarantineGit()
+		placeholders.release(s.workspace)
+
 	})
 	return s.closeErr
 }

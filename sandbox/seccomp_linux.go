@@ -17,7 +17,10 @@ import (
 //   - fails keyctl, add_key and request_key with EPERM (the user's kernel
 //     keyrings are shared with the host user),
 //   - fails socket(AF_VSOCK, …) with EPERM (a path to the hypervisor's
-//     host), and socket(AF_UNIX, …) too when asked.
+//     host), and socket(AF_UNIX, …) too when asked;
+//   - fails memfd_create, memfd_secret and shmget with ENOSYS, and shared
+//     anonymous mmap with EPERM: memory held that way escapes the memory
+//     limit (RLIMIT_DATA counts private mappings only).
 
 // Offsets in struct seccomp_data.
 const (
@@ -107,8 +110,19 @@ func seccompProgram(denyUnix bool) ([]unix.SockFilter, error) {
 	for _, nr := range deniedSyscalls {
 		a.jump(unix.BPF_JEQ, uint32(nr), "eperm", "")
 	}
+	for _, nr := range unavailableSyscalls {
+		a.jump(unix.BPF_JEQ, uint32(nr), "enosys", "")
+	}
+	a.jump(unix.BPF_JEQ, uint32(unix.SYS_MMAP), "mmap", "")
 	a.jump(unix.BPF_JEQ, uint32(unix.SYS_SOCKET), "socket", "")
 	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.label("mmap")
+	a.stmt(ld, seccompArg0Low+3*8) // flags
+	a.stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	a.jump(unix.BPF_JEQ, unix.MAP_SHARED|unix.MAP_ANONYMOUS, "eperm", "")
+	a.stmt(ret, unix.SECCOMP_RET_ALLOW)
+	a.label("enosys")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
 	a.label("socket")
 	a.stmt(ld, seccompArg0Low)
 	a.jump(unix.BPF_JEQ, unix.AF_VSOCK, "eperm", "")
@@ -119,6 +133,14 @@ func seccompProgram(denyUnix bool) ([]unix.SockFilter, error) {
 	a.label("eperm")
 	a.stmt(ret, eperm)
 	return a.assemble()
+}
+
+// unavailableSyscalls fail with ENOSYS, as on a kernel without them, so
+// that programs fall back: memory they would hand out is bounded by
+// nothing (memfd_create, System V shared memory in the sandbox's own IPC
+// namespace); files in /dev/shm and /tmp, where the fallbacks go, are.
+var unavailableSyscalls = []uintptr{
+	unix.SYS_MEMFD_CREATE, unix.SYS_MEMFD_SECRET, unix.SYS_SHMGET,
 }
 
 var deniedSyscalls = []uintptr{

@@ -1,14 +1,20 @@
+//go:build linux
+
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // Paths inside the sandbox that the launcher provides.
@@ -17,11 +23,6 @@ const (
 	insideInit  = insideDir + "/init"
 	insideProxy = insideDir + "/proxy.sock"
 )
-
-// ProxyPort is the TCP port on 127.0.0.1 inside the sandbox where the
-// egress proxy listens (when allowedDomains is not empty); HTTP_PROXY and
-// HTTPS_PROXY point there.
-const ProxyPort = 3128
 
 // namespaceFlags are the bwrap options every sandbox gets. With
 // --as-pid-1 the init is pid 1 of the sandbox, instead of a reaper of
@@ -34,39 +35,53 @@ var namespaceFlags = []string{
 	"--die-with-parent", "--new-session", "--as-pid-1",
 }
 
-// shellStartupFiles are write-protected when they exist in the workspace,
-// and created empty (then protected) when the workspace is the home
-// directory, where a shell would read them.
-var shellStartupFiles = []string{
-	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-	".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".gitconfig",
-}
-
 // viewInput is what one process adds to the sandbox's fixed layout.
 type viewInput struct {
-	runDir  string            // the kernel's run directory (writable); "" for Command
-	dir     string            // working directory
-	home    string            // $HOME of the process ("" when unset)
-	extraRO []string          // more read-only host paths (the Python prefix)
-	binds   map[string]string // inside path -> host path, bound read-only under insideDir
+	runDir    string            // the kernel's run directory (read-only); "" for Command
+	socketDir string            // the part of runDir the kernel may write; "" means all of it
+	dir       string            // working directory
+	home      string            // $HOME of the process ("" when unset)
+	extraRO   []string          // more read-only host paths (the Python prefix)
+	binds     map[string]string // inside path -> host path, bound read-only under insideDir
 }
 
 // view is the file-system layout of one sandboxed process.
 type view struct {
-	args     []string // bwrap options: namespaces, mounts, --chdir
-	roots    []string // host paths visible inside (at the same path)
-	writable []string // writable paths inside
+	args     []string   // bwrap options: namespaces, mounts, --chdir
+	roots    []string   // host paths visible inside (at the same path)
+	writable []string   // writable paths inside
+	binds    []bind     // the explicit binds of host directories and files
+	files    []string   // the launcher's files bound (the mask, the init…)
+	pinned   []string   // protected paths staged one by one (as root)
+	fds      []*os.File // sources of --ro-bind-fd, in fdRef order
+}
+
+// fdRef stands for the i-th descriptor of view.fds in bwrap's arguments;
+// launchCmd replaces it with the descriptor's number in the child.
+func fdRef(i int) string { return fmt.Sprintf("@fd%d", i) }
+
+// openNoFollow opens p as an O_PATH descriptor, refusing a link.
+func openNoFollow(p string) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		unix.Close(fd)
+		return nil, fmt.Errorf("it is a symbolic link now; refusing to start")
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // visible reports whether a host path is visible at the same path inside.
 func (v *view) visible(p string) bool { return underAny(p, v.roots) }
-
-// secretPath is a path under /etc that only its owner can read, and that
-// a sandbox running as that owner (root) could otherwise read.
-type secretPath struct {
-	path string
-	dir  bool
-}
 
 // scanEtc lists what must be masked under /etc: /etc/shadow and
 // /etc/gshadow, and every file or directory that is not world-readable
@@ -106,10 +121,19 @@ type bind struct {
 
 // buildView computes the bwrap options for one process. It may create
 // placeholders in the workspace (see protectWorkspace).
-func (s *Sandbox) buildView(in viewInput) (*view, error) {
+func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 	v := &view{}
+	defer func() {
+		if retErr != nil {
+			closeAll(v.fds)
+		}
+	}()
 	add := func(a ...string) { v.args = append(v.args, a...) }
 	add(namespaceFlags...)
+	if s.mapped {
+		// bwrap runs as MappedID; uid 0 inside is that uid outside.
+		add("--uid", "0", "--gid", "0")
+	}
 	add("--hostname", "ipybox")
 
 	// The root: the minimal view, or the whole host read-only.
@@ -137,8 +161,26 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 		add("--ro-bind", "/etc", "/etc")
 		v.roots = append(v.roots, "/etc")
 	}
-	add("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
-	v.writable = append(v.writable, "/tmp", "/dev")
+	// /proc is read-only: its writable files include host-global knobs
+	// (/proc/sys, /proc/sysrq-trigger) that must not be reachable, whatever
+	// the uid inside maps to. Reads, and writes through /proc/self/fd,
+	// still work.
+	// The private file systems live in memory: each is bounded by the
+	// memory limit (without a size, a tmpfs may take half the host's RAM,
+	// and outlives the process that filled it). /dev itself is read-only;
+	// /dev/shm (POSIX shared memory, multiprocessing's semaphores) is a
+	// bounded tmpfs of its own.
+	sized := func() {
+		if m := s.cfg.Limits.memory(); m > 0 {
+			add("--size", strconv.FormatInt(m, 10))
+		}
+	}
+	add("--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev")
+	sized()
+	add("--tmpfs", "/dev/shm", "--remount-ro", "/dev")
+	sized()
+	add("--tmpfs", "/tmp")
+	v.writable = append(v.writable, "/tmp", "/dev/shm")
 	if s.cfg.RootMode == RootHost {
 		// The host's shared temporary and runtime directories hold other
 		// programs' sockets and files: replace them with private ones.
@@ -196,11 +238,20 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 	fixed := []string{ws}
 	addBind(ws, true)
 	if in.runDir != "" {
-		addBind(in.runDir, true)
+		// The host writes the connection file and the runtime there: the
+		// kernel may write only its socket directory.
+		if in.socketDir != "" && in.socketDir != in.runDir {
+			addBind(in.runDir, false)
+			addBind(in.socketDir, true)
+		} else {
+			addBind(in.runDir, true)
+		}
 		fixed = append(fixed, in.runDir)
 	}
 	// Parents first, so that a nested bind overrides its parent.
 	sort.SliceStable(binds, func(i, j int) bool { return len(binds[i].path) < len(binds[j].path) })
+	v.binds = binds
+	v.files = append(v.files, s.maskFile)
 	for _, b := range binds {
 		v.roots = append(v.roots, b.path)
 		if b.rw {
@@ -219,6 +270,13 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 	denyRead, err := s.resolveExisting(s.cfg.Filesystem.DenyRead)
 	if err != nil {
 		return nil, fmt.Errorf("denyRead: %w", err)
+	}
+	if s.cfg.RootMode == RootHost {
+		for _, d := range s.homeDotfiles() {
+			if !slices.Contains(denyRead, d) {
+				denyRead = append(denyRead, d)
+			}
+		}
 	}
 	var early, late []secretPath
 	for _, p := range denyRead {
@@ -250,6 +308,7 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 		remount = append(remount, m.path)
 	}
 	if home != "" {
+		sized()
 		add("--tmpfs", home)
 	}
 	for _, b := range binds {
@@ -260,12 +319,43 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 		}
 	}
 
-	// Write protection: the fixed list in the workspace, then denyWrite.
+	// Write protection: the workspace's protected names, then denyWrite.
 	prot, err := s.protectWorkspace()
 	if err != nil {
 		return nil, err
 	}
-	add(prot...)
+	// Kernel code of another sandbox of the same workspace may swap a
+	// protected path for a link between this check and bwrap's mount. As
+	// root, each is staged on its own (the prep step clones it without
+	// following a link); otherwise bwrap binds it from a descriptor opened
+	// without following links, and dies if what it mounted is not that.
+	for _, p := range prot.readOnly {
+		if s.mapped {
+			add("--ro-bind", p, p)
+			v.pinned = append(v.pinned, p)
+			continue
+		}
+		f, err := openNoFollow(p)
+		if err != nil {
+			return nil, fmt.Errorf("protect %s: %w", p, err)
+		}
+		add("--ro-bind-fd", fdRef(len(v.fds)), p)
+		v.fds = append(v.fds, f)
+	}
+	// .ipybox holds the MCP server registry: masked whole (an empty,
+	// read-only directory; a mask on servers.json alone would not survive
+	// the host's atomic rewrite of it), but its virtualenv stays
+	// writable, so that pip install works.
+	if err := safefs.MkdirAll(ws, ".ipybox", 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Join(ws, ".ipybox"), err)
+	}
+	ipy := filepath.Join(ws, ".ipybox")
+	add("--perms", "0755", "--tmpfs", ipy)
+	remount = append(remount, ipy)
+	venv := filepath.Join(ipy, "venv")
+	if fi, err := os.Lstat(venv); err == nil && fi.IsDir() {
+		add("--bind", venv, venv)
+	}
 	for _, p := range denyWrite {
 		switch {
 		case !underAny(p, v.writable):
@@ -277,11 +367,20 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 		}
 	}
 
-	// Masks: denyRead and the secrets under /etc.
-	for _, e := range s.etcSecrets {
-		late = append(late, e)
+	// Masks: denyRead, the secrets under /etc and in the workspace.
+	late = append(late, s.etcSecrets...)
+	for _, m := range prot.masks {
+		late = append(late, secretPath{m, false})
+	}
+	for _, m := range prot.maskDirs {
+		late = append(late, secretPath{m, true})
 	}
 	for _, m := range late {
+		if s.mapped && !othersReach(m.path, binds) {
+			// As MappedID, the sandbox cannot reach it anyway (a 0700
+			// parent such as /root), and bwrap could not mount over it.
+			continue
+		}
 		if m.dir {
 			add("--perms", "0000", "--tmpfs", m.path)
 			remount = append(remount, m.path)
@@ -298,6 +397,7 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 	sort.Strings(inside)
 	for _, k := range inside {
 		add("--ro-bind", in.binds[k], k)
+		v.files = append(v.files, in.binds[k])
 	}
 	for _, p := range remount {
 		add("--remount-ro", p)
@@ -314,6 +414,24 @@ func (s *Sandbox) buildView(in viewInput) (*view, error) {
 	}
 	add("--chdir", dir)
 	return v, nil
+}
+
+// othersReach reports whether an unprivileged uid can reach p in the
+// sandbox's view: p is below an explicit bind (which the prep step stages
+// for it), or every directory above p is searchable by others.
+func othersReach(p string, binds []bind) bool {
+	if slices.ContainsFunc(binds, func(b bind) bool { return under(p, b.path) }) {
+		return true
+	}
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == "/" {
+			return true
+		}
+	}
 }
 
 // resolveExisting expands configured paths and resolves symbolic links, so
@@ -334,102 +452,6 @@ func (s *Sandbox) resolveExisting(list []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// protectWorkspace returns the bwrap options that write-protect the fixed
-// list of workspace paths. Being mount points, they also cannot be removed
-// or renamed from inside. It creates what must exist to be protected: the
-// .ipybox directory, an empty .env, .git/hooks in an existing repository,
-// and the shell start-up files when the workspace is the home directory.
-func (s *Sandbox) protectWorkspace() ([]string, error) {
-	ws := s.workspace
-	var args []string
-	ro := func(p string) { args = append(args, "--ro-bind", p, p) }
-
-	// .ipybox holds the MCP server registry: read-only, but its venv stays
-	// writable so that pip install works.
-	ipy := filepath.Join(ws, ".ipybox")
-	fi, err := os.Lstat(ipy)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if err := os.Mkdir(ipy, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("create %s: %w", ipy, err)
-		}
-	case err != nil:
-		return nil, err
-	case !fi.IsDir():
-		return nil, fmt.Errorf("%s is not a directory (a symbolic link?); refusing to start the sandbox: remove it", ipy)
-	}
-	ro(ipy)
-	venv := filepath.Join(ipy, "venv")
-	if fi, err := os.Lstat(venv); err == nil && fi.IsDir() {
-		args = append(args, "--bind", venv, venv)
-	}
-
-	protectFile := func(name string, create bool) error {
-		p := filepath.Join(ws, name)
-		fi, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if !create {
-				return nil
-			}
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("create placeholder %s: %w", p, err)
-			}
-			if f != nil {
-				f.Close()
-			}
-		case err != nil:
-			return err
-		case fi.Mode()&fs.ModeSymlink != 0:
-			s.log.Warn("sandbox: a protected workspace path is a symbolic link and cannot be write-protected", "path", p)
-			return nil
-		}
-		ro(p)
-		return nil
-	}
-	// .env feeds ${VAR} substitution on the host: protect it even when it
-	// does not exist yet.
-	if err := protectFile(".env", true); err != nil {
-		return nil, err
-	}
-	envs, _ := filepath.Glob(filepath.Join(ws, ".env.*"))
-	for _, p := range envs {
-		if err := protectFile(filepath.Base(p), false); err != nil {
-			return nil, err
-		}
-	}
-	isHome := s.home != "" && ws == s.home
-	for _, name := range shellStartupFiles {
-		if err := protectFile(name, isHome); err != nil {
-			return nil, err
-		}
-	}
-
-	git := filepath.Join(ws, ".git")
-	if fi, err := os.Lstat(git); err == nil {
-		switch {
-		case fi.IsDir():
-			// A self-bind makes .git a mount point, so it cannot be renamed
-			// away and replaced by a repository with other hooks.
-			args = append(args, "--bind", git, git)
-			hooks := filepath.Join(git, "hooks")
-			if err := os.Mkdir(hooks, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("create %s: %w", hooks, err)
-			}
-			if fi, err := os.Lstat(hooks); err == nil && fi.IsDir() {
-				ro(hooks)
-			}
-			if err := protectFile(filepath.Join(".git", "config"), false); err != nil {
-				return nil, err
-			}
-		case fi.Mode().IsRegular(): // a worktree's pointer file
-			ro(git)
-		}
-	}
-	return args, nil
 }
 
 // envArgs returns the bwrap options that give the process exactly env,

@@ -1,0 +1,125 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+)
+
+// Probe checks that the sandbox can run here: bwrap exists, and it can
+// create the user, pid and network namespaces with the options Start uses.
+// It runs bwrap once per Sandbox and caches the answer (a failure caused by
+// ctx is not cached). Errors are *ProbeError values that name the cause and
+// the fix.
+func (s *Sandbox) Probe(ctx context.Context) error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probed {
+		return s.probeErr
+	}
+	path, err := probeBwrap(ctx, s.bwrap, s.probeWrap)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	s.probed, s.probeErr = true, err
+	if err == nil {
+		s.bwrap = path
+	}
+	return err
+}
+
+// probeWrap runs the probe the way processes will run: through the prep
+// step, as MappedID, when host root creates the sandbox.
+func (s *Sandbox) probeWrap(cmd *exec.Cmd) (*exec.Cmd, error) {
+	if !s.mapped {
+		return cmd, nil
+	}
+	st := &staging{dir: s.privDir}
+	cmd.Path = st.add(cmd.Path, false, true)
+	cmd.Args[0] = cmd.Path
+	return s.prepCmd(cmd, st)
+}
+
+func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.Cmd, error)) (string, error) {
+	install := "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) or set Options.Bwrap"
+	if bwrap == "" {
+		p, err := exec.LookPath("bwrap")
+		if err != nil {
+			return "", &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH", Fix: install}
+		}
+		bwrap = p
+	} else if fi, err := os.Stat(bwrap); err != nil || fi.IsDir() {
+		return "", &ProbeError{Cause: fmt.Sprintf("bwrap not found at %s", bwrap), Fix: install}
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append(append([]string{}, namespaceFlags...), "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--", "true")
+	cmd := exec.Command(bwrap, args...)
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd, err := wrap(cmd)
+	if err != nil {
+		return "", &ProbeError{Cause: "cannot prepare the sandbox", Output: err.Error()}
+	}
+	var outBuf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
+	if err = cmd.Start(); err == nil {
+		for _, f := range cmd.ExtraFiles {
+			if f != nil {
+				f.Close()
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+	out := outBuf.Bytes()
+	if err == nil {
+		return bwrap, nil
+	}
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("sandbox probe: %w", ctx.Err())
+	}
+	msg := strings.TrimSpace(string(out))
+	if msg == "" {
+		msg = err.Error()
+	}
+	return "", &ProbeError{Cause: fmt.Sprintf("%s cannot create the sandbox's namespaces", bwrap), Output: msg, Fix: namespaceFix(msg)}
+}
+
+// namespaceFix suggests a fix from bwrap's message and the host's settings.
+func namespaceFix(msg string) string {
+	if strings.Contains(msg, "Unknown option") || strings.Contains(msg, "disable-userns") {
+		return "bubblewrap 0.8 or newer is needed (for --disable-userns); upgrade it"
+	}
+	read := func(p string) string {
+		b, _ := os.ReadFile(p)
+		return strings.TrimSpace(string(b))
+	}
+	var fixes []string
+	if read("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
+		fixes = append(fixes, "enable unprivileged user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1`")
+	}
+	if read("/proc/sys/user/max_user_namespaces") == "0" {
+		fixes = append(fixes, "allow user namespaces: `sysctl -w user.max_user_namespaces=15000`")
+	}
+	if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
+		fixes = append(fixes, "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): add an AppArmor profile "+
+			"that grants `userns` to /usr/bin/bwrap, or `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
+	}
+	if len(fixes) == 0 {
+		fixes = append(fixes, "user and network namespaces must be available to this user; inside a container, allow "+
+			"them (for example docker --security-opt seccomp=unconfined --security-opt apparmor=unconfined), "+
+			"or run ipybox on the host")
+	}
+	return strings.Join(fixes, "; ")
+}
