@@ -244,13 +244,28 @@ func (e *MissingVarError) Error() string {
 // *MissingVarError. "$VAR" without braces is kept literally, as is a "$"
 // not followed by "{"; there is no escape for a literal "${".
 func (c Config) Expand(lookup func(string) (string, bool)) (Config, error) {
+	r, _, err := c.expand(lookup)
+	return r, err
+}
+
+// expand is Expand that also returns the values it substituted, which are
+// secrets to keep out of every error and log line.
+func (c Config) expand(lookup func(string) (string, bool)) (Config, []string, error) {
 	r := c.clone()
 	var err error
+	var values []string
+	record := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		if ok && v != "" {
+			values = append(values, v)
+		}
+		return v, ok
+	}
 	expand := func(field string, s *string) {
 		if err != nil {
 			return
 		}
-		*s, err = expandString(*s, field, lookup)
+		*s, err = expandString(*s, field, record)
 	}
 	expand("command", &r.Command)
 	for i := range r.Args {
@@ -269,9 +284,9 @@ func (c Config) Expand(lookup func(string) (string, bool)) (Config, error) {
 		r.Headers[k] = v
 	}
 	if err != nil {
-		return Config{}, err
+		return Config{}, values, err
 	}
-	return r, nil
+	return r, values, nil
 }
 
 func expandString(s, field string, lookup func(string) (string, bool)) (string, error) {

@@ -2,8 +2,10 @@ package mcpconn
 
 import (
 	"fmt"
-	"os"
+	"path/filepath"
 	"strings"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // LoadDotEnv reads a .env file into a map. The format:
@@ -16,9 +18,11 @@ import (
 //
 // Quoted values may span lines. Values are not interpolated: "${X}" in a
 // .env value stays as written. A later line wins over an earlier one with the
-// same key. A missing file is an error wrapping fs.ErrNotExist.
+// same key. A missing file is an error wrapping fs.ErrNotExist. A symbolic
+// link as the file is refused (kernel code may have planted it in the
+// workspace), and so is a file over 1 MiB.
 func LoadDotEnv(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefs.ReadFile(filepath.Dir(path), filepath.Base(path), 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("mcpconn: reading .env: %w", err)
 	}

@@ -78,6 +78,8 @@ type Manager struct {
 	ctx    context.Context // cancelled by Close, which aborts connects in progress
 	cancel context.CancelFunc
 
+	secrets secretSet // every ${VAR} value substituted so far
+
 	mu      sync.Mutex
 	closed  bool
 	entries map[string]*entry
@@ -189,7 +191,7 @@ func (m *Manager) ListTools(ctx context.Context, server string) ([]*mcp.Tool, er
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, m.secrets.scrubErr(err)
 	}
 	return tools, nil
 }
@@ -206,7 +208,7 @@ func (m *Manager) CallTool(ctx context.Context, server, tool string, args map[st
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, m.secrets.scrubErr(err)
 	}
 	return res, nil
 }
@@ -238,7 +240,7 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 			return fmt.Errorf("mcpconn: server %q: %s: the server was stopped during the call: %w", server, what, err)
 		}
 		if attempt == 0 && (notDelivered(err) || idempotent && !isProtocolError(err)) {
-			m.log.Info("mcp server connection failed; reconnecting", "server", server, "error", err)
+			m.log.Info("mcp server connection failed; reconnecting", "server", server, "error", m.secrets.scrub(err.Error()))
 			m.drop(server, s)
 			continue
 		}

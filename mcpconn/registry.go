@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // A Registry holds the named MCP server configs of one workspace. It is safe
@@ -154,43 +155,36 @@ func (r *Registry) Save(path string) error {
 	return writeFileAtomic(path, append(data, '\n'))
 }
 
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// writeFileAtomic replaces path (<workspace>/.ipybox/servers.json) with
+// data. The workspace is trusted; below it, kernel code may have planted
+// links, which are not followed (safefs): the file is replaced, not
+// written through a link.
+func writeFileAtomic(path string, data []byte) error {
+	base, rel := splitRegistryPath(path)
+	if err := safefs.MkdirAll(base, filepath.Dir(rel), 0o700); err != nil {
 		return fmt.Errorf("mcpconn: saving servers: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp") // mode 0600
-	if err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := safefs.WriteFile(base, rel, data, 0o600); err != nil {
 		return fmt.Errorf("mcpconn: saving servers: %w", err)
 	}
 	return nil
 }
 
+// splitRegistryPath splits a registry path into the trusted directory two
+// levels up (the workspace) and the rest.
+func splitRegistryPath(path string) (base, rel string) {
+	dir := filepath.Dir(path)
+	return filepath.Dir(dir), filepath.Join(filepath.Base(dir), filepath.Base(path))
+}
+
+// maxRegistry bounds servers.json.
+const maxRegistry = 16 << 20
+
 // LoadRegistry reads a registry saved by Save. A missing file gives an empty
 // registry. Every name and config is validated as by Add.
 func LoadRegistry(path string) (*Registry, error) {
-	data, err := os.ReadFile(path)
+	base, rel := splitRegistryPath(path)
+	data, err := safefs.ReadFile(base, rel, maxRegistry)
 	if errors.Is(err, fs.ErrNotExist) {
 		return NewRegistry(), nil
 	}

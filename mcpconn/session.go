@@ -66,7 +66,8 @@ func (s *session) close(grace time.Duration, log *slog.Logger) {
 
 // connect opens a session to the named server, within ConnectTimeout.
 func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entry) (*session, error) {
-	exp, err := re.cfg.Expand(m.lookup)
+	exp, values, err := re.cfg.expand(m.lookup)
+	m.secrets.add(values...)
 	if err != nil {
 		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
 	}
@@ -86,7 +87,7 @@ func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entr
 	start := time.Now()
 	s, rejected, err := m.dial(ctx, name, exp, kind, deadline)
 	if err != nil && fallback && kind == StreamableHTTP && rejected {
-		m.log.Info("mcp server rejected streamable HTTP; trying SSE", "server", name, "error", err)
+		m.log.Info("mcp server rejected streamable HTTP; trying SSE", "server", name, "error", m.secrets.scrub(err.Error()))
 		var err2 error
 		s, _, err2 = m.dial(ctx, name, exp, SSE, deadline)
 		if err2 != nil {
@@ -118,7 +119,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	)
 	switch kind {
 	case Stdio:
-		s.stderr = stderrLog(m.log, name)
+		s.stderr = stderrLog(m.log, name, m.secrets.scrub)
 		var err error
 		cmd, err = m.stdioCommand(ctx, name, cfg, s.stderr)
 		if err != nil {

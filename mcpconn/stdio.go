@@ -14,9 +14,9 @@ import (
 // stderrLog returns the stderr of a stdio server: each line becomes one log
 // record, so that a server's chatter never reaches our stdout, and the last
 // lines can explain a failure.
-func stderrLog(log *slog.Logger, server string) *linelog.Writer {
+func stderrLog(log *slog.Logger, server string, scrub func(string) string) *linelog.Writer {
 	return &linelog.Writer{Emit: func(line string) {
-		log.Info("mcp server stderr", "server", server, "line", line)
+		log.Info("mcp server stderr", "server", server, "line", scrub(line))
 	}}
 }
 

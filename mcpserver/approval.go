@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/escape"
 )
 
 // elicitTimeout bounds one approval question to the client; the executor's
@@ -64,7 +65,13 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, elicitTimeout)
+	// No longer than the request waits (the approval timeout, or the
+	// cell's remaining time).
+	deadline := r.Deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(elicitTimeout)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
 		Mode:            "form",
@@ -72,6 +79,9 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 	})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The request's own deadline: it times out by itself
+		// (ApprovalTimeoutError in the cell).
 	case err != nil:
 		r.Reject("asking the MCP client for approval failed: " + err.Error())
 	case res.Action == "accept":
@@ -83,14 +93,17 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 	}
 }
 
-// approvalMessage is what the user sees when asked.
+// approvalMessage is what the user sees when asked. Kernel code chose the
+// command and the arguments: they are escaped, so that control characters
+// and bidi overrides cannot hide what would run in the client's dialog.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
 	if r.Kind == "shell" {
-		return "ipybox: code run by the agent wants to run this shell command:\n\n" + r.Command + "\n\nAccept to run it, decline to refuse."
+		return "ipybox: code run by the agent wants to run this shell command:\n\n" + escape.Text(r.Command) + "\n\nAccept to run it, decline to refuse."
 	}
 	args, err := json.MarshalIndent(r.Args, "", "  ")
 	if err != nil {
 		args = []byte(fmt.Sprint(r.Args))
 	}
-	return fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s\n\nAccept to allow the call, decline to refuse it.", r.Tool, r.Server, args)
+	return fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s\n\nAccept to allow the call, decline to refuse it.",
+		escape.Text(r.Tool), escape.Text(r.Server), escape.Text(string(args)))
 }

@@ -51,13 +51,15 @@ func Example() {
 }
 
 // ExampleServer_Handler serves streamable HTTP on loopback; each MCP
-// session gets its own kernel in the shared workspace.
+// session gets its own kernel in the shared workspace. Clients send
+// "Authorization: Bearer <token>".
 func ExampleServer_Handler() {
-	if err := mcpserver.CheckHTTPAddr("127.0.0.1:8080", ""); err != nil {
+	if err := mcpserver.CheckHTTPAddr("127.0.0.1:8080", false); err != nil {
 		fmt.Println(err)
 		return
 	}
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: "."})
+	token := os.Getenv("IPYBOX_MCP_AUTH_TOKEN") // a long random string
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: ".", AuthToken: token})
 	if err != nil {
 		fmt.Println(err)
 		return

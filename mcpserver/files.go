@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 // maxPathLen bounds the paths the file tools accept.
@@ -80,37 +82,45 @@ func checkLocalPath(p string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// workspaceRoot resolves a checked relpath to the os.Root it lies in (the
-// workspace, or a bound host directory) and the path inside that root.
-// Opening through an os.Root refuses symbolic links that lead outside it.
-func (s *Server) workspaceRoot(rel string) (*os.Root, string, error) {
+// dirFS is one end of a copy: a trusted directory, below which no link is
+// followed (kernel code can write the workspace, and plant a link to
+// .git/config or .env at the name an agent asks for).
+type dirFS struct{ base string }
+
+func (d dirFS) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return safefs.OpenFile(d.base, name, flag, perm)
+}
+
+func (d dirFS) MkdirAll(name string, perm os.FileMode) error {
+	return safefs.MkdirAll(d.base, name, perm)
+}
+
+// workspaceRoot resolves a checked relpath to the directory it lies in
+// (the workspace, or a bound host directory) and the path inside it.
+func (s *Server) workspaceRoot(rel string) (dirFS, string, error) {
 	base, inner := s.workspace, rel
 	for _, b := range s.opts.Binds {
 		br := filepath.Clean(b.RelPath)
 		if rel == br || strings.HasPrefix(rel, br+"/") {
 			host, err := filepath.EvalSymlinks(b.HostPath)
 			if err != nil {
-				return nil, "", fmt.Errorf("bound directory %q: %w", b.HostPath, err)
+				return dirFS{}, "", fmt.Errorf("bound directory %q: %w", b.HostPath, err)
 			}
 			base, inner = host, strings.TrimPrefix(strings.TrimPrefix(rel, br), "/")
 			if inner == "" {
-				return nil, "", fmt.Errorf("relpath %q names a bound directory; give a file path inside it", rel)
+				return dirFS{}, "", fmt.Errorf("relpath %q names a bound directory; give a file path inside it", rel)
 			}
 			break
 		}
 	}
-	r, err := os.OpenRoot(base)
-	if err != nil {
-		return nil, "", err
-	}
-	return r, inner, nil
+	return dirFS{base}, inner, nil
 }
 
 // allowedRoot finds the allowed directory that holds the host path p, after
 // symbolic links are resolved, and returns it as an os.Root with p's path
 // inside it. For a path that does not exist yet (a download target), the
 // deepest existing ancestor is resolved and the rest appended.
-func (s *Server) allowedRoot(p string) (*os.Root, string, error) {
+func (s *Server) allowedRoot(p string) (dirFS, string, error) {
 	existing, rest := p, ""
 	for {
 		if _, err := os.Lstat(existing); err == nil {
@@ -125,30 +135,29 @@ func (s *Server) allowedRoot(p string) (*os.Root, string, error) {
 	}
 	real, err := filepath.EvalSymlinks(existing)
 	if err != nil {
-		return nil, "", fmt.Errorf("local_path %q: %w", p, err)
+		return dirFS{}, "", fmt.Errorf("local_path %q: %w", p, err)
 	}
 	real = filepath.Join(real, rest)
 	for _, dir := range s.allowed {
 		if within(real, dir) {
 			inner, _ := filepath.Rel(dir, real)
-			r, err := os.OpenRoot(dir)
-			if err != nil {
-				return nil, "", err
+			if inner == "." {
+				return dirFS{}, "", fmt.Errorf("local_path %s is an allowed directory itself; give a file path inside it", p)
 			}
-			return r, inner, nil
+			return dirFS{dir}, inner, nil
 		}
 	}
 	shown := p
 	if real != p {
 		shown = fmt.Sprintf("%s (really %s)", p, real)
 	}
-	return nil, "", fmt.Errorf("local_path %s is outside the allowed directories (%s); choose a path inside one of them, or start ipybox mcp with --allowed-dir", shown, strings.Join(s.allowed, ", "))
+	return dirFS{}, "", fmt.Errorf("local_path %s is outside the allowed directories (%s); choose a path inside one of them, or start ipybox mcp with --allowed-dir", shown, strings.Join(s.allowed, ", "))
 }
 
 // copyFile copies src in sr to dst in dr: a regular file, binary-safe, the
-// destination's parent directories created. srcName and dstName name the
-// two ends in errors.
-func copyFile(sr *os.Root, src, srcName string, dr *os.Root, dst, dstName string) (int64, error) {
+// destination's parent directories created, no link followed on either
+// side. srcName and dstName name the two ends in errors.
+func copyFile(sr dirFS, src, srcName string, dr dirFS, dst, dstName string) (int64, error) {
 	// O_NONBLOCK: opening a FIFO (which kernel code can make in the
 	// workspace) must not hang the call; it is refused below.
 	in, err := sr.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -171,10 +180,20 @@ func copyFile(sr *os.Root, src, srcName string, dr *os.Root, dst, dstName string
 			return 0, describe(err, dstName)
 		}
 	}
-	if st, err := dr.Stat(dst); err == nil && st.IsDir() {
-		return 0, fmt.Errorf("%s is a directory; give the file's path, including its name", dstName)
-	} else if err == nil && !st.Mode().IsRegular() {
-		return 0, fmt.Errorf("%s exists and is not a regular file", dstName)
+	// Refuse what is not a regular file before truncating anything.
+	if cur, err := dr.OpenFile(dst, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		cst, serr := cur.Stat()
+		cur.Close()
+		switch {
+		case serr != nil:
+			return 0, describe(serr, dstName)
+		case cst.IsDir():
+			return 0, fmt.Errorf("%s is a directory; give the file's path, including its name", dstName)
+		case !cst.Mode().IsRegular():
+			return 0, fmt.Errorf("%s exists and is not a regular file", dstName)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, describe(err, dstName)
 	}
 	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
@@ -198,6 +217,8 @@ func describe(err error, name string) error {
 		return fmt.Errorf("%s does not exist", name)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("%s: permission denied", name)
+	case errors.Is(err, safefs.ErrSymlink):
+		return fmt.Errorf("%s leads through a symbolic link, which is refused (kernel code may have planted it); give the real path", name)
 	case errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "escapes"):
 		return fmt.Errorf("%s leads outside its directory through a symbolic link or \"..\", which is refused", name)
 	case errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "not a directory"):

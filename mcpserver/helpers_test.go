@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/sandbox"
 )
 
@@ -58,6 +60,9 @@ func sharedWorkspace(t *testing.T) string {
 // newServer returns a server that is closed when t ends.
 func newServer(t *testing.T, o *Options) *Server {
 	t.Helper()
+	if o.AuthToken == "" && !o.NoAuth {
+		o.AuthToken = testToken
+	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 90 * time.Second
 	}
@@ -108,11 +113,27 @@ func serveHTTP(t *testing.T, srv *Server) string {
 	return hs.URL + "/mcp"
 }
 
-// connectHTTP opens a client session to url.
+// testToken is the bearer token of test servers (newServer).
+const testToken = "test-token-0123456789"
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+// connectHTTP opens a client session to url, with testToken.
 func connectHTTP(t *testing.T, url string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+	hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,8 +185,17 @@ func short(s string) string {
 func kernels(t *testing.T, pid int) []int {
 	t.Helper()
 	var out []int
-	for _, p := range testenv.Descendants(pid) {
-		if strings.Contains(p.Cmdline, "kernel.json") {
+	desc := testenv.Descendants(pid)
+	zyg := map[int]bool{}
+	for _, p := range desc {
+		if strings.Contains(p.Cmdline, kernel.ZygoteMarker) {
+			zyg[p.Pid] = true
+		}
+	}
+	for _, p := range desc {
+		// A cold-started kernel names its connection file; a forked one
+		// is a child of the fork server, with its command line.
+		if strings.Contains(p.Cmdline, "kernel.json") || zyg[p.Pid] && zyg[p.PPid] {
 			out = append(out, p.Pid)
 		}
 	}

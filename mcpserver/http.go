@@ -1,8 +1,11 @@
 package mcpserver
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -11,9 +14,10 @@ import (
 )
 
 // CheckHTTPAddr checks an address to serve streamable HTTP on. It must
-// name its host: ":8080" would implicitly bind all interfaces. A host that
-// is not a loopback address needs an auth token.
-func CheckHTTPAddr(addr, token string) error {
+// name its host: ":8080" would implicitly bind all interfaces. noAuth
+// (serving without a bearer token) is allowed on a loopback address only:
+// whoever reaches the server runs code on this machine.
+func CheckHTTPAddr(addr string, noAuth bool) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("address %q: %v; want HOST:PORT, such as 127.0.0.1:8080", addr, err)
@@ -24,11 +28,8 @@ func CheckHTTPAddr(addr, token string) error {
 	if host == "" {
 		return fmt.Errorf("address %q has no host, which implicitly binds all interfaces; write 127.0.0.1%s to stay on this machine", addr, addr)
 	}
-	if isLoopback(host) {
-		return nil
-	}
-	if token == "" {
-		return fmt.Errorf("address %q is not a loopback address: serving other machines requires a bearer token (--auth-token), because whoever reaches the server runs code on this machine", addr)
+	if noAuth && !isLoopback(host) {
+		return fmt.Errorf("address %q is not a loopback address: serving other machines without a bearer token is refused, because whoever reaches the server runs code on this machine; drop --no-auth", addr)
 	}
 	return nil
 }
@@ -44,12 +45,19 @@ func isLoopback(host string) bool {
 // Handler returns an http.Handler that serves the server over streamable
 // HTTP (at every path; clients usually use /mcp). Each Handler keeps its
 // own table of sessions: mount one Handler on every path that should
-// reach the same sessions. Each MCP session gets its
-// own kernel, in the shared workspace. Idle sessions end after
-// Options.SessionIdleTimeout, and their kernels stop. Requests whose Host
-// header is not a loopback name are refused on a loopback listener
-// (DNS-rebinding protection). With Options.AuthToken set, every request
-// must carry "Authorization: Bearer <token>".
+// reach the same sessions. Each MCP session gets its own kernel, in the
+// shared workspace. Idle sessions end after Options.SessionIdleTimeout,
+// and their kernels stop.
+//
+// Every request must carry "Authorization: Bearer <Options.AuthToken>"
+// (the scheme in any case), loopback included: a loopback port is open to
+// every local user and to unsandboxed kernel code, which could otherwise
+// open a session of its own and approve its own tool calls. Without a
+// token, every request is refused, unless Options.NoAuth says so
+// explicitly. A request from a browser page of another site (a
+// cross-site Origin or Sec-Fetch-Site) is refused with 403, and requests
+// whose Host header is not a loopback name are refused on a loopback
+// listener (DNS-rebinding protection).
 func (s *Server) Handler() http.Handler {
 	idle := s.opts.SessionIdleTimeout
 	switch {
@@ -62,11 +70,20 @@ func (s *Server) Handler() http.Handler {
 		SessionTimeout: idle,
 		Logger:         s.log,
 	})
-	want := []byte("Bearer " + s.opts.AuthToken)
+	origin := http.NewCrossOriginProtection()
+	token := []byte(s.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if !s.opts.NoAuth && !bearerOK(r.Header.Values("Authorization"), token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ipybox"`)
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			http.Error(w, "missing or wrong bearer token (send Authorization: Bearer <token>)", http.StatusUnauthorized)
+			return
+		}
+		if err := checkOrigin(origin, r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.full() {
+			s.refuseSession(w, r)
 			return
 		}
 		// Closing a session waits for its running calls: stop its kernel
@@ -79,6 +96,71 @@ func (s *Server) Handler() http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// full reports whether a new session would exceed Options.MaxSessions.
+func (s *Server) full() bool {
+	max := s.opts.MaxSessions
+	switch {
+	case max == 0:
+		max = DefaultMaxSessions
+	case max < 0:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live) >= max
+}
+
+// refuseSession answers a new session's initialize, past MaxSessions, with
+// a JSON-RPC error (in a 200 response, so that clients show its message).
+func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ID json.RawMessage `json:"id"`
+	}
+	json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req)
+	if len(req.ID) == 0 {
+		req.ID = json.RawMessage("null")
+	}
+	max := s.opts.MaxSessions
+	if max == 0 {
+		max = DefaultMaxSessions
+	}
+	s.log.Warn("refused a new session: too many", "max_sessions", max)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":%q}}`, req.ID,
+		fmt.Sprintf("ipybox mcp already serves %d sessions (--max-sessions); close one (its kernel stops), or start the server with a higher --max-sessions", max))
+}
+
+// bearerOK checks the Authorization headers against token: exactly one,
+// scheme "Bearer" in any case (RFC 7235). SHA-256 digests are compared in
+// constant time, so that neither the token's bytes nor its length leak
+// through timing. An empty token matches nothing.
+func bearerOK(headers []string, token []byte) bool {
+	if len(headers) != 1 || len(token) == 0 {
+		return false
+	}
+	scheme, cred, ok := strings.Cut(headers[0], " ")
+	cred = strings.TrimSpace(cred)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || cred == "" {
+		return false
+	}
+	got, want := sha256.Sum256([]byte(cred)), sha256.Sum256(token)
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+// checkOrigin refuses a request from a browser page of another site, for
+// every method: CrossOriginProtection exempts GET, but in MCP a GET opens
+// the event stream that carries elicitations.
+func checkOrigin(c *http.CrossOriginProtection, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		r = r.WithContext(r.Context()) // a copy: the caller's method stays
+		r.Method = http.MethodPost
+	}
+	if err := c.Check(r); err != nil {
+		return fmt.Errorf("cross-origin request refused (Origin %q): %w", r.Header.Get("Origin"), err)
+	}
+	return nil
 }
 
 // endSessionID stops the kernel of the session with the given ID.

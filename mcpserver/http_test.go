@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -135,6 +136,7 @@ func TestHTTPSessions(t *testing.T) {
 		t0 := time.Now()
 		req, _ := http.NewRequest(http.MethodDelete, url, nil)
 		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -163,7 +165,8 @@ func TestHTTPSessions(t *testing.T) {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-				cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+				hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+				cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -209,22 +212,40 @@ func TestAuthAndHost(t *testing.T) {
 	url := serveHTTP(t, srv)
 	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	for _, tc := range []struct {
-		name, auth, host string
-		want             int
+		name, auth, host, origin string
+		want                     int
+		method, auth2            string
 	}{
-		{"no token", "", "", http.StatusUnauthorized},
-		{"wrong token", "Bearer nope", "", http.StatusUnauthorized},
-		{"rebinding host", "Bearer s3cret", "evil.example.com", http.StatusForbidden},
-		{"right token", "Bearer s3cret", "", http.StatusOK},
+		{"no token", "", "", "", http.StatusUnauthorized, "", ""},
+		{"wrong token", "Bearer nope", "", "", http.StatusUnauthorized, "", ""},
+		{"prefix of the token", "Bearer s3cre", "", "", http.StatusUnauthorized, "", ""},
+		{"empty token", "Bearer ", "", "", http.StatusUnauthorized, "", ""},
+		{"other scheme", "Basic s3cret", "", "", http.StatusUnauthorized, "", ""},
+		{"rebinding host", "Bearer s3cret", "evil.example.com", "", http.StatusForbidden, "", ""},
+		{"cross-site origin", "Bearer s3cret", "", "https://evil.example.com", http.StatusForbidden, "", ""},
+		{"null origin", "Bearer s3cret", "", "null", http.StatusForbidden, "", ""},
+		{"right token", "Bearer s3cret", "", "", http.StatusOK, "", ""},
+		{"lowercase scheme", "bearer s3cret", "", "", http.StatusOK, "", ""},
+		{"two Authorization headers", "Bearer nope", "", "", http.StatusUnauthorized, "", "Bearer s3cret"},
+		// A GET opens the event stream that carries elicitations.
+		{"cross-site origin, GET", "Bearer s3cret", "", "https://evil.example.com", http.StatusForbidden, "GET", ""},
 	} {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		method := cmp.Or(tc.method, "POST")
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
+		if tc.auth2 != "" {
+			req.Header.Add("Authorization", tc.auth2)
+		}
 		if tc.host != "" {
 			req.Host = tc.host
+		}
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

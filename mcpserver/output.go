@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ipybox/ipybox/internal/safefs"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -73,8 +74,10 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 			if !ok {
 				continue
 			}
-			data, rerr := os.ReadFile(img)
-			if rerr != nil || len(data) > maxImageBytes {
+			// Kernel code can write the images directory: a link put in
+			// place of the file is refused, not read.
+			data, rerr := safefs.ReadFile(filepath.Dir(img), filepath.Base(img), maxImageBytes)
+			if rerr != nil {
 				notes = append(notes, fmt.Sprintf("[image %s not attached: too large or unreadable]", img))
 				continue
 			}

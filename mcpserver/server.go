@@ -31,6 +31,11 @@ const (
 const (
 	DefaultSessionIdleTimeout = 30 * time.Minute
 	DefaultStartTimeout       = 2 * time.Minute
+	// DefaultMaxSessions bounds the kernels of an HTTP server: a kernel
+	// holds 60-100 MB.
+	DefaultMaxSessions = 32
+	// DefaultApprovalTimeout bounds one approval question.
+	DefaultApprovalTimeout = 5 * time.Minute
 )
 
 // Bind makes a host directory visible inside the workspace, at RelPath.
@@ -84,16 +89,35 @@ type Options struct {
 	// (the virtualenv's creation and the kernel's start). Zero means
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
-	// AuthToken, when set, is the bearer token Handler requires on every
-	// request. Empty means no authentication (loopback only; see
-	// CheckHTTPAddr).
+	// AuthToken is the bearer token Handler requires on every request.
+	// Empty means every HTTP request is refused, unless NoAuth is set.
 	AuthToken string
+	// NoAuth serves HTTP without a token: the explicit opt-out, for a
+	// loopback address only (see CheckHTTPAddr). False means a token is
+	// required.
+	NoAuth bool
 	// Sandbox, when set, runs every session's kernel, and install_package's
 	// pip, inside a bubblewrap sandbox with this policy; bound directories
 	// (Binds) are made writable in it. If the sandbox cannot run here,
 	// calls fail with the cause; nothing runs unsandboxed. Nil means no
 	// sandbox.
 	Sandbox *ipybox.SandboxConfig
+	// Pool is how many kernels are kept started in advance for new
+	// sessions (refilled in the background), so that a session gets one in
+	// milliseconds. Zero means none (each session starts its own).
+	Pool int
+	// NoZygote turns off the fork server that unsandboxed kernels are
+	// forked from (a fifth of a cold start). False means it is used
+	// whenever the kernels are not sandboxed.
+	NoZygote bool
+	// MaxSessions bounds the sessions that have a kernel at once; one more
+	// gets a JSON-RPC error that says so. Zero means DefaultMaxSessions;
+	// negative means no limit.
+	MaxSessions int
+	// ApprovalTimeout bounds the wait for one approval (an elicitation),
+	// in cells without a timeout of their own; a cell's remaining time
+	// bounds it otherwise. Zero means DefaultApprovalTimeout.
+	ApprovalTimeout time.Duration
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
@@ -121,12 +145,22 @@ type Server struct {
 	// with the bound directories added as writable paths.
 	sandbox *ipybox.SandboxConfig
 
-	venvMu sync.Mutex // serialises the virtualenv's creation
-	venvPy string     // the virtualenv's interpreter once created
+	warm   *warmPool
+	zygMu  sync.Mutex
+	zyg    *ipybox.Zygote // the fork server of unsandboxed kernels, once started
+	zygErr error
+
+	venvMu   sync.Mutex // serialises the virtualenv's creation
+	venvPy   string     // the virtualenv's interpreter once created
+	venvBase string     // the interpreter it was made from, when this server made it
 
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
-	closed   bool
+	// live holds every MCP session whose connection has not ended, also
+	// after its kernel stopped (a DELETE stops the kernel first): Close
+	// must close them all, or it would wait for them.
+	live   map[*mcp.ServerSession]struct{}
+	closed bool
 
 	// regMu serialises registrations, so that every executor that saves
 	// servers.json has first learnt every registration before it.
@@ -213,6 +247,7 @@ func New(opts *Options) (*Server, error) {
 		allow:     allow,
 		log:       log,
 		sessions:  map[*mcp.ServerSession]*session{},
+		live:      map[*mcp.ServerSession]struct{}{},
 		regs:      map[string]*registration{},
 	}
 	names := make([]string, 0, len(o.Servers))
@@ -238,6 +273,7 @@ func New(opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.warm = newWarmPool(s, o.Pool)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
 		Logger:             log,
@@ -309,13 +345,16 @@ func (s *Server) Close() error {
 	}
 	s.closeDone = true
 	s.cancel()
+	s.warm.close()
 	s.mu.Lock()
 	s.closed = true
 	var all []*mcp.ServerSession
 	var sess []*session
-	for ss, x := range s.sessions {
-		all = append(all, ss)
+	for _, x := range s.sessions {
 		sess = append(sess, x)
+	}
+	for ss := range s.live {
+		all = append(all, ss)
 	}
 	s.mu.Unlock()
 	// Stop the kernels first: that ends the cells tool calls wait for, so
@@ -345,6 +384,12 @@ func (s *Server) Close() error {
 	case <-time.After(30 * time.Second):
 		errs = append(errs, errors.New("sessions did not end within 30s"))
 	}
+	// Last: the kernels it forked are closed.
+	s.zygMu.Lock()
+	if s.zyg != nil {
+		s.zyg.Close()
+	}
+	s.zygMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		s.closeErr = fmt.Errorf("mcpserver: close: %w", err)
 	}
@@ -371,6 +416,7 @@ func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
 	}
 	x := newSession(s, ss)
 	s.sessions[ss] = x
+	s.live[ss] = struct{}{}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -382,6 +428,9 @@ func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
 		defer s.wg.Done()
 		ss.Wait()
 		s.endSession(ss)
+		s.mu.Lock()
+		delete(s.live, ss)
+		s.mu.Unlock()
 	}()
 	return x
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -229,18 +230,41 @@ func (x *session) close() error {
 	return x.closeErr
 }
 
-// startExecutor starts an Executor for session x: the workspace's
-// virtualenv, the approval policy, and the caller's adjustments.
+// startExecutor gives session x an Executor: a warm one from the pool when
+// there is one, else one started now. The generations of the
+// registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	py, err := s.venvPython(ctx)
+	if w, ok := s.warm.take(); ok {
+		s.mu.Lock()
+		maps.Copy(x.synced, w.synced)
+		s.mu.Unlock()
+		return w.ex, nil
+	}
+	ex, synced, err := s.newExecutor(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	maps.Copy(x.synced, synced)
+	s.mu.Unlock()
+	return ex, nil
+}
+
+// newExecutor starts an Executor as sessions get them: the workspace's
+// virtualenv, the approval policy, the sandbox, and (unsandboxed) the
+// server's fork server. It returns the registration generations the
+// executor loaded from servers.json at its start.
+func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, error) {
+	py, err := s.venvPython(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	// What servers.json holds now, this executor loads at Start.
+	synced := map[string]int{}
 	s.mu.Lock()
 	for name, r := range s.regs {
 		if r.persisted {
-			x.synced[name] = r.gen
+			synced[name] = r.gen
 		}
 	}
 	s.mu.Unlock()
@@ -249,13 +273,23 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		WorkDir:   s.workspace,
 		KernelEnv: s.opts.KernelEnv,
 		DotEnv:    s.opts.DotEnv,
-		Logger:    s.log.With("session", x.ss.ID()),
+		Logger:    s.log,
 	}
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
 		o.ApproveToolCalls = ipybox.Bool(false)
 	}
+	if s.opts.ApprovalTimeout > 0 {
+		o.ApprovalTimeout = s.opts.ApprovalTimeout
+	}
 	o.Sandbox = s.sandbox
-	return ipybox.Start(ctx, &o)
+	if s.sandbox == nil {
+		o.Zygote = s.zygote(ctx, py)
+	}
+	ex, err := ipybox.Start(ctx, &o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ex, synced, nil
 }

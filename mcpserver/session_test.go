@@ -274,6 +274,13 @@ func TestSession(t *testing.T) {
 			{"upload_file", "a.txt", filepath.Join(host, "fifo"), "not a regular file"},
 			{"upload_file", "fifo", filepath.Join(host, "ok.txt"), "not a regular file"},
 			{"upload_file", "a.txt", "/dev/zero", "outside the allowed directories"},
+			// Names host programs act on: the agent could have the host
+			// write a git hook or a Claude Code setting.
+			{"upload_file", ".git/hooks/pre-commit", filepath.Join(host, "ok.txt"), "host programs read and act on"},
+			{"upload_file", "sub/.claude/settings.json", filepath.Join(host, "ok.txt"), "host programs read and act on"},
+			{"upload_file", ".mcp.json", filepath.Join(host, "ok.txt"), "host programs read and act on"},
+			{"download_file", "a.txt", filepath.Join(host, ".git", "hooks", "post-checkout"), "host programs read and act on"},
+			{"download_file", "a.txt", filepath.Join(host, ".bashrc"), "host programs read and act on"},
 		} {
 			res := call(t, cs, tc.tool, map[string]any{"relpath": tc.rel, "local_path": tc.local})
 			if !res.IsError || !strings.Contains(text(res), tc.want) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // Limits on tool arguments.
@@ -241,13 +243,18 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	var res *ipybox.Result
 	var cellErr error
 	timeout := time.Duration(a.Timeout * float64(time.Second))
-	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout}) {
+	// The result shows a head and a tail; the kernel keeps no more than
+	// that in memory, and the whole output goes to a file once it is long.
+	keep := max(64<<10, 8*a.MaxOutputChars)
+	sp := newSpill(s.workspace, keep)
+	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout, KeepText: keep}) {
 		if err != nil {
 			cellErr = err
 			break
 		}
 		switch e := ev.(type) {
 		case *ipybox.Output:
+			sp.write(e.Text)
 			p.output(ctx, e.Text)
 		case *ipybox.ApprovalRequest:
 			s.decide(ctx, req.Session, e)
@@ -256,6 +263,9 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		}
 	}
 	p.end()
+	if note := sp.finish(); note != "" {
+		warnings = append(warnings, note)
+	}
 	return cellResult(res, cellErr, a.MaxOutputChars, warnings), nil, nil
 }
 
@@ -364,12 +374,13 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 	if err != nil {
 		return nil, nil, err
 	}
-	defer sr.Close()
 	dr, dst, err := s.workspaceRoot(rel)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer dr.Close()
+	if err := notHostConfig("relpath", rel, dst); err != nil {
+		return nil, nil, err
+	}
 	n, err := copyFile(sr, src, "local_path "+local, dr, dst, "relpath "+rel)
 	if err != nil {
 		return nil, nil, err
@@ -386,17 +397,31 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 	if err != nil {
 		return nil, nil, err
 	}
-	defer sr.Close()
 	dr, dst, err := s.allowedRoot(local)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer dr.Close()
+	if err := notHostConfig("local_path", local, dst); err != nil {
+		return nil, nil, err
+	}
 	n, err := copyFile(sr, src, "relpath "+rel, dr, dst, "local_path "+local)
 	if err != nil {
 		return nil, nil, err
 	}
 	return textResult("Copied %d bytes from %s in the workspace to %s.", n, rel, local), nil, nil
+}
+
+// notHostConfig refuses a destination in or at a name that host programs
+// act on (.git/hooks, .claude, .vscode, .mcp.json...): the file comes from
+// the workspace or an agent, and the host would run what it says. inner is
+// the path below the destination's root directory.
+func notHostConfig(label, path, inner string) error {
+	for _, c := range strings.Split(filepath.ToSlash(inner), "/") {
+		if sandbox.HostConfigName(c) {
+			return fmt.Errorf("%s %s is in %s, which host programs read and act on; ipybox does not write there (copy it yourself if you mean it)", label, quote(path), c)
+		}
+	}
+	return nil
 }
 
 func checkFileArgs(a fileArgs) (rel, local string, err error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/procattr"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/safefs"
 )
 
 const (
@@ -23,6 +25,19 @@ const (
 
 // venvDir is the kernel's virtualenv in a workspace.
 func venvDir(workspace string) string { return filepath.Join(workspace, ".ipybox", "venv") }
+
+// The virtualenv is in the workspace, where kernel code can write: a .pth
+// file in its site-packages, or a replaced bin/python, runs whatever
+// kernel code chose in any interpreter that loads that venv. So the host
+// never runs the venv's interpreter, nor imports from it:
+//   - sandboxed, the venv is created, checked and used by pip inside the
+//     sandbox, like the kernel;
+//   - unsandboxed, venv and pip run with the base interpreter in isolated
+//     mode (-I: no PYTHON* variables, no user site), which loads only its
+//     own site-packages, and pip installs into the venv with --prefix.
+// A venv whose bin/python is gone is not repaired in place (that would
+// write through whatever links kernel code left in it): it is moved
+// aside, and a fresh one made.
 
 // venvPython returns the interpreter of the workspace's virtualenv,
 // creating the virtualenv first when it is missing. It is created with
@@ -37,7 +52,7 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	}
 	dir := venvDir(s.workspace)
 	py := filepath.Join(dir, "bin", "python")
-	if _, err := os.Stat(py); err == nil {
+	if _, err := os.Lstat(py); err == nil {
 		s.venvPy = py
 		return py, nil
 	}
@@ -45,50 +60,88 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := s.moveAsideBrokenVenv(); err != nil {
+		return "", err
+	}
+	if err := safefs.MkdirAll(s.workspace, filepath.Join(".ipybox", "venv"), 0o755); err != nil {
 		return "", fmt.Errorf("create the virtualenv: %w", err)
 	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
 	defer cancel()
-	if err := makeVenv(ctx, base, dir); err != nil {
-		os.RemoveAll(dir) // a half-made virtualenv would be taken as made
+	if err := s.makeVenv(ctx, base, dir); err != nil {
 		return "", err
 	}
 	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
-	s.venvPy = py
+	s.venvBase, s.venvPy = base, py
 	return py, nil
 }
 
-// makeVenv creates the virtualenv dir from base. Without its own pip it
-// takes milliseconds instead of seconds: when the system's pip is visible
-// (through --system-site-packages), bin/pip runs it with the virtualenv's
-// interpreter, which installs into the virtualenv. Otherwise ensurepip
-// installs a pip of its own.
-func makeVenv(ctx context.Context, base, dir string) error {
-	env := helperEnv(nil)
-	if out, err := runCommand(ctx, "", env, base, "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+// moveAsideBrokenVenv renames a venv without bin/python out of the way.
+func (s *Server) moveAsideBrokenVenv() error {
+	dir := venvDir(s.workspace)
+	if _, err := os.Lstat(dir); err != nil {
+		return nil
+	}
+	aside := fmt.Sprintf("venv.broken-%s", time.Now().Format("20060102-150405.000"))
+	if err := safefs.Rename(s.workspace, filepath.Join(".ipybox", "venv"), filepath.Join(".ipybox", aside)); err != nil {
+		return fmt.Errorf("the virtualenv %s has no bin/python, and it cannot be moved aside (%v); remove it", dir, err)
+	}
+	s.log.Warn("the virtualenv had no bin/python; moved it aside and making a fresh one", "moved_to", filepath.Join(s.workspace, ".ipybox", aside))
+	return nil
+}
+
+// makeVenv creates the virtualenv dir (already there, empty) from base.
+// Without its own pip it takes milliseconds instead of seconds: when the
+// system's pip is visible (through --system-site-packages), bin/pip runs
+// it with the virtualenv's interpreter, which installs into the
+// virtualenv. Otherwise ensurepip installs a pip of its own.
+func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
+	if out, err := s.helper(ctx, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
-	py := filepath.Join(dir, "bin", "python")
-	if _, err := runCommand(ctx, "", env, py, "-c", "import pip"); err == nil {
+	// Whether the base's pip is there is asked of the base, isolated:
+	// the venv's interpreter is not run for it.
+	if _, err := s.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
+		py := filepath.Join(dir, "bin", "python")
 		shim := "#!/bin/sh\n# ipybox: the system's pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
 		for _, name := range []string{"pip", "pip3"} {
-			if err := os.WriteFile(filepath.Join(dir, "bin", name), []byte(shim), 0o755); err != nil {
+			if err := safefs.WriteFile(s.workspace, filepath.Join(".ipybox", "venv", "bin", name), []byte(shim), 0o755); err != nil {
 				return fmt.Errorf("create the virtualenv %s: %w", dir, err)
 			}
 		}
 		return nil
 	}
-	if out, err := runCommand(ctx, "", env, py, "-m", "ensurepip", "--default-pip"); err != nil {
+	if s.sandbox == nil {
+		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
+	}
+	// Inside the sandbox, the fresh venv's own interpreter may install a
+	// pip of its own.
+	if out, err := s.helper(ctx, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
 		return fmt.Errorf("install pip into the virtualenv %s: %w\n%s\n(on Debian, install python3-pip)", dir, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
-// runPip runs the virtualenv's pip with args, in the workspace, with the
-// kernel's environment, and returns its combined output. Every pip run of
-// the server goes through here, so that a sandbox can wrap it in one place.
+// helper runs a venv or pip step: inside the sandbox when kernels are
+// sandboxed, on the host otherwise (only ever with the base interpreter).
+func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
+	env := helperEnv(s.opts.KernelEnv)
+	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
+	if s.sandbox == nil {
+		return runCommand(ctx, s.workspace, env, path, args...)
+	}
+	cmd, release, err := ipybox.SandboxedCommand(ctx, s.sandbox, s.workspace, env, path, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return runCmd(ctx, cmd)
+}
+
+// runPip runs pip with args, in the workspace, and returns its combined
+// output: sandboxed, the venv's pip inside the sandbox; unsandboxed, the
+// base interpreter's pip, isolated, installing into the venv (--prefix).
 func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	py, err := s.venvPython(ctx)
 	if err != nil {
@@ -96,25 +149,78 @@ func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pipTimeout)
 	defer cancel()
-	env := helperEnv(s.opts.KernelEnv)
-	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
-	args = append([]string{"-m", "pip"}, args...)
-	if s.sandbox == nil {
-		return runCommand(ctx, s.workspace, env, py, args...)
+	if s.sandbox != nil {
+		out, err := s.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
+		if err != nil && looksOffline(out) {
+			err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
+		}
+		return out, err
 	}
-	// Sandboxed code can rewrite the virtualenv, so its interpreter never
-	// runs on the host: pip runs under the kernel's sandbox policy, and
-	// reaches a package index only through the egress proxy.
-	cmd, release, err := ipybox.SandboxedCommand(ctx, s.sandbox, s.workspace, env, py, args...)
+	base := s.venvBase
+	if base == "" {
+		if base, err = venvHome(venvDir(s.workspace)); err != nil {
+			return nil, err
+		}
+	}
+	if len(args) > 0 && args[0] == "install" {
+		// Into the venv's own site-packages, which is on a running
+		// kernel's sys.path already (a --prefix install may land in a
+		// directory the kernel did not see at start, as on Debian).
+		site, err := venvSitePackages(venvDir(s.workspace))
+		if err != nil {
+			return nil, err
+		}
+		args = append([]string{"install", "--target", site, "--no-warn-script-location"}, args[1:]...)
+	}
+	// Debian's interpreter is "externally managed"; --target installs into
+	// the venv, not into it, so pip may go ahead.
+	env := append(helperEnv(s.opts.KernelEnv), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1", "PIP_BREAK_SYSTEM_PACKAGES=1")
+	return runCommand(ctx, s.workspace, env, base, append([]string{"-I", "-m", "pip"}, args...)...)
+}
+
+// venvSitePackages returns the venv's site-packages directory (made by
+// venv as lib/pythonX.Y/site-packages), refusing links.
+func venvSitePackages(dir string) (string, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, "lib"))
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("the virtualenv %s: %w", dir, err)
 	}
-	defer release()
-	out, err := runCmd(ctx, cmd)
-	if err != nil && looksOffline(out) {
-		err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "python") {
+			rel := filepath.Join("lib", e.Name(), "site-packages")
+			if f, err := safefs.OpenFile(dir, rel, os.O_RDONLY, 0); err == nil {
+				f.Close()
+				return filepath.Join(dir, rel), nil
+			}
+		}
 	}
-	return out, err
+	return "", fmt.Errorf("the virtualenv %s has no lib/python*/site-packages; remove it to have ipybox make a fresh one", dir)
+}
+
+// venvHome returns the base interpreter of a venv, from its pyvenv.cfg
+// (read without following a link), checked to lie outside the venv.
+func venvHome(dir string) (string, error) {
+	b, err := safefs.ReadFile(dir, "pyvenv.cfg", 64<<10)
+	if err != nil {
+		return "", fmt.Errorf("the virtualenv %s: %w", dir, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || strings.TrimSpace(k) != "home" {
+			continue
+		}
+		home := filepath.Clean(strings.TrimSpace(v))
+		for _, name := range []string{"python3", "python"} {
+			p := filepath.Join(home, name)
+			if !filepath.IsAbs(p) || strings.HasPrefix(p, filepath.Dir(dir)+"/") {
+				break
+			}
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the virtualenv %s names no base interpreter outside it; remove the folder to have ipybox make a fresh one", dir)
 }
 
 // looksOffline reports whether pip's output says it could not connect.
@@ -163,7 +269,7 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = procattr.Group()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err

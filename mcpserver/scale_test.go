@@ -1,0 +1,122 @@
+package mcpserver
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/kernel"
+)
+
+// TestWarmPoolAndForkServer: sessions take warm kernels; unsandboxed
+// kernels are forked from the fork server; sessions share no state; a
+// registration made after a warm kernel started still reaches it.
+func TestWarmPoolAndForkServer(t *testing.T) {
+	testenv.NeedsPython(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Pool: 2})
+	deadline := time.Now().Add(60 * time.Second)
+	for srv.warm.ready() < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if srv.warm.ready() != 2 {
+		t.Fatalf("the pool has %d warm kernels, want 2", srv.warm.ready())
+	}
+	url := serveHTTP(t, srv)
+	a := connectHTTP(t, url, nil)
+	run(t, a, "secret = 'only in a'")
+	// A registration after the warm kernels started.
+	if out := call(t, a, "register_mcp_server", map[string]any{"server_name": "go", "server_params": map[string]any{"command": mcptest.Build(t)}}); out.IsError {
+		t.Fatal(text(out))
+	}
+	b := connectHTTP(t, url, nil)
+	if got := run(t, b, "print('secret' in dir())"); got != "False" {
+		t.Errorf("session b sees a's state: %q", got)
+	}
+	if got := run(t, b, "from mcptools.go.tool_1 import Params, run\nprint(run(Params(s='b')))"); got != "tool-1: b" {
+		t.Errorf("the registration did not reach a warm kernel: %q", got)
+	}
+	// Forked: a kernel's parent is the fork server.
+	forked := 0
+	for _, p := range testenv.Descendants(os.Getpid()) {
+		if strings.Contains(p.Cmdline, kernel.ZygoteMarker) {
+			forked++
+		}
+	}
+	if forked < 3 { // the fork server and two kernels
+		t.Errorf("%d processes of the fork server; want it and the sessions' kernels", forked)
+	}
+}
+
+// TestMaxSessions: one session past the limit gets a JSON-RPC error that
+// says why, not a hang; when a session ends, a new one is accepted.
+func TestMaxSessions(t *testing.T) {
+	testenv.NeedsPython(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), MaxSessions: 2})
+	url := serveHTTP(t, srv)
+	a := connectHTTP(t, url, nil)
+	connectHTTP(t, url, nil)
+	run(t, a, "1")
+	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+	_, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--max-sessions") {
+		t.Fatalf("a third session: %v; want an error naming --max-sessions", err)
+	}
+	a.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
+		if err == nil {
+			cs.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session accepted after one closed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestElicitationBoundedByCell: an unanswered approval question waits no
+// longer than the cell's timeout.
+func TestElicitationBoundedByCell(t *testing.T) {
+	testenv.NeedsPython(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Approval: ApprovalElicit,
+		Servers: map[string]ipybox.ServerConfig{"go": {Command: mcptest.Build(t)}}})
+	var mu sync.Mutex
+	asked := 0
+	cs := connectHTTP(t, serveHTTP(t, srv), &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+			<-ctx.Done() // a person who never answers
+			return nil, ctx.Err()
+		},
+	})
+	t0 := time.Now()
+	res := call(t, cs, "execute_ipython_cell", map[string]any{"code": "from mcptools.go.tool_1 import Params, run\nrun(Params(s='x'))", "timeout": 3})
+	d := time.Since(t0)
+	if d > 20*time.Second {
+		t.Errorf("the cell waited %v for an answer; want about its 3 s timeout", d)
+	}
+	if !res.IsError || !strings.Contains(text(res), "ApprovalTimeoutError") && !strings.Contains(text(res), "timed out") {
+		t.Errorf("result: %s", short(text(res)))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 1 {
+		t.Errorf("asked %d times, want 1", asked)
+	}
+}
