@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/escape"
 )
 
 // Approval modes of --approval.
@@ -71,11 +72,13 @@ func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 }
 
 func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
+	// Kernel code chose every byte shown here: escaped, a control
+	// sequence cannot hide or rewrite the command on the terminal.
 	switch r.Kind {
 	case "shell":
-		fmt.Fprintf(tty, "\nipybox: run shell command?\n  %s\n", strings.ReplaceAll(r.Command, "\n", "\n  "))
+		fmt.Fprintf(tty, "\nipybox: run shell command?\n  %s\n", strings.ReplaceAll(escape.Text(r.Command), "\n", "\n  "))
 	default:
-		fmt.Fprintf(tty, "\nipybox: allow tool call?\n  server: %s\n  tool:   %s\n  args:   %s\n", r.Server, r.Tool, formatArgs(r.Args))
+		fmt.Fprintf(tty, "\nipybox: allow tool call?\n  server: %s\n  tool:   %s\n  args:   %s\n", escape.Text(r.Server), escape.Text(r.Tool), formatArgs(r.Args))
 	}
 	fmt.Fprint(tty, "[y/N] ")
 	line, err := bufio.NewReader(tty).ReadString('\n')
@@ -89,7 +92,8 @@ func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
 func formatArgs(args map[string]any) string {
 	b, err := jsonMarshalIndent(args)
 	if err != nil {
-		return fmt.Sprint(args)
+		b = fmt.Sprint(args)
 	}
-	return strings.ReplaceAll(b, "\n", "\n          ")
+	// JSON escapes C0 controls, not bidi overrides or C1 controls.
+	return strings.ReplaceAll(escape.Text(b), "\n", "\n          ")
 }

@@ -31,6 +31,9 @@ type check struct {
 // package sets it (nil: only bwrap's presence is checked).
 var sandboxProbe func(ctx context.Context) error
 
+// sandboxInfo describes the limits and the uid the sandbox uses here.
+var sandboxInfo func() string
+
 func doctorCommand() *command {
 	return &command{name: "doctor", summary: "check the host for Python, ipykernel and bubblewrap", run: runDoctor}
 }
@@ -94,9 +97,14 @@ func doctorChecks(ctx context.Context, python string) []check {
 		checks = append(checks, check{name: "bwrap", detail: "needed only for --sandbox; install with `apt-get install bubblewrap`"})
 	case sandboxProbe != nil:
 		if perr := sandboxProbe(ctx); perr != nil {
-			checks = append(checks, check{name: "sandbox", detail: perr.Error()})
+			checks = append(checks, check{name: "sandbox", detail: perr.Error() +
+				"; without it, ipybox mcp runs kernels unsandboxed (with a warning) and exec --sandbox fails"})
 		} else {
-			checks = append(checks, check{name: "sandbox", ok: true, detail: "bwrap at " + bwrap + "; user and network namespaces work"})
+			detail := "bwrap at " + bwrap + "; user and network namespaces work; ipybox mcp sandboxes kernels by default"
+			if sandboxInfo != nil {
+				detail += "; " + sandboxInfo()
+			}
+			checks = append(checks, check{name: "sandbox", ok: true, detail: detail})
 		}
 	default:
 		checks = append(checks, check{name: "bwrap", ok: true, detail: bwrap})

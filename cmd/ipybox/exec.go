@@ -55,7 +55,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` on stderr: debug, info, warn or error")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) before running")
 	fs.StringVar(&f.approval, "approval", approvalAuto, "how tool calls (and, with --approve-shell, shell commands) are approved: auto, prompt (ask on the terminal; no terminal rejects) or reject")
-	f.sandbox.register(fs)
+	f.sandbox.register(fs, false)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	if done, code := parseFlags(fs, env, args); done {
 		return code
@@ -65,7 +65,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
 	}
-	policy, err := f.sandbox.policy()
+	policy, _, err := f.sandbox.policy()
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
@@ -87,6 +87,9 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	defer closeLog()
+	if err := harden(); err != nil {
+		log.Warn("could not make ipybox non-dumpable", "err", err)
+	}
 
 	ex, err := ipybox.Start(ctx, &ipybox.Options{
 		Python:    f.python,
@@ -109,10 +112,17 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 
+	if f.approval == approvalAuto && len(ex.MCPServers()) > 0 {
+		// Explicit at the command line (the default), but said once, so
+		// that nobody mistakes it for a gate.
+		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)\n", strings.Join(ex.MCPServers(), ", "))
+	}
 	out := newPrinter(env, f.json)
 	out.decider = newDecider(f.approval)
 	for i, cell := range cells {
-		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout}) {
+		// The output streams out as it comes: the result keeps only a
+		// head and a tail of it, so that memory stays bounded.
+		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout, KeepText: execKeepText}) {
 			return exitFail
 		}
 	}
@@ -146,6 +156,10 @@ func execCells(env *cliEnv, cs []string, rest []string) ([]string, error) {
 	return []string{string(b)}, nil
 }
 
+// execKeepText is how much of a cell's text the --json result event
+// repeats (its head and tail); every output event carries its own text.
+const execKeepText = 64 << 10
+
 // printer writes a cell's events as plain text or as JSON lines.
 type printer struct {
 	env     *cliEnv
@@ -175,6 +189,7 @@ type jsonEvent struct {
 	Data      map[string]any `json:"data,omitempty"`
 	Wait      bool           `json:"wait,omitempty"`
 	Truncated bool           `json:"truncated,omitempty"`
+	Omitted   int64          `json:"omitted,omitempty"`
 	Kind      string         `json:"kind,omitempty"`
 	Message   string         `json:"message,omitempty"`
 	Name      string         `json:"name,omitempty"`
@@ -212,7 +227,7 @@ func (p *printer) event(i int, ev ipybox.Event) {
 		case *ipybox.ClearOutput:
 			j = jsonEvent{Type: "clear_output", Wait: e.Wait}
 		case *ipybox.Result:
-			j = jsonEvent{Type: "result", Text: e.Text, Images: e.Images, Truncated: e.Truncated}
+			j = jsonEvent{Type: "result", Text: e.Text, Images: e.Images, Truncated: e.Truncated, Omitted: e.Omitted}
 		case *ipybox.ApprovalRequest:
 			j = jsonEvent{Type: "approval", Kind: e.Kind, Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
 		default:

@@ -75,6 +75,13 @@ func init() {
 		defer sb.Close()
 		return sb.Probe(ctx)
 	}
+	sandboxInfo = func() string {
+		info := "limits: " + sandbox.DefaultConfig().Limits.String() + " (resource limits; cgroup v2 is not used)"
+		if os.Geteuid() == 0 {
+			info += fmt.Sprintf("; as root, sandboxed processes run as host uid %d", sandbox.MappedID)
+		}
+		return info
+	}
 }
 
 func hiddenCommand(args []string) func([]string) int {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -46,9 +47,16 @@ type mcpFlags struct {
 	approval            string
 	allowTools          stringList
 	httpAddr, authToken string
+	authTokenFile       string
+	noAuth              bool
+	generatedToken      bool // authToken was generated: write it to a file
 	idle, startTimeout  time.Duration
+	approvalTimeout     time.Duration
+	pool, maxSessions   int
+	noZygote            bool
 	shutdownGrace       time.Duration
 	sandbox             sandboxFlags
+	sandboxExplicit     bool // set by mcpOptions
 }
 
 func mcpCommand() *command {
@@ -70,14 +78,20 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
 	fs.Var(&f.binds, "container-bind", "alias of --bind")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
-	fs.StringVar(&f.approval, "approval", mcpserver.ApprovalAuto, "how tool calls and shell commands of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
+	fs.StringVar(&f.approval, "approval", mcpserver.ApprovalAuto, "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob whose tool calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
-	fs.StringVar(&f.authToken, "auth-token", "", "bearer `TOKEN` HTTP clients must send (required for a non-loopback --http address; default $IPYBOX_MCP_AUTH_TOKEN)")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE` (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
+	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
+	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
 	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP session, and stop its kernel, after this long without requests")
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
+	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
+	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most HTTP sessions with a kernel at once (`N`; -1: no limit); one more gets a JSON-RPC error")
+	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
-	f.sandbox.register(fs)
+	f.sandbox.register(fs, true)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -88,11 +102,32 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if fs.NArg() > 0 {
 		return fail(exitUsage, fmt.Errorf("unexpected argument %q; all settings are flags", fs.Arg(0)))
 	}
-	if f.authToken == "" {
+	if f.authToken != "" {
+		return fail(exitUsage, errTokenOnCommandLine)
+	}
+	switch {
+	case f.httpAddr == "" && (f.authTokenFile != "" || f.noAuth):
+		return fail(exitUsage, errors.New("--auth-token-file and --no-auth apply to --http; stdio needs no token"))
+	case f.noAuth && f.authTokenFile != "":
+		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
+	case f.authTokenFile != "":
+		tok, err := readTokenFile(f.authTokenFile)
+		if err != nil {
+			return fail(exitUsage, err)
+		}
+		f.authToken = tok
+	case f.httpAddr != "" && !f.noAuth:
+		// Read once, then gone from the environment: a server config that
+		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
+		// no child inherits it.
 		f.authToken = env.getenv("IPYBOX_MCP_AUTH_TOKEN")
+		os.Unsetenv("IPYBOX_MCP_AUTH_TOKEN")
+		if f.authToken == "" {
+			f.authToken, f.generatedToken = newToken(), true
+		}
 	}
 	if f.httpAddr != "" {
-		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.authToken); err != nil {
+		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
 			return fail(exitUsage, fmt.Errorf("--http: %w", err))
 		}
 	}
@@ -102,10 +137,19 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if opts.Sandbox != nil {
 		// Kernels start with the sessions; find out now, not at the first
-		// cell, that the sandbox cannot run here.
+		// cell, that the sandbox cannot run here. Asked for, it fails
+		// closed; by default, the server runs unsandboxed and says so.
 		if err := sandboxProbe(ctx); err != nil {
-			return fail(exitFail, fmt.Errorf("--sandbox: %w", err))
+			if f.sandboxExplicit {
+				return fail(exitFail, fmt.Errorf("--sandbox: %w", err))
+			}
+			fmt.Fprintf(env.stderr, "ipybox mcp: warning: kernels run UNSANDBOXED, with your rights (approvals are advice, not a boundary): %v; "+
+				"fix that, or pass --no-sandbox to run unsandboxed on purpose\n", err)
+			opts.Sandbox = nil
 		}
+	}
+	if opts.Approval == mcpserver.ApprovalAuto {
+		fmt.Fprintln(env.stderr, "ipybox mcp: --approval auto: tool calls and shell commands of cells run without approval (--approval elicit asks the client)")
 	}
 	log, closeLog, err := newLogger(env, f.logLevel, f.logFile)
 	if err != nil {
@@ -113,6 +157,9 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	defer closeLog()
 	opts.Logger = log
+	if err := harden(); err != nil {
+		log.Warn("could not make the server non-dumpable; kernel code of this user could read its environment", "err", err)
+	}
 	srv, err := mcpserver.New(opts)
 	if err != nil {
 		return fail(exitUsage, err)
@@ -137,6 +184,18 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
 		return exitFail
+	}
+	if f.generatedToken {
+		// No token was given: tell where the generated one is (not what
+		// it is).
+		path, err := writeTokenFile(env.getenv, ln.Addr(), f.authToken)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(env.stderr, "ipybox mcp: writing the generated token: %v\n", err)
+			return exitFail
+		}
+		defer os.Remove(path)
+		fmt.Fprintf(env.stderr, "ipybox mcp: generated a bearer token in %s; clients send \"Authorization: Bearer <its content>\"\n", path)
 	}
 	mux := http.NewServeMux()
 	h := srv.Handler() // one handler: it holds the sessions
@@ -173,8 +232,13 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		Approval:           f.approval,
 		AllowTools:         f.allowTools,
 		AuthToken:          f.authToken,
+		NoAuth:             f.noAuth,
 		SessionIdleTimeout: f.idle,
 		StartTimeout:       f.startTimeout,
+		ApprovalTimeout:    f.approvalTimeout,
+		Pool:               f.pool,
+		MaxSessions:        f.maxSessions,
+		NoZygote:           f.noZygote,
 		Version:            strings.Fields(versionString())[1],
 		KernelEnv:          map[string]string{},
 	}
@@ -183,6 +247,12 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	}
 	if len(f.allowTools) > 0 && f.approval != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
+	}
+	if f.pool < 0 || f.pool > 64 {
+		return nil, fmt.Errorf("--pool %d: want 0 to 64", f.pool)
+	}
+	if f.approvalTimeout <= 0 {
+		return nil, fmt.Errorf("--approval-timeout %v: want a positive duration", f.approvalTimeout)
 	}
 	if f.idle <= 0 {
 		return nil, fmt.Errorf("--session-idle-timeout %v: want a positive duration", f.idle)
@@ -236,10 +306,11 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			o.Servers[s.name] = s.cfg
 		}
 	}
-	policy, err := f.sandbox.policy()
+	policy, explicit, err := f.sandbox.policy()
 	if err != nil {
 		return nil, err
 	}
 	o.Sandbox = policy
+	f.sandboxExplicit = explicit
 	return o, nil
 }

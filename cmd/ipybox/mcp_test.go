@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +70,7 @@ type mcpBinary struct {
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
 	url    string // set in HTTP mode
+	token  string // the bearer token clients send (HTTP mode, unless --no-auth)
 	exited chan struct{}
 	err    error
 }
@@ -75,8 +79,25 @@ type mcpBinary struct {
 // it listens. It is stopped with SIGTERM when t ends.
 func startHTTP(t *testing.T, args ...string) *mcpBinary {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	var token string
+	if !slices.Contains(args, "--no-auth") {
+		token = "http-test-token-" + strconv.Itoa(os.Getpid())
+		f := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(f, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--auth-token-file", f}, args...)
+	}
+	b := startHTTPCmd(t, exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0"}, args...)...))
+	b.token = token
+	return b
+}
+
+// startHTTPCmd starts cmd, an `ipybox mcp --http` command, with env added,
+// and returns it once it listens.
+func startHTTPCmd(t *testing.T, cmd *exec.Cmd, env ...string) *mcpBinary {
+	t.Helper()
+	cmd.Env = append(append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1"), env...)
 	b := &mcpBinary{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(b.stderr, pw)
@@ -109,6 +130,19 @@ func startHTTP(t *testing.T, args ...string) *mcpBinary {
 		t.Fatalf("ipybox mcp did not listen within 30s\n%s", b.stderr)
 	}
 	return b
+}
+
+// httpClient sends the server's bearer token.
+func (b *mcpBinary) httpClient() *http.Client {
+	return &http.Client{Transport: tokenTransport{b.token}}
+}
+
+type tokenTransport struct{ token string }
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tt.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // stop signals the process and waits for it (bounded).
@@ -234,8 +268,9 @@ func TestMCPInspectorStdio(t *testing.T) {
 func TestMCPInspectorHTTP(t *testing.T) {
 	ws := sharedMCPWorkspace(t)
 	srv := startHTTP(t, "--workspace", ws)
-	list := inspector(t, srv.url, "--transport", "http", "--method", "tools/list")
-	out := inspector(t, srv.url, "--transport", "http", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
+	auth := "Authorization: Bearer " + srv.token
+	list := inspector(t, srv.url, "--transport", "http", "--header", auth, "--method", "tools/list")
+	out := inspector(t, srv.url, "--transport", "http", "--header", auth, "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
 	checkInspectorOutput(t, list, out)
 }
 
@@ -246,7 +281,9 @@ func TestMCPConformance(t *testing.T) {
 	ws := sharedMCPWorkspace(t)
 	node := testenv.NPMBin(t, "node")
 	conf := testenv.NPMBin(t, "conformance")
-	srv := startHTTP(t, "--workspace", ws)
+	// The suite sends no credentials: the loopback server runs with the
+	// explicit --no-auth.
+	srv := startHTTP(t, "--workspace", ws, "--no-auth")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	baseline, _ := filepath.Abs(filepath.Join("testdata", "conformance-baseline.yml"))
@@ -353,7 +390,7 @@ func TestMCPShutdown(t *testing.T) {
 		srv := startHTTP(t, "--workspace", ws, "--mcp-config", cfg)
 		var sessions []*mcp.ClientSession
 		for range 2 {
-			cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: srv.url, DisableStandaloneSSE: true}, nil)
+			cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: srv.url, DisableStandaloneSSE: true, HTTPClient: srv.httpClient()}, nil)
 			runCell(t, cs, code)
 			sessions = append(sessions, cs)
 		}
@@ -400,7 +437,12 @@ func TestMCPUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"mcp", "--http", ":8080"}, "implicitly binds all interfaces"},
-		{[]string{"mcp", "--http", "0.0.0.0:8080"}, "--auth-token"},
+		{[]string{"mcp", "--http", "0.0.0.0:8080", "--no-auth"}, "without a bearer token is refused"},
+		{[]string{"mcp", "--http", "127.0.0.1:0", "--auth-token", "secret"}, "--auth-token-file"},
+		{[]string{"mcp", "--auth-token-file", "/x"}, "stdio needs no token"},
+		{[]string{"mcp", "--no-auth"}, "stdio needs no token"},
+		{[]string{"mcp", "--http", "127.0.0.1:0", "--no-auth", "--auth-token-file", "/x"}, "contradicts"},
+		{[]string{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", "/nonexistent/token"}, "--auth-token-file"},
 		{[]string{"mcp", "--approval", "sometimes"}, `--approval "sometimes"`},
 		{[]string{"mcp", "--allow-tool", "fs.*"}, "only matters with --approval elicit"},
 		{[]string{"mcp", "--approval", "elicit", "--allow-tool", "fs"}, "SERVER.TOOL"},
@@ -410,6 +452,13 @@ func TestMCPUsageErrors(t *testing.T) {
 		{[]string{"mcp", "--container-env-file", "/nonexistent/.env"}, "--kernel-env-file"},
 		{[]string{"mcp", "--workspace", "/nonexistent/ws"}, "not a directory"},
 		{[]string{"mcp", "extra"}, `unexpected argument "extra"`},
+		{[]string{"mcp", "--no-sandbox", "--sandbox"}, "--no-sandbox contradicts"},
+		{[]string{"mcp", "--no-sandbox", "--allowed-domain", "pypi.org"}, "--no-sandbox contradicts"},
+		{[]string{"mcp", "--no-sandbox", "--memory", "1g"}, "mean nothing with --no-sandbox"},
+		{[]string{"mcp", "--memory", "1m"}, "too small for Python"},
+		{[]string{"mcp", "--memory", "lots"}, `--memory: size "lots"`},
+		{[]string{"mcp", "--pids", "3"}, "too small for a kernel"},
+		{[]string{"exec", "--memory", "1g", "-c", "1"}, "add --sandbox"},
 	} {
 		var out bytes.Buffer
 		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 
@@ -8,33 +9,86 @@ import (
 	"github.com/ipybox/ipybox/sandbox"
 )
 
-// sandboxFlags are the sandbox flags of exec (and mcp).
+// sandboxFlags are the sandbox flags of exec and mcp. exec runs unsandboxed
+// unless asked; mcp runs sandboxed by default (onByDefault), with
+// --no-sandbox as the way out.
 type sandboxFlags struct {
-	on      bool
+	onByDefault bool
+
+	on, off bool
 	config  string
 	domains stringList
+	memory  string
+	pids    int
 }
 
-func (f *sandboxFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.on, "sandbox", false, "run the kernel in a bubblewrap sandbox (Linux): minimal read-only root, writable workspace, no network; fails if the sandbox cannot run")
+func (f *sandboxFlags) register(fs *flag.FlagSet, onByDefault bool) {
+	f.onByDefault = onByDefault
+	if onByDefault {
+		fs.BoolVar(&f.on, "sandbox", false, "run kernels in the bubblewrap sandbox with sandbox-runtime's strict semantics (no network unless --allowed-domain); fails if the sandbox cannot run")
+		fs.BoolVar(&f.off, "no-sandbox", false, "run kernels without the sandbox (by default they run in it, with public network through the egress proxy, when the host supports it): kernel code then has your rights, and approvals are advice, not a boundary")
+	} else {
+		fs.BoolVar(&f.on, "sandbox", false, "run the kernel in a bubblewrap sandbox (Linux): minimal read-only root, writable workspace, no network; fails if the sandbox cannot run")
+	}
 	fs.StringVar(&f.config, "sandbox-config", "", "sandbox settings `FILE` in sandbox-runtime's JSON format (implies --sandbox)")
 	fs.Var(&f.domains, "allowed-domain", "let the sandboxed kernel reach `DOMAIN` through the egress proxy (exact name or *.suffix; repeatable; implies --sandbox)")
+	fs.StringVar(&f.memory, "memory", "", fmt.Sprintf("most memory each sandboxed process may map for data, as `SIZE` (512m, 4g, or unlimited; default %s)", sandbox.FormatSize(sandbox.DefaultMemory)))
+	fs.IntVar(&f.pids, "pids", 0, fmt.Sprintf("most processes and threads the sandboxed kernel may run, `N` (-1: unlimited; default %d)", sandbox.DefaultPids))
 }
 
-// policy returns the sandbox policy the flags ask for, or nil for none.
-func (f *sandboxFlags) policy() (*ipybox.SandboxConfig, error) {
-	if !f.on && f.config == "" && len(f.domains) == 0 {
-		return nil, nil
+// explicit reports whether a sandbox flag asked for the sandbox.
+func (f *sandboxFlags) explicit() bool {
+	return f.on || f.config != "" || len(f.domains) > 0
+}
+
+// policy returns the sandbox policy the flags ask for, or nil for none,
+// and whether it was asked for explicitly. An explicit sandbox keeps
+// sandbox-runtime's semantics (no network unless allowed) and fails when
+// it cannot run; mcp's default one reaches public addresses through the
+// egress proxy (loopback and private ranges are refused), so that pip and
+// web APIs work, and gives way to running unsandboxed, with a warning,
+// where the host cannot sandbox.
+func (f *sandboxFlags) policy() (cfg *ipybox.SandboxConfig, explicit bool, err error) {
+	limits := f.memory != "" || f.pids != 0
+	switch {
+	case f.off && f.explicit():
+		return nil, false, errors.New("--no-sandbox contradicts --sandbox, --sandbox-config and --allowed-domain; choose one")
+	case f.off && limits:
+		return nil, false, errors.New("--memory and --pids limit the sandboxed kernel; they mean nothing with --no-sandbox")
+	case f.off:
+		return nil, false, nil
+	case !f.explicit() && !f.onByDefault:
+		if limits {
+			return nil, false, errors.New("--memory and --pids limit the sandboxed kernel; add --sandbox")
+		}
+		return nil, false, nil
 	}
-	cfg := sandbox.DefaultConfig()
+	cfg = sandbox.DefaultConfig()
 	if f.config != "" {
-		var err error
 		if cfg, err = sandbox.LoadConfig(f.config); err != nil {
-			return nil, fmt.Errorf("--sandbox-config: %w", err)
+			return nil, false, fmt.Errorf("--sandbox-config: %w", err)
 		}
 	}
 	if err := cfg.AllowDomains(f.domains...); err != nil {
-		return nil, fmt.Errorf("--allowed-domain: %w", err)
+		return nil, false, fmt.Errorf("--allowed-domain: %w", err)
 	}
-	return cfg, nil
+	if !f.explicit() {
+		if err := cfg.AllowDomains(sandbox.AnyPublicDomain); err != nil {
+			return nil, false, err
+		}
+	}
+	if f.memory != "" {
+		n, err := sandbox.ParseSize(f.memory)
+		if err != nil {
+			return nil, false, fmt.Errorf("--memory: %w", err)
+		}
+		cfg.Limits.Memory = n
+	}
+	if f.pids != 0 {
+		cfg.Limits.Pids = f.pids
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, false, fmt.Errorf("sandbox: %w", err)
+	}
+	return cfg, f.explicit(), nil
 }
