@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/toolserver"
@@ -30,6 +31,11 @@ type ApprovalRequest struct {
 	// after IPython's expansion. Script magics carry their magic line:
 	// "%%bash --out x\n<script>".
 	Command string
+	// Deadline is when the request stops waiting and the call fails with
+	// ApprovalTimeoutError: Options.ApprovalTimeout from the request, or
+	// the cell's remaining time (ExecOptions.Timeout), whichever comes
+	// first. Zero when neither bounds it.
+	Deadline time.Time
 
 	once     sync.Once
 	decision chan error // receives nil (accept) or a *toolserver.RejectedError
@@ -37,21 +43,51 @@ type ApprovalRequest struct {
 
 func (*ApprovalRequest) isEvent() {}
 
-// Accept lets the call run. Only the first Accept or Reject counts.
-func (r *ApprovalRequest) Accept() { r.decide(nil) }
+// ErrNotPending is returned by Accept and Reject for a request that has no
+// call waiting on it: a request made by hand rather than yielded by
+// Stream, or one already decided.
+var ErrNotPending = errors.New("ipybox: no call waits on this approval request (it was not yielded by Stream, or it was already decided)")
+
+// Accept lets the call run. Only the first Accept or Reject counts; a
+// later one, or one on a request that Stream did not yield, returns
+// ErrNotPending.
+func (r *ApprovalRequest) Accept() error { return r.decide(nil) }
 
 // Reject refuses the call; kernel code sees ApprovalRejectedError with
-// reason. Only the first Accept or Reject counts.
-func (r *ApprovalRequest) Reject(reason string) {
+// reason. Only the first Accept or Reject counts; a later one, or one on a
+// request that Stream did not yield, returns ErrNotPending.
+func (r *ApprovalRequest) Reject(reason string) error {
 	if reason == "" {
 		reason = "rejected by the application"
 	}
-	r.decide(&toolserver.RejectedError{Reason: reason})
+	return r.decide(&toolserver.RejectedError{Reason: reason})
 }
 
-func (r *ApprovalRequest) decide(err error) {
-	r.once.Do(func() { r.decision <- err })
+func (r *ApprovalRequest) decide(err error) error {
+	if r.decision == nil {
+		return ErrNotPending
+	}
+	decided := false
+	r.once.Do(func() {
+		r.decision <- err // buffered: never blocks
+		decided = true
+	})
+	if !decided {
+		return ErrNotPending
+	}
+	return nil
 }
+
+// ApproveAll is an Options.Approver that accepts every request: the named
+// opt-out from approval for Execute, as upstream ipybox's execute() does.
+// Without the sandbox, approvals are advice anyway (kernel code has the
+// user's rights); with it, ApproveAll lets kernel code call every
+// registered server and run every shell command.
+func ApproveAll(context.Context, *ApprovalRequest) error { return nil }
+
+// errNoApprover is the rejection of Execute without an Approver.
+const errNoApprover = "no Options.Approver is set, so Execute rejects every call that needs approval; " +
+	"set Options.Approver (ipybox.ApproveAll to let every call run), or answer the requests through Stream"
 
 // String describes the request for a person deciding on it.
 func (r *ApprovalRequest) String() string {
@@ -113,6 +149,15 @@ func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) error {
 	e.cellMu.Unlock()
 	if c == nil {
 		return errNoCell
+	}
+	// A decision cannot outlast the cell's remaining time either.
+	if c.budget != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, max(c.budget.Remaining(), time.Millisecond))
+		defer cancel()
+	}
+	if d, ok := ctx.Deadline(); ok {
+		r.Deadline = d
 	}
 	r.decision = make(chan error, 1)
 	c.track(r, true)

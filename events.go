@@ -47,6 +47,10 @@ type Result struct {
 	// Truncated is true when the kernel's final status message did not
 	// arrive: output may be missing.
 	Truncated bool
+	// Omitted is how many bytes of text ExecOptions.KeepText left out of
+	// Text (Stream delivered them as *Output events); zero when Text is
+	// whole.
+	Omitted int64
 }
 
 func (*Output) isEvent()      {}
@@ -74,7 +78,7 @@ func fromKernelResult(r *kernel.Result) *Result {
 	if r == nil {
 		return nil
 	}
-	out := &Result{Text: r.Text, Images: r.Images, Truncated: r.Truncated}
+	out := &Result{Text: r.Text, Images: r.Images, Truncated: r.Truncated, Omitted: r.Omitted}
 	for _, d := range r.Displays {
 		out.Displays = append(out.Displays, fromKernelDisplay(d))
 	}

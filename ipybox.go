@@ -77,8 +77,10 @@ type Options struct {
 	// security boundary (ctypes or a fresh interpreter get around them).
 	RequireShellEscape bool
 	// Approver answers the approval requests of Execute. It returns nil to
-	// accept or an error whose text is the rejection reason. Nil accepts
-	// every request, as upstream ipybox does. Stream does not use it.
+	// accept or an error whose text is the rejection reason. Nil rejects
+	// every request (the safe default); ApproveAll accepts every one, as
+	// upstream ipybox's execute() does. Stream does not use it: its
+	// consumer answers each *ApprovalRequest.
 	Approver func(ctx context.Context, req *ApprovalRequest) error
 	// ApprovalTimeout bounds the wait for one decision; then the call
 	// raises ApprovalTimeoutError in the cell. Zero means 5 minutes.
@@ -88,6 +90,13 @@ type Options struct {
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment (see mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+
+	// Zygote, when set, forks the kernel from this fork server (see
+	// NewZygote) instead of starting it cold: a restart or a new Executor
+	// then takes about a fifth of the time. It is used only without
+	// Sandbox: a sandboxed kernel never comes from it. Options.Python must
+	// be empty or the zygote's interpreter. Nil means cold starts.
+	Zygote *Zygote
 
 	// Sandbox, when set, runs the kernel inside a bubblewrap sandbox with
 	// this policy (DefaultSandbox() is a good start). If the sandbox
@@ -107,6 +116,12 @@ type ExecOptions struct {
 	// *TimeoutError (errors.Is(err, ErrTimeout)). Zero means no limit
 	// beyond the context.
 	Timeout time.Duration
+	// KeepText bounds the text the *Result keeps, so that a cell printing
+	// hundreds of megabytes does not hold them all in memory: its first
+	// and last KeepText/2 bytes, with Result.Omitted counting the rest.
+	// Stream still delivers every byte as *Output events. Zero keeps all
+	// the text (as much memory as the cell prints).
+	KeepText int
 }
 
 // Executor runs code in one stateful kernel. Executions are serialised: a
@@ -173,10 +188,17 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	var launcher kernel.Launcher
-	if o.Sandbox != nil {
+	switch {
+	case o.Sandbox != nil:
 		if launcher, err = e.startSandbox(ctx); err != nil {
 			return nil, fmt.Errorf("ipybox: %w", err)
 		}
+	case o.Zygote != nil:
+		if o.Python != "" && o.Python != o.Zygote.Python() {
+			return nil, fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
+		}
+		o.Python = o.Zygote.Python()
+		launcher = o.Zygote
 	}
 	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
 	if err != nil {
@@ -234,7 +256,11 @@ func (e *Executor) Workspace() string { return e.workspace }
 // ImagesDir returns the directory images are saved to.
 func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 
-// Execute runs code as one cell and returns its result.
+// Execute runs code as one cell and returns its result. It has no way to
+// ask the application about a tool call or shell command that needs
+// approval: it answers through Options.Approver, and without one it
+// rejects them (the cell sees ApprovalRejectedError). Use Stream to
+// decide each request as it comes.
 //
 // A Python exception gives both the Result (with the output printed before
 // it) and a *PythonError. A timeout gives the partial Result and a
@@ -251,7 +277,7 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 			last = ev
 		case *ApprovalRequest:
 			if e.opts.Approver == nil {
-				ev.Accept()
+				ev.Reject(errNoApprover)
 			} else if err := e.opts.Approver(ctx, ev); err != nil {
 				ev.Reject(err.Error())
 			} else {
@@ -288,6 +314,9 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.budget = kernel.NewBudget(opts.Timeout)
 			defer c.budget.Stop()
 			ko.Budget = c.budget
+		}
+		if opts != nil {
+			ko.KeepText = opts.KeepText
 		}
 		ko.Input = e.opts.Input
 		ko.Calls = c.calls

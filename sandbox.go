@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ipybox/ipybox/kernel"
@@ -34,6 +37,7 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Workspace: e.workspace,
 		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
 		Logger:    e.log,
+		Secrets:   e.secretFiles,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -45,6 +49,76 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	// Inside, the runtime reaches the tool server through the forwarder.
 	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
 	return sb, nil
+}
+
+// secretFiles lists the workspace files and directories that registered
+// MCP server configs name in their arguments or environment (a service
+// account key, a credentials file or folder): the kernel's sandbox masks
+// them at each start. A name that is a symbolic link is kept: the sandbox
+// masks its target. A directory counts only where its name says secret:
+// an environment variable's value (CLOUDSDK_CONFIG, GNUPGHOME) or a flag
+// such as --credentials-dir; a directory a server simply works on (the
+// filesystem server's roots) stays visible.
+func (e *Executor) secretFiles() []string {
+	var out []string
+	for _, name := range e.registry.Names() {
+		cfg, ok := e.registry.Get(name)
+		if !ok {
+			continue
+		}
+		base := e.workspace
+		if cfg.Cwd != "" && filepath.IsAbs(cfg.Cwd) {
+			base = cfg.Cwd
+		}
+		type cand struct {
+			value string
+			dirOK bool
+		}
+		var cands []cand
+		for i, a := range cfg.Args {
+			if flag, after, ok := strings.Cut(a, "="); ok { // --key-file=creds.json
+				cands = append(cands, cand{after, secretName(flag)})
+			}
+			cands = append(cands, cand{a, i > 0 && secretName(cfg.Args[i-1])})
+		}
+		for _, v := range cfg.Env {
+			cands = append(cands, cand{v, true})
+		}
+		for _, c := range cands {
+			if c.value == "" || strings.Contains(c.value, "${") {
+				continue
+			}
+			p := c.value
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(base, p)
+			}
+			p = filepath.Clean(p)
+			if p == e.workspace || !strings.HasPrefix(p, e.workspace+string(filepath.Separator)) {
+				continue
+			}
+			fi, err := os.Stat(p)
+			if err != nil || fi.IsDir() && !c.dirOK || slices.Contains(out, p) {
+				continue
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// secretName reports whether a flag's name says that its value holds
+// secrets.
+func secretName(flag string) bool {
+	if !strings.HasPrefix(flag, "-") {
+		return false
+	}
+	f := strings.ToLower(flag)
+	for _, w := range []string{"cred", "secret", "key", "token", "auth", "cert", "gnupg", "ssh", "password"} {
+		if strings.Contains(f, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // probe checks that sb can run here. A sandbox that was asked for either

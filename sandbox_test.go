@@ -197,7 +197,7 @@ func TestSandboxAttacksFromKernel(t *testing.T) {
 	hostFile := filepath.Join(t.TempDir(), "host-secret.txt")
 	os.WriteFile(hostFile, []byte("secret"), 0o644)
 
-	ex := startSandboxed(t, nil)
+	ex := startSandboxed(t, &ipybox.Options{Approver: ipybox.ApproveAll})
 	register(t, ex, "go", testmcpStdio(t))
 	run(t, ex, `import os, socket, ctypes, subprocess
 def attempt(f):

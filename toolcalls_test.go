@@ -133,7 +133,7 @@ func TestEverythingOverAllTransports(t *testing.T) {
 
 func TestEverythingToolsFromKernel(t *testing.T) {
 	bin := testenv.NPMBin(t, "mcp-server-everything")
-	ex := start(t, nil)
+	ex := start(t, &ipybox.Options{Approver: ipybox.ApproveAll})
 	register(t, ex, "everything", ipybox.ServerConfig{Command: bin, Args: []string{"stdio"}})
 	res := run(t, ex, `from mcptools.everything.echo import Params, run
 from mcptools.everything import get_structured_content as gsc
@@ -247,7 +247,7 @@ func TestTimeoutBudgetAndApproval(t *testing.T) {
 	ex2 := start(t, nil)
 	register(t, ex2, "go", testmcpStdio(t))
 	run(t, ex2, "from mcptools.go.tool_2 import Params, run")
-	slow := func(r *ipybox.ApprovalRequest) { time.AfterFunc(1500*time.Millisecond, r.Accept) }
+	slow := func(r *ipybox.ApprovalRequest) { time.AfterFunc(1500*time.Millisecond, func() { r.Accept() }) }
 	if _, _, err := collect(t, ex2, "run(Params())", &ipybox.ExecOptions{Timeout: time.Second}, slow); err != nil {
 		t.Errorf("1.0 s budget with a 1.5 s approval: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -29,18 +30,9 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(root, 0o755); err != nil {
-			return nil, fmt.Errorf("pygen: create %s: %w", root, err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("pygen: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("pygen: %s is not a directory (a symbolic link is refused too); pass the workspace's mcptools folder", root)
-	}
-	r, err := os.OpenRoot(root)
+	r, err := openFolder(root)
 	if err != nil {
-		return nil, fmt.Errorf("pygen: %w", err)
+		return nil, err
 	}
 	defer r.Close()
 
@@ -91,6 +83,39 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 		}
 	}
 	return mods, nil
+}
+
+// openFolder opens root, creating it if missing, from its parent without
+// following a link out of the parent: the workspace is writable by kernel
+// code, which can swap the folder for a link to anywhere between a check
+// and an open (renameat2 RENAME_EXCHANGE). Once open, every operation is
+// relative to the folder itself, wherever it is moved.
+func openFolder(root string) (*os.Root, error) {
+	dir := filepath.Dir(root)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pygen: create %s: %w", dir, err)
+	}
+	parent, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("pygen: %w", err)
+	}
+	defer parent.Close()
+	name := filepath.Base(root)
+	if err := parent.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("pygen: create %s: %w", root, err)
+	}
+	if fi, err := parent.Lstat(name); err != nil {
+		return nil, fmt.Errorf("pygen: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("pygen: %s is not a directory (a symbolic link is refused too); pass the workspace's mcptools folder", root)
+	}
+	// The check above gives the usual error; this open is the guard. A link
+	// that appears in between is followed only within the parent.
+	r, err := parent.OpenRoot(name)
+	if err != nil {
+		return nil, fmt.Errorf("pygen: open %s: %w", root, err)
+	}
+	return r, nil
 }
 
 // removeLeftovers removes the temporary folders of an earlier Write of
