@@ -314,22 +314,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
 	}
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is retired with its restrictions
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			errc <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-			return
-		}
-		if err := applyLandlock(c); err != nil {
-			errc <- fmt.Errorf("landlock: %w", err)
-			return
-		}
-		if err := installSeccomp(prog); err != nil {
-			errc <- fmt.Errorf("seccomp: %w", err)
-			return
-		}
-		errc <- cmd.Start()
-	}()
+	go startOnRestrictedThread(errc, c, prog, cmd)
 	err = <-errc
 	if execErrW != nil {
 		execErrW.Close()
@@ -349,6 +334,39 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		}
 	}
 	return cmd, nil
+}
+
+// startOnRestrictedThread restricts the calling goroutine's thread, starts
+// cmd from it, and sends cmd.Start's error (or the restriction's) on errc.
+// The thread is never unlocked, so it is retired with its restrictions.
+// It must not be the main thread: that one is never retired, and it is the
+// process that the program sees as pid 1, so restricting it would put the
+// init inside the program's Landlock domain, where the program's signals
+// reach it. On the main thread, it holds that thread and starts again on a
+// new goroutine, which then runs on another.
+func startOnRestrictedThread(errc chan<- error, c *initConfig, prog []unix.SockFilter, cmd *exec.Cmd) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		done := make(chan error, 1)
+		go startOnRestrictedThread(done, c, prog, cmd)
+		err := <-done
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		errc <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return
+	}
+	if err := applyLandlock(c); err != nil {
+		errc <- fmt.Errorf("landlock: %w", err)
+		return
+	}
+	if err := installSeccomp(prog); err != nil {
+		errc <- fmt.Errorf("seccomp: %w", err)
+		return
+	}
+	errc <- cmd.Start()
 }
 
 // closeInheritedOnExec marks every inherited descriptor above stderr
