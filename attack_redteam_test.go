@@ -359,10 +359,7 @@ open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfs
 func TestRedteamExecTerminalEscapes(t *testing.T) {
 	py := testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
-	bin := filepath.Join(t.TempDir(), "ipybox")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ipybox").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.Binary(t)
 	ws := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

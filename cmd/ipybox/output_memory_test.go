@@ -25,8 +25,9 @@ const limitRSS = 300 << 20 // bytes
 // with host memory under 300 MB.
 func TestExecOutputMemory(t *testing.T) {
 	testenv.NeedsPython(t)
-	cmd := exec.Command(os.Args[0], "exec", "--workspace", t.TempDir(), "-c", print400MB)
-	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	// The product as users get it: the race detector alone would take
+	// gigabytes.
+	cmd := exec.Command(testenv.Binary(t), "exec", "--workspace", t.TempDir(), "-c", print400MB)
 	var n countWriter
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &n, &stderr
@@ -58,8 +59,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 func TestMCPOutputMemory(t *testing.T) {
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	cmd := exec.Command(os.Args[0], "mcp", "--workspace", ws, "--no-sandbox")
-	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	cmd := exec.Command(testenv.Binary(t), "mcp", "--workspace", ws, "--no-sandbox")
 	cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
 	out, isErr := callText(t, cs, "execute_ipython_cell", map[string]any{"code": print400MB, "timeout": 300})
 	if isErr {
