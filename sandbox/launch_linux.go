@@ -136,6 +136,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	}
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = stderr
+	// Wait returns this long after bwrap exits even when a straggler still
+	// holds the output pipes.
+	cmd.WaitDelay = waitDelay
 	err = cmd.Start()
 	closeFiles() // the child has its copies; the init's EOF needs ours closed
 	if err != nil {
@@ -151,13 +154,11 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	select {
 	case line = <-ready:
 	case <-wait.Done():
-		cmd.Process.Kill()
-		<-ready
-		cmd.Wait()
-		ctl.Close()
+		abortStart(cmd, ctl, ready)
 		return nil, fmt.Errorf("sandbox: waiting for the sandbox to start %s: %w", path, wait.Err())
 	}
 	if line != "ok" {
+		shutdownCtl(ctl)
 		cmd.Process.Kill()
 		cmd.Wait()
 		ctl.Close()

@@ -8,6 +8,9 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // readLine reads one line (without the newline) from the init's control
@@ -28,6 +31,48 @@ func readLine(r io.Reader) string {
 		}
 	}
 	return string(b)
+}
+
+// waitDelay bounds how long Wait waits for the output pipes once bwrap has
+// exited (see exec.Cmd.WaitDelay).
+const waitDelay = 5 * time.Second
+
+// abortGrace is how long an aborted start waits for bwrap to end by
+// itself before killing it.
+const abortGrace = 3 * time.Second
+
+// shutdownCtl shuts the host's end of the control socket down, in both
+// directions, without closing it (a Read or Write in progress sees EOF or
+// EPIPE at once). The init exits when it reads EOF, or when it cannot
+// write "ok"; that ends the pid namespace and everything in it. Unlike a
+// signal to bwrap, this needs no --die-with-parent, which a credential
+// change in the sandbox's set-up clears.
+func shutdownCtl(f *os.File) {
+	if sc, err := f.SyscallConn(); err == nil {
+		sc.Control(func(fd uintptr) { unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	}
+}
+
+// abortStart ends a sandbox whose start was abandoned (its context ended):
+// the control socket is shut down, so that the init exits as soon as it
+// runs, and bwrap gets abortGrace to end by itself before it is killed.
+// Killing bwrap at once could orphan its child in the middle of the
+// set-up, where it waits for bwrap forever, holding the control socket.
+func abortStart(cmd *exec.Cmd, ctl *os.File, ready <-chan string) {
+	shutdownCtl(ctl)
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	select {
+	case <-exited:
+	case <-time.After(abortGrace):
+		cmd.Process.Kill()
+		<-exited
+	}
+	<-ready // returns at once: the socket is shut down
+	ctl.Close()
 }
 
 // process is a sandboxed process: bwrap, and inside, the init (pid 1) and
@@ -65,10 +110,15 @@ func (p *process) Signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Kill kills bwrap. The init, its child and the sandbox's pid 1, dies with
-// it (--die-with-parent), and the kernel then kills every process in the
-// sandbox's pid namespace.
+// Kill ends the whole sandbox: it shuts the control socket down, which
+// makes the init (the sandbox's pid 1) exit, and the kernel then kills
+// every process in the sandbox's pid namespace; and it kills bwrap.
 func (p *process) Kill() error {
+	p.mu.Lock()
+	if p.ctl != nil {
+		shutdownCtl(p.ctl)
+	}
+	p.mu.Unlock()
 	err := p.cmd.Process.Kill()
 	if errors.Is(err, os.ErrProcessDone) {
 		return os.ErrProcessDone
