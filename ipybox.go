@@ -119,9 +119,25 @@ type ExecOptions struct {
 	// KeepText bounds the text the *Result keeps, so that a cell printing
 	// hundreds of megabytes does not hold them all in memory: its first
 	// and last KeepText/2 bytes, with Result.Omitted counting the rest.
-	// Stream still delivers every byte as *Output events. Zero keeps all
-	// the text (as much memory as the cell prints).
+	// Stream still delivers every byte as *Output events. Zero means
+	// DefaultKeepText; a negative value keeps all the text (as much
+	// memory as the cell prints, which kernel code chooses).
 	KeepText int
+}
+
+// DefaultKeepText is the text a *Result keeps when ExecOptions.KeepText is
+// zero: 64 MiB, its first and last 32 MiB.
+const DefaultKeepText = 64 << 20
+
+// keepText is the kernel's KeepText for opts (0: keep all).
+func keepText(opts *ExecOptions) int {
+	switch {
+	case opts == nil || opts.KeepText == 0:
+		return DefaultKeepText
+	case opts.KeepText < 0:
+		return 0
+	}
+	return opts.KeepText
 }
 
 // Executor runs code in one stateful kernel. Executions are serialised: a
@@ -315,9 +331,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			defer c.budget.Stop()
 			ko.Budget = c.budget
 		}
-		if opts != nil {
-			ko.KeepText = opts.KeepText
-		}
+		ko.KeepText = keepText(opts)
 		ko.Input = e.opts.Input
 		ko.Calls = c.calls
 		ko.OnEvent = func(ev kernel.Event) {

@@ -78,28 +78,57 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts *ExecOptions) (*
 }
 
 // call collects the messages answering one request. Readers push; the
-// caller's goroutine pops. The queue is unbounded so that no reader ever
-// waits for the caller.
+// caller's goroutine pops. The queue holds up to callBudget bytes, more
+// when the caller lags: then a push waits, which holds the channel's
+// reader back (see jupyter's guard) rather than the host's memory filling
+// with what kernel code sends. A push never waits once the call is over
+// (unregistered) or the kernel is dead.
 type call struct {
 	mu     sync.Mutex
 	queue  []routed
-	notify chan struct{}
+	bytes  int
+	over   bool          // unregistered: pushes are dropped
+	notify chan struct{} // something was pushed
+	space  chan struct{} // the caller drained the queue
+	dead   <-chan struct{}
 }
+
+// callBudget is how many bytes of messages a call queues before a push
+// waits for the caller.
+const callBudget = 32 << 20
 
 type routed struct {
 	ch jupyter.Channel
 	m  *jupyter.Message
 }
 
-func newCall() *call { return &call{notify: make(chan struct{}, 1)} }
+func newCall(dead <-chan struct{}) *call {
+	return &call{notify: make(chan struct{}, 1), space: make(chan struct{}, 1), dead: dead}
+}
 
 func (c *call) push(ch jupyter.Channel, m *jupyter.Message) {
-	c.mu.Lock()
-	c.queue = append(c.queue, routed{ch, m})
-	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
+	size := len(m.Content) + len(m.Metadata)
+	for _, b := range m.Buffers {
+		size += len(b)
+	}
+	for {
+		c.mu.Lock()
+		if c.over {
+			c.mu.Unlock()
+			return
+		}
+		if c.bytes < callBudget || len(c.queue) == 0 || isClosed(c.dead) {
+			c.queue = append(c.queue, routed{ch, m})
+			c.bytes += size
+			c.mu.Unlock()
+			signal(c.notify)
+			return
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.space:
+		case <-c.dead:
+		}
 	}
 }
 
@@ -107,8 +136,38 @@ func (c *call) drain() []routed {
 	c.mu.Lock()
 	q := c.queue
 	c.queue = nil
+	c.bytes = 0
 	c.mu.Unlock()
+	signal(c.space)
 	return q
+}
+
+// end marks the call over: what is pushed from now on is dropped, and a
+// push waiting for room returns.
+func (c *call) end() {
+	c.mu.Lock()
+	c.over = true
+	c.queue = nil
+	c.mu.Unlock()
+	signal(c.space)
+}
+
+// signal wakes the one waiter of a channel of capacity 1, or leaves the
+// wake-up for the next.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitInfo waits for a kernel_info reply and an iopub message for it.

@@ -65,3 +65,31 @@ func TestSlowConsumerLosesNothing(t *testing.T) {
 		t.Errorf("truncated %v, streamed %d bytes; want all %d", res.Truncated, n, 32<<20)
 	}
 }
+
+// TestOneHugeWrite: one write longer than the host's message limit
+// (jupyter.MaxMessage) arrives whole, in messages the host accepts, and the
+// kernel lives on.
+func TestOneHugeWrite(t *testing.T) {
+	k := startKernel(t, nil)
+	const n = 200 << 20
+	var got, biggest int
+	_, err := k.Execute(context.Background(), "import sys\nsys.stdout.write('y' * (200 << 20))", &kernel.ExecOptions{
+		KeepText: 1024,
+		OnEvent: func(e kernel.Event) {
+			if s, ok := e.(*kernel.Stream); ok {
+				got += strings.Count(s.Text, "y")
+				biggest = max(biggest, len(s.Text))
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != n {
+		t.Errorf("streamed %d of %d bytes (largest event %d)", got, n, biggest)
+	}
+	res, err := k.Execute(context.Background(), "print('alive')", nil)
+	if err != nil || res.Text != "alive" {
+		t.Errorf("after the huge write: %q, %v", res.Text, err)
+	}
+}

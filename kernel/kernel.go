@@ -354,9 +354,11 @@ del _b, _m
 // Each write already calls _schedule_flush, which returns at once while a
 // flush is pending; there, a buffer past 1 MiB asks the IO thread to flush
 // now, and one past 8 MiB waits for the flush, which holds a writer back
-// to the pace the IO thread can send. A wrapper around write itself cost a
-// fifth of the throughput of a cell printing in a loop; this costs one
-// tell() per write.
+// to the pace the IO thread can send. A single write longer than that (one
+// print of a 100 MB string) leaves in messages of at most 2 Mi characters,
+// under the host's message limit (jupyter.MaxMessage). A wrapper around
+// write itself cost a fifth of the throughput of a cell printing in a
+// loop; this costs one tell() per write.
 const boundStreams = `def _ipybox_bound_streams():
     from ipykernel.iostream import OutStream
     soft, hard = 1 << 20, 8 << 20
@@ -381,6 +383,21 @@ const boundStreams = `def _ipybox_bound_streams():
     OutStream._schedule_flush = _schedule_flush
     OutStream._ipybox_flush_now = _ipybox_flush_now
     OutStream._ipybox_hurry = False
+    if not hasattr(OutStream, "_flush_buffer"):
+        return
+    chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
+    orig_buffer, orig_flush = OutStream._flush_buffer, OutStream._flush
+    def _flush_buffer(self):
+        data = self._ipybox_rest or orig_buffer(self)
+        self._ipybox_rest = data[chunk:]
+        return data[:chunk]
+    def _flush(self):
+        orig_flush(self)
+        while self._ipybox_rest:
+            orig_flush(self)
+    OutStream._flush_buffer = _flush_buffer
+    OutStream._flush = _flush
+    OutStream._ipybox_rest = ""
 _ipybox_bound_streams()
 del _ipybox_bound_streams
 `
@@ -521,7 +538,7 @@ func (in *instance) heartbeat() {
 }
 
 func (in *instance) register(id string) *call {
-	c := newCall()
+	c := newCall(in.dead)
 	in.mu.Lock()
 	in.calls[id] = c
 	in.mu.Unlock()
@@ -530,8 +547,12 @@ func (in *instance) register(id string) *call {
 
 func (in *instance) unregister(id string) {
 	in.mu.Lock()
+	c := in.calls[id]
 	delete(in.calls, id)
 	in.mu.Unlock()
+	if c != nil {
+		c.end()
+	}
 }
 
 // current returns the live instance, restarting a dead one first.
@@ -630,6 +651,9 @@ func (k *Kernel) kill(in *instance) {
 		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "pid", in.proc.Pid())
 	}
 	if in.conn != nil {
+		// Dead first: a reader waiting for a call's caller gives up, and
+		// Close, which waits for the readers, cannot hang on it.
+		in.markDead("closed")
 		in.conn.Close()
 	}
 }

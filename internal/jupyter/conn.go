@@ -53,6 +53,7 @@ type Conn struct {
 	codec   *Codec
 	sockets [numChannels]zmq4.Socket
 	queues  [numChannels]*frameQueue // set before the readers start
+	budgets [numChannels]*budget     // nil for the heartbeat
 	cancel  context.CancelFunc
 	hbReply chan []byte
 	wg      sync.WaitGroup
@@ -90,10 +91,16 @@ func Dial(ctx context.Context, info *ConnectionInfo, h Handler, opts *DialOption
 		zmq4.WithDialerMaxRetries(-1), // bounded by ctx below, not by a count
 		zmq4.WithTimeout(10 * time.Second),
 	}
-	c.sockets[Shell] = zmq4.NewDealer(sctx, append(common, zmq4.WithID(id))...)
-	c.sockets[Stdin] = zmq4.NewDealer(sctx, append(common, zmq4.WithID(id))...)
-	c.sockets[Control] = zmq4.NewDealer(sctx, common...)
-	c.sockets[IOPub] = zmq4.NewSub(sctx, common...)
+	// Each channel's connection reads through a guard with its own
+	// budget (guard.go); the heartbeat's has a size limit only.
+	bctx := func(ch Channel) context.Context {
+		c.budgets[ch] = newBudget(channelBudget)
+		return withBudget(sctx, c.budgets[ch])
+	}
+	c.sockets[Shell] = zmq4.NewDealer(bctx(Shell), append(common, zmq4.WithID(id))...)
+	c.sockets[Stdin] = zmq4.NewDealer(bctx(Stdin), append(common, zmq4.WithID(id))...)
+	c.sockets[Control] = zmq4.NewDealer(bctx(Control), common...)
+	c.sockets[IOPub] = zmq4.NewSub(bctx(IOPub), common...)
 	c.sockets[heartbeat] = zmq4.NewDealer(sctx, common...)
 	if err := c.sockets[IOPub].SetOption(zmq4.OptionSubscribe, ""); err != nil {
 		c.closeSockets()
@@ -145,8 +152,9 @@ func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 	sock := c.sockets[ch]
 	// The reader only receives: verifying and decoding happen on another
 	// goroutine, so that the socket is drained as fast as the kernel
-	// writes. Otherwise, on a busy machine, the kernel's PUB socket reaches
-	// its high-water mark and drops output without a word.
+	// writes, up to the channel's budget (guard.go). Otherwise, on a busy
+	// machine, the kernel's PUB socket reaches its high-water mark and
+	// drops output without a word.
 	q := c.queues[ch]
 	done := make(chan struct{})
 	go func() {
@@ -159,11 +167,13 @@ func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 					if o.OnDropped != nil {
 						o.OnDropped(ch, err)
 					}
-					q.done()
-					continue
+				} else {
+					h(ch, m)
 				}
-				h(ch, m)
 				q.done()
+				if b := c.budgets[ch]; b != nil {
+					b.release(framesLen(frames))
+				}
 			}
 			if !open {
 				return
@@ -198,8 +208,17 @@ func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 	}
 }
 
-// frameQueue is an unbounded queue of received messages, from the reader
-// to the decoder.
+// framesLen is the size of a message's frames, as its guard counted them.
+func framesLen(frames [][]byte) int64 {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	return int64(n)
+}
+
+// frameQueue is a queue of received messages, from the reader
+// to the decoder; the channel's budget bounds its bytes.
 type frameQueue struct {
 	mu      sync.Mutex
 	items   [][][]byte
@@ -330,6 +349,11 @@ func (c *Conn) Close() error {
 
 func (c *Conn) closeSockets() {
 	c.cancel()
+	for _, b := range c.budgets {
+		if b != nil {
+			b.close()
+		}
+	}
 	for _, s := range c.sockets {
 		if s != nil {
 			s.Close()
