@@ -73,7 +73,10 @@ func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 
 func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
 	// Kernel code chose every byte shown here: escaped, a control
-	// sequence cannot hide or rewrite the command on the terminal.
+	// sequence cannot hide or rewrite the command on the terminal. The
+	// reset first undoes colours that kernel output set (exec lets them
+	// through): black on black would hide the prompt.
+	io.WriteString(tty, sgrReset)
 	switch r.Kind {
 	case "shell":
 		fmt.Fprintf(tty, "\nipybox: run shell command?\n  %s\n", strings.ReplaceAll(escape.Text(r.Command), "\n", "\n  "))
@@ -88,6 +91,9 @@ func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
 	a := strings.ToLower(strings.TrimSpace(line))
 	return a == "y" || a == "yes", nil
 }
+
+// sgrReset restores a terminal's default colours.
+const sgrReset = "\x1b[0m"
 
 func formatArgs(args map[string]any) string {
 	b, err := jsonMarshalIndent(args)

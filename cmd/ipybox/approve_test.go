@@ -19,7 +19,10 @@ func TestPromptEscapes(t *testing.T) {
 		if ok, err := ask(tty, r); ok || err != nil {
 			t.Fatalf("ask = %v, %v", ok, err)
 		}
-		shown := tty.out.String()
+		shown, ok := strings.CutPrefix(tty.out.String(), sgrReset)
+		if !ok {
+			t.Errorf("the prompt does not reset the colours first: %q", tty.out.String())
+		}
 		for _, raw := range []string{"\r", "\x1b", "\u202e", "\u2066", "\x9b", "\u200b"} {
 			if strings.Contains(shown, raw) {
 				t.Errorf("the prompt holds a raw %q: %q", raw, shown)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/escape"
 )
 
 const execUsage = `
@@ -20,6 +21,9 @@ Runs Python code in one IPython kernel and prints the output as it streams.
 The code comes from -c (repeatable: each -c is one cell, run in order in the
 same kernel), from FILE, or from standard input (FILE "-" or no argument).
 Images (plots) are saved to the images directory and their paths printed.
+On a terminal, control characters and escape sequences in the output are
+shown escaped (\x1b[2K), but for newlines, tabs, carriage returns and
+colours; into a pipe or a file, and with --json, the output is unchanged.
 
 Exit status: 0 on success, 1 when a cell raised, timed out or the kernel
 died (the traceback goes to stderr), 2 for bad flags.
@@ -60,6 +64,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
+	env = terminalEnv(env, f.json)
+	defer flushTerminal(env)
 	cells, err := execCells(env, f.cells, fs.Args())
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
@@ -154,6 +160,40 @@ func execCells(env *cliEnv, cs []string, rest []string) ([]string, error) {
 		return nil, fmt.Errorf("read code from standard input: %w", err)
 	}
 	return []string{string(b)}, nil
+}
+
+// terminalEnv returns env with its stdout and stderr escaped where they are
+// terminals (stdout not with --json, which is for programs). Kernel code
+// chooses what exec prints, and on a terminal a control sequence would
+// write the clipboard, or move the cursor to rewrite what ipybox printed,
+// an approval prompt included. Into a pipe or a file the output stays
+// byte for byte.
+func terminalEnv(env *cliEnv, asJSON bool) *cliEnv {
+	e := *env
+	if !asJSON {
+		e.stdout = terminalWriter(env.stdout)
+	}
+	e.stderr = terminalWriter(env.stderr)
+	return &e
+}
+
+// terminalWriter returns w, escaped if it is a terminal.
+func terminalWriter(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && isTerminal(f) {
+		return escape.NewWriter(f)
+	}
+	return w
+}
+
+// flushTerminal ends what kernel output left pending on env's terminals:
+// an unfinished sequence is shown escaped and colours are reset, so that
+// what ipybox writes next is shown as written.
+func flushTerminal(env *cliEnv) {
+	for _, w := range []io.Writer{env.stdout, env.stderr} {
+		if t, ok := w.(*escape.Writer); ok {
+			t.Flush()
+		}
+	}
 }
 
 // execKeepText is how much of a cell's text the --json result event
@@ -253,6 +293,7 @@ func (p *printer) event(i int, ev ipybox.Event) {
 		}
 	case *ipybox.Result:
 		if e.Truncated {
+			flushTerminal(p.env)
 			fmt.Fprintln(p.env.stderr, "ipybox: the kernel did not confirm the end of the output; some output may be missing")
 		}
 	}
@@ -283,5 +324,6 @@ func (p *printer) fail(i int, err error) {
 		fmt.Fprintln(p.env.stderr, strings.TrimRight(pe.TracebackText(), "\n"))
 		return
 	}
+	flushTerminal(p.env)
 	fmt.Fprintf(p.env.stderr, "ipybox: %v\n", err)
 }
