@@ -94,6 +94,11 @@ func (s *Server) Handler() http.Handler {
 				s.endSessionID(id)
 			}
 		}
+		if r.ContentLength > MaxRequest {
+			http.Error(w, fmt.Sprintf("request body of %d bytes: ipybox mcp reads requests of at most %d MiB", r.ContentLength, MaxRequest>>20), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
@@ -170,7 +168,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}()
 	if f.httpAddr == "" {
-		if err := srv.Serve(ctx, &mcp.StdioTransport{}); err != nil {
+		if err := srv.Serve(ctx, mcpserver.StdioTransport()); err != nil {
 			return fail(exitFail, err)
 		}
 		return exitOK
