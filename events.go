@@ -51,6 +51,12 @@ type Result struct {
 	// Text (Stream delivered them as *Output events); zero when Text is
 	// whole.
 	Omitted int64
+	// Restarted is set when the kernel had died since the last call
+	// (killed, crashed, or exit() in a cell) and no call had reported it:
+	// this cell ran in a fresh kernel, and the old one's state is gone.
+	// Its Error says when and why ("kernel died at 15:04:05: process
+	// exited: signal: killed").
+	Restarted *kernel.DiedError
 }
 
 func (*Output) isEvent()      {}
@@ -78,7 +84,7 @@ func fromKernelResult(r *kernel.Result) *Result {
 	if r == nil {
 		return nil
 	}
-	out := &Result{Text: r.Text, Images: r.Images, Truncated: r.Truncated, Omitted: r.Omitted}
+	out := &Result{Text: r.Text, Images: r.Images, Truncated: r.Truncated, Omitted: r.Omitted, Restarted: r.Restarted}
 	for _, d := range r.Displays {
 		out.Displays = append(out.Displays, fromKernelDisplay(d))
 	}

@@ -62,6 +62,10 @@ type Result struct {
 	// Omitted is how many bytes of text ExecOptions.KeepText left out of
 	// Text (they were streamed as events); zero when Text is whole.
 	Omitted int64
+	// Restarted is set when the kernel had died since the last call
+	// (killed, crashed, or exit() in a cell) and no call had reported it:
+	// this cell ran in a fresh kernel, and the old one's state is gone.
+	Restarted *DiedError
 }
 
 // Sentinel errors callers branch on.
@@ -116,9 +120,17 @@ func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
 // DiedError reports a kernel that died during a call. It matches
 // ErrKernelDied with errors.Is.
-type DiedError struct{ Cause string }
+type DiedError struct {
+	Cause string
+	At    time.Time // when the host saw it die (zero if unknown)
+}
 
-func (e *DiedError) Error() string { return "kernel died: " + e.Cause }
+func (e *DiedError) Error() string {
+	if e.At.IsZero() {
+		return "kernel died: " + e.Cause
+	}
+	return "kernel died at " + e.At.Format("15:04:05") + ": " + e.Cause
+}
 
 // Is makes errors.Is(err, ErrKernelDied) true.
 func (e *DiedError) Is(target error) bool { return target == ErrKernelDied }

@@ -74,7 +74,24 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts *ExecOptions) (*
 	if opts != nil {
 		o = *opts
 	}
-	return in.execute(ctx, code, &o)
+	k.mu.Lock()
+	lost := k.lost
+	k.lost = nil
+	k.mu.Unlock()
+	res, err := in.execute(ctx, code, &o)
+	if errors.Is(err, ErrKernelDied) {
+		in.reported.Store(true)
+	}
+	if res != nil {
+		res.Restarted = lost
+	} else if lost != nil {
+		k.mu.Lock()
+		if k.lost == nil {
+			k.lost = lost // for the next call that gets a Result
+		}
+		k.mu.Unlock()
+	}
+	return res, err
 }
 
 // call collects the messages answering one request. Readers push; the

@@ -116,6 +116,9 @@ type Kernel struct {
 	mu     sync.Mutex
 	cur    *instance
 	closed bool
+	// lost is the death of a kernel that no call has reported: the next
+	// Execute reports it in Result.Restarted.
+	lost *DiedError
 	wg     sync.WaitGroup // background goroutines of all instances
 }
 
@@ -199,16 +202,30 @@ type instance struct {
 	exited   chan struct{} // closed when Wait returned
 	stopHB   chan struct{}
 	closing  atomic.Bool // set before a deliberate shutdown: its exit is not news
+	reported atomic.Bool // a call has returned its death as an error
+	// exitCause says how the process ended; set before exited is closed.
+	exitCause string
 }
 
 func (in *instance) markDead(cause string) {
 	in.deadOnce.Do(func() {
-		in.deadErr = &DiedError{Cause: cause}
+		in.deadErr = &DiedError{Cause: cause, At: time.Now()}
 		close(in.dead)
 		if !in.closing.Load() {
 			in.k.opts.Logger.Warn("kernel died", "cause", cause)
 		}
 	})
+}
+
+// deathReport is d, with how the process ended when that is known by now
+// (the host often sees the connection drop before the exit status).
+func (in *instance) deathReport(d *DiedError) *DiedError {
+	select {
+	case <-in.exited:
+		return &DiedError{Cause: in.exitCause, At: d.At}
+	case <-time.After(100 * time.Millisecond):
+		return d
+	}
 }
 
 func (in *instance) isDead() bool {
@@ -277,7 +294,6 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		err := proc.Wait()
 		// What the kernel started (a `!sleep`, a subprocess) dies with it.
 		proc.Kill()
-		close(in.exited)
 		cause := "process exited"
 		if err != nil {
 			cause = "process exited: " + err.Error()
@@ -286,6 +302,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		if tail := stderr.Tail(5); tail != "" {
 			cause += "; last output: " + tail
 		}
+		in.exitCause = cause
+		close(in.exited)
 		in.markDead(cause)
 	}()
 
@@ -298,7 +316,14 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		}
 	}()
 	conn, err := jupyter.Dial(dialCtx, info, in.handle, &jupyter.DialOptions{
-		OnLost: func(ch jupyter.Channel, err error) { in.markDead("connection lost on " + ch.String()) },
+		OnLost: func(ch jupyter.Channel, err error) {
+			var fe *jupyter.FrameError
+			if errors.As(err, &fe) {
+				in.markDead("connection lost on " + ch.String() + ": " + fe.Error())
+				return
+			}
+			in.markDead("connection lost on " + ch.String())
+		},
 		OnDropped: func(ch jupyter.Channel, err error) {
 			k.opts.Logger.Warn("dropped kernel message", "channel", ch.String(), "err", err)
 		},
@@ -316,6 +341,7 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		k.kill(in)
 		return nil, err
 	}
+	stderr.Forget() // the start-up banner explains no later death
 	if k.opts.HeartbeatInterval > 0 {
 		k.wg.Add(1)
 		go in.heartbeat()
@@ -564,6 +590,11 @@ func (k *Kernel) current(ctx context.Context) (*instance, error) {
 // new, files persist.
 func (k *Kernel) Restart(ctx context.Context) error {
 	_, err := k.replace(ctx, func(*instance) bool { return true })
+	if err == nil {
+		k.mu.Lock()
+		k.lost = nil // the caller asked for a fresh kernel: a death is no news
+		k.mu.Unlock()
+	}
 	return err
 }
 
@@ -590,6 +621,9 @@ func (k *Kernel) replace(ctx context.Context, needed func(cur *instance) bool) (
 	if k.cur != nil {
 		if k.cur.isDead() {
 			k.opts.Logger.Info("starting a fresh kernel after death")
+			if d, ok := k.cur.deadErr.(*DiedError); ok && !k.cur.reported.Load() && !k.cur.closing.Load() {
+				k.lost = k.cur.deathReport(d)
+			}
 		}
 		k.retire(k.cur)
 		k.cur = nil

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/kernel"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -56,6 +57,9 @@ const maxImageBytes = 16 << 20
 // timeout or a dead kernel make it an error result.
 func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) *mcp.CallToolResult {
 	var b strings.Builder
+	if res != nil && res.Restarted != nil {
+		warnings = append([]string{restartedNote(res.Restarted)}, warnings...)
+	}
 	for _, w := range warnings {
 		b.WriteString(w)
 		b.WriteString("\n")
@@ -219,4 +223,9 @@ func (p *progress) end() {
 	}
 	close(p.stop)
 	<-p.done
+}
+
+// restartedNote tells that the kernel had died since the last call.
+func restartedNote(d *kernel.DiedError) string {
+	return fmt.Sprintf("[ipybox: the kernel died at %s (%s); its state was lost; this cell ran in a fresh kernel]", d.At.Format("15:04:05"), d.Cause)
 }

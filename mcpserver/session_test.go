@@ -320,3 +320,20 @@ func TestKernelStartsInBackground(t *testing.T) {
 		t.Errorf("installed at %q, want inside the virtualenv", got)
 	}
 }
+
+// TestDeathBetweenCallsReported: a kernel that dies between calls is
+// reported by the next call, which succeeds in a fresh kernel.
+func TestDeathBetweenCallsReported(t *testing.T) {
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	cs := connect(t, srv, nil)
+	run(t, cs, "x = 1\nimport os, signal, threading, time\n"+
+		"threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()")
+	time.Sleep(1500 * time.Millisecond) // the kernel dies 0.3 s after the cell; its sockets close at once
+	out := run(t, cs, "print('x' in globals())")
+	if !strings.Contains(out, "the kernel died at ") || !strings.Contains(out, "signal: killed") || !strings.Contains(out, "its state was lost") || !strings.HasSuffix(out, "False") {
+		t.Errorf("the call after the death: %q", out)
+	}
+	if out := run(t, cs, "print(1)"); out != "1" {
+		t.Errorf("the call after that: %q", out)
+	}
+}

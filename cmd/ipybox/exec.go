@@ -229,6 +229,7 @@ type jsonEvent struct {
 	Data      map[string]any `json:"data,omitempty"`
 	Wait      bool           `json:"wait,omitempty"`
 	Truncated bool           `json:"truncated,omitempty"`
+	Restarted string         `json:"restarted,omitempty"`
 	Omitted   int64          `json:"omitted,omitempty"`
 	Kind      string         `json:"kind,omitempty"`
 	Message   string         `json:"message,omitempty"`
@@ -268,6 +269,9 @@ func (p *printer) event(i int, ev ipybox.Event) {
 			j = jsonEvent{Type: "clear_output", Wait: e.Wait}
 		case *ipybox.Result:
 			j = jsonEvent{Type: "result", Text: e.Text, Images: e.Images, Truncated: e.Truncated, Omitted: e.Omitted}
+			if e.Restarted != nil {
+				j.Restarted = e.Restarted.Error()
+			}
 		case *ipybox.ApprovalRequest:
 			j = jsonEvent{Type: "approval", Kind: e.Kind, Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
 		default:
@@ -292,6 +296,10 @@ func (p *printer) event(i int, ev ipybox.Event) {
 			fmt.Fprintf(p.env.stdout, "[image saved: %s]\n", img)
 		}
 	case *ipybox.Result:
+		if e.Restarted != nil {
+			flushTerminal(p.env)
+			fmt.Fprintf(p.env.stderr, "ipybox: %v before this cell; its state was lost, and the cell ran in a fresh kernel\n", e.Restarted)
+		}
 		if e.Truncated {
 			flushTerminal(p.env)
 			fmt.Fprintln(p.env.stderr, "ipybox: the kernel did not confirm the end of the output; some output may be missing")

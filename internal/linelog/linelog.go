@@ -61,6 +61,14 @@ func (w *Writer) Flush() {
 	}
 }
 
+// Forget drops the lines remembered so far, so that Tail returns only
+// what comes after (a start-up banner is no explanation of a crash).
+func (w *Writer) Forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tail = nil
+}
+
 // Tail returns up to n of the last lines (including an unfinished one),
 // joined with " | ".
 func (w *Writer) Tail(n int) string {

@@ -34,3 +34,13 @@ func TestWriterBoundsLines(t *testing.T) {
 		t.Errorf("emitted %d pieces, %d left buffered", len(got), len(w.buf))
 	}
 }
+
+func TestForget(t *testing.T) {
+	var w Writer
+	w.Write([]byte("banner 1\nbanner 2\n"))
+	w.Forget()
+	w.Write([]byte("Traceback\nboom"))
+	if got := w.Tail(5); got != "Traceback | boom" {
+		t.Errorf("Tail after Forget = %q", got)
+	}
+}
