@@ -119,7 +119,7 @@ type Kernel struct {
 	// lost is the death of a kernel that no call has reported: the next
 	// Execute reports it in Result.Restarted.
 	lost *DiedError
-	wg     sync.WaitGroup // background goroutines of all instances
+	wg   sync.WaitGroup // background goroutines of all instances
 }
 
 // Start launches a kernel and waits until it is ready to execute.
