@@ -52,6 +52,10 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 			return c, nil
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// Cut short (the caller went away): no verdict on the Pythons.
+		return "", fmt.Errorf("looking for a Python with ipykernel: %w", err)
+	}
 	tried := cs
 	return "", fmt.Errorf("%w (tried %s); install it with `apt-get install python3-ipykernel` "+
 		"(or `pip install ipykernel`), or point ipybox at an interpreter that has it with "+
@@ -64,6 +68,9 @@ func checkChosen(ctx context.Context, p, source string) (string, error) {
 		return "", fmt.Errorf("python %q from %s: %w", p, source, err)
 	}
 	if err := probe(ctx, abs); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("python %q from %s: %w", p, source, ctx.Err())
+		}
 		return "", fmt.Errorf("python %q from %s cannot import ipykernel (%v); "+
 			"install it there (`%s -m pip install ipykernel`, or `apt-get install python3-ipykernel` "+
 			"for Debian's /usr/bin/python3) or choose another interpreter", p, source, err, abs)

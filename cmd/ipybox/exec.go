@@ -52,7 +52,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "exec", execUsage)
 	fs.Var(&f.cells, "c", "`CODE` to run as one cell (repeatable)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "time limit per cell, e.g. 30s (0: none); on expiry the cell is interrupted")
-	fs.StringVar(&f.workspace, "workspace", "", "kernel working `DIR`; when set, cells that change directory are moved back (default: the current directory)")
+	fs.StringVar(&f.workspace, "workspace", "", "kernel working `DIR`, created if missing; when set, cells that change directory are moved back (default: the current directory)")
 	fs.StringVar(&f.imagesDir, "images-dir", "", "`DIR` for saved images (default: <workspace>/images)")
 	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel (default: discovered)")
 	fs.BoolVar(&f.json, "json", false, "write one JSON event per line instead of plain output")
@@ -97,6 +97,12 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		log.Warn("could not make ipybox non-dumpable", "err", err)
 	}
 
+	if f.workspace != "" {
+		if err := ensureWorkspace(env, "ipybox exec", f.workspace); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitUsage
+		}
+	}
 	ex, err := ipybox.Start(ctx, &ipybox.Options{
 		Python:    f.python,
 		WorkDir:   f.workspace,

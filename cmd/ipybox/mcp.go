@@ -64,7 +64,7 @@ func mcpCommand() *command {
 func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	var f mcpFlags
 	fs := newFlagSet(env, "mcp", mcpUsage)
-	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/)")
+	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/); created if missing")
 	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel to create the workspace's virtualenv from (default: discovered)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
@@ -127,6 +127,16 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if f.httpAddr != "" {
 		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
 			return fail(exitUsage, fmt.Errorf("--http: %w", err))
+		}
+	}
+	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
+		return fail(exitUsage, err)
+	}
+	if f.python != "" {
+		// Kernels start with the sessions, in the background: a wrong
+		// interpreter would show only as retries in the log.
+		if _, err := ipybox.FindPython(ctx, f.python); err != nil {
+			return fail(exitUsage, err)
 		}
 	}
 	opts, err := mcpOptions(env, &f)
