@@ -282,6 +282,7 @@ func New(opts *Options) (*Server, error) {
 		// 2026-07-28 protocol replaces with multi round-trip results.
 		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
 	})
+	s.mcp.AddReceivingMiddleware(plainValidationMiddleware)
 	s.addTools()
 	return s, nil
 }
