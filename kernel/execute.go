@@ -112,7 +112,7 @@ type call struct {
 
 // callBudget is how many bytes of messages a call queues before a push
 // waits for the caller.
-const callBudget = 32 << 20
+const callBudget = 16 << 20
 
 type routed struct {
 	ch jupyter.Channel

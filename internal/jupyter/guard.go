@@ -31,7 +31,7 @@ const MaxMessage = 128 << 20
 // not yet handled before its connection waits. With MaxMessage, a channel
 // holds at most channelBudget+MaxMessage bytes, plus one message that zmq4
 // has allocated for and not filled.
-const channelBudget = 32 << 20
+const channelBudget = 16 << 20
 
 // A FrameError is a frame or message from the kernel over MaxMessage.
 type FrameError struct {
