@@ -107,10 +107,26 @@ func render(server string, t Tool, g *gen, hasResult bool, sig string) []byte {
 		tuple += ","
 	}
 	fmt.Fprintf(&b, rebuildTail, tuple)
+	// dump_params sends what the caller set, and of the rest only these:
+	// fields the schema requires that have a default (a const). Every
+	// other default is the server's to apply.
+	b.WriteString("\n")
+	for _, c := range g.classes {
+		var send []string
+		for _, p := range c.props {
+			if p.send && !p.required {
+				send = append(send, pyStr(p.field))
+			}
+		}
+		fmt.Fprintf(&b, "%s._ipybox_send = frozenset((%s))\n", c.name, strings.Join(send, ", ")+map[bool]string{true: ",", false: ""}[len(send) == 1])
+	}
 
-	ret, resultArg := "str", "None"
+	// What run_tool can return (docs/tools.md): the Result model for
+	// structured content, the text of a text-only result, the structured
+	// content itself when there is no model, and otherwise a ToolResult.
+	ret, resultArg := "str | dict | _rt.ToolResult", "None"
 	if hasResult {
-		ret, resultArg = "Result", "Result"
+		ret, resultArg = "Result | str | _rt.ToolResult", "Result"
 	}
 	doc := t.Description
 	if strings.TrimSpace(doc) == "" {

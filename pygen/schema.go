@@ -31,6 +31,7 @@ type prop struct {
 	field    string // the Python field name, assigned after all classes exist
 	typ      *pyType
 	required bool        // no default: the caller must pass it
+	send     bool        // the schema requires it: sent even when the caller left its default
 	def      string      // the default as a Python literal, when !required
 	desc     string      // the schema's description
 	kwargs   [][2]string // Field keyword arguments for constraints
@@ -121,7 +122,7 @@ func (g *gen) fill(c *class, o *object) {
 }
 
 func (g *gen) prop(name string, schema any, required bool) *prop {
-	p := &prop{original: name, required: required}
+	p := &prop{original: name, required: required, send: required}
 	p.typ = g.typeOf(schema, name, 0)
 	o, _ := schema.(*object)
 	p.desc = o.str("description")
@@ -138,10 +139,10 @@ func (g *gen) prop(name string, schema any, required bool) *prop {
 	}
 	if p.def == "" {
 		// A const needs no value from the caller: it gets the constant as
-		// its default, which dump_params sends (it sends non-None defaults).
+		// its default, which dump_params sends (_ipybox_send, below).
 		if c, ok := o.get("const"); ok && c != nil {
 			if lit, ok := literal(c, 0); ok && p.typ.kind == tLiteral {
-				p.required, p.def = false, lit
+				p.required, p.def, p.send = false, lit, true
 			}
 		}
 	}

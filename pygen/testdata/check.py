@@ -83,6 +83,11 @@ def main():
             fail(where, "called %r/%r" % (got["server"], got["tool"]))
         if got["args"] != c["want"]:
             fail(where, "sent %s, want %s" % (json.dumps(got["args"]), json.dumps(c["want"])))
+        names = fields(type(params))
+        for alias, want in (c.get("defaults") or {}).items():
+            have = plain(getattr(params, names[alias])) if alias in names else "<no field>"
+            if have != want:
+                fail(where, "default of %r is %r, want %r" % (alias, have, want))
     for c in spec.get("results", []):
         where = "%s result %s" % (c["module"], c["attr"])
         mod = modules.get(c["module"])

@@ -27,21 +27,17 @@ def dump_params(params):
 
     Keys are the schema names (the field aliases), so a field generated as
     ``from_`` reaches the server as ``from``. A field is sent when the caller
-    set it, or when it is unset but has a default other than None.
+    set it (``exclude_unset``), including an explicit ``None``, which means
+    ``null``. An unset field is sent only when the schema requires it and
+    the generator gave it a default so that callers need not repeat it (a
+    ``const`` discriminator): the generated class lists those in
+    ``_ipybox_send``. Every other default stays the server's to apply, as in
+    a direct call. The same rule applies to nested models.
 
-    Why not plain ``exclude_unset`` or ``exclude_none``:
+    Models generated before ``_ipybox_send`` existed keep the older rule:
+    an unset field is sent when its default is not None.
 
-    - ``exclude_unset`` would drop defaults the schema relies on, e.g. a
-      required ``const`` discriminator that the generator gives a default so
-      that callers need not repeat it. The server would see it missing.
-    - ``exclude_none`` would drop an explicit ``None`` for a nullable
-      parameter, where ``null`` means something different from "absent".
-
-    Unset optional fields default to None in the generated code only so that
-    callers can omit them; sending them as ``null`` would fail validation on
-    most servers (a zod ``optional()`` does not accept ``null``). So: drop a
-    field only when it is unset *and* its value is None. The same rule
-    applies to nested models. A plain dict is accepted too and passed on.
+    A plain dict is accepted too and passed on.
     """
     if isinstance(params, dict):
         return {str(k): _jsonable(v, str(k)) for k, v in params.items()}
@@ -100,10 +96,15 @@ def _extras(model):
 
 def _dump_model(model, path):
     out = {}
+    send = getattr(type(model), "_ipybox_send", None)
     for name, key, was_set in _fields(model):
         value = getattr(model, name)
-        if value is None and not was_set:
-            continue
+        if not was_set:
+            if send is None:  # generated before _ipybox_send
+                if value is None:
+                    continue
+            elif name not in send:
+                continue
         out[key] = _jsonable(value, path + "." + key)
     for key, value in _extras(model).items():
         out.setdefault(key, _jsonable(value, path + "." + key))
