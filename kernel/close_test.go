@@ -19,8 +19,9 @@ func TestCloseIsFast(t *testing.T) {
 	py := testenv.NeedsPython(t)
 	const n, workers = 50, 4
 	var (
-		mu    sync.Mutex
-		times []time.Duration
+		mu      sync.Mutex
+		times   []time.Duration
+		retries []time.Duration // slow closes measured again
 	)
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -29,22 +30,22 @@ func TestCloseIsFast(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range jobs {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir()})
-				if err != nil {
-					cancel()
-					t.Error(err)
-					continue
+				// A slow Close is measured again, up to twice: on a
+				// machine busy with other tests, a kernel may take that
+				// long to answer. The wait this test guards against
+				// (ShutdownGrace, in one Close of four) shows again.
+				var d time.Duration
+				for try := range 3 {
+					var ok bool
+					if d, ok = measureClose(t, py); !ok || d <= 500*time.Millisecond {
+						break
+					}
+					if try < 2 {
+						mu.Lock()
+						retries = append(retries, d)
+						mu.Unlock()
+					}
 				}
-				if _, err := k.Execute(ctx, "import sys\nprint('x' * 1000)\nsys.stderr.write('e')", nil); err != nil {
-					t.Error(err)
-				}
-				cancel()
-				t0 := time.Now()
-				if err := k.Close(); err != nil {
-					t.Error(err)
-				}
-				d := time.Since(t0)
 				mu.Lock()
 				times = append(times, d)
 				mu.Unlock()
@@ -60,11 +61,33 @@ func TestCloseIsFast(t *testing.T) {
 	if len(times) == 0 {
 		t.Fatal("no kernel closed")
 	}
-	t.Logf("%d closes: median %v, max %v", len(times), times[len(times)/2], times[len(times)-1])
+	t.Logf("%d closes: median %v, max %v; %d slow ones measured again (%v)", len(times), times[len(times)/2], times[len(times)-1], len(retries), retries)
 	for _, d := range times {
 		if d > 500*time.Millisecond {
-			t.Errorf("a Close took %v (want every one under 500 ms); all: %v", d, times)
+			t.Errorf("a Close took %v three times over (want every one under 500 ms); all: %v", d, times)
 			break
 		}
 	}
+	if len(retries) > n/10 {
+		t.Errorf("%d of %d closes over 500 ms at first (%v); want at most %d", len(retries), n, retries, n/10)
+	}
+}
+
+// measureClose starts a kernel, runs a cell, and times its Close.
+func measureClose(t *testing.T, py string) (time.Duration, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir()})
+	if err != nil {
+		t.Error(err)
+		return 0, false
+	}
+	if _, err := k.Execute(ctx, "import sys\nprint('x' * 1000)\nsys.stderr.write('e')", nil); err != nil {
+		t.Error(err)
+	}
+	t0 := time.Now()
+	if err := k.Close(); err != nil {
+		t.Error(err)
+	}
+	return time.Since(t0), true
 }
