@@ -4,10 +4,14 @@ same kernel build. Prints one JSON object.
   anchor.py roundtrip N   -- execute_interactive("pass") N times
   anchor.py start         -- KernelManager start + first execute
   anchor.py output MB     -- one cell printing MB megabytes; time and peak RSS
+  anchor.py burst N       -- N KernelManagers started at once, in threads, each
+                             executing "1"; the time from the start to each
+                             first result
 """
 import json
 import resource
 import sys
+import threading
 import time
 
 from jupyter_client.manager import KernelManager
@@ -22,8 +26,49 @@ def start():
     return km, kc
 
 
+def burst(n):
+    """Starts n kernels at once, one thread each, as a server would for n
+    sessions, and returns each one's time from the common start to its
+    first result, in milliseconds."""
+    go = threading.Barrier(n + 1)
+    ms = [None] * n
+    errors = []
+    kms = [None] * n
+
+    def one(i):
+        go.wait()
+        try:
+            km = KernelManager(kernel_name="python3")
+            kms[i] = km
+            km.start_kernel()
+            kc = km.client()
+            kc.start_channels()
+            kc.wait_for_ready(timeout=120)
+            kc.execute_interactive("1", timeout=120, output_hook=lambda m: None)
+            ms[i] = (time.perf_counter() - t0) * 1000
+            kc.stop_channels()
+        except Exception as e:  # reported, not raised: the others go on
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    go.wait()
+    for t in threads:
+        t.join()
+    for km in kms:
+        if km is not None and km.has_kernel:
+            km.shutdown_kernel(now=True)
+    done = sorted(m for m in ms if m is not None)
+    return {"ms": done, "errors": errors}
+
+
 def main():
     mode = sys.argv[1]
+    if mode == "burst":
+        print(json.dumps(burst(int(sys.argv[2]))))
+        return
     if mode == "start":
         t0 = time.perf_counter()
         km, kc = start()

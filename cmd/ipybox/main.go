@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -51,19 +50,9 @@ func commands() []*command {
 	}
 }
 
-// execMemoryLimit is the Go runtime's soft memory limit for ipybox exec.
-const execMemoryLimit = 192 << 20
-
 func main() {
 	if h := hiddenCommand(os.Args); h != nil {
 		os.Exit(h(os.Args[2:]))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "exec" && os.Getenv("GOMEMLIMIT") == "" {
-		// exec holds one kernel's output in flight, a few tens of
-		// megabytes; on a busy machine the collector falls behind a
-		// cell that prints fast, and the heap grew to 400 MB. A soft
-		// limit makes it keep up. ($GOMEMLIMIT overrides it.)
-		debug.SetMemoryLimit(execMemoryLimit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
