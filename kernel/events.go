@@ -76,7 +76,7 @@ var (
 	// ErrTimeout means a cell exceeded its time budget and was interrupted.
 	ErrTimeout = errors.New("execution timed out")
 	// ErrClosed is returned by calls on a closed kernel.
-	ErrClosed = errors.New("kernel closed")
+	ErrClosed = errors.New("kernel closed (Close was called)")
 )
 
 // PythonError is an exception raised by a cell.

@@ -408,7 +408,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			res := st.result(true)
 			return res, st.finalErr(stopErr)
 		case <-in.dead:
-			return st.result(false), in.deadErr
+			return st.result(false), in.deathErr()
 		case <-expired:
 			stopErr = &TimeoutError{Timeout: budget.Total()}
 		case <-ctxDone:

@@ -113,13 +113,20 @@ type Kernel struct {
 	session    string
 	imageCount int // guarded by mu
 
-	mu     sync.Mutex
-	cur    *instance
-	closed bool
+	// startMu serialises replacements of the instance; mu guards the
+	// fields below and is never held across a start (up to StartTimeout),
+	// so that Close, Alive and Pid answer while a kernel starts.
+	startMu sync.Mutex
+	mu      sync.Mutex
+	cur     *instance
+	closed  bool
 	// lost is the death of a kernel that no call has reported: the next
 	// Execute reports it in Result.Restarted.
 	lost *DiedError
-	wg   sync.WaitGroup // background goroutines of all instances
+	// closeCtx ends when Close is called: a start in progress gives up.
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
+	wg          sync.WaitGroup // background goroutines of all instances
 }
 
 // Start launches a kernel and waits until it is ready to execute.
@@ -138,6 +145,7 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 		return nil, err
 	}
 	k := &Kernel{opts: o, python: python, session: jupyter.NewID()}
+	k.closeCtx, k.closeCancel = context.WithCancel(context.Background())
 	k.imagesDir = o.ImagesDir
 	if k.imagesDir == "" {
 		k.imagesDir = filepath.Join(o.Dir, "images")
@@ -152,6 +160,7 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	}
 	inst, err := k.spawn(ctx)
 	if err != nil {
+		k.closeCancel()
 		if k.ownRunDir {
 			os.RemoveAll(k.runDir)
 		}
@@ -203,6 +212,9 @@ type instance struct {
 	stopHB   chan struct{}
 	closing  atomic.Bool // set before a deliberate shutdown: its exit is not news
 	reported atomic.Bool // a call has returned its death as an error
+	// closedByClose: Kernel.Close ended it; a cell running then gets
+	// ErrClosed rather than ErrKernelDied.
+	closedByClose atomic.Bool
 	// exitCause says how the process ended; set before exited is closed.
 	exitCause string
 }
@@ -226,6 +238,14 @@ func (in *instance) deathReport(d *DiedError) *DiedError {
 	case <-time.After(100 * time.Millisecond):
 		return d
 	}
+}
+
+// deathErr is what a call that saw in die returns.
+func (in *instance) deathErr() error {
+	if in.closedByClose.Load() {
+		return ErrClosed
+	}
+	return in.deadErr
 }
 
 func (in *instance) isDead() bool {
@@ -610,25 +630,52 @@ func (k *Kernel) restartAfter(ctx context.Context, in *instance) error {
 // It holds the lock throughout, so that concurrent callers see one
 // replacement, not several.
 func (k *Kernel) replace(ctx context.Context, needed func(cur *instance) bool) (*instance, error) {
+	k.startMu.Lock()
+	defer k.startMu.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.closed {
+		k.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if !needed(k.cur) {
-		return k.cur, nil
+		cur := k.cur
+		k.mu.Unlock()
+		return cur, nil
 	}
-	if k.cur != nil {
-		if k.cur.isDead() {
-			k.opts.Logger.Info("starting a fresh kernel after death")
-			if d, ok := k.cur.deadErr.(*DiedError); ok && !k.cur.reported.Load() && !k.cur.closing.Load() {
-				k.lost = k.cur.deathReport(d)
-			}
+	old := k.cur
+	k.cur = nil
+	var lost *DiedError // a death no call has reported
+	if old != nil && old.isDead() {
+		k.opts.Logger.Info("starting a fresh kernel after death")
+		if d, ok := old.deadErr.(*DiedError); ok && !old.reported.Load() && !old.closing.Load() {
+			lost = d
 		}
-		k.retire(k.cur)
-		k.cur = nil
 	}
+	k.mu.Unlock()
+	if lost != nil {
+		lost = old.deathReport(lost) // waits briefly for the exit status
+		k.mu.Lock()
+		k.lost = lost
+		k.mu.Unlock()
+	}
+	if old != nil {
+		k.retire(old)
+	}
+	// Close cancels the start: it must not wait up to StartTimeout.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(k.closeCtx, cancel)
+	defer stop()
 	in, err := k.spawn(ctx)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		if in != nil {
+			in.closing.Store(true)
+			k.kill(in)
+		}
+		return nil, ErrClosed
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -656,10 +703,13 @@ func (k *Kernel) Pid() int {
 // Interrupt sends SIGINT to the kernel, as a user's Ctrl-C would.
 func (k *Kernel) Interrupt() error {
 	k.mu.Lock()
-	in := k.cur
+	in, closed := k.cur, k.closed
 	k.mu.Unlock()
-	if in == nil {
+	switch {
+	case closed:
 		return ErrClosed
+	case in == nil:
+		return nil // a fresh kernel is starting: it runs nothing yet
 	}
 	return in.proc.Signal(syscall.SIGINT)
 }
@@ -706,8 +756,13 @@ func (k *Kernel) Close() error {
 	in := k.cur
 	k.cur = nil
 	k.mu.Unlock()
+	k.closeCancel() // a start in progress gives up
+	// and is waited for: it adds to wg, which must not race with Wait.
+	k.startMu.Lock()
+	k.startMu.Unlock()
 
 	if in != nil {
+		in.closedByClose.Store(true)
 		k.shutdown(in)
 	}
 	k.wg.Wait()

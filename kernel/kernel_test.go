@@ -3,7 +3,10 @@ package kernel_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,22 +84,85 @@ func TestCloseDuringCell(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	k := startKernel(t, nil)
 	done := make(chan error, 1)
+	started := make(chan struct{})
+	var once sync.Once
 	go func() {
-		_, err := k.Execute(context.Background(), "import time\ntime.sleep(30)", nil)
+		_, err := k.Execute(context.Background(), "import time\nprint('started', flush=True)\ntime.sleep(30)", &kernel.ExecOptions{
+			OnEvent: func(e kernel.Event) {
+				if s, ok := e.(*kernel.Stream); ok && strings.Contains(s.Text, "started") {
+					once.Do(func() { close(started) })
+				}
+			},
+		})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-started: // the cell runs: Close now ends a running cell
+	case err := <-done:
+		t.Fatalf("the cell ended before Close: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell did not start within 30s")
+	}
 	begin := time.Now()
 	k.Close()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Error("the running cell reported success")
+		if !errors.Is(err, kernel.ErrClosed) {
+			t.Errorf("the running cell got %v, want ErrClosed", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Execute still blocked after Close")
 	}
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("Close took %v", d)
+	}
+}
+
+// TestCloseDuringRestart: Close does not wait for a kernel start in
+// progress (up to StartTimeout): the start gives up, and Restart returns
+// ErrClosed.
+func TestCloseDuringRestart(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	py := testenv.NeedsPython(t)
+	dir := t.TempDir()
+	// An interpreter that, once "slow" exists, says it began and then
+	// takes 20 s to start.
+	wrapper := filepath.Join(dir, "python3")
+	script := "#!/bin/sh\nif [ -e " + dir + "/slow ]; then /usr/bin/touch " + dir + "/began; /bin/sleep 20; fi\nexec " + py + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, err := kernel.Start(ctx, &kernel.Options{Python: wrapper, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	os.WriteFile(filepath.Join(dir, "slow"), nil, 0o644)
+	restarted := make(chan error, 1)
+	go func() { restarted <- k.Restart(context.Background()) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "began")); err == nil {
+			break // the restart is starting the slow interpreter
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restart did not begin within 30s")
+		}
+	}
+	begin := time.Now()
+	if err := k.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(begin); d > 3*time.Second {
+		t.Errorf("Close took %v behind a start in progress", d)
+	}
+	select {
+	case err := <-restarted:
+		if !errors.Is(err, kernel.ErrClosed) {
+			t.Errorf("Restart = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Restart still blocked after Close")
 	}
 }
