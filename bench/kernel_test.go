@@ -116,7 +116,7 @@ func BenchmarkColdStart(b *testing.B) {
 }
 
 // BenchmarkPoolStart is start to first result from a warm Pool: Get, then
-// the first Execute. Target (DESIGN.md): under 50 ms.
+// the first Execute. Target (docs/design.md): under 50 ms.
 func BenchmarkPoolStart(b *testing.B) {
 	py := testenv.NeedsPython(b)
 	pool := ipybox.NewPool(&ipybox.Options{Python: py, WorkDir: b.TempDir()}, 1)

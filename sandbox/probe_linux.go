@@ -45,7 +45,7 @@ func (s *Sandbox) probeWrap(cmd *exec.Cmd) (*exec.Cmd, error) {
 }
 
 func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.Cmd, error)) (string, error) {
-	install := "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) or set Options.Bwrap"
+	install := "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) so that bwrap is on PATH"
 	if bwrap == "" {
 		p, err := exec.LookPath("bwrap")
 		if err != nil {

@@ -11,6 +11,9 @@ import (
 	"sync"
 )
 
+// ignoredWarned holds the settings keys already warned about.
+var ignoredWarned sync.Map
+
 // ProxyPort is the TCP port on 127.0.0.1 inside the sandbox where the
 // egress proxy listens (when allowedDomains is not empty); HTTP_PROXY and
 // HTTPS_PROXY point there.
@@ -231,7 +234,11 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	}
 	sort.Slice(s.forwards, func(i, j int) bool { return s.forwards[i].Port < s.forwards[j].Port })
 	for _, k := range s.cfg.Ignored {
-		s.log.Info("sandbox: settings key has no effect here; ignored", "key", k)
+		// A warning, once per key and process: a key dropped without a
+		// word is a rule the user thinks holds.
+		if _, seen := ignoredWarned.LoadOrStore(k, true); !seen {
+			s.log.Warn("sandbox: settings key has no effect here; ignored", "key", k)
+		}
 	}
 
 	if s.privDir, err = os.MkdirTemp("", "ipybox-sandbox-"); err != nil {

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,5 +120,31 @@ func TestDocClientConfigs(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("found %d client configs", n)
+	}
+}
+
+// TestDocJSONEvents: the README's table of `exec --json` events lists
+// exactly the event types exec writes.
+func TestDocJSONEvents(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("exec.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	_, table, _ := strings.Cut(string(readme), "| `type` | fields |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllStringSubmatch(table, -1) {
+		documented[m[1]] = true
+	}
+	written := map[string]bool{}
+	for _, m := range regexp.MustCompile(`jsonEvent\{Type: "([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+		written[m[1]] = true
+	}
+	if len(written) == 0 || !maps.Equal(documented, written) {
+		t.Errorf("README documents %v; exec writes %v", slices.Sorted(maps.Keys(documented)), slices.Sorted(maps.Keys(written)))
 	}
 }
