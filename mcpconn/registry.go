@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/pygen"
 )
 
 // A Registry holds the named MCP server configs of one workspace. It is safe
@@ -33,50 +34,9 @@ func NewRegistry() *Registry {
 	return &Registry{servers: map[string]regEntry{}}
 }
 
-// nameRule is the rule that ValidName enforces, as stated in its errors.
-const nameRule = "a server name must be a Python identifier made of ASCII letters, digits and underscores, " +
-	"not starting with a digit or with two underscores, at most 64 characters, and not a Python keyword"
-
-// pythonKeywords are Python's hard keywords. Soft keywords (match, case,
-// type, _) are valid module names and so are allowed.
-var pythonKeywords = map[string]bool{
-	"False": true, "None": true, "True": true, "and": true, "as": true, "assert": true,
-	"async": true, "await": true, "break": true, "class": true, "continue": true,
-	"def": true, "del": true, "elif": true, "else": true, "except": true, "finally": true,
-	"for": true, "from": true, "global": true, "if": true, "import": true, "in": true,
-	"is": true, "lambda": true, "nonlocal": true, "not": true, "or": true, "pass": true,
-	"raise": true, "return": true, "try": true, "while": true, "with": true, "yield": true,
-}
-
-// ValidName reports whether name can name a server. The name becomes a
-// Python package (mcptools.<name>) and a folder, so it must be a Python
-// identifier that is not a keyword. Only ASCII is accepted, because Python
-// NFKC-normalizes identifiers and two different file names could then name
-// one module. A leading "__" is refused, so that no server is called
-// __init__ or __pycache__.
-func ValidName(name string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("mcpconn: server name %q %s: %s", name, why, nameRule)
-	}
-	switch {
-	case name == "":
-		return fmt.Errorf("mcpconn: empty server name: %s", nameRule)
-	case len(name) > 64:
-		return bad("is too long")
-	case pythonKeywords[name]:
-		return bad("is a Python keyword")
-	case len(name) >= 2 && name[:2] == "__":
-		return bad("starts with two underscores")
-	case name[0] >= '0' && name[0] <= '9':
-		return bad("starts with a digit")
-	}
-	for _, r := range name {
-		if !(r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
-			return bad(fmt.Sprintf("contains %q", r))
-		}
-	}
-	return nil
-}
+// ValidName reports whether name can name a server (pygen.ValidServerName:
+// one rule for the whole project).
+func ValidName(name string) error { return pygen.ValidServerName(name) }
 
 // Add validates name and cfg and stores cfg under name, replacing any config
 // of the same name. A Manager notices the change and reconnects.

@@ -34,6 +34,7 @@ func TestValidName(t *testing.T) {
 		{"import", false},
 		{"async", false},
 		{"__init__", false},
+		{"__x", false}, // the same rule as pygen's (it once accepted this)
 		{"__pycache__", false},
 		{"../etc", false},
 		{"a/b", false},

@@ -56,15 +56,18 @@ var serverNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // maxServerNameLen keeps server folder names short and portable.
 const maxServerNameLen = 64
 
-// ValidServerName reports whether name can be a server's package name in
-// mcptools: a Python identifier of ASCII letters, digits and underscores
-// that does not start with a digit, is not a Python keyword, is not a
-// dunder name such as __pycache__, and has at most 64 characters.
+// ValidServerName reports whether name can name a server: it becomes a
+// package (mcptools.<name>) and a folder, so it must be a Python identifier
+// of ASCII letters, digits and underscores (Python NFKC-normalizes other
+// identifiers, so two file names could name one module), not starting with
+// a digit or with two underscores (no server is __init__ or __pycache__),
+// not a hard keyword, and at most 64 characters. It is the one rule for
+// server names: mcpconn.ValidName is this.
 func ValidServerName(name string) error {
-	const rule = "a server name must be a Python identifier (ASCII letters, digits and _, not starting with a digit), not a keyword or __dunder__ name, at most 64 characters"
+	const rule = "a server name must be a Python identifier (ASCII letters, digits and _, not starting with a digit or with two underscores), not a keyword, at most 64 characters"
 	switch {
 	case !serverNameRE.MatchString(name), len(name) > maxServerNameLen, pyKeywords[name],
-		len(name) > 4 && strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__"):
+		strings.HasPrefix(name, "__"):
 		return fmt.Errorf("pygen: invalid server name %q: %s; try %q", name, rule, suggestServerName(name))
 	}
 	return nil

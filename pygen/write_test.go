@@ -174,7 +174,9 @@ func TestValidServerName(t *testing.T) {
 	}{
 		{"fs", true}, {"github", true}, {"_x", true}, {"My_Server2", true}, {strings.Repeat("a", 64), true},
 		{"", false}, {"..", false}, {".", false}, {"/abs", false}, {"a/b", false}, {"a.b", false}, {"a-b", false},
-		{"1fs", false}, {"class", false}, {"None", false}, {"__pycache__", false}, {"__init__", false},
+		{"match", true}, {"type", true}, {"_", true}, // soft keywords are valid module names
+		{"1fs", false}, {"class", false}, {"None", false}, {"async", false}, {"__pycache__", false}, {"__init__", false},
+		{"__x", false}, {"ﬁle", false}, // two underscores; NFKC-normalizes to "file"
 		{"ünï", false}, {"a b", false}, {"a\x00", false}, {strings.Repeat("a", 65), false},
 	} {
 		err := pygen.ValidServerName(tc.name)
