@@ -205,10 +205,17 @@ func (e *Executor) MCPServers() []string { return e.registry.Names() }
 // forgetModules drops the kernel's cached imports of a regenerated server,
 // so that the next import sees the new modules.
 func (e *Executor) forgetModules(ctx context.Context, name string) {
+	warn := func(err error) {
+		e.log.Warn("the kernel may still import the old modules of a re-registered server; Reset it to be sure",
+			"server", name, "err", err)
+	}
 	if err := e.acquire(ctx); err != nil {
+		warn(err)
 		return
 	}
 	defer e.release()
 	code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
-	e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
+	if _, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true}); err != nil {
+		warn(err)
+	}
 }

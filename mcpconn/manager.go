@@ -323,14 +323,16 @@ func (m *Manager) session(ctx context.Context, name string) (*session, error) {
 		return nil, err
 	}
 	m.mu.Lock()
+	if m.closed {
+		// Close ran while we connected, and may be done waiting for
+		// the background closes (bg): close this one here, bounded.
+		m.mu.Unlock()
+		s.close(m.opts.StopGrace, m.log)
+		return nil, ErrClosed
+	}
 	defer m.mu.Unlock()
-	if m.closed || !e.swap(nil, s) {
-		// Close ran while we connected.
-		m.bg.Add(1)
-		go func() {
-			defer m.bg.Done()
-			s.close(m.opts.StopGrace, m.log)
-		}()
+	if !e.swap(nil, s) {
+		m.closeLocked(s)
 		return nil, ErrClosed
 	}
 	return s, nil
@@ -346,7 +348,8 @@ func (m *Manager) drop(name string, s *session) {
 }
 
 // closeLocked closes s in a background goroutine that Close waits for, and
-// returns a channel closed when s is closed. m.mu must be held.
+// returns a channel closed when s is closed. m.mu must be held, and Close
+// must not have run yet (bg is waited for once).
 func (m *Manager) closeLocked(s *session) <-chan struct{} {
 	done := make(chan struct{})
 	m.bg.Add(1)
