@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/toolserver"
+	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
 // ApprovalRequest asks the application whether a tool call, or a shell

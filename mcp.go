@@ -12,7 +12,7 @@ import (
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/pygen"
-	"github.com/ipybox/ipybox/toolserver"
+	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/ipybox/ipybox/toolserver"
+	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
 // This example serves one tool on a unix socket, and calls it the way the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/toolserver"
+	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
 // sessionCaller is the smallest real Caller: one go-sdk client session,

@@ -22,7 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/toolserver"
+	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
 // pngPixel is a 1x1 PNG.
