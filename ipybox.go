@@ -56,7 +56,10 @@ type Options struct {
 	// before the kernel is restarted. Zero means 3s.
 	InterruptGrace time.Duration
 	// Input answers input() in cells. Nil makes input() raise an error.
-	Input func(prompt string, password bool) (string, error)
+	// It runs while the cell's timeout and ctx still apply; its ctx ends
+	// when the cell does (a timeout, a cancel, Close), and it should
+	// return then.
+	Input func(ctx context.Context, prompt string, password bool) (string, error)
 	// Logger receives ipybox's logs. Nil discards them.
 	Logger *slog.Logger
 

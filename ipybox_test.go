@@ -462,11 +462,23 @@ func TestInputGivesClearError(t *testing.T) {
 }
 
 func TestInputHandler(t *testing.T) {
-	ex := start(t, &ipybox.Options{Input: func(prompt string, _ bool) (string, error) {
+	ex := start(t, &ipybox.Options{Input: func(ctx context.Context, prompt string, _ bool) (string, error) {
+		if prompt == "slow?" {
+			<-ctx.Done() // an answer that never comes: the timeout must still apply
+			return "", ctx.Err()
+		}
 		return "answer to " + prompt, nil
 	}})
 	if got := run(t, ex, "input('q?')").Text; got != "'answer to q?'" {
 		t.Errorf("input: %q", got)
+	}
+	begin := time.Now()
+	_, err := ex.Execute(context.Background(), "input('slow?')", &ipybox.ExecOptions{Timeout: time.Second})
+	if !errors.Is(err, ipybox.ErrTimeout) || time.Since(begin) > 10*time.Second {
+		t.Errorf("a cell waiting on Input with a 1 s timeout: %v after %v, want ErrTimeout", err, time.Since(begin))
+	}
+	if got := run(t, ex, "input('q?')").Text; got != "'answer to q?'" {
+		t.Errorf("input after the timeout: %q", got)
 	}
 }
 

@@ -29,7 +29,10 @@ type ExecOptions struct {
 	// OnEvent receives each event as it arrives, on the calling goroutine.
 	OnEvent func(Event)
 	// Input answers input() calls. Nil makes input() raise a clear error.
-	Input func(prompt string, password bool) (string, error)
+	// It runs on its own goroutine, so the cell's timeout and ctx still
+	// apply while it waits; ctx ends when the cell does, and Input should
+	// return then (its answer is dropped).
+	Input func(ctx context.Context, prompt string, password bool) (string, error)
 	// Calls delivers functions to run on the calling goroutine while the
 	// cell runs, in order with its events (the Executor surfaces approval
 	// requests this way). Nil means none.
@@ -219,6 +222,7 @@ func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) er
 // cellState accumulates a cell's outputs.
 type cellState struct {
 	k        *Kernel
+	ctx      context.Context // ends when the cell does
 	outputs  []any // *textSeg or *Display, in order, after clear_output
 	clearAt  bool  // a clear_output(wait=True) is pending
 	pyErr    *PythonError
@@ -353,7 +357,9 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	if budget == nil && o.Timeout > 0 {
 		budget = NewBudget(o.Timeout)
 	}
-	st := &cellState{k: in.k}
+	cellCtx, endCell := context.WithCancel(ctx)
+	defer endCell() // ends a pending Input
+	st := &cellState{k: in.k, ctx: cellCtx}
 	if o.KeepText > 0 {
 		st.capped = &headTail{half: max(o.KeepText/2, 1)}
 	}
@@ -733,18 +739,25 @@ func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOption
 		Password bool   `json:"password"`
 	}
 	json.Unmarshal(m.Content, &req)
-	value, err := o.Input(req.Prompt, req.Password)
-	if err != nil {
-		// The kernel waits for a reply; an interrupt makes input() raise.
-		in.proc.Signal(sigint)
-		return
-	}
-	reply, err := jupyter.NewMessage(in.k.session, "input_reply", map[string]string{"value": value})
-	if err != nil {
-		return
-	}
-	reply.ParentHeader = m.Header
-	in.conn.Send(jupyter.Stdin, reply)
+	// Off the cell's loop: output, the timeout and ctx go on meanwhile.
+	ctx := st.ctx
+	go func() {
+		value, err := o.Input(ctx, req.Prompt, req.Password)
+		if ctx.Err() != nil {
+			return // the cell is over: nobody waits for this answer
+		}
+		if err != nil {
+			// The kernel waits for a reply; an interrupt makes input() raise.
+			in.proc.Signal(sigint)
+			return
+		}
+		reply, err := jupyter.NewMessage(in.k.session, "input_reply", map[string]string{"value": value})
+		if err != nil {
+			return
+		}
+		reply.ParentHeader = m.Header
+		in.conn.Send(jupyter.Stdin, reply)
+	}()
 }
 
 // result assembles the final Result from the outputs as they stand.
