@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/internal/toolserver"
+	"github.com/ipybox/ipybox/kernel"
 )
 
 // ApprovalRequest asks the application whether a tool call, or a shell

@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/pyruntime"
+	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
 // Options configures an Executor. A nil *Options means the defaults; Start

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/pygen"
-	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

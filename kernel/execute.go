@@ -223,8 +223,8 @@ func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) er
 type cellState struct {
 	k        *Kernel
 	ctx      context.Context // ends when the cell does
-	outputs  []any // *textSeg or *Display, in order, after clear_output
-	clearAt  bool  // a clear_output(wait=True) is pending
+	outputs  []any           // *textSeg or *Display, in order, after clear_output
+	clearAt  bool            // a clear_output(wait=True) is pending
 	pyErr    *PythonError
 	count    int
 	aborted  bool
