@@ -4,6 +4,9 @@ same kernel build. Prints one JSON object.
   anchor.py roundtrip N   -- execute_interactive("pass") N times
   anchor.py start         -- KernelManager start + first execute
   anchor.py output MB     -- one cell printing MB megabytes; time and peak RSS
+  anchor.py lifecycle N   -- N times: start, execute "1", restart_kernel, execute
+                             "1", shutdown_kernel; the medians of restart and
+                             shutdown, and of start-to-shutdown as a whole
   anchor.py burst N       -- N KernelManagers started at once, in threads, each
                              executing "1"; the time from the start to each
                              first result
@@ -64,8 +67,32 @@ def burst(n):
     return {"ms": done, "errors": errors}
 
 
+def lifecycle(n):
+    restart, shutdown, whole = [], [], []
+    for _ in range(n):
+        t_start = time.perf_counter()
+        km, kc = start()
+        kc.execute_interactive("1", timeout=60, output_hook=lambda m: None)
+        t0 = time.perf_counter()
+        km.restart_kernel()
+        kc.wait_for_ready(timeout=60)
+        restart.append((time.perf_counter() - t0) * 1000)
+        kc.execute_interactive("1", timeout=60, output_hook=lambda m: None)
+        kc.stop_channels()
+        t0 = time.perf_counter()
+        km.shutdown_kernel()
+        t1 = time.perf_counter()
+        shutdown.append((t1 - t0) * 1000)
+        whole.append((t1 - t_start) * 1000)
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    return {"restart_ms": med(restart), "shutdown_ms": med(shutdown), "shutdown_max_ms": max(shutdown), "whole_ms": med(whole)}
+
+
 def main():
     mode = sys.argv[1]
+    if mode == "lifecycle":
+        print(json.dumps(lifecycle(int(sys.argv[2]))))
+        return
     if mode == "burst":
         print(json.dumps(burst(int(sys.argv[2]))))
         return

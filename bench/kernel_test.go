@@ -70,6 +70,55 @@ func start(b *testing.B) *ipybox.Executor {
 	return ex
 }
 
+// BenchmarkLifecycle is Reset and Close of an Executor that has run a
+// cell, and `ipybox exec -c pass` as a whole process, beside
+// jupyter_client's restart_kernel, shutdown_kernel, and its start, execute
+// and shutdown. Target: Close under 100 ms.
+func BenchmarkLifecycle(b *testing.B) {
+	py := testenv.NeedsPython(b)
+	bin := testenv.Binary(b)
+	ctx := context.Background()
+	var reset, closing, whole []float64
+	for range b.N {
+		ex, err := ipybox.Start(ctx, &ipybox.Options{Python: py, WorkDir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ex.Execute(ctx, "1", nil); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := ex.Reset(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ex.Execute(ctx, "1", nil); err != nil { // Reset is done when a cell can run
+			b.Fatal(err)
+		}
+		reset = append(reset, ms(time.Since(t0)))
+		t0 = time.Now()
+		ex.Close()
+		closing = append(closing, ms(time.Since(t0)))
+		t0 = time.Now()
+		if out, err := exec.Command(bin, "exec", "--workspace", b.TempDir(), "--python", py, "-c", "pass").CombinedOutput(); err != nil {
+			b.Fatalf("ipybox exec -c pass: %v\n%s", err, out)
+		}
+		whole = append(whole, ms(time.Since(t0)))
+	}
+	a := anchor(b, "lifecycle", strconv.Itoa(max(b.N, 5)))
+	r, c, w := median(reset), median(closing), median(whole)
+	ar, ac, aw := a["restart_ms"].(float64), a["shutdown_ms"].(float64), a["whole_ms"].(float64)
+	b.ReportMetric(c, "close-ms")
+	b.ReportMetric(slices.Max(closing), "close-max-ms")
+	b.ReportMetric(r, "reset-ms")
+	b.ReportMetric(w, "exec-pass-ms")
+	b.Logf("medians of %d: Close %.0f ms (max %.0f) vs shutdown_kernel %.0f ms (max %.0f), ratio %.2f (target < 100 ms); "+
+		"Reset to the next result %.0f ms vs restart_kernel %.0f ms, ratio %.2f; "+
+		"ipybox exec -c pass (whole process) %.0f ms vs start+execute+shutdown %.0f ms, ratio %.2f",
+		b.N, c, slices.Max(closing), ac, a["shutdown_max_ms"].(float64), c/ac, r, ar, r/ar, w, aw, w/aw)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 // BenchmarkExecutePass is the `pass` round trip through the Executor.
 // Target: at most 0.9x jupyter_client's execute_interactive.
 func BenchmarkExecutePass(b *testing.B) {
