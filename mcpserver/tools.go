@@ -335,6 +335,9 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 	case strings.HasPrefix(name, "-"):
 		return nil, nil, fmt.Errorf("package_name %s starts with -: pip options are not accepted, give a package name or path", quote(name))
 	}
+	if err := localRequirementInside(s.workspace, name); err != nil {
+		return nil, nil, err
+	}
 	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
 	if err != nil {
 		return nil, nil, err
@@ -432,4 +435,35 @@ func checkFileArgs(a fileArgs) (rel, local string, err error) {
 		return "", "", err
 	}
 	return rel, local, nil
+}
+
+// localRequirementInside refuses a pip requirement that names a local
+// path (a directory, a wheel, file://, or "name @ file://…") outside the
+// workspace: pip builds such a project by running its code, and the
+// client should reach only what the kernel can. Names, version specifiers
+// and remote URLs pass.
+func localRequirementInside(workspace, req string) error {
+	target := req
+	if _, url, ok := strings.Cut(req, " @ "); ok {
+		target = strings.TrimSpace(url)
+	}
+	if rest, ok := strings.CutPrefix(target, "file://"); ok {
+		target = rest
+	} else if strings.Contains(target, "://") {
+		return nil // a remote URL: like a package name, it comes from elsewhere
+	}
+	if !strings.ContainsAny(target, `/\`) && !strings.HasPrefix(target, ".") && !strings.HasPrefix(target, "~") {
+		return nil // a package name and specifiers
+	}
+	p := target
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(workspace, p)
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	if rel, err := filepath.Rel(workspace, p); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || strings.HasPrefix(target, "~") {
+		return fmt.Errorf("package_name %s is a path outside the workspace; install a package by name, or copy the project into the workspace (upload_file) and give its path relative to it", quote(req))
+	}
+	return nil
 }

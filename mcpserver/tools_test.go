@@ -308,3 +308,27 @@ func TestBinds(t *testing.T) {
 		t.Errorf("another bind at the same relpath: %v", err)
 	}
 }
+
+func TestLocalRequirementInside(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "proj"), 0o755)
+	os.Symlink("/etc", filepath.Join(ws, "out"))
+	for _, tc := range []struct {
+		req string
+		ok  bool
+	}{
+		{"pandas", true}, {"requests==2.32.3", true}, {"numpy>=1.0; python_version>'3.8'", true},
+		{"git+https://example.com/x.git", true}, {"https://example.com/x.whl", true},
+		{"./proj", true}, {"proj/", true}, {ws + "/proj", true}, {"file://" + ws + "/proj", true}, {"x @ file://" + ws + "/proj", true},
+		{"/etc", false}, {"../x", false}, {"./proj/../../x", false}, {"~/proj", false}, {"file:///etc", false},
+		{"x @ file:///tmp/evil", false}, {"out/", false}, // a link out of the workspace
+	} {
+		err := localRequirementInside(ws, tc.req)
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: %v, want ok=%v", tc.req, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "outside the workspace") {
+			t.Errorf("%q: %v does not say why", tc.req, err)
+		}
+	}
+}
