@@ -124,7 +124,7 @@ func ExamplePool() {
 	dir, _ := os.MkdirTemp("", "ipybox-example")
 	defer os.RemoveAll(dir)
 
-	pool := ipybox.NewPool(&ipybox.Options{WorkDir: dir}, 1)
+	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: dir})
 	defer pool.Close()
 
 	// Each Get hands out a kernel of its own; a warm one when ready.

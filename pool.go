@@ -14,7 +14,7 @@ import (
 // owns what Get returns and closes it; the Pool starts a replacement in the
 // background.
 //
-//	pool := ipybox.NewPool(&ipybox.Options{WorkDir: ws}, 1)
+//	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: ws})
 //	defer pool.Close()
 //	ex, err := pool.Get(ctx) // ready at once when a warm one is there
 //	defer ex.Close()
@@ -40,8 +40,8 @@ const poolRetry = 2 * time.Second
 
 // NewPool returns a pool that keeps size Executors ready (at least 1) and
 // starts filling it at once, in the background. A nil opts means the
-// defaults. The options are copied.
-func NewPool(opts *Options, size int) *Pool {
+// defaults. The options are copied. The size comes first: it is required.
+func NewPool(size int, opts *Options) *Pool {
 	var o Options
 	if opts != nil {
 		o = *opts

@@ -14,7 +14,7 @@ import (
 func TestPool(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	py := testenv.NeedsPython(t)
-	pool := ipybox.NewPool(&ipybox.Options{Python: py, WorkDir: t.TempDir()}, 2)
+	pool := ipybox.NewPool(2, &ipybox.Options{Python: py, WorkDir: t.TempDir()})
 	waitReady(t, pool, 2)
 
 	ctx := context.Background()
@@ -55,7 +55,7 @@ func TestPool(t *testing.T) {
 func TestPoolColdGetAndFailure(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	// A pool whose starts fail: Get reports the error; Close is prompt.
-	pool := ipybox.NewPool(&ipybox.Options{Python: "/nonexistent/python3", WorkDir: t.TempDir()}, 1)
+	pool := ipybox.NewPool(1, &ipybox.Options{Python: "/nonexistent/python3", WorkDir: t.TempDir()})
 	_, err := pool.Get(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/python3") || pool.Ready() != 0 {
 		t.Fatalf("Get from a failing pool: %v", err)

@@ -168,7 +168,7 @@ func BenchmarkColdStart(b *testing.B) {
 // the first Execute. Target (docs/design.md): under 50 ms.
 func BenchmarkPoolStart(b *testing.B) {
 	py := testenv.NeedsPython(b)
-	pool := ipybox.NewPool(&ipybox.Options{Python: py, WorkDir: b.TempDir()}, 1)
+	pool := ipybox.NewPool(1, &ipybox.Options{Python: py, WorkDir: b.TempDir()})
 	defer pool.Close()
 	ctx := context.Background()
 	var times []float64
