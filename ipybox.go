@@ -161,6 +161,11 @@ type Executor struct {
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
 
+	// forget lists servers whose modules were regenerated: the kernel
+	// drops its imports of them before the next cell (see forgetModules).
+	forgetMu sync.Mutex
+	forget   []string
+
 	sandboxes sandboxSet
 
 	closeOnce sync.Once
@@ -319,6 +324,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			return
 		}
 		defer e.release()
+		e.forgetPending(ctx)
 
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -397,6 +403,9 @@ func (e *Executor) Reset(ctx context.Context) error {
 	if err := e.k.Restart(ctx); err != nil {
 		return fmt.Errorf("ipybox: reset: %w", err)
 	}
+	e.forgetMu.Lock()
+	e.forget = nil // a fresh kernel has imported nothing
+	e.forgetMu.Unlock()
 	// MCP sessions restart lazily on the next call.
 	if err := e.mcp.StopAll(ctx); err != nil {
 		return fmt.Errorf("ipybox: reset: stop MCP servers: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -151,7 +152,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 	if err := e.registry.Save(registryPath(e.workspace)); err != nil {
 		return nil, fmt.Errorf("ipybox: register MCP server %q: save registry: %w", name, err)
 	}
-	e.forgetModules(ctx, name)
+	e.forgetModules(name)
 	return mods, nil
 }
 
@@ -202,20 +203,31 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 // MCPServers returns the names of the registered MCP servers.
 func (e *Executor) MCPServers() []string { return e.registry.Names() }
 
-// forgetModules drops the kernel's cached imports of a regenerated server,
-// so that the next import sees the new modules.
-func (e *Executor) forgetModules(ctx context.Context, name string) {
-	warn := func(err error) {
-		e.log.Warn("the kernel may still import the old modules of a re-registered server; Reset it to be sure",
-			"server", name, "err", err)
+// forgetModules makes the kernel drop its cached imports of a regenerated
+// server before the next cell, so that the next import sees the new
+// modules. It does not wait for a running cell: a registration must not
+// stall behind one (in ipybox mcp, other sessions' registrations wait for
+// this one).
+func (e *Executor) forgetModules(name string) {
+	e.forgetMu.Lock()
+	defer e.forgetMu.Unlock()
+	if !slices.Contains(e.forget, name) {
+		e.forget = append(e.forget, name)
 	}
-	if err := e.acquire(ctx); err != nil {
-		warn(err)
-		return
-	}
-	defer e.release()
-	code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
-	if _, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true}); err != nil {
-		warn(err)
+}
+
+// forgetPending drops the imports forgetModules recorded. The caller holds
+// the executor (no cell runs).
+func (e *Executor) forgetPending(ctx context.Context) {
+	e.forgetMu.Lock()
+	names := e.forget
+	e.forget = nil
+	e.forgetMu.Unlock()
+	for _, name := range names {
+		code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
+		if _, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true}); err != nil {
+			e.log.Warn("the kernel may still import the old modules of a re-registered server; Reset it to be sure",
+				"server", name, "err", err)
+		}
 	}
 }

@@ -408,3 +408,46 @@ func TestRegisterErrors(t *testing.T) {
 		t.Errorf("failed registration wrote modules: %v", err)
 	}
 }
+
+// TestRegisterDoesNotWaitForACell: a registration while a cell runs
+// returns without waiting for it, and the next cell imports the new
+// modules, also when a server is registered again under the same name
+// (the kernel drops its cached imports first).
+func TestRegisterDoesNotWaitForACell(t *testing.T) {
+	ex := start(t, nil)
+	register(t, ex, "go", testmcpStdio(t))
+	run(t, ex, "import mcptools.go.tool_1 as m1\nfirst = m1")
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		for ev, err := range ex.Stream(context.Background(), "import time\nprint('running', flush=True)\ntime.sleep(6)", nil) {
+			if err != nil {
+				done <- err
+				return
+			}
+			if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "running") {
+				once.Do(func() { close(started) })
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the cell did not start")
+	}
+	begin := time.Now()
+	register(t, ex, "go", testmcpStdio(t))
+	if d := time.Since(begin); d > 4*time.Second {
+		t.Errorf("registering took %v while a 6 s cell ran; want it not to wait for the cell", d)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The re-registration regenerated the modules: the next cell must
+	// import them afresh, not reuse the cached module object.
+	if got := run(t, ex, "import mcptools.go.tool_1 as m1\nprint(m1 is first)").Text; got != "False" {
+		t.Errorf("after re-registering, the cached module was kept: %q", got)
+	}
+}
