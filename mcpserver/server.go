@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // Approval modes of Options.Approval.
@@ -145,7 +146,7 @@ type Server struct {
 	// with the bound directories added as writable paths.
 	sandbox *ipybox.SandboxConfig
 
-	warm   *warmPool
+	warm   *warm.Pool[warmExec]
 	zygMu  sync.Mutex
 	zyg    *ipybox.Zygote // the fork server of unsandboxed kernels, once started
 	zygErr error
@@ -346,7 +347,7 @@ func (s *Server) Close() error {
 	}
 	s.closeDone = true
 	s.cancel()
-	s.warm.close()
+	s.warm.Close()
 	s.mu.Lock()
 	s.closed = true
 	var all []*mcp.ServerSession

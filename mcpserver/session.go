@@ -234,7 +234,7 @@ func (x *session) close() error {
 // there is one, else one started now. The generations of the
 // registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	if w, ok := s.warm.take(); ok {
+	if w, ok := s.warm.Take(); ok {
 		s.mu.Lock()
 		maps.Copy(x.synced, w.synced)
 		s.mu.Unlock()

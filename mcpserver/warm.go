@@ -2,10 +2,9 @@ package mcpserver
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // A new session, a reset aside, needs a kernel at once: a cold start costs
@@ -26,114 +25,16 @@ type warmExec struct {
 	synced map[string]int
 }
 
-// warmPool keeps size Executors ready.
-type warmPool struct {
-	s    *Server
-	size int
-	wake chan struct{}
-	wg   sync.WaitGroup
-
-	mu     sync.Mutex
-	idle   []warmExec
-	closed bool
-}
-
-// poolRetry is the pause after a failed background start.
-const poolRetry = 2 * time.Second
-
-func newWarmPool(s *Server, size int) *warmPool {
-	p := &warmPool{s: s, size: size, wake: make(chan struct{}, 1)}
-	if size > 0 {
-		p.wg.Add(1)
-		go p.fill()
-	}
-	return p
-}
-
-// take returns a warm Executor, if there is one, and asks for a refill.
-func (p *warmPool) take() (warmExec, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle) == 0 {
-		p.topUp()
-		return warmExec{}, false
-	}
-	w := p.idle[0]
-	p.idle = p.idle[1:]
-	p.topUp()
-	return w, true
-}
-
-// ready returns how many warm Executors wait.
-func (p *warmPool) ready() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.idle)
-}
-
-func (p *warmPool) topUp() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (p *warmPool) fill() {
-	defer p.wg.Done()
-	ctx := p.s.ctx
-	for {
-		p.mu.Lock()
-		need := !p.closed && len(p.idle) < p.size
-		p.mu.Unlock()
-		if !need {
-			select {
-			case <-p.wake:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		ex, synced, err := p.s.newExecutor(ctx)
-		p.mu.Lock()
-		if err == nil && !p.closed {
-			p.idle = append(p.idle, warmExec{ex, synced})
-			p.mu.Unlock()
-			continue
-		}
-		closed := p.closed
-		p.mu.Unlock()
-		if ex != nil {
+// newWarmPool keeps size Executors of s ready (none when size is 0).
+func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
+	start := func(ctx context.Context) (warmExec, error) {
+		ex, synced, err := s.newExecutor(ctx)
+		if err != nil && ex != nil {
 			ex.Close()
 		}
-		if closed || ctx.Err() != nil {
-			return
-		}
-		p.s.log.Warn("pool: a background kernel start failed", "err", err)
-		select {
-		case <-time.After(poolRetry):
-		case <-ctx.Done():
-			return
-		}
+		return warmExec{ex, synced}, err
 	}
-}
-
-// close stops refilling and closes the warm Executors, in parallel.
-func (p *warmPool) close() {
-	p.mu.Lock()
-	p.closed = true
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-	var wg sync.WaitGroup
-	for _, w := range idle {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.ex.Close()
-		}()
-	}
-	wg.Wait()
+	return warm.New(size, start, func(w warmExec) error { return w.ex.Close() }, s.log)
 }
 
 // zygote returns the server's fork server for python, starting it once;

@@ -1,0 +1,143 @@
+// Package warm keeps things that are slow to start (kernels) started in
+// advance: a fixed number wait, and one handed out is replaced in the
+// background. ipybox.Pool and the MCP server's pool of executors both use
+// it.
+package warm
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Retry is the pause after a failed background start, so that a start
+// that keeps failing is not retried in a tight loop.
+const Retry = 2 * time.Second
+
+// A Pool keeps Size values of T started.
+type Pool[T any] struct {
+	size    int
+	start   func(context.Context) (T, error)
+	discard func(T) error
+	log     *slog.Logger
+
+	ctx    context.Context // ends at Close: stops refilling
+	cancel context.CancelFunc
+	wake   chan struct{}
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	idle   []T
+	closed bool
+}
+
+// New starts filling a pool of size values (none when size < 1) with
+// start, in the background; discard ends a value that is not handed out.
+// Failed starts are logged on log (which may be nil) and retried.
+func New[T any](size int, start func(context.Context) (T, error), discard func(T) error, log *slog.Logger) *Pool[T] {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool[T]{size: size, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	if size > 0 {
+		p.wg.Add(1)
+		go p.fill()
+	}
+	return p
+}
+
+// Take returns a started value, if one waits, and asks for a refill.
+func (p *Pool[T]) Take() (T, bool) {
+	p.mu.Lock()
+	var v T
+	ok := !p.closed && len(p.idle) > 0
+	if ok {
+		v, p.idle = p.idle[0], p.idle[1:]
+	}
+	closed := p.closed
+	p.mu.Unlock()
+	if !closed {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	return v, ok
+}
+
+// Ready returns how many started values wait.
+func (p *Pool[T]) Ready() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// Closed reports whether Close was called.
+func (p *Pool[T]) Closed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *Pool[T]) fill() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		need := !p.closed && len(p.idle) < p.size
+		p.mu.Unlock()
+		if !need {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		v, err := p.start(p.ctx)
+		p.mu.Lock()
+		if err == nil && !p.closed {
+			p.idle = append(p.idle, v)
+			p.mu.Unlock()
+			continue
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if err == nil {
+			p.discard(v) // started as the pool closed
+		}
+		if closed || p.ctx.Err() != nil {
+			return
+		}
+		if p.log != nil {
+			p.log.Warn("pool: a background start failed", "err", err)
+		}
+		select {
+		case <-time.After(Retry):
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// Close stops refilling and discards the values that wait, in parallel.
+// It is idempotent.
+func (p *Pool[T]) Close() error {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	errs := make([]error, len(idle))
+	var wg sync.WaitGroup
+	for i, v := range idle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.discard(v)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

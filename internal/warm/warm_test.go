@@ -1,0 +1,78 @@
+package warm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// waitReady waits (bounded) until p holds n values.
+func waitReady[T any](t *testing.T, p *Pool[T], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); p.Ready() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d, want %d", p.Ready(), n)
+		}
+	}
+}
+
+func TestPool(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	var started, discarded atomic.Int64
+	p := New(3, func(ctx context.Context) (int64, error) { return started.Add(1), nil },
+		func(int64) error { discarded.Add(1); return nil }, nil)
+	waitReady(t, p, 3)
+	v, ok := p.Take()
+	if !ok || v != 1 {
+		t.Fatalf("Take = %d, %v; want the first started, 1", v, ok)
+	}
+	waitReady(t, p, 3) // refilled
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := discarded.Load(); d != 3 {
+		t.Errorf("Close discarded %d, want the 3 that waited", d)
+	}
+	if _, ok := p.Take(); ok || !p.Closed() {
+		t.Error("Take after Close handed a value out")
+	}
+	if err := p.Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+}
+
+// TestPoolRetriesAndStops: a failing start is retried after Retry, and
+// Close ends a start in progress, discarding what it started.
+func TestPoolRetriesAndStops(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	var calls atomic.Int64
+	p := New(1, func(ctx context.Context) (int, error) {
+		if calls.Add(1) == 1 {
+			return 0, errors.New("first start fails")
+		}
+		return 7, nil
+	}, func(int) error { return nil }, nil)
+	begin := time.Now()
+	waitReady(t, p, 1)
+	if d := time.Since(begin); d < Retry/2 {
+		t.Errorf("retried after %v; want a pause of about %v", d, Retry)
+	}
+	p.Close()
+
+	var discarded sync.WaitGroup
+	discarded.Add(1)
+	inStart := make(chan struct{})
+	p = New(1, func(ctx context.Context) (int, error) {
+		close(inStart)
+		<-ctx.Done() // a slow start, ended by Close
+		return 1, nil
+	}, func(int) error { discarded.Done(); return nil }, nil)
+	<-inStart
+	p.Close()
+	discarded.Wait() // the value started as the pool closed was discarded
+}
