@@ -1,38 +1,22 @@
 package ipybox_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
-// syncBuffer is a log sink for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for concurrent writers and readers.
+type syncBuffer = testenv.Buffer
 
 // TestAttackSecretsInErrors: no expanded ${VAR} value reaches kernel code
 // (in a ToolError), the Go caller (a registration error) or the logs, on any

@@ -46,24 +46,8 @@ func sharedMCPWorkspace(t *testing.T) string {
 	return mcpWS.dir
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process's writer and a
-// test's reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a buffer safe for concurrent writers and readers.
+type lockedBuffer = testenv.Buffer
 
 // mcpBinary is `ipybox mcp` running as a process.
 type mcpBinary struct {
