@@ -11,6 +11,15 @@ import (
 	"github.com/ipybox/ipybox/kernel"
 )
 
+// ApprovalKind says what an ApprovalRequest asks about.
+type ApprovalKind string
+
+// The kinds of ApprovalRequest.
+const (
+	KindTool  ApprovalKind = "tool"  // a call of an MCP tool from kernel code
+	KindShell ApprovalKind = "shell" // a shell command through IPython
+)
+
 // ApprovalRequest asks the application whether a tool call, or a shell
 // command, from the running cell may go ahead. Stream yields it; the
 // consumer answers with Accept or Reject, at once or later from any
@@ -20,8 +29,8 @@ import (
 // ApprovalTimeoutError in the cell. A request still open when the consumer
 // stops iterating, or when the cell ends, is rejected.
 type ApprovalRequest struct {
-	// Kind is "tool" or "shell".
-	Kind string
+	// Kind is KindTool or KindShell.
+	Kind ApprovalKind
 	// Server, Tool and Args describe a tool call (Kind "tool"). Server is
 	// the registered name; Tool is the tool's original MCP name.
 	Server string
@@ -91,7 +100,7 @@ const errNoApprover = "no Options.Approver is set, so Execute rejects every call
 
 // String describes the request for a person deciding on it.
 func (r *ApprovalRequest) String() string {
-	if r.Kind == "shell" {
+	if r.Kind == KindShell {
 		return "shell command: " + r.Command
 	}
 	return fmt.Sprintf("tool call %s.%s(%v)", r.Server, r.Tool, r.Args)
@@ -132,11 +141,11 @@ func (c *cell) rejectPending(reason string) {
 type approver struct{ e *Executor }
 
 func (a approver) ApproveTool(ctx context.Context, c *toolserver.ToolCall) error {
-	return a.e.ask(ctx, &ApprovalRequest{Kind: "tool", Server: c.Server, Tool: c.Tool, Args: c.Args})
+	return a.e.ask(ctx, &ApprovalRequest{Kind: KindTool, Server: c.Server, Tool: c.Tool, Args: c.Args})
 }
 
 func (a approver) ApproveShell(ctx context.Context, command string) error {
-	return a.e.ask(ctx, &ApprovalRequest{Kind: "shell", Command: command})
+	return a.e.ask(ctx, &ApprovalRequest{Kind: KindShell, Command: command})
 }
 
 var errNoCell = &toolserver.RejectedError{Reason: "no cell is running: calls from threads that outlive their cell are not approved"}

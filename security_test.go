@@ -128,7 +128,7 @@ func TestShellApproval(t *testing.T) {
 			if len(reqs) != 1 || reqs[0].Kind != "shell" || reqs[0].Command != tc.wantCmd {
 				var cmds []string
 				for _, r := range reqs {
-					cmds = append(cmds, r.Kind+":"+r.Command)
+					cmds = append(cmds, string(r.Kind)+":"+r.Command)
 				}
 				t.Fatalf("requests %q, want one shell request %q", cmds, tc.wantCmd)
 			}

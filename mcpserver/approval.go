@@ -56,7 +56,7 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 		r.Accept()
 		return
 	}
-	if r.Kind == "tool" && s.toolAllowed(r.Server, r.Tool) {
+	if r.Kind == ipybox.KindTool && s.toolAllowed(r.Server, r.Tool) {
 		r.Accept()
 		return
 	}
@@ -97,7 +97,7 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 // command and the arguments: they are escaped, so that control characters
 // and bidi overrides cannot hide what would run in the client's dialog.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
-	if r.Kind == "shell" {
+	if r.Kind == ipybox.KindShell {
 		return "ipybox: code run by the agent wants to run this shell command:\n\n" + escape.Text(r.Command) + "\n\nAccept to run it, decline to refuse."
 	}
 	args, err := json.MarshalIndent(r.Args, "", "  ")

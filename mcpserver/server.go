@@ -19,13 +19,16 @@ import (
 	"github.com/ipybox/ipybox/internal/warm"
 )
 
+// ApprovalMode says who approves the tool calls and shell commands of cells.
+type ApprovalMode string
+
 // Approval modes of Options.Approval.
 const (
 	// ApprovalAuto approves every tool call and shell command.
-	ApprovalAuto = "auto"
+	ApprovalAuto ApprovalMode = "auto"
 	// ApprovalElicit asks the connected MCP client, through elicitation,
 	// about each tool call and each shell command a cell makes.
-	ApprovalElicit = "elicit"
+	ApprovalElicit ApprovalMode = "elicit"
 )
 
 // Default values of Options.
@@ -77,7 +80,7 @@ type Options struct {
 	// kernel, which persists them in the workspace). Nil means none.
 	Servers map[string]ipybox.ServerConfig
 	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
-	Approval string
+	Approval ApprovalMode
 	// AllowTools are "server.tool" patterns (path.Match globs on each part)
 	// whose tool calls are approved without asking, in ApprovalElicit mode.
 	// Nil means none.

@@ -279,7 +279,7 @@ func (p *printer) event(i int, ev ipybox.Event) {
 				j.Restarted = e.Restarted.Error()
 			}
 		case *ipybox.ApprovalRequest:
-			j = jsonEvent{Type: "approval", Kind: e.Kind, Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
+			j = jsonEvent{Type: "approval", Kind: string(e.Kind), Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
 		default:
 			return
 		}

@@ -76,7 +76,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
 	fs.Var(&f.binds, "container-bind", "alias of --bind")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
-	fs.StringVar(&f.approval, "approval", mcpserver.ApprovalAuto, "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
+	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE` (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
@@ -237,7 +237,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	o := &mcpserver.Options{
 		Workspace:          f.workspace,
 		Python:             f.python,
-		Approval:           f.approval,
+		Approval:           mcpserver.ApprovalMode(f.approval),
 		AllowTools:         f.allowTools,
 		AuthToken:          f.authToken,
 		NoAuth:             f.noAuth,
@@ -250,10 +250,10 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		Version:            strings.Fields(versionString())[1],
 		KernelEnv:          map[string]string{},
 	}
-	if f.approval != mcpserver.ApprovalAuto && f.approval != mcpserver.ApprovalElicit {
+	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
 		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)
 	}
-	if len(f.allowTools) > 0 && f.approval != mcpserver.ApprovalElicit {
+	if len(f.allowTools) > 0 && mcpserver.ApprovalMode(f.approval) != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
 	}
 	if f.pool < 0 || f.pool > 64 {
