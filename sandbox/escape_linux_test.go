@@ -418,7 +418,7 @@ func TestAttackProxyIPForms(t *testing.T) {
 	if err := cfg.AllowDomains(AnyPublicDomain); err != nil {
 		t.Fatal(err)
 	}
-	x := newSbx(t, cfg, &Options{Proxy: &ProxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			switch host {
 			case "loopback.test":

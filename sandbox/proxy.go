@@ -14,10 +14,10 @@ import (
 	"time"
 )
 
-// ProxyOptions holds test hooks of the egress proxy. They exist so that a
+// proxyOptions holds test hooks of the egress proxy. They exist so that a
 // test can send an allowed name to a fixture on loopback; a settings file
 // cannot set any of them.
-type ProxyOptions struct {
+type proxyOptions struct {
 	// Resolve looks up the addresses of a host name. Nil uses
 	// net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -66,7 +66,7 @@ type proxy struct {
 	closeErr  error
 }
 
-func newProxy(r *rules, o *ProxyOptions, log *slog.Logger) *proxy {
+func newProxy(r *rules, o *proxyOptions, log *slog.Logger) *proxy {
 	p := &proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
 	if o != nil {
 		p.resolve, p.dial, p.allowPrivate = o.Resolve, o.Dial, o.AllowPrivate

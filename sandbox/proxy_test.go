@@ -42,7 +42,7 @@ func newProxyFixture(t *testing.T, network NetworkConfig, hosts map[string][]str
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &ProxyOptions{
+	opts := &proxyOptions{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			f.mu.Lock()
 			f.lookups[host]++
@@ -258,7 +258,7 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 		close(accepted)
 	}()
 	r, _ := newRules(NetworkConfig{AllowedDomains: []string{"silent.test"}})
-	p := newProxy(r, &ProxyOptions{
+	p := newProxy(r, &proxyOptions{
 		Resolve: func(context.Context, string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},

@@ -113,9 +113,11 @@ type Options struct {
 	// view (besides .env, .env.* and .ipybox, which are always masked).
 	// Nil means none.
 	Secrets func() []string
-	// Proxy holds test hooks of the egress proxy. Nil means the real
-	// resolver and dialer, and the SSRF guard with no exception.
-	Proxy *ProxyOptions
+
+	// proxy holds the egress proxy's test hooks (this package's tests
+	// only). Nil means the real resolver and dialer, and the SSRF guard
+	// with no exception.
+	proxy *proxyOptions
 }
 
 // Sandbox launches processes inside a bubblewrap sandbox. It implements
@@ -130,7 +132,7 @@ type Sandbox struct {
 	initBinary string
 	bwrap      string
 	forwards   []Forward
-	proxyOpts  *ProxyOptions
+	proxyOpts  *proxyOptions
 	secrets    func() []string
 
 	privDir    string // host-only: proxy socket, mask file
@@ -181,7 +183,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		cfg:       cfg.clone(),
 		log:       o.Logger,
 		bwrap:     o.Bwrap,
-		proxyOpts: o.Proxy,
+		proxyOpts: o.proxy,
 		py:        map[string]*pyInfo{},
 		mapped:    runsAsRoot(),
 		secrets:   o.Secrets,

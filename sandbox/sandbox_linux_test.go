@@ -472,7 +472,7 @@ func TestAttackProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Network.DeniedDomains = []string{"bad.wild.test"}
-	x := newSbx(t, cfg, &Options{Proxy: &ProxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			if a, ok := hosts[host]; ok {
 				return []netip.Addr{netip.MustParseAddr(a)}, nil
