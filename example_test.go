@@ -34,7 +34,9 @@ func Example() {
 
 func ExampleExecutor_Stream() {
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, nil)
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -63,7 +65,9 @@ func ExampleExecutor_Stream() {
 
 func ExampleExecutor_Execute_error() {
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, nil)
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
 	if err != nil {
 		fmt.Println(err)
 		return
