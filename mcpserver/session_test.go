@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -326,9 +327,15 @@ func TestKernelStartsInBackground(t *testing.T) {
 func TestDeathBetweenCallsReported(t *testing.T) {
 	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
 	cs := connect(t, srv, nil)
-	run(t, cs, "x = 1\nimport os, signal, threading, time\n"+
-		"threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()")
-	time.Sleep(1500 * time.Millisecond) // the kernel dies 0.3 s after the cell; its sockets close at once
+	pid, _ := strconv.Atoi(run(t, cs, "x = 1\nimport os, signal, threading, time\n"+
+		"threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()\n"+
+		"print(os.getpid())"))
+	for deadline := time.Now().Add(30 * time.Second); testenv.Alive(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel %d still alive 30 s after it killed itself", pid)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the host sees it at once: its sockets close
 	out := run(t, cs, "print('x' in globals())")
 	if !strings.Contains(out, "the kernel died at ") || !strings.Contains(out, "signal: killed") || !strings.Contains(out, "its state was lost") || !strings.HasSuffix(out, "False") {
 		t.Errorf("the call after the death: %q", out)
