@@ -175,11 +175,22 @@ func writeModules(root, name string, tools []*mcp.Tool) ([]ToolModule, error) {
 	return pygen.Write(root, name, gen)
 }
 
+// GenerateOptions configures GenerateToolModules. A nil *GenerateOptions
+// means the defaults.
+type GenerateOptions struct {
+	// DotEnv supplies ${VAR} values after the environment (for example a
+	// workspace's .env, read with mcpconn.LoadDotEnv). Nil means none.
+	DotEnv map[string]string
+}
+
 // GenerateToolModules connects to an MCP server, lists its tools and writes
 // the typed Python modules to <dir>/<name>/, without a kernel (this is
-// `ipybox apigen`). dir is usually a workspace's mcptools folder. dotEnv
-// supplies ${VAR} values after the environment; it may be nil.
-func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, dotEnv map[string]string) ([]ToolModule, error) {
+// `ipybox apigen`). dir is usually a workspace's mcptools folder.
+func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, opts *GenerateOptions) ([]ToolModule, error) {
+	var dotEnv map[string]string
+	if opts != nil {
+		dotEnv = opts.DotEnv
+	}
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}

@@ -223,12 +223,26 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 	return kernel.FindPython(ctx, explicit)
 }
 
-// SandboxedCommand prepares path with args to run inside a sandbox with the
-// policy cfg (nil means DefaultSandbox()), with workspace writable, exactly
-// env, in workspace. It checks first that the sandbox can run here and
-// fails otherwise; it never returns an unsandboxed command. The caller sets
-// the command's standard streams, runs it, and calls release afterwards.
-func SandboxedCommand(ctx context.Context, cfg *SandboxConfig, workspace string, env []string, path string, args ...string) (cmd *exec.Cmd, release func() error, err error) {
+// CommandOptions configures SandboxedCommand. A nil *CommandOptions means
+// the defaults.
+type CommandOptions struct {
+	// Sandbox is the policy; nil means DefaultSandbox().
+	Sandbox *SandboxConfig
+	// Env is exactly the command's environment; nil means an empty one.
+	Env []string
+}
+
+// SandboxedCommand prepares path with args to run inside a sandbox, with
+// workspace writable and as the working directory. It checks first that
+// the sandbox can run here and fails otherwise; it never returns an
+// unsandboxed command. The caller sets the command's standard streams,
+// runs it, and calls release afterwards.
+func SandboxedCommand(ctx context.Context, workspace, path string, args []string, opts *CommandOptions) (cmd *exec.Cmd, release func() error, err error) {
+	var o CommandOptions
+	if opts != nil {
+		o = *opts
+	}
+	cfg, env := o.Sandbox, o.Env
 	sb, err := sandbox.New(cfg, &sandbox.Options{Workspace: workspace})
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: %w", err)

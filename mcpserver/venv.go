@@ -131,7 +131,7 @@ func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byt
 	if s.sandbox == nil {
 		return runCommand(ctx, s.workspace, env, path, args...)
 	}
-	cmd, release, err := ipybox.SandboxedCommand(ctx, s.sandbox, s.workspace, env, path, args...)
+	cmd, release, err := ipybox.SandboxedCommand(ctx, s.workspace, path, args, &ipybox.CommandOptions{Sandbox: s.sandbox, Env: env})
 	if err != nil {
 		return nil, err
 	}
