@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -649,18 +648,7 @@ func startMCP(b *testing.B, bin, addr, ws, py string, args ...string) *mcpServer
 		pw.Close()
 		close(s.exited)
 	}()
-	urlc := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`serving streamable HTTP at (http://\S+/mcp)`)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-				break
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
+	urlc := testenv.ServingURL(pr)
 	b.Cleanup(func() { s.stop(b) })
 	select {
 	case s.url = <-urlc:
@@ -671,7 +659,7 @@ func startMCP(b *testing.B, bin, addr, ws, py string, args ...string) *mcpServer
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 4 * loadSessions
-	s.hc = &http.Client{Transport: bearer{token, tr}}
+	s.hc = &http.Client{Transport: testenv.Bearer{Token: token, Base: tr}}
 	return s
 }
 
@@ -701,8 +689,8 @@ func (s *mcpServer) stop(b *testing.B) {
 		<-s.exited
 		b.Errorf("ipybox mcp did not exit within a minute of SIGTERM\n%s", s.stderr)
 	}
-	if t, ok := s.hc.Transport.(bearer); ok {
-		t.rt.(*http.Transport).CloseIdleConnections()
+	if t, ok := s.hc.Transport.(testenv.Bearer); ok {
+		t.Base.(*http.Transport).CloseIdleConnections()
 	}
 }
 
@@ -721,17 +709,6 @@ func (s *mcpServer) kill(b *testing.B) (sent time.Time) {
 		b.Errorf("the server's process group still has members 10s after SIGKILL: %v", testenv.GroupMembers(s.pid()))
 	}
 	return sent
-}
-
-type bearer struct {
-	token string
-	rt    http.RoundTripper
-}
-
-func (t bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.token)
-	return t.rt.RoundTrip(r)
 }
 
 // cell runs code in cs's kernel and returns its output text, trimmed; an

@@ -116,23 +116,11 @@ func serveHTTP(t *testing.T, srv *Server) string {
 // testToken is the bearer token of test servers (newServer).
 const testToken = "test-token-0123456789"
 
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 // connectHTTP opens a client session to url, with testToken.
 func connectHTTP(t *testing.T, url string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+	hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
 	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatal(err)

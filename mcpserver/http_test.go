@@ -165,7 +165,7 @@ func TestHTTPSessions(t *testing.T) {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-				hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+				hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
 				cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
 				if err != nil {
 					t.Error(err)

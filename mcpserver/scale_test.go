@@ -68,7 +68,7 @@ func TestMaxSessions(t *testing.T) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	hc := &http.Client{Transport: bearer{testToken, http.DefaultTransport}}
+	hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
 	_, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--max-sessions") {
 		t.Fatalf("a third session: %v; want an error naming --max-sessions", err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -94,18 +93,7 @@ func startHTTPCmd(t *testing.T, cmd *exec.Cmd, env ...string) *mcpBinary {
 		close(b.exited)
 	}()
 	t.Cleanup(func() { b.stop(t, syscall.SIGTERM) })
-	urlc := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`serving streamable HTTP at (http://\S+/mcp)`)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urlc <- m[1]
-				break
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
+	urlc := testenv.ServingURL(pr)
 	select {
 	case b.url = <-urlc:
 	case <-b.exited:
@@ -118,15 +106,7 @@ func startHTTPCmd(t *testing.T, cmd *exec.Cmd, env ...string) *mcpBinary {
 
 // httpClient sends the server's bearer token.
 func (b *mcpBinary) httpClient() *http.Client {
-	return &http.Client{Transport: tokenTransport{b.token}}
-}
-
-type tokenTransport struct{ token string }
-
-func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+tt.token)
-	return http.DefaultTransport.RoundTrip(r)
+	return &http.Client{Transport: testenv.Bearer{Token: b.token}}
 }
 
 // stop signals the process and waits for it (bounded).
