@@ -248,14 +248,7 @@ func (in *instance) deathErr() error {
 	return in.deadErr
 }
 
-func (in *instance) isDead() bool {
-	select {
-	case <-in.dead:
-		return true
-	default:
-		return false
-	}
-}
+func (in *instance) isDead() bool { return isClosed(in.dead) }
 
 // spawn starts a process, connects and performs the ready handshake.
 func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
