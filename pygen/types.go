@@ -181,16 +181,6 @@ func (t *pyType) sig() string {
 	panic("pygen: unknown type kind")
 }
 
-// classes appends the names of the classes t refers to.
-func (t *pyType) classes(out map[string]bool) {
-	if t.kind == tClass {
-		out[t.name] = true
-	}
-	for _, a := range t.args {
-		a.classes(out)
-	}
-}
-
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
