@@ -316,7 +316,8 @@ func child(mode string) {
 		runtime.GC()
 		code := fmt.Sprintf("import sys\nline = 'x' * 99 + '\\n'\nfor _ in range(%d * 10000):\n    sys.stdout.write(line)", mb)
 		t1 := time.Now()
-		r, err := ex.Execute(ctx, code, nil)
+		// Keep all of it, as the anchor does (the default keeps 64 MiB).
+		r, err := ex.Execute(ctx, code, &ipybox.ExecOptions{KeepText: -1})
 		if err != nil {
 			panic(err)
 		}

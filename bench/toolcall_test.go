@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -43,16 +44,17 @@ func BenchmarkToolCall(b *testing.B) {
 	}
 
 	fromKernel := func(approve bool) float64 {
-		ex := start(b)
+		// Approval on: an approver that accepts at once (a nil one rejects).
+		py := testenv.NeedsPython(b)
+		opts := &ipybox.Options{Python: py, WorkDir: b.TempDir(), Approver: ipybox.ApproveAll}
 		if !approve {
-			ex.Close()
-			var err error
-			ex, err = ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), ApproveToolCalls: ipybox.Bool(false)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ex.Close()
+			opts = &ipybox.Options{Python: py, WorkDir: b.TempDir(), ApproveToolCalls: ipybox.Bool(false)}
 		}
+		ex, err := ipybox.Start(ctx, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ex.Close()
 		if _, err := ex.RegisterMCPServer(ctx, "go", ipybox.ServerConfig{Command: bin}); err != nil {
 			b.Fatal(err)
 		}
