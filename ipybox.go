@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
@@ -333,18 +334,18 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			stopped = true
 			cancel() // interrupts the cell
 		}
-		c := &cell{calls: make(chan kernel.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
-		var ko kernel.ExecOptions
+		c := &cell{calls: make(chan cellctl.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
+		hooks := &cellctl.Hooks{Calls: c.calls}
 		if opts != nil && opts.Timeout > 0 {
-			c.budget = kernel.NewBudget(opts.Timeout)
+			c.budget = cellctl.NewBudget(opts.Timeout)
 			defer c.budget.Stop()
-			ko.Budget = c.budget
+			hooks.Budget = c.budget
 		}
+		var ko kernel.ExecOptions
 		ko.KeepText = keepText(opts)
 		ko.Input = e.opts.Input
-		ko.Calls = c.calls
-		ko.OnEvent = func(ev kernel.Event) {
-			if !stopped && !yield(fromKernelEvent(ev), nil) {
+		ko.OnEvent = func(ev Event) {
+			if !stopped && !yield(ev, nil) {
 				stop()
 			}
 		}
@@ -367,12 +368,12 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.rejectPending("the cell ended")
 		}()
 
-		res, err := e.k.Execute(runCtx, code, &ko)
+		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
 		if stopped {
 			return
 		}
-		if r := fromKernelResult(res); r != nil {
-			if !yield(r, nil) {
+		if res != nil {
+			if !yield(res, nil) {
 				return
 			}
 		}

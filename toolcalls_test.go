@@ -181,7 +181,7 @@ func TestApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The approvals wait for the output printed before each call (a sync
-	// marker on iopub), not for kernel.SyncWait to pass.
+	// marker on iopub), not for cellctl.SyncWait to pass.
 	if d := time.Since(begin); d > 900*time.Millisecond {
 		t.Errorf("two approved calls took %v: approvals waited for the sync timeout", d)
 	}

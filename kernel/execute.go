@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -23,9 +25,6 @@ type ExecOptions struct {
 	// interrupted, the kernel keeps its state, and Execute returns a
 	// *TimeoutError. Zero means no limit beyond ctx.
 	Timeout time.Duration
-	// Budget, when set, replaces Timeout with a pausable budget (the
-	// Executor pauses it while an approval is pending).
-	Budget *Budget
 	// OnEvent receives each event as it arrives, on the calling goroutine.
 	OnEvent func(Event)
 	// Input answers input() calls. Nil makes input() raise a clear error.
@@ -33,10 +32,6 @@ type ExecOptions struct {
 	// apply while it waits; ctx ends when the cell does, and Input should
 	// return then (its answer is dropped).
 	Input func(ctx context.Context, prompt string, password bool) (string, error)
-	// Calls delivers functions to run on the calling goroutine while the
-	// cell runs, in order with its events (the Executor surfaces approval
-	// requests this way). Nil means none.
-	Calls <-chan Call
 	// Silent runs the code without output events, history or an execution
 	// count (for housekeeping code).
 	Silent bool
@@ -48,17 +43,7 @@ type ExecOptions struct {
 	KeepText int
 }
 
-// Call is a function to run on the goroutine of Execute while a cell runs.
-type Call struct {
-	// After, when set, holds Run until the iopub message ipybox_sync with
-	// this id has arrived (the runtime publishes it behind the output
-	// printed before a tool call), or until SyncWait has passed.
-	After string
-	Run   func()
-}
-
-// SyncWait bounds how long a Call waits for its sync marker.
-const SyncWait = time.Second
+const sigint = syscall.SIGINT
 
 // Execute runs code as one cell and returns when the cell is done: when both
 // the execute_reply and the final status: idle have arrived.
@@ -290,17 +275,17 @@ func (h *headTail) text() string {
 }
 
 type waitingCall struct {
-	call     Call
+	call     cellctl.Call
 	deadline time.Time
 }
 
 // runCall runs c now if its marker was seen, else holds it.
-func (st *cellState) runCall(c Call) {
+func (st *cellState) runCall(c cellctl.Call) {
 	if c.After == "" || st.synced[c.After] {
 		c.Run()
 		return
 	}
-	st.waiting = append(st.waiting, waitingCall{c, time.Now().Add(SyncWait)})
+	st.waiting = append(st.waiting, waitingCall{c, time.Now().Add(cellctl.SyncWait)})
 }
 
 // release runs the held calls whose marker arrived or whose wait is over.
@@ -353,9 +338,13 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		return nil, err
 	}
 
-	budget := o.Budget
+	var calls <-chan cellctl.Call
+	var budget *cellctl.Budget
+	if h := cellctl.From(ctx); h != nil {
+		calls, budget = h.Calls, h.Budget
+	}
 	if budget == nil && o.Timeout > 0 {
-		budget = NewBudget(o.Timeout)
+		budget = cellctl.NewBudget(o.Timeout)
 	}
 	cellCtx, endCell := context.WithCancel(ctx)
 	defer endCell() // ends a pending Input
@@ -394,7 +383,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		select {
 		case <-c.notify:
 			continue
-		case cl := <-o.Calls:
+		case cl := <-calls:
 			// Drain output first, so a call sees the events before it.
 			for _, r := range c.drain() {
 				st.handle(in, r, o)
@@ -541,7 +530,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if err != nil {
 			return
 		}
-		s := &Stream{Name: name, Text: text}
+		s := &Output{Stream: name, Text: text}
 		st.addText(text)
 		st.emit(o, s)
 	case "display_data", "execute_result", "update_display_data":
@@ -585,7 +574,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if json.Unmarshal(m.Content, &e) != nil {
 			return
 		}
-		st.pyErr = &PythonError{Name: e.Name, Value: StripANSI(e.Value), Traceback: cleanTraceback(e.Traceback)}
+		st.pyErr = &PythonError{Name: e.Name, Value: stripANSI(e.Value), Traceback: cleanTraceback(e.Traceback)}
 	}
 }
 
@@ -593,7 +582,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 func cleanTraceback(tb []string) []string {
 	var out []string
 	for _, entry := range tb {
-		entry = strings.TrimRight(StripANSI(entry), "\n")
+		entry = strings.TrimRight(stripANSI(entry), "\n")
 		out = append(out, strings.Split(entry, "\n")...)
 	}
 	return out

@@ -17,7 +17,7 @@ func TestKeepText(t *testing.T) {
 	res, err := k.Execute(context.Background(), "import sys\nfor i in range(1000):\n    sys.stdout.write('%04d\\n' % i)\nprint('display')", &kernel.ExecOptions{
 		KeepText: 100,
 		OnEvent: func(e kernel.Event) {
-			if s, ok := e.(*kernel.Stream); ok {
+			if s, ok := e.(*kernel.Output); ok {
 				streamed.WriteString(s.Text)
 			}
 		},
@@ -52,7 +52,7 @@ func TestSlowConsumerLosesNothing(t *testing.T) {
 	res, err := k.Execute(context.Background(), "import sys\nfor i in range(32 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", &kernel.ExecOptions{
 		KeepText: 1024,
 		OnEvent: func(e kernel.Event) {
-			if s, ok := e.(*kernel.Stream); ok {
+			if s, ok := e.(*kernel.Output); ok {
 				time.Sleep(150 * time.Millisecond) // slower than the grace
 				n += len(s.Text)
 			}
@@ -76,7 +76,7 @@ func TestOneHugeWrite(t *testing.T) {
 	_, err := k.Execute(context.Background(), "import sys\nsys.stdout.write('y' * (200 << 20))", &kernel.ExecOptions{
 		KeepText: 1024,
 		OnEvent: func(e kernel.Event) {
-			if s, ok := e.(*kernel.Stream); ok {
+			if s, ok := e.(*kernel.Output); ok {
 				got += strings.Count(s.Text, "y")
 				biggest = max(biggest, len(s.Text))
 			}

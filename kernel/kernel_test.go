@@ -89,7 +89,7 @@ func TestCloseDuringCell(t *testing.T) {
 	go func() {
 		_, err := k.Execute(context.Background(), "import time\nprint('started', flush=True)\ntime.sleep(30)", &kernel.ExecOptions{
 			OnEvent: func(e kernel.Event) {
-				if s, ok := e.(*kernel.Stream); ok && strings.Contains(s.Text, "started") {
+				if s, ok := e.(*kernel.Output); ok && strings.Contains(s.Text, "started") {
 					once.Do(func() { close(started) })
 				}
 			},
