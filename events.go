@@ -1,6 +1,10 @@
 package ipybox
 
-import "github.com/ipybox/ipybox/kernel"
+import (
+	"errors"
+
+	"github.com/ipybox/ipybox/kernel"
+)
 
 // The events of a cell are the kernel package's, so that nothing is copied
 // or converted on the way. Stream yields *Output, *Display, *ClearOutput
@@ -25,8 +29,19 @@ type (
 var (
 	ErrKernelDied = kernel.ErrKernelDied
 	ErrTimeout    = kernel.ErrTimeout
-	ErrClosed     = kernel.ErrClosed
+	// ErrClosed is returned by an Executor's methods after Close, and to a
+	// cell that Close ended.
+	ErrClosed = errors.New("ipybox: executor closed")
 )
+
+// executorErr reports the kernel's ErrClosed as the Executor's: the user
+// closed an Executor, not a kernel.
+func executorErr(err error) error {
+	if errors.Is(err, kernel.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
 
 type (
 	// PythonError is an exception raised by a cell: its class name, value

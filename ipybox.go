@@ -378,7 +378,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			}
 		}
 		if err != nil {
-			yield(nil, err)
+			yield(nil, executorErr(err))
 		}
 	}
 }
@@ -402,7 +402,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 	}
 	defer e.release()
 	if err := e.k.Restart(ctx); err != nil {
-		return fmt.Errorf("ipybox: reset: %w", err)
+		return fmt.Errorf("ipybox: reset: %w", executorErr(err))
 	}
 	e.forgetMu.Lock()
 	e.forget = nil // a fresh kernel has imported nothing
@@ -415,7 +415,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 }
 
 // Interrupt interrupts the running cell, if any.
-func (e *Executor) Interrupt() error { return e.k.Interrupt() }
+func (e *Executor) Interrupt() error { return executorErr(e.k.Interrupt()) }
 
 // Close stops the kernel and removes the run directory. It is idempotent,
 // safe to call concurrently, and bounded in time.

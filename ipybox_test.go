@@ -538,3 +538,43 @@ func TestInterrupt(t *testing.T) {
 		t.Errorf("state after interrupt: %q", got)
 	}
 }
+
+// TestCloseDuringCellExecutor: a cell that Close ends gets ErrClosed, which
+// names the Executor, not ErrKernelDied; so do calls after Close.
+func TestCloseDuringCellExecutor(t *testing.T) {
+	ex := start(t, nil)
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		var err error
+		for ev, e := range ex.Stream(context.Background(), "import time\nprint('started', flush=True)\ntime.sleep(30)", nil) {
+			if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "started") {
+				close(started)
+			}
+			err = e
+		}
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the cell ended before Close: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell did not start within 30s")
+	}
+	ex.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ipybox.ErrClosed) || err.Error() != "ipybox: executor closed" {
+			t.Errorf("the running cell got %v, want ipybox.ErrClosed (\"ipybox: executor closed\")", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cell still runs 5s after Close")
+	}
+	if err := ex.Reset(context.Background()); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Reset after Close: %v, want ErrClosed", err)
+	}
+	if err := ex.Interrupt(); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Interrupt after Close: %v, want ErrClosed", err)
+	}
+}
