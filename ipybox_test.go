@@ -578,3 +578,42 @@ func TestCloseDuringCellExecutor(t *testing.T) {
 		t.Errorf("Interrupt after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRegisterErrorsNameServerOnce: an error from registering a server names
+// it once, with one "ipybox:" prefix and no inner package prefix.
+func TestRegisterErrorsNameServerOnce(t *testing.T) {
+	ex := start(t, nil)
+	missing := ipybox.ServerConfig{Command: "/nonexistent/ipybox-test-server"}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"RegisterMCPServer", func() error {
+			_, err := ex.RegisterMCPServer(context.Background(), "gone", missing)
+			return err
+		}},
+		{"GenerateToolModules", func() error {
+			_, err := ipybox.GenerateToolModules(context.Background(), "gone", missing, t.TempDir(), nil)
+			return err
+		}},
+		{"RegisterMCPServer bad config", func() error {
+			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if err == nil {
+				t.Fatal("no error for a server that cannot start")
+			}
+			msg := err.Error()
+			if n := strings.Count(msg, `"gone"`); n != 1 {
+				t.Errorf("the error names the server %d times, want once: %s", n, msg)
+			}
+			if strings.Count(msg, "ipybox:") != 1 || strings.Contains(msg, "mcpconn:") {
+				t.Errorf("the error's prefixes stutter: %s", msg)
+			}
+		})
+	}
+}

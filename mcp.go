@@ -130,7 +130,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 	}
 	old, had := e.registry.Get(name)
 	if err := e.registry.Add(name, cfg); err != nil {
-		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: register: %w", err) // it names the server
 	}
 	restore := func() {
 		if had {
@@ -142,7 +142,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 	tools, err := e.mcp.ListTools(ctx, name)
 	if err != nil {
 		restore()
-		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: register: %w", err) // it names the server
 	}
 	mods, err := writeModules(filepath.Join(e.workspace, "mcptools"), name, tools)
 	if err != nil {
@@ -196,13 +196,13 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 	}
 	reg := mcpconn.NewRegistry()
 	if err := reg.Add(name, cfg); err != nil {
-		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: %w", err) // it names the server
 	}
 	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
 	defer m.Close()
 	tools, err := m.ListTools(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	mods, err := writeModules(dir, name, tools)
 	if err != nil {

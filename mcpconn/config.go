@@ -103,7 +103,7 @@ func (c Config) Transport() (Transport, error) {
 // initialize may fall back to SSE.
 func (c Config) resolve() (t Transport, fallback bool, err error) {
 	bad := func(format string, args ...any) (Transport, bool, error) {
-		return "", false, fmt.Errorf("mcpconn: server config %s: %s", c, fmt.Sprintf(format, args...))
+		return "", false, fmt.Errorf("config %s: %s", c, fmt.Sprintf(format, args...))
 	}
 	hasCmd, hasURL := c.Command != "", c.URL != ""
 	switch {

@@ -233,11 +233,11 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 		case err == nil:
 			return nil
 		case timedOut:
-			return fmt.Errorf("mcpconn: server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
+			return fmt.Errorf("MCP server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
 		case ctx.Err() != nil:
-			return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		case s.ctx.Err() != nil && s.stopped.Load():
-			return fmt.Errorf("mcpconn: server %q: %s: the server was stopped during the call: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: the server was stopped during the call: %w", server, what, err)
 		}
 		if attempt == 0 && (notDelivered(err) || idempotent && !isProtocolError(err)) {
 			m.log.Info("mcp server connection failed; reconnecting", "server", server, "error", m.secrets.scrub(err.Error()))
@@ -245,12 +245,12 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 			continue
 		}
 		if isProtocolError(err) {
-			return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		}
 		// The connection failed while the request may have reached the
 		// server, so it is not repeated; the next call starts afresh.
 		m.drop(server, s)
-		return fmt.Errorf("mcpconn: server %q: %s: the connection failed during the request (did the server crash?); the next call reconnects: %w", server, what, err)
+		return fmt.Errorf("MCP server %q: %s: the connection failed during the request (did the server crash?); the next call reconnects: %w", server, what, err)
 	}
 }
 
@@ -306,7 +306,7 @@ func (m *Manager) session(ctx context.Context, name string) (*session, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("mcpconn: server %q: waiting for another connect: %w", name, ctx.Err())
+		return nil, fmt.Errorf("MCP server %q: waiting for another connect: %w", name, ctx.Err())
 	case <-m.ctx.Done():
 		return nil, ErrClosed
 	}
@@ -409,7 +409,7 @@ func waitStopped(ctx context.Context, done <-chan struct{}, server string) error
 		if server == "" {
 			return fmt.Errorf("mcpconn: servers still stopping: %w", ctx.Err())
 		}
-		return fmt.Errorf("mcpconn: server %q still stopping: %w", server, ctx.Err())
+		return fmt.Errorf("MCP server %q still stopping: %w", server, ctx.Err())
 	}
 }
 

@@ -69,15 +69,15 @@ func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entr
 	exp, values, err := re.cfg.expand(m.lookup)
 	m.secrets.add(values...)
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+		return nil, fmt.Errorf("MCP server %q: %w", name, err)
 	}
 	kind, fallback, err := exp.resolve()
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+		return nil, fmt.Errorf("MCP server %q: %w", name, err)
 	}
 	if kind != Stdio {
 		if err := checkURL(exp.URL); err != nil {
-			return nil, fmt.Errorf("mcpconn: server %q: after ${VAR} substitution: %w", name, err)
+			return nil, fmt.Errorf("MCP server %q: after ${VAR} substitution: %w", name, err)
 		}
 	}
 	deadline := time.Now().Add(m.opts.ConnectTimeout)
@@ -91,7 +91,7 @@ func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entr
 		var err2 error
 		s, _, err2 = m.dial(ctx, name, exp, SSE, deadline)
 		if err2 != nil {
-			return nil, fmt.Errorf("mcpconn: server %q: streamable HTTP failed (%v), and so did the SSE fallback: %w", name, err, err2)
+			return nil, fmt.Errorf("MCP server %q: streamable HTTP failed (%v), and so did the SSE fallback: %w", name, err, err2)
 		}
 		e.sseURL = exp.URL
 		err = nil
@@ -137,7 +137,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}}
 	default:
 		cancel()
-		return nil, false, fmt.Errorf("mcpconn: server %q: unknown transport %q", name, kind)
+		return nil, false, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)
 	}
 
 	var timedOut atomic.Bool
@@ -168,17 +168,17 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		}
 		switch {
 		case timedOut.Load():
-			return nil, false, fmt.Errorf("mcpconn: server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
+			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
 				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
 		case ctx.Err() != nil:
-			return nil, false, fmt.Errorf("mcpconn: server %q: connecting: %w", name, ctx.Err())
+			return nil, false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
 		case m.ctx.Err() != nil:
 			return nil, false, ErrClosed
 		}
 		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
-			return nil, false, fmt.Errorf("mcpconn: server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
+			return nil, false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
 		}
-		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("mcpconn: server %q: connecting over %s%s: %w", name, kind, tail, err)
+		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("MCP server %q: connecting over %s%s: %w", name, kind, tail, err)
 	}
 	s.cs = cs
 	if cmd != nil && cmd.Process != nil {
