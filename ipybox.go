@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/cellctl"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
@@ -52,6 +53,9 @@ type Options struct {
 	// host's environment reaches the kernel beyond PATH, HOME and LANG.
 	KernelEnv map[string]string
 	// InitTimeout bounds a kernel start or restart. Zero means 60s.
+	//
+	// Every duration of Options follows one rule: zero means the default
+	// the field names, and a negative value makes Start fail.
 	InitTimeout time.Duration
 	// InterruptGrace is how long an interrupted cell may take to stop
 	// before the kernel is restarted. Zero means 3s.
@@ -118,7 +122,7 @@ type ExecOptions struct {
 	// Timeout bounds the cell's run time. On expiry the cell is
 	// interrupted, the kernel keeps its state, and the call returns a
 	// *TimeoutError (errors.Is(err, ErrTimeout)). Zero means no limit
-	// beyond the context.
+	// beyond the context; negative is an error.
 	Timeout time.Duration
 	// KeepText bounds the text the *Result keeps, so that a cell printing
 	// hundreds of megabytes does not hold them all in memory: its first
@@ -178,6 +182,14 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if err := defaults.Apply("ipybox",
+		defaults.Duration{Name: "Options.InitTimeout", V: &o.InitTimeout, Def: defaults.KernelStart},
+		defaults.Duration{Name: "Options.InterruptGrace", V: &o.InterruptGrace, Def: defaults.InterruptGrace},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: defaults.Approval},
+		defaults.Duration{Name: "Options.ToolCallTimeout", V: &o.ToolCallTimeout, Def: defaults.ToolCall},
+	); err != nil {
+		return nil, err
 	}
 	log := o.Logger
 	if log == nil {
@@ -320,6 +332,10 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 // rejects the open approval requests and interrupts the cell.
 func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
+		if opts != nil && opts.Timeout < 0 {
+			yield(nil, fmt.Errorf("ipybox: ExecOptions.Timeout is %v; use a positive duration, or 0 for no limit beyond ctx", opts.Timeout))
+			return
+		}
 		if err := e.acquire(ctx); err != nil {
 			yield(nil, err)
 			return

@@ -26,11 +26,6 @@ type (
 	ToolModule = pygen.Module
 )
 
-const (
-	defaultApprovalTimeout = 5 * time.Minute
-	defaultToolCallTimeout = 2 * time.Minute
-)
-
 // registryPath is where a workspace's MCP servers are recorded, with their
 // ${VAR} placeholders (never the values).
 func registryPath(workspace string) string {
@@ -45,12 +40,14 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.registry = reg
-	e.mcp = mcpconn.New(reg, &mcpconn.Options{
+	if e.mcp, err = mcpconn.New(reg, &mcpconn.Options{
 		Logger:       e.log,
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
-	})
+	}); err != nil {
+		return err
+	}
 	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
@@ -72,19 +69,10 @@ func (e *Executor) startTools() error {
 	return nil
 }
 
-func (e *Executor) approvalTimeout() time.Duration {
-	if e.opts.ApprovalTimeout > 0 {
-		return e.opts.ApprovalTimeout
-	}
-	return defaultApprovalTimeout
-}
-
-func (e *Executor) toolCallTimeout() time.Duration {
-	if e.opts.ToolCallTimeout > 0 {
-		return e.opts.ToolCallTimeout
-	}
-	return defaultToolCallTimeout
-}
+// approvalTimeout and toolCallTimeout are the Options after Start set
+// their defaults.
+func (e *Executor) approvalTimeout() time.Duration { return e.opts.ApprovalTimeout }
+func (e *Executor) toolCallTimeout() time.Duration { return e.opts.ToolCallTimeout }
 
 // toolEnv is the kernel's view of the tool server.
 func (e *Executor) toolEnv() []string {
@@ -198,7 +186,10 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 	if err := reg.Add(name, cfg); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err) // it names the server
 	}
-	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	m, err := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	if err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
 	defer m.Close()
 	tools, err := m.ListTools(ctx, name)
 	if err != nil {

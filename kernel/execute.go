@@ -23,7 +23,7 @@ import (
 type ExecOptions struct {
 	// Timeout bounds the cell's run time. On expiry the cell is
 	// interrupted, the kernel keeps its state, and Execute returns a
-	// *TimeoutError. Zero means no limit beyond ctx.
+	// *TimeoutError. Zero means no limit beyond ctx; negative is an error.
 	Timeout time.Duration
 	// OnEvent receives each event as it arrives, on the calling goroutine.
 	OnEvent func(Event)
@@ -54,6 +54,9 @@ const sigint = syscall.SIGINT
 // restarted. A dead kernel gives ErrKernelDied; the next call starts a fresh
 // kernel.
 func (k *Kernel) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
+	if opts != nil && opts.Timeout < 0 {
+		return nil, fmt.Errorf("kernel: ExecOptions.Timeout is %v; use a positive duration, or 0 for no limit beyond ctx", opts.Timeout)
+	}
 	in, err := k.current(ctx)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
@@ -49,6 +50,9 @@ type Options struct {
 	// InitCode runs silently after every (re)start, before the first cell.
 	InitCode string
 	// StartTimeout bounds a start or restart. Zero means 60s.
+	//
+	// Every duration here follows one rule: zero means the default the
+	// field names, and a negative value makes Start fail.
 	StartTimeout time.Duration
 	// InterruptGrace is how long an interrupted cell may take to stop
 	// before the kernel is restarted. Zero means 3s.
@@ -60,8 +64,8 @@ type Options struct {
 	// SIGTERM, SIGKILL). Zero means 2s.
 	ShutdownGrace time.Duration
 	// HeartbeatInterval is the pause between heartbeats; a kernel that
-	// misses HeartbeatMisses consecutive beats is declared dead. Zero means
-	// 2s and 3. A negative interval turns the heartbeat off.
+	// misses HeartbeatMisses consecutive beats is declared dead. Zero
+	// means 2s. HeartbeatMisses zero (or less) means 3.
 	HeartbeatInterval time.Duration
 	HeartbeatMisses   int
 	// Logger receives the kernel's own stderr and lifecycle logs. Nil
@@ -69,7 +73,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) withDefaults() Options {
+func (o *Options) withDefaults() (Options, error) {
 	var c Options
 	if o != nil {
 		c = *o
@@ -77,28 +81,22 @@ func (o *Options) withDefaults() Options {
 	if c.Launcher == nil {
 		c.Launcher = DirectLauncher{}
 	}
-	if c.StartTimeout <= 0 {
-		c.StartTimeout = 60 * time.Second
-	}
-	if c.InterruptGrace <= 0 {
-		c.InterruptGrace = 3 * time.Second
-	}
-	if c.IdleGrace <= 0 {
-		c.IdleGrace = 2 * time.Second
-	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 2 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 2 * time.Second
+	if err := defaults.Apply("kernel",
+		defaults.Duration{Name: "Options.StartTimeout", V: &c.StartTimeout, Def: defaults.KernelStart},
+		defaults.Duration{Name: "Options.InterruptGrace", V: &c.InterruptGrace, Def: defaults.InterruptGrace},
+		defaults.Duration{Name: "Options.IdleGrace", V: &c.IdleGrace, Def: defaults.IdleGrace},
+		defaults.Duration{Name: "Options.ShutdownGrace", V: &c.ShutdownGrace, Def: defaults.ShutdownGrace},
+		defaults.Duration{Name: "Options.HeartbeatInterval", V: &c.HeartbeatInterval, Def: defaults.HeartbeatInterval},
+	); err != nil {
+		return c, err
 	}
 	if c.HeartbeatMisses <= 0 {
-		c.HeartbeatMisses = 3
+		c.HeartbeatMisses = defaults.HeartbeatMisses
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return c
+	return c, nil
 }
 
 // Kernel is a running IPython kernel. Its methods are safe for concurrent
@@ -131,7 +129,10 @@ type Kernel struct {
 
 // Start launches a kernel and waits until it is ready to execute.
 func Start(ctx context.Context, opts *Options) (*Kernel, error) {
-	o := opts.withDefaults()
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	python, err := choosePython(ctx, &o)
 	if err != nil {
 		return nil, err
@@ -355,10 +356,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	stderr.Forget() // the start-up banner explains no later death
-	if k.opts.HeartbeatInterval > 0 {
-		k.wg.Add(1)
-		go in.heartbeat()
-	}
+	k.wg.Add(1)
+	go in.heartbeat()
 	if k.opts.InitCode != "" {
 		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
 			k.kill(in)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ipybox/ipybox/internal/procattr"
 	"io"
 	"log/slog"
 	"os"
@@ -19,7 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/linelog"
+	"github.com/ipybox/ipybox/internal/procattr"
 )
 
 // A Zygote is a fork server for kernels: one Python process that has
@@ -101,7 +102,7 @@ func NewZygote(ctx context.Context, python string, env []string, log *slog.Logge
 func (z *Zygote) Python() string { return z.python }
 
 // zygoteStartTimeout bounds the zygote's imports.
-const zygoteStartTimeout = 60 * time.Second
+const zygoteStartTimeout = defaults.KernelStart
 
 // proc returns the running zygote, starting one when there is none or it
 // died. z.mu is held.

@@ -9,7 +9,7 @@
 //		URL:     "https://api.githubcopilot.com/mcp/",
 //		Headers: map[string]string{"Authorization": "Bearer ${GITHUB_TOKEN}"},
 //	})
-//	m := mcpconn.New(reg, nil)
+//	m, err := mcpconn.New(reg, nil)
 //	defer m.Close()
 //	tools, err := m.ListTools(ctx, "github")
 //	res, err := m.CallTool(ctx, "github", "search_repositories", map[string]any{"query": "mcp"})

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -28,13 +29,14 @@ var ErrClosed = errors.New("mcpconn: manager closed")
 
 // Default values of Options.
 const (
-	DefaultConnectTimeout = 30 * time.Second
-	DefaultCallTimeout    = 120 * time.Second
-	DefaultStopGrace      = 2 * time.Second
+	DefaultConnectTimeout = defaults.MCPConnect
+	DefaultCallTimeout    = defaults.ToolCall
+	DefaultStopGrace      = defaults.MCPStopGrace
 )
 
 // Options configures a Manager. A nil *Options means all defaults. New
-// copies the struct.
+// copies the struct. For each duration, zero means the default the field
+// names, and a negative value makes New fail.
 type Options struct {
 	// Logger receives connection events and the stderr lines of stdio
 	// servers. Nil discards them.
@@ -117,9 +119,9 @@ func (e *entry) swap(old, new *session) bool {
 // New returns a Manager for the servers in reg. reg is read on every call,
 // so servers added to it later can be used, and a replaced config makes the
 // next call reconnect.
-func New(reg *Registry, opts *Options) *Manager {
+func New(reg *Registry, opts *Options) (*Manager, error) {
 	if reg == nil {
-		panic("mcpconn.New: nil Registry")
+		return nil, errors.New("mcpconn: New needs a Registry (NewRegistry or LoadRegistry)")
 	}
 	var o Options
 	if opts != nil {
@@ -128,14 +130,12 @@ func New(reg *Registry, opts *Options) *Manager {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = DefaultConnectTimeout
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
-	}
-	if o.StopGrace <= 0 {
-		o.StopGrace = DefaultStopGrace
+	if err := defaults.Apply("mcpconn",
+		defaults.Duration{Name: "Options.ConnectTimeout", V: &o.ConnectTimeout, Def: DefaultConnectTimeout},
+		defaults.Duration{Name: "Options.CallTimeout", V: &o.CallTimeout, Def: DefaultCallTimeout},
+		defaults.Duration{Name: "Options.StopGrace", V: &o.StopGrace, Def: DefaultStopGrace},
+	); err != nil {
+		return nil, err
 	}
 	if o.LookupEnv == nil {
 		o.LookupEnv = os.LookupEnv
@@ -155,7 +155,7 @@ func New(reg *Registry, opts *Options) *Manager {
 		ctx:     ctx,
 		cancel:  cancel,
 		entries: map[string]*entry{},
-	}
+	}, nil
 }
 
 // lookup finds a ${VAR} value: the environment first, then .env.

@@ -47,7 +47,10 @@ func newManager(t *testing.T, servers map[string]Config, opts *Options) *Manager
 	if o.StopGrace == 0 {
 		o.StopGrace = 500 * time.Millisecond
 	}
-	m := New(reg, &o)
+	m, err := New(reg, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -455,7 +458,10 @@ func TestCloseIsBoundedWithCallsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(servers))
 	for name := range servers {
@@ -521,7 +527,10 @@ func TestRegistryChanges(t *testing.T) {
 	if err := reg.Add("go", testmcpStdio(t)); err != nil {
 		t.Fatal(err)
 	}
-	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer m.Close()
 	pid := serverPid(t, m, "go")
 	// A replaced config reconnects.

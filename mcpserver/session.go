@@ -280,9 +280,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	} else {
 		o.ApproveToolCalls = ipybox.Bool(false)
 	}
-	if s.opts.ApprovalTimeout > 0 {
-		o.ApprovalTimeout = s.opts.ApprovalTimeout
-	}
+	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.Sandbox = s.sandbox
 	if s.sandbox == nil {
 		o.Zygote = s.zygote(ctx, py)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -35,8 +36,8 @@ const (
 
 // Defaults for the zero values of Options.
 const (
-	DefaultCallTimeout     = 120 * time.Second
-	DefaultApprovalTimeout = 5 * time.Minute
+	DefaultCallTimeout     = defaults.ToolCall
+	DefaultApprovalTimeout = defaults.Approval
 	DefaultMaxBodyBytes    = 16 << 20
 )
 
@@ -149,20 +150,11 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	} else if err := checkToken(o.Token); err != nil {
 		return nil, err
 	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"CallTimeout", &o.CallTimeout, DefaultCallTimeout},
-		{"ApprovalTimeout", &o.ApprovalTimeout, DefaultApprovalTimeout},
-	} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("toolserver: Options.%s is %v; use a positive duration, or 0 for the default %v", d.name, *d.v, d.def)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if err := defaults.Apply("toolserver",
+		defaults.Duration{Name: "Options.CallTimeout", V: &o.CallTimeout, Def: DefaultCallTimeout},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
+	); err != nil {
+		return nil, err
 	}
 	if o.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d; use a positive size, or 0 for the default %d", o.MaxBodyBytes, DefaultMaxBodyBytes)
