@@ -35,6 +35,7 @@ var docSnippetWant = map[string][]string{
 // fresh workspace) and, when the block uses an ex it does not start, a
 // started Executor. A block marked as signatures is skipped.
 func TestDocsGoSnippets(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	everything := testenv.NPMBin(t, "mcp-server-everything")

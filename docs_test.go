@@ -17,6 +17,7 @@ var pythonBlock = regexp.MustCompile("(?s)```python\n(.*?)```")
 // TestDocsPythonExamples runs every Python example of docs/tools.md in a
 // kernel with server-everything registered, as the doc describes.
 func TestDocsPythonExamples(t *testing.T) {
+	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	doc, err := os.ReadFile("docs/tools.md")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // the default and a negative duration is an error that names the field and
 // says what to use instead.
 func TestNegativeDurations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cases := []struct {
 		field string

@@ -52,6 +52,7 @@ func run(t *testing.T, ex *ipybox.Executor, code string) *ipybox.Result {
 }
 
 func TestOutputs(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	for _, tc := range []struct{ code, want string }{
 		{"print('hello')", "hello"},
@@ -68,6 +69,7 @@ func TestOutputs(t *testing.T) {
 }
 
 func TestPythonErrors(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	for _, tc := range []struct{ code, name, inTraceback string }{
 		{"def f(:\n  pass", "SyntaxError", ""},
@@ -104,6 +106,7 @@ func TestPythonErrors(t *testing.T) {
 }
 
 func TestStatePersistsAndReset(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "import math\nv = 41\ndef inc(x):\n    return x + 1")
 	if got := run(t, ex, "inc(v), math.floor(2.5)").Text; got != "(42, 2)" {
@@ -126,6 +129,7 @@ func TestStatePersistsAndReset(t *testing.T) {
 }
 
 func TestExecutorsAreIsolated(t *testing.T) {
+	t.Parallel()
 	a, b := start(t, nil), start(t, nil)
 	run(t, a, "secret = 'a'")
 	_, err := b.Execute(context.Background(), "secret", nil)
@@ -162,6 +166,7 @@ func TestStreamingIsLive(t *testing.T) {
 }
 
 func TestStreamKeepsStdoutAndStderrApart(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	streams := map[string]string{}
 	for ev, err := range ex.Stream(context.Background(), "import sys\nprint('o')\nsys.stdout.flush()\nprint('e', file=sys.stderr)", nil) {
@@ -178,6 +183,7 @@ func TestStreamKeepsStdoutAndStderrApart(t *testing.T) {
 }
 
 func TestWorkDirRestored(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ex := start(t, &ipybox.Options{WorkDir: dir})
 	res := run(t, ex, "import os\nos.chdir('/')")
@@ -210,6 +216,7 @@ func TestNoWorkDirChangePersists(t *testing.T) {
 }
 
 func TestPlotsBecomeImages(t *testing.T) {
+	t.Parallel()
 	imgs := t.TempDir()
 	ex := start(t, &ipybox.Options{ImagesDir: imgs})
 	res := run(t, ex, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
@@ -236,6 +243,7 @@ func TestPlotsBecomeImages(t *testing.T) {
 }
 
 func TestDisplaysAndClearOutput(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	res := run(t, ex, `from IPython.display import display, HTML, clear_output
 print('gone')
@@ -334,6 +342,7 @@ func TestExecutionsAreSerialised(t *testing.T) {
 }
 
 func TestLargeOutputRoundTrips(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	res := run(t, ex, "print('x' * 500000)")
 	if res.Text != strings.Repeat("x", 500000) {
@@ -378,6 +387,7 @@ func TestKernelEnv(t *testing.T) {
 }
 
 func TestKernelDeath(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "x = 1")
 	_, err := ex.Execute(context.Background(), "import os\nos._exit(1)", nil)
@@ -451,6 +461,7 @@ func TestIgnoredInterruptRestarts(t *testing.T) {
 }
 
 func TestInputGivesClearError(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -519,6 +530,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 }
 
 func TestBadWorkDir(t *testing.T) {
+	t.Parallel()
 	_, err := ipybox.Start(context.Background(), &ipybox.Options{WorkDir: "/nonexistent/dir"})
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/dir") {
 		t.Fatalf("err = %v", err)
@@ -526,6 +538,7 @@ func TestBadWorkDir(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "kept = 'yes'")
 	time.AfterFunc(400*time.Millisecond, func() { ex.Interrupt() })
@@ -542,6 +555,7 @@ func TestInterrupt(t *testing.T) {
 // TestCloseDuringCellExecutor: a cell that Close ends gets ErrClosed, which
 // names the Executor, not ErrKernelDied; so do calls after Close.
 func TestCloseDuringCellExecutor(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	done := make(chan error, 1)
 	started := make(chan struct{})
@@ -582,6 +596,7 @@ func TestCloseDuringCellExecutor(t *testing.T) {
 // TestRegisterErrorsNameServerOnce: an error from registering a server names
 // it once, with one "ipybox:" prefix and no inner package prefix.
 func TestRegisterErrorsNameServerOnce(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	missing := ipybox.ServerConfig{Command: "/nonexistent/ipybox-test-server"}
 	cases := []struct {
