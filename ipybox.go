@@ -142,9 +142,11 @@ type ExecOptions struct {
 	// KeepText bounds the text the *Result keeps, so that a cell printing
 	// hundreds of megabytes does not hold them all in memory: its first
 	// and last KeepText/2 bytes, with Result.Omitted counting the rest.
-	// Stream still delivers every byte as *Output events. Zero means
-	// DefaultKeepText; a negative value keeps all the text (as much
-	// memory as the cell prints, which kernel code chooses).
+	// It bounds the kept displays the same way (KeepText bytes of them,
+	// then Result.OmittedDisplays counts the rest). Stream still delivers
+	// every byte as *Output and *Display events. Zero means
+	// DefaultKeepText; a negative value keeps everything (as much memory
+	// as the cell prints, which kernel code chooses).
 	KeepText int
 }
 

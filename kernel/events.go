@@ -73,6 +73,11 @@ type Result struct {
 	// Omitted is how many bytes of text KeepText left out of Text (they
 	// were streamed as *Output events); zero when Text is whole.
 	Omitted int64
+	// OmittedDisplays is how many displays KeepText left out of Displays:
+	// past KeepText bytes of display messages, the later displays are
+	// streamed as *Display events but not kept. Their text is in Text's
+	// bounds and their images in Images.
+	OmittedDisplays int
 	// Restarted is set when the kernel had died since the last call
 	// (killed, crashed, or exit() in a cell) and no call had reported it:
 	// this cell ran in a fresh kernel, and the old one's state is gone.

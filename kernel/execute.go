@@ -36,10 +36,11 @@ type ExecOptions struct {
 	// count (for housekeeping code).
 	Silent bool
 	// KeepText bounds the text the Result keeps: its first and last
-	// KeepText/2 bytes; Result.Omitted says how much was left out. Every
-	// output still reaches OnEvent, so a consumer that streams loses
-	// nothing. It bounds memory when a cell prints a lot. Zero (or less)
-	// keeps all of it.
+	// KeepText/2 bytes; Result.Omitted says how much was left out. It
+	// bounds the displays the Result keeps too: KeepText bytes of display
+	// messages, then Result.OmittedDisplays counts the rest. Every output
+	// still reaches OnEvent, so a consumer that streams loses nothing. It
+	// bounds memory when a cell prints a lot. Zero (or less) keeps all.
 	KeepText int
 }
 
@@ -223,6 +224,14 @@ type cellState struct {
 	waiting []waitingCall   // calls held for their marker
 
 	capped *headTail // the text, when ExecOptions.KeepText bounds it
+
+	// With KeepText, the displays kept in outputs are bounded too: past
+	// keepDisplays bytes of display messages, a display is streamed but
+	// not kept (its text still goes to capped, its images to omittedImages).
+	keepDisplays    int
+	displayBytes    int
+	omittedDisplays int
+	omittedImages   []string
 }
 
 // headTail keeps the first and the last bytes of a text, and counts what
@@ -354,6 +363,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	st := &cellState{k: in.k, ctx: cellCtx}
 	if o.KeepText > 0 {
 		st.capped = &headTail{half: max(o.KeepText/2, 1)}
+		st.keepDisplays = o.KeepText
 	}
 	var idleTimer <-chan time.Time
 	var interruptedAt time.Time // zero until we interrupted
@@ -470,6 +480,7 @@ func (st *cellState) clearPending() {
 		if st.capped != nil {
 			st.capped = &headTail{half: st.capped.half}
 		}
+		st.displayBytes, st.omittedDisplays, st.omittedImages = 0, 0, nil
 	}
 }
 
@@ -541,9 +552,20 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if d == nil {
 			return
 		}
-		if d.Update {
+		switch {
+		case d.Update:
 			st.update(d)
-		} else {
+		case st.keepDisplays > 0 && (st.omittedDisplays > 0 || st.displayBytes+len(m.Content) > st.keepDisplays):
+			// Over the bound: streamed, not kept. Once one is left out,
+			// the later ones are too, so that Displays stays in order.
+			st.clearPending()
+			st.omittedDisplays++
+			st.omittedImages = append(st.omittedImages, d.Images...)
+			if d.Text != "" && len(d.Images) == 0 {
+				st.capped.add(d.Text + "\n")
+			}
+		default:
+			st.displayBytes += len(m.Content)
 			st.add(d)
 		}
 		st.emit(o, d)
@@ -787,6 +809,8 @@ func (st *cellState) result(truncated bool) *Result {
 		// Display texts were kept in order with the stream text.
 		res.Text = strings.TrimSuffix(st.capped.text(), "\n")
 		res.Omitted = st.capped.omitted
+		res.OmittedDisplays = st.omittedDisplays
+		res.Images = append(res.Images, st.omittedImages...)
 		return res
 	}
 	var text string
