@@ -50,6 +50,7 @@ func (e *Executor) startTools() error {
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
+		OAuthURL:     e.opts.OAuthURL,
 	})
 	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
 		Approver:         approver{e},
@@ -181,15 +182,17 @@ type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
 	// workspace's .env, read with mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+	// OAuthURL is as Options.OAuthURL. Nil means none.
+	OAuthURL func(ctx context.Context, server, url string) error
 }
 
 // GenerateToolModules connects to an MCP server, lists its tools and writes
 // the typed Python modules to <dir>/<name>/, without a kernel (this is
 // `ipybox apigen`). dir is usually a workspace's mcptools folder.
 func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, opts *GenerateOptions) ([]ToolModule, error) {
-	var dotEnv map[string]string
+	var o GenerateOptions
 	if opts != nil {
-		dotEnv = opts.DotEnv
+		o = *opts
 	}
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
@@ -198,7 +201,7 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 	if err := reg.Add(name, cfg); err != nil {
 		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
 	}
-	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: o.DotEnv, OAuthURL: o.OAuthURL})
 	defer m.Close()
 	tools, err := m.ListTools(ctx, name)
 	if err != nil {

@@ -706,3 +706,87 @@ type connectClock struct {
 
 func (c *connectClock) pause()  { c.t.Stop() }
 func (c *connectClock) resume() { c.t.Reset(c.d) }
+
+// Login signs in to the named server now, replacing its stored sign-in:
+// the stored token is forgotten, the server's 401 starts a sign-in
+// (Options.OAuthURL gets the authorization URL, or the client credentials
+// grant runs), and listing the tools checks the new token. It fails when
+// the server did not ask for a sign-in.
+func (m *Manager) Login(ctx context.Context, server string) error {
+	re, ok := m.reg.lookup(server)
+	if !ok {
+		_, err := m.ListTools(ctx, server) // the unknown-server error
+		return err
+	}
+	exp, values, err := re.cfg.expand(m.lookup)
+	m.secrets.add(values...)
+	if err != nil {
+		return fmt.Errorf("mcpconn: server %q: %w", server, err)
+	}
+	if t, err := exp.Transport(); err != nil || t != StreamableHTTP {
+		return fmt.Errorf("mcpconn: server %q is not a streamable HTTP server (transport %s); only those can sign in with OAuth", server, t)
+	}
+	if _, err := m.store.remove(exp.URL); err != nil {
+		return err
+	}
+	if err := m.Stop(ctx, server); err != nil {
+		return err
+	}
+	if err := m.resetOAuth(ctx, server); err != nil {
+		return err
+	}
+	if _, err := m.ListTools(ctx, server); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	e := m.entries[server]
+	m.mu.Unlock()
+	var h *oauthHandler
+	if e != nil {
+		select {
+		case e.sem <- struct{}{}:
+			h = e.oauth
+			<-e.sem
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if h != nil && h.grant() == GrantClientCredentials {
+		if h.tokenSourceSet() {
+			return nil
+		}
+	} else if s, err := m.store.load(exp.URL); err != nil {
+		return err
+	} else if s != nil {
+		return nil
+	}
+	return fmt.Errorf("mcpconn: server %q did not ask for an OAuth sign-in (it answered without a 401); there is nothing to sign in to", server)
+}
+
+// tokenSourceSet reports whether the handler holds a token source.
+func (h *oauthHandler) tokenSourceSet() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cc != nil || h.src != nil
+}
+
+// resetOAuth drops the named server's OAuth handler, so that the next
+// connect starts from the token file.
+func (m *Manager) resetOAuth(ctx context.Context, name string) error {
+	m.mu.Lock()
+	e := m.entries[name]
+	m.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	select {
+	case e.sem <- struct{}{}:
+		e.oauth = nil
+		<-e.sem
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.ctx.Done():
+		return ErrClosed
+	}
+}
