@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -94,7 +96,7 @@ func loadWorkspaceServers(workspace string) (*mcpconn.Registry, map[string]strin
 		return nil, nil, err
 	}
 	dot, err := mcpconn.LoadDotEnv(filepath.Join(workspace, ".env"))
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("workspace .env: %w", err)
 	}
 	return reg, dot, nil
@@ -231,9 +233,9 @@ func tokenState(s mcpconn.StoredToken, now time.Time) string {
 	case s.Expiry.IsZero():
 		st = "signed in (no expiry given)"
 	case s.Expiry.After(now):
-		st = "signed in, expires in " + s.Expiry.Sub(now).Round(time.Second).String()
+		st = "signed in, expires in " + approx(s.Expiry.Sub(now))
 	default:
-		st = "access token expired " + now.Sub(s.Expiry).Round(time.Second).String() + " ago"
+		st = "access token expired " + approx(now.Sub(s.Expiry)) + " ago"
 	}
 	if s.Refreshable {
 		st += ", refreshable"
@@ -256,6 +258,18 @@ func showURL(raw string) string {
 	}
 	u.RawQuery, u.User = "", nil
 	return escape.Text(u.String() + q)
+}
+
+// approx shows d to the minute, or to the second under a minute.
+func approx(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d.Round(time.Minute).Minutes()))
+	}
+	return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
 }
 
 func nameList(ns []string) string {
