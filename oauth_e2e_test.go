@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -283,6 +284,51 @@ print("FILES", files, "FOUND", found)`
 	}
 	leaks("the hunt's output", res.Text)
 	leaks("the logs", logs.String())
+}
+
+// TestOAuthTokenFolderMaskedInHostRoot: with a sandbox that shows the whole
+// host ("host" root mode), the token folder is masked even where nothing
+// else would hide it (here $XDG_CONFIG_HOME is in the workspace): kernel
+// code cannot read the token file, while the host still uses it.
+func TestOAuthTokenFolderMaskedInHostRoot(t *testing.T) {
+	testenv.NeedsTool(t, "bwrap")
+	s := mcptest.NewOAuthServer(nil)
+	t.Cleanup(s.Close)
+	// A config folder that the sandbox shows: in the workspace itself.
+	ws := t.TempDir()
+	cfgHome := filepath.Join(ws, "cfg")
+	t.Setenv("XDG_CONFIG_HOME", cfgHome)
+	tokenFile := filepath.Join(cfgHome, "ipybox", "oauth-tokens.json")
+	b := &headlessBrowser{}
+	policy := ipybox.DefaultSandbox()
+	policy.RootMode = "host"
+	sb := startSandboxed(t, &ipybox.Options{WorkDir: ws, Sandbox: policy, OAuthURL: b.open, Approver: ipybox.ApproveAll})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := sb.RegisterMCPServer(ctx, "gooauth", ipybox.ServerConfig{URL: s.URL}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := storedTokens(t, tokenFile)
+	res := huntRun(t, sb, `import os
+def attempt(name, f):
+    try:
+        data = f()
+        print(name, "READ", any(t in data for t in TOKENS))
+    except OSError as e:
+        print(name, "DENIED", type(e).__name__)
+attempt("token-file", lambda: open(TOKEN_FILE).read())
+attempt("token-dir", lambda: str(os.listdir(os.path.dirname(TOKEN_FILE))) or (_ for _ in ()).throw(OSError("empty")))
+attempt("config-home", lambda: str(os.listdir(os.path.dirname(os.path.dirname(TOKEN_FILE)))))
+from mcptools.gooauth.tool_1 import Params, run
+print(run(Params(s="host-root")))`, tokens, tokenFile)
+	for _, want := range []string{"token-file DENIED", "config-home READ False", "tool-1: host-root"} {
+		if !strings.Contains(res.Text, want) {
+			t.Errorf("want %q:\n%s", want, res.Text)
+		}
+	}
+	if strings.Contains(res.Text, "token-dir READ True") || strings.Contains(res.Text, "oauth-tokens") {
+		t.Errorf("the token folder is listable:\n%s", res.Text)
+	}
 }
 
 // huntRun runs code with TOKENS (the tokens to look for) and TOKEN_FILE
