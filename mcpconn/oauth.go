@@ -228,8 +228,26 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 	src := h.src
 	h.mu.Unlock()
 
+	if resp.StatusCode == http.StatusUnauthorized && h.grant() == GrantAuthorizationCode {
+		// Another Manager or process may have signed in or refreshed since
+		// (ipybox auth login, a rotated refresh token): use its token.
+		if src == nil {
+			if e, err := h.m.store.load(h.url); err == nil && e != nil && (h.cfg.ClientID == "" || e.ClientID == h.cfg.ClientID) {
+				h.mu.Lock()
+				h.src = h.newSource(e.config(), e.token(), e.Obtained)
+				h.mu.Unlock()
+				h.m.log.Info("oauth: using a sign-in stored since", "server", h.server)
+				discard(resp)
+				return nil
+			}
+		} else if src.adoptStored() {
+			h.m.log.Info("oauth: using a newer stored token", "server", h.server)
+			discard(resp)
+			return nil
+		}
+	}
 	if resp.StatusCode == http.StatusUnauthorized && src != nil {
-		if access, ok := src.refreshable(); ok && access != h.forcedFor {
+		if access, ok := src.refreshable(); ok && access != h.forcedFor && src.failure() == nil {
 			// The server refused a token that looked valid (revoked, or
 			// expired early): a refresh may be all it takes.
 			h.forcedFor = access
@@ -258,10 +276,9 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		return fmt.Errorf("the server answered %d without an OAuth challenge (WWW-Authenticate: Bearer); check its credentials, or add an \"oauth\" block to its config", resp.StatusCode)
 	}
 	if src != nil && resp.StatusCode == http.StatusUnauthorized {
-		// The stored sign-in no longer works: forget it.
-		h.mu.Lock()
-		h.src = nil
-		h.mu.Unlock()
+		// The stored sign-in no longer works: the file forgets it. This
+		// handler keeps it until a new sign-in replaces it, so that every
+		// request it refuses says why.
 		if _, err := h.m.store.remove(h.url); err != nil {
 			h.m.log.Warn("oauth: removing a stale sign-in", "server", h.server, "error", err)
 		}
@@ -271,14 +288,16 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 	}
 	if h.m.opts.OAuthURL == nil {
 		discard(resp)
-		reason := "it asks for one and no stored token works"
+		lre := &LoginRequiredError{Server: h.server, Reason: "it asks for one and no stored token works"}
 		switch {
 		case resp.StatusCode == http.StatusForbidden:
-			reason = "it asks for more scopes (insufficient_scope)"
+			lre.Reason = "it asks for more scopes (insufficient_scope)"
+		case src != nil && src.failure() != nil:
+			lre.Reason, lre.Err = "its token expired or was refused, and refreshing it failed", src.failure()
 		case src != nil:
-			reason = "its stored token was refused and could not be refreshed"
+			lre.Reason = "its stored token was refused and could not be refreshed"
 		}
-		return &LoginRequiredError{Server: h.server, Reason: reason}
+		return lre
 	}
 	return h.wrap(h.authorizationCode(ctx, req, resp))
 }
@@ -503,6 +522,7 @@ type signInSource struct {
 	conf     *oauth2.Config
 	tok      *oauth2.Token
 	obtained time.Time
+	failed   error // the authorization server refused a refresh: sign in again
 }
 
 func (h *oauthHandler) newSource(c *oauth2.Config, t *oauth2.Token, obtained time.Time) *signInSource {
@@ -521,23 +541,51 @@ func (s *signInSource) refreshMargin() time.Duration {
 }
 
 // Token returns the access token, refreshing it first when it expires
-// within the margin.
+// within the margin. When there is no refresh token, or the authorization
+// server refused the refresh, it returns the token it has: if the server
+// refuses that one, its 401 brings Authorize, which signs in again (or says
+// to).
 func (s *signInSource) Token() (*oauth2.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tok.Expiry.IsZero() || time.Until(s.tok.Expiry) > s.refreshMargin() {
+	if s.failed != nil || s.tok.RefreshToken == "" || s.tok.Expiry.IsZero() || time.Until(s.tok.Expiry) > s.refreshMargin() {
 		return s.copyLocked(), nil
 	}
-	if s.tok.RefreshToken == "" {
-		if time.Now().Before(s.tok.Expiry) {
-			return s.copyLocked(), nil
-		}
-		return nil, &LoginRequiredError{Server: s.h.server, Reason: "its access token expired and the server gave no refresh token"}
+	if s.adoptStoredLocked() && (s.tok.Expiry.IsZero() || time.Until(s.tok.Expiry) > s.refreshMargin()) {
+		return s.copyLocked(), nil
 	}
 	if err := s.refreshLocked(); err != nil {
+		if s.failed != nil {
+			return s.copyLocked(), nil
+		}
 		return nil, err
 	}
 	return s.copyLocked(), nil
+}
+
+// adoptStored takes the stored token when another Manager or process
+// obtained a newer one, and reports whether it did.
+func (s *signInSource) adoptStored() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.adoptStoredLocked()
+}
+
+func (s *signInSource) adoptStoredLocked() bool {
+	e, err := s.h.m.store.load(s.h.url)
+	if err != nil || e == nil || e.AccessToken == s.tok.AccessToken || !e.Obtained.After(s.obtained) {
+		return false
+	}
+	s.h.m.secrets.add(e.AccessToken, e.RefreshToken, e.ClientSecret)
+	s.conf, s.tok, s.obtained, s.failed = e.config(), e.token(), e.Obtained, nil
+	return true
+}
+
+// failure returns why the last refresh was refused, or nil.
+func (s *signInSource) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 // refreshable returns the access token and whether a refresh token exists.
@@ -560,10 +608,16 @@ func (s *signInSource) refreshLocked() error {
 	defer cancel()
 	t, err := s.conf.TokenSource(ctx, &oauth2.Token{RefreshToken: s.tok.RefreshToken}).Token()
 	if err != nil {
-		// The error keeps the oauth2.RetrieveError (errors.As): on
-		// invalid_grant the SDK sends the request without a token, and the
-		// server's 401 brings Authorize.
-		return &LoginRequiredError{Server: h.server, Reason: "refreshing its access token failed", Err: h.m.secrets.scrubErr(err)}
+		err = h.m.secrets.scrubErr(err)
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) {
+			// The authorization server answered no (invalid_grant: the
+			// refresh token expired or was revoked; invalid_client): only
+			// a new sign-in helps.
+			s.failed = err
+			h.m.log.Info("oauth: the authorization server refused the refresh", "server", h.server, "error", err)
+		}
+		return &LoginRequiredError{Server: h.server, Reason: "refreshing its access token failed", Err: err}
 	}
 	if t.RefreshToken == "" {
 		t.RefreshToken = s.tok.RefreshToken // not rotated

@@ -141,6 +141,36 @@ func TestOAuthSignInStoreReuse(t *testing.T) {
 	}
 }
 
+// TestOAuthSharedTokenFile: two Managers (two sessions, or ipybox mcp
+// and ipybox auth login) share the token file: a sign-in or a refresh by
+// one is used by the other, even when refresh tokens rotate.
+func TestOAuthSharedTokenFile(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second})
+	dir := t.TempDir()
+	a, _ := oauthManager(t, Config{URL: s.URL}, dir, nil) // cannot sign in
+	_, err := a.ListTools(ctxT(t), "srv")
+	var lre *LoginRequiredError
+	if !errors.As(err, &lre) {
+		t.Fatalf("before any sign-in: %v", err)
+	}
+	// "ipybox auth login srv" in a terminal.
+	b, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: newBrowser().open})
+	if err := b.Login(ctxT(t), "srv"); err != nil {
+		t.Fatal(err)
+	}
+	// Trying again works, without restarting a.
+	callText(t, a, "srv", "tool-1", map[string]any{"s": "a"})
+	// b refreshes (and the refresh token rotates); a takes b's token from
+	// the file instead of refreshing with its stale refresh token.
+	time.Sleep(1200 * time.Millisecond)
+	callText(t, b, "srv", "tool-1", map[string]any{"s": "b"})
+	callText(t, a, "srv", "tool-1", map[string]any{"s": "a2"})
+	if c := s.Counts(); c.Authorizations != 1 || c.Refreshes != 1 {
+		t.Errorf("counts: %+v, want 1 sign-in and 1 refresh", c)
+	}
+}
+
 // TestOAuthLoginRequiredIsFast: with no token and no OAuthURL, the error
 // says how to sign in, at once.
 func TestOAuthLoginRequiredIsFast(t *testing.T) {
@@ -232,7 +262,30 @@ func TestOAuthExpiredWithoutRefresh(t *testing.T) {
 	m2, _ := oauthManager(t, Config{URL: s.URL}, dir, nil)
 	_, err := m2.CallTool(ctxT(t), "srv", "tool-1", map[string]any{"s": "2"})
 	var lre *LoginRequiredError
-	if !errors.As(err, &lre) {
+	if !errors.As(err, &lre) || !strings.Contains(err.Error(), "refreshing it failed") || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Fatalf("%v, want a *LoginRequiredError saying the refresh failed", err)
+	}
+}
+
+// TestOAuthExpiredNoRefreshToken: a server that gives no refresh token is
+// signed in to again when its token expires (where a sign-in is possible),
+// and otherwise the error says to.
+func TestOAuthExpiredNoRefreshToken(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: time.Second, NoRefresh: true})
+	dir := t.TempDir()
+	m, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: newBrowser().open})
+	callText(t, m, "srv", "tool-1", map[string]any{"s": "1"})
+	time.Sleep(1100 * time.Millisecond)
+	callText(t, m, "srv", "tool-1", map[string]any{"s": "2"})
+	if c := s.Counts(); c.Authorizations != 2 || c.Refreshes != 0 {
+		t.Errorf("counts: %+v, want a second sign-in", c)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	m2, _ := oauthManager(t, Config{URL: s.URL}, dir, nil)
+	_, err := m2.CallTool(ctxT(t), "srv", "tool-1", map[string]any{"s": "3"})
+	var lre *LoginRequiredError
+	if !errors.As(err, &lre) || !strings.Contains(err.Error(), "ipybox auth login srv") {
 		t.Fatalf("%v, want a *LoginRequiredError", err)
 	}
 }

@@ -34,13 +34,14 @@ type OAuthServer struct {
 	srv      *httptest.Server
 	shutdown func()
 
-	mu       sync.Mutex
-	lifetime time.Duration
-	clients  map[string]oauthClient
-	codes    map[string]oauthCode
-	access   map[string]time.Time // access token → expiry
-	refresh  map[string]string    // refresh token → client ID
-	counts   OAuthCounts
+	mu        sync.Mutex
+	noRefresh bool
+	lifetime  time.Duration
+	clients   map[string]oauthClient
+	codes     map[string]oauthCode
+	access    map[string]time.Time // access token → expiry
+	refresh   map[string]string    // refresh token → client ID
+	counts    OAuthCounts
 }
 
 // OAuthCounts counts what clients did.
@@ -63,6 +64,8 @@ type OAuthServerOptions struct {
 	TokenLifetime time.Duration
 	// ClientID and ClientSecret, when set, are a pre-registered client.
 	ClientID, ClientSecret string
+	// NoRefresh issues no refresh tokens.
+	NoRefresh bool
 }
 
 // NewOAuthServer starts an OAuthServer; Close stops it.
@@ -74,7 +77,7 @@ func NewOAuthServer(opts *OAuthServerOptions) *OAuthServer {
 	if o.TokenLifetime <= 0 {
 		o.TokenLifetime = time.Hour
 	}
-	s := &OAuthServer{lifetime: o.TokenLifetime, clients: map[string]oauthClient{}, codes: map[string]oauthCode{}, access: map[string]time.Time{}, refresh: map[string]string{}}
+	s := &OAuthServer{noRefresh: o.NoRefresh, lifetime: o.TokenLifetime, clients: map[string]oauthClient{}, codes: map[string]oauthCode{}, access: map[string]time.Time{}, refresh: map[string]string{}}
 	if o.ClientID != "" {
 		s.clients[o.ClientID] = oauthClient{secret: o.ClientSecret}
 	}
@@ -256,7 +259,7 @@ func (s *OAuthServer) issue(w http.ResponseWriter, client string, withRefresh bo
 	at := randomToken("at-")
 	s.access[at] = time.Now().Add(s.lifetime)
 	resp := map[string]any{"access_token": at, "token_type": "Bearer", "expires_in": max(1, int(s.lifetime.Seconds())), "scope": "tools"}
-	if withRefresh {
+	if withRefresh && !s.noRefresh {
 		rt := randomToken("rt-")
 		s.refresh[rt] = client
 		resp["refresh_token"] = rt
