@@ -431,3 +431,37 @@ func TestOAuthWithHeaderIsNotImplicit(t *testing.T) {
 		t.Error("a config with an Authorization header started a sign-in")
 	}
 }
+
+// TestOAuthCloseDuringSignIn: Close does not wait for a person who never
+// signs in.
+func TestOAuthCloseDuringSignIn(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	s := oauthServer(t, nil)
+	handed := make(chan struct{}, 1)
+	never := func(context.Context, string, string) error { handed <- struct{}{}; return nil }
+	reg := NewRegistry()
+	reg.Add("srv", Config{URL: s.URL})
+	m := New(reg, &Options{OAuthURL: never, AuthorizeTimeout: time.Minute, TokenFile: filepath.Join(t.TempDir(), "t.json")})
+	errc := make(chan error, 1)
+	go func() { _, err := m.ListTools(context.Background(), "srv"); errc <- err }()
+	select {
+	case <-handed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the authorization URL was not handed over")
+	}
+	t0 := time.Now()
+	if err := m.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) && !strings.Contains(errString(err), "closed") {
+			t.Errorf("ListTools after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ListTools still waits for the sign-in after Close")
+	}
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+}
