@@ -113,6 +113,16 @@ type Options struct {
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment (see mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+	// OAuthURL is called when a remote MCP server needs a user to sign in
+	// with OAuth (the authorization code grant): it should show url to the
+	// user or open it in a browser, and return at once. The browser is then
+	// redirected to a listener on 127.0.0.1, for up to 5 minutes (bounded
+	// too by ToolCallTimeout when kernel code made the call). server is the
+	// server's registered name; an error aborts the sign-in. Tokens stay on
+	// the host, in mcpconn.DefaultTokenFile, never in the kernel. Nil means
+	// such a server fails with an error that says to run `ipybox auth login
+	// SERVER`, unless a stored token works.
+	OAuthURL func(ctx context.Context, server, url string) error
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor

@@ -45,6 +45,7 @@ func (e *Executor) startTools() error {
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
+		OAuthURL:     e.opts.OAuthURL,
 	}); err != nil {
 		return err
 	}
@@ -169,15 +170,17 @@ type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
 	// workspace's .env, read with mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+	// OAuthURL is as Options.OAuthURL. Nil means none.
+	OAuthURL func(ctx context.Context, server, url string) error
 }
 
 // GenerateToolModules connects to an MCP server, lists its tools and writes
 // the typed Python modules to <dir>/<name>/, without a kernel (this is
 // `ipybox apigen`). dir is usually a workspace's mcptools folder.
 func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, opts *GenerateOptions) ([]ToolModule, error) {
-	var dotEnv map[string]string
+	var o GenerateOptions
 	if opts != nil {
-		dotEnv = opts.DotEnv
+		o = *opts
 	}
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
@@ -186,7 +189,7 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 	if err := reg.Add(name, cfg); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err) // it names the server
 	}
-	m, err := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	m, err := mcpconn.New(reg, &mcpconn.Options{DotEnv: o.DotEnv, OAuthURL: o.OAuthURL})
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}

@@ -33,7 +33,18 @@ func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
 // runs, that it works here. A sandbox that was asked for either runs or
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
-	sb, err := sandbox.New(e.opts.Sandbox, &sandbox.Options{
+	policy := e.opts.Sandbox
+	if f, err := mcpconn.DefaultTokenFile(); err == nil {
+		// The OAuth token folder is masked whatever the policy shows (a
+		// "host" root, extraRead). It is created now, so that a sign-in
+		// during the session lands in a folder that is already masked.
+		if dir := filepath.Dir(f); os.MkdirAll(dir, 0o700) == nil {
+			p := *policy
+			p.Filesystem.DenyRead = append(slices.Clone(p.Filesystem.DenyRead), dir)
+			policy = &p
+		}
+	}
+	sb, err := sandbox.New(policy, &sandbox.Options{
 		Workspace: e.workspace,
 		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
 		Logger:    e.log,

@@ -65,6 +65,20 @@ type Options struct {
 	// SysProcAttr, it is put in its own process group, which Stop ends as a
 	// whole. Nil runs commands as they are.
 	StdioCommand func(ctx context.Context, server string, cfg Config, cmd *exec.Cmd) (*exec.Cmd, error)
+
+	// OAuthURL is called when a streamable HTTP server needs a user to sign
+	// in (the OAuth authorization code grant): it should show or open url
+	// in a browser and return at once. The browser is then redirected to a
+	// listener on 127.0.0.1, for up to AuthorizeTimeout. An error aborts the
+	// sign-in. Nil makes such a server fail with a *LoginRequiredError,
+	// unless a stored token works.
+	OAuthURL func(ctx context.Context, server, url string) error
+	// AuthorizeTimeout bounds the wait for the browser's redirect after
+	// OAuthURL. Zero means DefaultAuthorizeTimeout.
+	AuthorizeTimeout time.Duration
+	// TokenFile is where OAuth tokens are kept (mode 0600), keyed by server
+	// URL. Empty means DefaultTokenFile().
+	TokenFile string
 }
 
 // A Manager keeps one session per registered server. Sessions are opened
@@ -80,7 +94,8 @@ type Manager struct {
 	ctx    context.Context // cancelled by Close, which aborts connects in progress
 	cancel context.CancelFunc
 
-	secrets secretSet // every ${VAR} value substituted so far
+	secrets secretSet // every ${VAR} value substituted so far, and every OAuth token
+	store   tokenStore
 
 	mu      sync.Mutex
 	closed  bool
@@ -97,6 +112,9 @@ type entry struct {
 	mu     sync.Mutex
 	sess   *session
 	sseURL string // a URL that needed the SSE fallback; guarded by sem
+
+	oauth    *oauthHandler // guarded by sem
+	oauthGen uint64        // the registry generation oauth was made for
 }
 
 func (e *entry) current() *session {
@@ -134,6 +152,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		defaults.Duration{Name: "Options.ConnectTimeout", V: &o.ConnectTimeout, Def: DefaultConnectTimeout},
 		defaults.Duration{Name: "Options.CallTimeout", V: &o.CallTimeout, Def: DefaultCallTimeout},
 		defaults.Duration{Name: "Options.StopGrace", V: &o.StopGrace, Def: DefaultStopGrace},
+		defaults.Duration{Name: "Options.AuthorizeTimeout", V: &o.AuthorizeTimeout, Def: DefaultAuthorizeTimeout},
 	); err != nil {
 		return nil, err
 	}
@@ -141,6 +160,11 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		o.LookupEnv = os.LookupEnv
 	}
 	o.DotEnv = maps.Clone(o.DotEnv)
+	if o.TokenFile == "" {
+		// Without a config folder, no token is found and a save fails
+		// with the reason; the sign-in itself still works.
+		o.TokenFile, _ = DefaultTokenFile()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		reg:  reg,
@@ -152,6 +176,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 			Capabilities: &mcp.ClientCapabilities{},
 		}),
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
+		store:   tokenStore{path: o.TokenFile},
 		ctx:     ctx,
 		cancel:  cancel,
 		entries: map[string]*entry{},

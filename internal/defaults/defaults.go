@@ -23,6 +23,7 @@ const (
 	ToolCall          = 2 * time.Minute  // one MCP tool call
 	MCPConnect        = 30 * time.Second // an MCP server's start and initialize
 	MCPStopGrace      = 2 * time.Second  // each step of stopping a stdio server
+	Authorize         = 5 * time.Minute  // a person signing in to an MCP server (OAuth)
 	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
 	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
 )
