@@ -367,20 +367,37 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	return in, nil
 }
 
-// launchShim starts ipykernel like `python -m ipykernel_launcher`, but
-// keeps debugpy and jedi from being imported while the kernel starts: the
-// debugger and jedi completion are of no use to an agent and cost about a
-// third of the import time. The block is lifted as soon as the kernel is
-// built, so user code can still import both.
-const launchShim = `import sys
+// launchShim starts ipykernel like `python -m ipykernel_launcher`, with
+// the imports a kernel has no use for kept out while it starts (see
+// importGuard).
+const launchShim = importGuard + `sys.argv[0] = "ipykernel_launcher"
+from ipykernel import kernelapp as _app
+` + importGuardEnd + boundStreams + `_app.launch_new_instance()
+`
+
+// importGuard keeps modules that an agent's kernel has no use for from
+// being imported while the kernel starts, which saves about a third of
+// the start's CPU time: the debugger (debugpy) and jedi completion, and
+// IPython.terminal.embed, which IPython's __init__ imports only to offer
+// embed() and which pulls in prompt_toolkit and the terminal shell (about
+// 60 ms). importGuardEnd lifts the guard once the kernel's modules are
+// imported, so that user code can import all three; IPython.embed then
+// imports the real embed on its first call.
+const importGuard = `import sys, types
 _b = ("debugpy", "jedi")
 for _m in _b: sys.modules.setdefault(_m, None)
-sys.argv[0] = "ipykernel_launcher"
-from ipykernel import kernelapp as _app
-for _m in _b:
+_e = types.ModuleType("IPython.terminal.embed")
+def _ipybox_embed(*a, **k):
+    import importlib
+    return importlib.import_module("IPython.terminal.embed").embed(*a, **k)
+_e.embed = _ipybox_embed
+sys.modules["IPython.terminal.embed"] = _e
+`
+
+const importGuardEnd = `for _m in _b:
     if sys.modules.get(_m, 0) is None: del sys.modules[_m]
-del _b, _m
-` + boundStreams + `_app.launch_new_instance()
+if sys.modules.get("IPython.terminal.embed") is _e: del sys.modules["IPython.terminal.embed"]
+del _b, _m, _e
 `
 
 // boundStreams keeps each stream message the kernel sends to a few

@@ -355,7 +355,7 @@ func (k *zygoteKernel) Wait() error {
 }
 
 // zygoteScript is the fork server. It imports what a kernel imports, with
-// debugpy and jedi kept out as launchShim does; each child then launches
+// the modules importGuard names kept out as launchShim does; each child then launches
 // the kernel app. The protocol is
 // one JSON object per SOCK_SEQPACKET record on fd 3: requests carry the
 // kernel's argv, env, cwd and PYTHONPATH, and the descriptor of its
@@ -363,13 +363,9 @@ func (k *zygoteKernel) Wait() error {
 // its wait status. The zygote stays single-threaded, so fork is safe.
 const zygoteScript = `# ipybox zygote
 import os, sys, json, socket, signal, select, ctypes, random
-_b = ("debugpy", "jedi")
-for _m in _b: sys.modules.setdefault(_m, None)
-from ipykernel import kernelapp as _app
+` + importGuard + `from ipykernel import kernelapp as _app
 import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
-for _m in _b:
-    if sys.modules.get(_m, 0) is None: del sys.modules[_m]
-` + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
+` + importGuardEnd + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
 _rd, _wr = os.pipe()
 os.set_blocking(_wr, False)
