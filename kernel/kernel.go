@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/lifeline"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -369,11 +370,12 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 }
 
 // launchShim starts ipykernel like `python -m ipykernel_launcher`, but
+// first watches the lifeline (see DirectLauncher), and
 // keeps debugpy and jedi from being imported while the kernel starts: the
 // debugger and jedi completion are of no use to an agent and cost about a
 // third of the import time. The block is lifted as soon as the kernel is
 // built, so user code can still import both.
-const launchShim = `import sys
+const launchShim = lifeline.WatchPython + `import sys
 _b = ("debugpy", "jedi")
 for _m in _b: sys.modules.setdefault(_m, None)
 sys.argv[0] = "ipykernel_launcher"
