@@ -68,6 +68,10 @@ type Options struct {
 	// Logger receives the kernel's own stderr and lifecycle logs. Nil
 	// discards.
 	Logger *slog.Logger
+
+	// tcp makes the kernel use TCP on 127.0.0.1 where it would use ipc
+	// sockets (tests only: see transport.go).
+	tcp bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -267,13 +271,9 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("kernel directory: %w", err)
 	}
 	socketDir := filepath.Join(k.runDir, "kernel")
-	info, err := jupyter.NewIPCConnection(socketDir)
+	info, err := k.newConnection(socketDir)
 	if err != nil {
 		return nil, err
-	}
-	// Sockets of an earlier instance must not be reused.
-	for _, p := range []int{1, 2, 3, 4, 5} {
-		safefs.Remove(socketDir, fmt.Sprintf("%s-%d", filepath.Base(info.IP), p))
 	}
 	connFile := filepath.Join(socketDir, "kernel.json")
 	if err := info.Write(connFile); err != nil {
