@@ -33,9 +33,10 @@ func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
 // runs, that it works here. A sandbox that was asked for either runs or
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
+	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
 	sb, err := sandbox.New(e.opts.Sandbox, &sandbox.Options{
 		Workspace: e.workspace,
-		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
+		Forwards:  []sandbox.Forward{tool},
 		Logger:    e.log,
 		Secrets:   e.secretFiles,
 	})
@@ -46,8 +47,9 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	if err := probe(ctx, sb); err != nil {
 		return nil, err
 	}
-	// Inside, the runtime reaches the tool server through the forwarder.
-	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
+	// Inside, the runtime reaches the tool server through the forwarder
+	// (Linux), or by its socket, which the profile allows (macOS).
+	e.toolURL = sb.ForwardURL(tool)
 	return sb, nil
 }
 
