@@ -482,6 +482,7 @@ func (k *Kernel) env() []string {
 		"IPYTHONDIR=" + filepath.Join(k.runDir, "kernel", "ipython"),
 		"JPY_SESSION_NAME=ipybox",
 	}
+	env = append(env, platformEnv()...)
 	if len(k.opts.PythonPath) > 0 {
 		env = append(env, "PYTHONPATH="+strings.Join(k.opts.PythonPath, string(os.PathListSeparator)))
 	}
