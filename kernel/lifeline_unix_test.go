@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,13 @@ func kernelHost(launcher string) int {
 		l = kernel.DirectLauncher{}
 	case "plain":
 		l = plainLauncher{}
+	case "zygote":
+		z, err := kernel.NewZygote(context.Background(), os.Getenv("IPYBOX_PYTHON"), nil, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		l = z
 	default:
 		fmt.Fprintln(os.Stderr, "unknown launcher", launcher)
 		return 2
@@ -89,8 +97,9 @@ func kernelHost(launcher string) int {
 // binary), which cannot clean up; its kernel, and the child a cell
 // started, must be gone within seconds. DirectLauncher has no Linux
 // parent-death signal, so only the lifeline (the pipe the kernel's shim
-// watches) can end them. "plain" (no lifeline) is the control: there the
-// kernel outlives its host, so the check can fail.
+// watches) can end them; a kernel forked by the zygote, only the zygote's
+// watch of its control socket. "plain" (no lifeline) is the control: there
+// the kernel outlives its host, so the check can fail.
 func TestKernelDiesWithHost(t *testing.T) {
 	py := testenv.NeedsPython(t)
 	for _, tc := range []struct {
@@ -98,9 +107,13 @@ func TestKernelDiesWithHost(t *testing.T) {
 		survives bool
 	}{
 		{"direct", false},
+		{"zygote", false},
 		{"plain", true},
 	} {
 		t.Run(tc.launcher, func(t *testing.T) {
+			if tc.launcher == "zygote" && runtime.GOOS != "linux" {
+				t.Skip("the zygote needs Linux")
+			}
 			pids := runHostAndKill(t, py, tc.launcher)
 			t.Cleanup(func() {
 				for _, pid := range pids {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ipybox/ipybox/internal/procattr"
 	"io"
 	"log/slog"
 	"os"
@@ -129,7 +128,11 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{child} // fd 3
-	cmd.SysProcAttr = procattr.Group()
+	// Its own group, and no parent-death signal: that SIGKILL would end
+	// the zygote before it could kill its kernels' groups. It watches the
+	// control socket instead, whose other end only this process holds, and
+	// at EOF kills every kernel's group and exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	child.Close()
 	if err != nil {
@@ -377,7 +380,10 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _base_path = list(sys.path)
 def _send(obj):
-    _sock.send(json.dumps(obj).encode())
+    try:
+        _sock.send(json.dumps(obj).encode())
+    except OSError:
+        pass  # the host is gone: the next receive sees EOF
 def _child(req, out):
     os.setpgid(0, 0)
     _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
@@ -400,6 +406,13 @@ def _child(req, out):
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])
     _app.launch_new_instance()
     os._exit(0)
+_kids = set()
+def _kill_kids():
+    for pid in _kids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 _send({"id": 0})
 while True:
     try:
@@ -418,13 +431,19 @@ while True:
                 break
             if pid == 0:
                 break
+            _kids.discard(pid)
             _send({"exit": pid, "status": status})
     if _sock in r:
         try:
             data, anc, _, _ = _sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
         except InterruptedError:
             continue
+        except OSError:
+            data = b""
         if not data:
+            # The host is gone (or closed us): so are its kernels, with
+            # whatever they started.
+            _kill_kids()
             os._exit(0)
         fds = []
         for level, kind, payload in anc:
@@ -449,5 +468,6 @@ while True:
             finally:
                 os._exit(1)
         os.close(out)
+        _kids.add(pid)
         _send({"id": req["id"], "pid": pid})
 `
