@@ -400,7 +400,7 @@ func TestKernelDeath(t *testing.T) {
 	// SIGKILL from outside, while a cell runs.
 	pid := run(t, ex, "import os\nos.getpid()").Text
 	n, _ := strconv.Atoi(pid)
-	time.AfterFunc(300*time.Millisecond, func() { syscall.Kill(n, syscall.SIGKILL) })
+	time.AfterFunc(300*time.Millisecond, func() { testenv.Signal(n, syscall.SIGKILL) })
 	_, err = ex.Execute(context.Background(), "import time\ntime.sleep(20)", nil)
 	if !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("SIGKILL: err = %v, want ErrKernelDied", err)
@@ -411,7 +411,7 @@ func TestKernelDeath(t *testing.T) {
 	// SIGKILL while idle: found by the next call.
 	pid = run(t, ex, "import os\nos.getpid()").Text
 	n, _ = strconv.Atoi(pid)
-	syscall.Kill(n, syscall.SIGKILL)
+	testenv.Signal(n, syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
 	if _, err := ex.Execute(context.Background(), "import os", nil); err != nil && !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("after idle kill: %v", err)
@@ -515,7 +515,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err := ex.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+	if err := testenv.Signal(pid, 0); err != syscall.ESRCH {
 		t.Errorf("kernel process %d still exists (%v)", pid, err)
 	}
 	if left := testenv.GroupMembers(pid); len(left) > 0 {

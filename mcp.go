@@ -64,7 +64,7 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.tools = ts
-	if e.toolURL, err = ts.ListenUnix(filepath.Join(e.runDir, "tool.sock")); err != nil {
+	if e.toolURL, err = ts.ListenLocal(filepath.Join(e.runDir, "tool.sock")); err != nil {
 		return err
 	}
 	return nil

@@ -33,6 +33,7 @@ func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
 // runs, that it works here. A sandbox that was asked for either runs or
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
+	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
 	policy := e.opts.Sandbox
 	if f, err := mcpconn.DefaultTokenFile(); err == nil {
 		// The OAuth token folder is masked whatever the policy shows (a
@@ -46,7 +47,7 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	}
 	sb, err := sandbox.New(policy, &sandbox.Options{
 		Workspace: e.workspace,
-		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
+		Forwards:  []sandbox.Forward{tool},
 		Logger:    e.log,
 		Secrets:   e.secretFiles,
 	})
@@ -57,8 +58,9 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	if err := probe(ctx, sb); err != nil {
 		return nil, err
 	}
-	// Inside, the runtime reaches the tool server through the forwarder.
-	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
+	// Inside, the runtime reaches the tool server through the forwarder
+	// (Linux), or by its socket, which the profile allows (macOS).
+	e.toolURL = sb.ForwardURL(tool)
 	return sb, nil
 }
 

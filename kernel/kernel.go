@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/lifeline"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -71,6 +72,10 @@ type Options struct {
 	// Logger receives the kernel's own stderr and lifecycle logs. Nil
 	// discards.
 	Logger *slog.Logger
+
+	// tcp makes the kernel use TCP on 127.0.0.1 where it would use ipc
+	// sockets (tests only: see transport.go).
+	tcp bool
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -267,13 +272,9 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("kernel directory: %w", err)
 	}
 	socketDir := filepath.Join(k.runDir, "kernel")
-	info, err := jupyter.NewIPCConnection(socketDir)
+	info, err := k.newConnection(socketDir)
 	if err != nil {
 		return nil, err
-	}
-	// Sockets of an earlier instance must not be reused.
-	for _, p := range []int{1, 2, 3, 4, 5} {
-		safefs.Remove(socketDir, fmt.Sprintf("%s-%d", filepath.Base(info.IP), p))
 	}
 	connFile := filepath.Join(socketDir, "kernel.json")
 	if err := info.Write(connFile); err != nil {
@@ -367,10 +368,10 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	return in, nil
 }
 
-// launchShim starts ipykernel like `python -m ipykernel_launcher`, with
-// the imports a kernel has no use for kept out while it starts (see
-// importGuard).
-const launchShim = importGuard + `sys.argv[0] = "ipykernel_launcher"
+// launchShim starts ipykernel like `python -m ipykernel_launcher`, but
+// first watches the lifeline (see DirectLauncher), and keeps the imports a
+// kernel has no use for out while it starts (see importGuard).
+const launchShim = lifeline.WatchPython + importGuard + `sys.argv[0] = "ipykernel_launcher"
 from ipykernel import kernelapp as _app
 ` + importGuardEnd + boundStreams + `_app.launch_new_instance()
 `
@@ -496,6 +497,7 @@ func (k *Kernel) env() []string {
 		"IPYTHONDIR=" + filepath.Join(k.runDir, "kernel", "ipython"),
 		"JPY_SESSION_NAME=ipybox",
 	}
+	env = append(env, platformEnv()...)
 	if len(k.opts.PythonPath) > 0 {
 		env = append(env, "PYTHONPATH="+strings.Join(k.opts.PythonPath, string(os.PathListSeparator)))
 	}

@@ -39,7 +39,7 @@ func TestDeathBetweenCallsIsReported(t *testing.T) {
 	}
 	run("x = 1")
 	before := time.Now()
-	syscall.Kill(k.Pid(), syscall.SIGKILL)
+	testenv.Signal(k.Pid(), syscall.SIGKILL)
 	waitDead(t, k)
 	res := run("print('fresh' if 'x' not in globals() else 'old')")
 	if res.Text != "fresh" {
@@ -73,7 +73,7 @@ func TestDeathBetweenCallsIsReported(t *testing.T) {
 	}
 
 	// An explicit Restart is no news either.
-	syscall.Kill(k.Pid(), syscall.SIGKILL)
+	testenv.Signal(k.Pid(), syscall.SIGKILL)
 	waitDead(t, k)
 	if err := k.Restart(ctx); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/linelog"
-	"github.com/ipybox/ipybox/internal/procattr"
 )
 
 // A Zygote is a fork server for kernels: one Python process that has
@@ -130,7 +129,11 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{child} // fd 3
-	cmd.SysProcAttr = procattr.Group()
+	// Its own group, and no parent-death signal: that SIGKILL would end
+	// the zygote before it could kill its kernels' groups. It watches the
+	// control socket instead, whose other end only this process holds, and
+	// at EOF kills every kernel's group and exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	child.Close()
 	if err != nil {
@@ -374,7 +377,10 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _base_path = list(sys.path)
 def _send(obj):
-    _sock.send(json.dumps(obj).encode())
+    try:
+        _sock.send(json.dumps(obj).encode())
+    except OSError:
+        pass  # the host is gone: the next receive sees EOF
 def _child(req, out):
     os.setpgid(0, 0)
     _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
@@ -397,6 +403,13 @@ def _child(req, out):
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])
     _app.launch_new_instance()
     os._exit(0)
+_kids = set()
+def _kill_kids():
+    for pid in _kids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 _send({"id": 0})
 while True:
     try:
@@ -415,13 +428,19 @@ while True:
                 break
             if pid == 0:
                 break
+            _kids.discard(pid)
             _send({"exit": pid, "status": status})
     if _sock in r:
         try:
             data, anc, _, _ = _sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
         except InterruptedError:
             continue
+        except OSError:
+            data = b""
         if not data:
+            # The host is gone (or closed us): so are its kernels, with
+            # whatever they started.
+            _kill_kids()
             os._exit(0)
         fds = []
         for level, kind, payload in anc:
@@ -446,5 +465,6 @@ while True:
             finally:
                 os._exit(1)
         os.close(out)
+        _kids.add(pid)
         _send({"id": req["id"], "pid": pid})
 `

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs the whole test suite:
-# formatting, vet, and every test tier under the race detector.
+# formatting, vet (for every target system: scripts/crossbuild.sh), and
+# every test tier under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -12,4 +13,5 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+scripts/crossbuild.sh
 go test -race -timeout 20m ./... "$@"

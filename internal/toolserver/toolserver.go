@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -229,6 +230,21 @@ func (s *Server) ListenUnix(path string) (string, error) {
 	}
 	s.serve(l)
 	return "unix://" + path, nil
+}
+
+// kernelsHaveUnixSockets says whether a kernel's Python can connect to a
+// unix socket: not on Windows, where CPython has no AF_UNIX.
+var kernelsHaveUnixSockets = runtime.GOOS != "windows"
+
+// ListenLocal listens where a local kernel reaches the server most
+// privately: the unix socket at path (see ListenUnix), or, on Windows,
+// 127.0.0.1 (see ListenTCP), where the token and the Host check guard it.
+// It returns the URL for EnvURL.
+func (s *Server) ListenLocal(path string) (string, error) {
+	if kernelsHaveUnixSockets {
+		return s.ListenUnix(path)
+	}
+	return s.ListenTCP()
 }
 
 // ListenTCP listens on 127.0.0.1 on a free port and serves in the
