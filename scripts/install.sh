@@ -26,7 +26,7 @@ fi
 
 tmp=$(mktemp "$bindir/.ipybox.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
-go build -trimpath -ldflags "$ldflags" -o "$tmp" ./cmd/ipybox
+go build -ldflags "$ldflags" -o "$tmp" ./cmd/ipybox
 chmod 0755 "$tmp"
 mv -f "$tmp" "$bindir/ipybox"
 trap - EXIT
