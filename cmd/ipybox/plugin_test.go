@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +117,7 @@ func TestPluginClaudeCode(t *testing.T) {
 		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.Dir = dir
 		cmd.Env = append(slices.Clone(env), "PATH="+path)
+		cmd.WaitDelay = 10 * time.Second
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -124,7 +129,8 @@ func TestPluginClaudeCode(t *testing.T) {
 	if err != nil || !strings.Contains(out, "is not on your PATH") || !strings.Contains(out, "installed ipybox ") {
 		t.Fatalf("scripts/install.sh: %v\n%s", err, out)
 	}
-	path := filepath.Join(prefix, "bin") + string(os.PathListSeparator) + basePath
+	// ipybox from PREFIX/bin, and claude for the README's commands.
+	path := filepath.Join(prefix, "bin") + string(os.PathListSeparator) + filepath.Dir(claude) + string(os.PathListSeparator) + basePath
 	out, err = sh(root, path, "env", "PREFIX="+prefix, install)
 	if err != nil || strings.Contains(out, "not on your PATH") {
 		t.Fatalf("scripts/install.sh, again: %v\n%s", err, out)
@@ -250,6 +256,89 @@ func TestPluginClaudeCode(t *testing.T) {
 		t.Errorf("the plugin's kernel read the project's .env: it is not sandboxed")
 	}
 	t.Logf("main example (step 3): %s; approvals asked: %d", results[2].Text, len(results[2].Elicitations))
+
+	readmeClaudeCommands(t, root, home, env, sh, path, claude)
+}
+
+// readmeClaudeCommands runs the README's commands for Claude Code without
+// the plugin, each in a project of its own, and checks that `claude mcp
+// list` shows the server Connected: `claude mcp add ipybox -- ipybox mcp`,
+// and the streamable HTTP form with a token header (on a free port rather
+// than the README's 8080, which another program may hold).
+func readmeClaudeCommands(t *testing.T, root, home string, env []string, sh func(dir, path, name string, args ...string) (string, error), path, claude string) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "### Claude Code without the plugin")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var stdio, httpBlock string
+	for _, block := range strings.Split(section, "```sh\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if strings.Contains(block, "--transport http") {
+			httpBlock = block
+		} else if stdio == "" {
+			stdio, _, _ = strings.Cut(block, "\n")
+		}
+	}
+	if stdio != "claude mcp add ipybox -- ipybox mcp" || httpBlock == "" {
+		t.Fatalf("README's Claude Code section: want `claude mcp add ipybox -- ipybox mcp` and an HTTP block; got %q and %q", stdio, httpBlock)
+	}
+	connected := func(dir, what string) {
+		t.Helper()
+		var out string
+		for i := 0; i < 10; i++ { // the HTTP server may still be starting
+			out, _ = sh(dir, path, claude, "mcp", "list")
+			if regexp.MustCompile(`(?m)^ipybox: .*Connected`).MatchString(out) {
+				t.Logf("%s, then claude mcp list:\n%s", what, out)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		t.Errorf("%s: claude mcp list does not show ipybox Connected:\n%s", what, out)
+	}
+
+	dir := filepath.Join(home, "stdio-project")
+	os.MkdirAll(dir, 0o755)
+	if out, err := sh(dir, path, "sh", "-c", stdio); err != nil {
+		t.Fatalf("%s: %v\n%s", stdio, err, out)
+	}
+	connected(dir, stdio)
+
+	testenv.NeedsTool(t, "openssl")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	script := strings.ReplaceAll(httpBlock, "127.0.0.1:8080", fmt.Sprintf("127.0.0.1:%d", port)) + "echo ipybox-pid=$!\n"
+	dir = filepath.Join(home, "http-project")
+	os.MkdirAll(dir, 0o755)
+	// The server runs on in the background: its output goes to a file,
+	// not to a pipe that the wait would hold open.
+	logPath := filepath.Join(dir, "commands.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(slices.Clone(env), "PATH="+path)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	err = cmd.Run()
+	logf.Close()
+	out, _ := os.ReadFile(logPath)
+	if m := regexp.MustCompile(`ipybox-pid=(\d+)`).FindSubmatch(out); m != nil {
+		pid, _ := strconv.Atoi(string(m[1]))
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGTERM) })
+	}
+	if err != nil {
+		t.Fatalf("README's HTTP commands: %v\n%s", err, out)
+	}
+	connected(dir, "the README's HTTP commands")
 }
 
 // skillSteps turns the examples of SKILL.md into the client's steps. The
