@@ -109,6 +109,15 @@ func TestPluginClaudeCode(t *testing.T) {
 	}
 	env = append(env, "HOME="+home, "CLAUDE_CONFIG_DIR="+filepath.Join(home, ".claude"),
 		"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")
+	// Go keeps its caches and settings under HOME by default: keep the
+	// real ones, so that install.sh builds from the warm caches, offline.
+	goenv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range strings.Fields(string(goenv)) {
+		env = append(env, []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}[i]+"="+v)
+	}
 	basePath := os.Getenv("PATH")
 	sh := func(dir string, path string, name string, args ...string) (string, error) {
 		t.Helper()
