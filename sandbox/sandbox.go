@@ -268,7 +268,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		s.proxy = newProxy(r, s.proxyOpts, s.log)
 		s.proxy.serve(ln)
 	}
-	placeholders.acquire(s.workspace)
+	placeholders.acquire(s.workspace, s.log)
 	s.snapshotGit()
 	s.logFeatures()
 	return s, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -190,8 +191,8 @@ var placeholders noPlaceholders
 
 type noPlaceholders struct{}
 
-func (noPlaceholders) acquire(string) {}
-func (noPlaceholders) release(string) {}
+func (noPlaceholders) acquire(string, *slog.Logger) {}
+func (noPlaceholders) release(string)               {}
 
 // gitSnapshot exists on Linux only (see gitplant.go): .git is
 // write-protected by the profile here.

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -52,8 +53,8 @@ var placeholders noPlaceholders
 
 type noPlaceholders struct{}
 
-func (noPlaceholders) acquire(string) {}
-func (noPlaceholders) release(string) {}
+func (noPlaceholders) acquire(string, *slog.Logger) {}
+func (noPlaceholders) release(string)               {}
 
 // gitSnapshot exists on Linux only (see gitplant.go): no sandbox runs here.
 type gitSnapshot struct{}
