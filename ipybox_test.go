@@ -399,8 +399,8 @@ func TestKernelDeath(t *testing.T) {
 	}
 	// SIGKILL from outside, while a cell runs.
 	pid := run(t, ex, "import os\nos.getpid()").Text
-	n, _ := strconv.Atoi(pid)
-	time.AfterFunc(300*time.Millisecond, func() { testenv.Signal(n, syscall.SIGKILL) })
+	victim, _ := strconv.Atoi(pid)
+	time.AfterFunc(300*time.Millisecond, func() { testenv.Signal(victim, syscall.SIGKILL) })
 	_, err = ex.Execute(context.Background(), "import time\ntime.sleep(20)", nil)
 	if !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("SIGKILL: err = %v, want ErrKernelDied", err)
@@ -410,7 +410,7 @@ func TestKernelDeath(t *testing.T) {
 	}
 	// SIGKILL while idle: found by the next call.
 	pid = run(t, ex, "import os\nos.getpid()").Text
-	n, _ = strconv.Atoi(pid)
+	n, _ := strconv.Atoi(pid)
 	testenv.Signal(n, syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
 	if _, err := ex.Execute(context.Background(), "import os", nil); err != nil && !errors.Is(err, ipybox.ErrKernelDied) {

@@ -78,7 +78,7 @@ func kernelHost(launcher string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	k, err := kernel.Start(ctx, &kernel.Options{Python: os.Getenv("IPYBOX_PYTHON"), Dir: dir, Launcher: l, HeartbeatInterval: -1})
+	k, err := kernel.Start(ctx, &kernel.Options{Python: os.Getenv("IPYBOX_PYTHON"), Dir: dir, Launcher: l, HeartbeatInterval: time.Hour}) // no heartbeat while the test kills things
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
