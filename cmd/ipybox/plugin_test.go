@@ -342,7 +342,7 @@ func readmeClaudeCommands(t *testing.T, root, home string, env []string, sh func
 	out, _ := os.ReadFile(logPath)
 	if m := regexp.MustCompile(`ipybox-pid=(\d+)`).FindSubmatch(out); m != nil {
 		pid, _ := strconv.Atoi(string(m[1]))
-		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGTERM) })
+		t.Cleanup(func() { testenv.Signal(pid, syscall.SIGTERM) })
 	}
 	if err != nil {
 		t.Fatalf("README's HTTP commands: %v\n%s", err, out)
