@@ -140,22 +140,23 @@ class StdioClient:
 
     def send_request(self, method: str, params: dict[str, Any]) -> tuple[int, asyncio.Future]:
         """Send a request; return its id and the future of its result."""
-        if self._exited is None or self._exited.is_set():
+        if self._proc is None or self._exited is None or self._exited.is_set():
             raise self._exit_error()
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = (method, fut)
         msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        task = asyncio.ensure_future(self._write(msg))
-
-        def written(t: asyncio.Task) -> None:
-            if t.cancelled():
-                return
-            if t.exception() is not None and not fut.done():
-                self._pending.pop(rid, None)
-                fut.set_exception(t.exception())
-
-        task.add_done_callback(written)
+        data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        stdin = self._proc.stdin
+        try:
+            # write() does not block: the transport buffers what the pipe
+            # does not take. Drain (flow control) only when it holds much.
+            stdin.write(data)
+        except (ConnectionError, RuntimeError) as e:
+            self._pending.pop(rid, None)
+            raise self._exit_error() from e
+        if stdin.transport.get_write_buffer_size() > 1 << 20:
+            asyncio.ensure_future(self._safe(stdin.drain()))
         return rid, fut
 
     def forget(self, rid: int) -> None:
@@ -258,7 +259,7 @@ class StdioClient:
     async def _safe(aw) -> None:
         try:
             await aw
-        except ServerExited:
+        except (ServerExited, ConnectionError):
             pass
 
     # --- closing -----------------------------------------------------------
