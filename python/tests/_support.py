@@ -68,16 +68,20 @@ def alive(pid: int) -> bool:
 
 
 def processes_in(directory: Path) -> list[int]:
-    """The live processes whose working directory is directory (kernels)."""
+    """The live processes that work in directory (kernels) or run a
+    program from it (the fork server, from the workspace's virtualenv)."""
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
         try:
-            if os.readlink(f"/proc/{p}/cwd") == str(directory) and alive(int(p)):
-                out.append(int(p))
+            cwd = os.readlink(f"/proc/{p}/cwd")
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
         except OSError:
             continue
+        if (cwd == str(directory) or argv0.startswith(str(directory) + "/")) and alive(int(p)):
+            out.append(int(p))
     return out
 
 

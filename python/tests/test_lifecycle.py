@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -218,3 +221,65 @@ class SyncTest(unittest.TestCase):
 
         with self.assertRaisesRegex(RuntimeError, "inside an event loop"):
             asyncio.run(inside())
+
+
+class ProcessTest(LoopTestCase):
+    def test_bad_python(self):
+        ws = new_workspace()
+        fake = ws / "fake-python"
+        fake.write_text("#!/bin/sh\nexit 1\n")
+        fake.chmod(0o755)
+        ex = CodeExecutor(binary=binary(), working_dir=ws, python=str(fake))
+        with self.assertRaisesRegex(RuntimeError, "fake-python") as cm:
+            self.run_async(ex.start(), timeout=60)
+        self.assertIn("ipykernel", str(cm.exception))
+
+    def test_sandbox(self):
+        if shutil.which("bwrap") is None:
+            if os.environ.get("CI") == "true":
+                self.fail("required in CI: bwrap")
+            self.skipTest("skipped (missing): bwrap")
+
+        async def run():
+            async with CodeExecutor(binary=binary(), working_dir=new_workspace(), sandbox=True, kernel_init_timeout=90,
+                                    mcp_servers={"everything": everything()}) as ex:
+                inside = await ex.execute("import os\nprint(os.path.exists('/home'), b'__sandbox-init' in open('/proc/1/cmdline', 'rb').read())")
+                tool = await ex.execute(ECHO.format("sandboxed"))
+                return inside, tool
+
+        inside, tool = self.run_async(run(), timeout=180)
+        self.assertEqual(inside.text, "False True")
+        self.assertEqual(tool.text, "Echo: sandboxed")
+
+    def test_parent_killed(self):
+        # The application dies without stopping the executor: ipybox mcp
+        # sees its standard input close, and it and its kernel end.
+        ws = new_workspace()
+        script = (
+            "import asyncio, sys\n"
+            "from ipybox import CodeExecutor\n"
+            "async def main():\n"
+            f"    async with CodeExecutor(binary={binary()!r}, working_dir={str(ws)!r}) as ex:\n"
+            "        await ex.execute('x = 1')\n"
+            "        print(ex._client.pid, flush=True)\n"
+            "        await asyncio.sleep(300)\n"
+            "asyncio.run(main())\n"
+        )
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
+        try:
+            line = p.stdout.readline()
+            server = int(line)
+            self.assertTrue(processes_in(ws), "no kernel")
+            p.kill()
+            p.wait(10)
+            deadline = time.monotonic() + 30
+            while (alive(server) or processes_in(ws)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(alive(server), "ipybox mcp outlived its parent")
+            self.assertEqual(processes_in(ws), [], "kernels outlived the parent")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
