@@ -130,8 +130,10 @@ class ApprovalRequest:
         self._decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     def __str__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.tool_args.items())
-        return f"{self.server_name}.{self.tool_name}({args})"
+        # Kernel code chose these strings: control characters and bidi
+        # overrides are shown escaped (repr escapes the arguments).
+        args = ", ".join(f"{_visible(str(k))}={v!r}" for k, v in self.tool_args.items())
+        return f"{_visible(self.server_name)}.{_visible(self.tool_name)}({args})"
 
     def __repr__(self) -> str:
         return f"ApprovalRequest({self})"
@@ -166,6 +168,12 @@ class ApprovalRequest:
             return  # only the first decision counts
         self._decision.set_result(accepted)
         await self._respond(accepted)
+
+
+def _visible(s: str) -> str:
+    """s with every character that is not printable (controls, bidi
+    overrides) written as a Python escape."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
 
 
 def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
@@ -650,8 +658,3 @@ class CodeExecutor:
         if not isinstance(mods, list):
             raise CodeExecutionError("register_mcp_server: ipybox mcp returned no module list")
         return [str(m) for m in mods]
-
-    async def install_package(self, package_name: str) -> str:
-        """pip install package_name into the workspace's virtualenv; return pip's output."""
-        res = await self._tool("install_package", {"package_name": package_name}, timeout=600)
-        return "\n".join(c.get("text", "") for c in res.get("content", []) if c.get("type") == "text")
