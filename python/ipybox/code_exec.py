@@ -489,20 +489,28 @@ class CodeExecutor:
 
     async def execute(self, code: str, timeout: float | None = None) -> CodeExecutionResult:
         """Run code, accepting every approval request, and return the result."""
+        result = None
+        # To the end of the stream, so that it finishes here rather than in
+        # a task of the garbage collector's.
         async for item in self.stream(code, timeout=timeout):
             if isinstance(item, ApprovalRequest):
                 await item.accept()
             elif isinstance(item, CodeExecutionResult):
-                return item
-        raise RuntimeError("the cell ended without a result")
+                result = item
+        if result is None:
+            raise RuntimeError("the cell ended without a result")
+        return result
 
     async def _call_cell(self, code: str, timeout: float | None, chunks: bool, start_bound: float) -> CodeExecutionResult:
+        result = None
         async for item in self._stream(code, timeout, chunks, start_bound=start_bound):
             if isinstance(item, ApprovalRequest):
                 await item.reject()
             elif isinstance(item, CodeExecutionResult):
-                return item
-        raise RuntimeError("the cell ended without a result")
+                result = item
+        if result is None:
+            raise RuntimeError("the cell ended without a result")
+        return result
 
     async def _stream(self, code: str, timeout: float | None, chunks: bool, start_bound: float | None = None):
         client = self._check()

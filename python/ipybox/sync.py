@@ -74,6 +74,7 @@ class SyncCodeExecutor:
         on_chunk: Callable[[str], None] | None = None,
     ) -> CodeExecutionResult:
         async def run() -> CodeExecutionResult:
+            result = None
             async for item in self._executor.stream(code, timeout=timeout, chunks=on_chunk is not None):
                 if isinstance(item, ApprovalRequest):
                     if approve is None or approve(item):
@@ -84,8 +85,10 @@ class SyncCodeExecutor:
                     assert on_chunk is not None
                     on_chunk(item.text)
                 elif isinstance(item, CodeExecutionResult):
-                    return item
-            raise RuntimeError("the cell ended without a result")
+                    result = item
+            if result is None:
+                raise RuntimeError("the cell ended without a result")
+            return result
 
         return self._run(run)
 
