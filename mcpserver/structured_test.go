@@ -15,6 +15,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // metaOf decodes the value at key of a result's _meta into v.
@@ -38,6 +39,7 @@ func metaOf(t *testing.T, m mcp.Meta, key string, v any) {
 // outcome in the result's _meta, the approval in the elicitation's _meta,
 // and the generated modules in register_mcp_server's _meta.
 func TestStructuredResults(t *testing.T) {
+	testenv.CheckGoroutines(t)
 	ws := sharedWorkspace(t)
 	images := filepath.Join(ws, "structured-images")
 	srv := newServer(t, &Options{

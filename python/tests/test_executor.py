@@ -269,3 +269,13 @@ class ExecutorTest(LoopTestCase):
         self.run_async(run(), timeout=20)
         self.assertEqual(self.execute("print('after')").text, "after")
         self.assertLess(time.monotonic() - t0, 10)
+
+    def test_concurrent_calls_take_turns(self):
+        async def both():
+            return await asyncio.gather(
+                self.ex.execute("import time\nturn = 'first'\ntime.sleep(0.3)\nprint(turn)"),
+                self.ex.execute("turn = 'second'\nprint(turn)"),
+            )
+
+        a, b = self.run_async(both())
+        self.assertEqual((a.text, b.text), ("first", "second"))
