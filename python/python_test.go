@@ -1,9 +1,12 @@
+//go:build linux
+
 // Package python_test runs the Python API's unittest suite (python/tests)
 // from go test, so that scripts/test.sh and CI run it: against the built
 // binary, a real kernel and the npm server-everything, with each Python
 // 3.10+ found, Debian's (the one with ipykernel) and python3 on PATH (a
 // pyenv build here, without ipykernel: the package needs only the
-// standard library, and ipybox finds the kernel's Python itself).
+// standard library, and ipybox finds the kernel's Python itself). Linux
+// only: the suite checks processes through /proc.
 package python_test
 
 import (
