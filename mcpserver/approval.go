@@ -75,6 +75,7 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r)},
 		Mode:            "form",
 		Message:         approvalMessage(r),
 		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
@@ -92,6 +93,24 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 	default:
 		r.Reject("the user cancelled the approval request")
 	}
+}
+
+// ApprovalMetaKey is the key, in the _meta of an approval's elicitation
+// request, of what is asked in structured form, for programs such as the
+// Python API: {"kind": "tool", "server": ..., "tool": ..., "args": {...}}
+// or {"kind": "shell", "command": ...}. The message says the same for a
+// person.
+const ApprovalMetaKey = "ipybox/approval"
+
+func approvalMeta(r *ipybox.ApprovalRequest) map[string]any {
+	if r.Kind == ipybox.KindShell {
+		return map[string]any{"kind": string(r.Kind), "command": r.Command}
+	}
+	args := r.Args
+	if args == nil {
+		args = map[string]any{}
+	}
+	return map[string]any{"kind": string(r.Kind), "server": r.Server, "tool": r.Tool, "args": args}
 }
 
 // approvalMessage is what the user sees when asked. Kernel code chose the

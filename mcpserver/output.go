@@ -92,16 +92,30 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 		}
 	}
 	isErr := false
+	meta := cellMeta{Warnings: warnings}
+	if res != nil {
+		meta.Text = truncate(strings.TrimSuffix(strings.ReplaceAll(res.Text, "\r\n", "\n"), "\r"), maxChars)
+		meta.Images = res.Images
+		meta.Truncated = res.Truncated
+	}
 	if err != nil {
 		isErr = true
+		meta.Error = &cellError{Kind: "error", Message: err.Error()}
 		var pe *ipybox.PythonError
 		switch {
 		case errors.As(err, &pe):
-			notes = append(notes, truncate(strings.TrimRight(pe.TracebackText(), "\n"), maxChars))
+			meta.Error.Kind, meta.Error.Name, meta.Error.Value = "python", pe.Name, pe.Value
+			meta.Error.Traceback = truncate(strings.TrimRight(pe.TracebackText(), "\n"), maxChars)
+			notes = append(notes, meta.Error.Traceback)
 		case errors.Is(err, ipybox.ErrTimeout):
+			meta.Error.Kind = "timeout"
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.Is(err, ipybox.ErrKernelDied):
+			meta.Error.Kind = "kernel_died"
 			notes = append(notes, "[ipybox: "+err.Error()+"; the kernel's state is lost, and the next call starts a fresh kernel]")
+		case errors.Is(err, context.Canceled):
+			meta.Error.Kind = "cancelled"
+			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		default:
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		}
@@ -116,12 +130,39 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 	if text == "" && len(images) == 0 {
 		text = "[no output]"
 	}
-	out := &mcp.CallToolResult{IsError: isErr}
+	out := &mcp.CallToolResult{IsError: isErr, Meta: mcp.Meta{CellMetaKey: meta}}
 	if text != "" {
 		out.Content = append(out.Content, &mcp.TextContent{Text: text})
 	}
 	out.Content = append(out.Content, images...)
 	return out
+}
+
+// CellMetaKey is the key, in the _meta of an execute_ipython_cell result,
+// of the cell's outcome in structured form (cellMeta), for programs such as
+// the Python API: the content blocks are for a model to read, and kernel
+// code chooses their text ("[image saved: /etc/passwd]").
+const CellMetaKey = "ipybox/cell"
+
+// cellMeta is the structured outcome of a cell.
+type cellMeta struct {
+	// Text is the cell's output, truncated like the text block, without
+	// ipybox's notes.
+	Text      string     `json:"text"`
+	Images    []string   `json:"images,omitempty"`
+	Truncated bool       `json:"truncated,omitempty"`
+	Warnings  []string   `json:"warnings,omitempty"`
+	Error     *cellError `json:"error,omitempty"`
+}
+
+// cellError is a cell's failure. Kind is "python" (with Name, Value and
+// Traceback), "timeout", "kernel_died", "cancelled" or "error".
+type cellError struct {
+	Kind      string `json:"kind"`
+	Message   string `json:"message"`
+	Name      string `json:"name,omitempty"`
+	Value     string `json:"value,omitempty"`
+	Traceback string `json:"traceback,omitempty"`
 }
 
 // progress sends MCP progress notifications while a cell runs: one per

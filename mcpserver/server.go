@@ -61,6 +61,14 @@ type Options struct {
 	// (with --system-site-packages, so that its ipykernel stays visible).
 	// Empty means discovery, as ipybox.Options.Python describes.
 	Python string
+	// RequireShellEscape installs Python-level guards in each kernel so
+	// that processes start through ! (and so through shell approval); see
+	// ipybox.Options.RequireShellEscape. False means no guards.
+	RequireShellEscape bool
+	// ImagesDir receives the images cells produce. Empty means
+	// <Workspace>/images. A sandboxed kernel can write only inside the
+	// workspace (and the sandbox's allowWrite paths).
+	ImagesDir string
 	// KernelEnv is added to each kernel's environment (and to pip's, for
 	// install_package). Nothing else of the host's environment reaches the
 	// kernel beyond PATH, HOME and LANG. Nil means nothing more.

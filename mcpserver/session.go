@@ -275,10 +275,13 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	o := ipybox.Options{
 		Python:    py,
 		WorkDir:   s.workspace,
+		ImagesDir: s.opts.ImagesDir,
 		KernelEnv: s.opts.KernelEnv,
 		DotEnv:    s.opts.DotEnv,
 		Logger:    s.log,
 		OAuthURL:  owner.openURL,
+
+		RequireShellEscape: s.opts.RequireShellEscape,
 	}
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true

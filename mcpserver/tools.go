@@ -194,6 +194,25 @@ local_path must be absolute and lie inside a directory ipybox allows (by default
 	}, s.downloadTool)
 }
 
+// ModulesMetaKey is the key, in the _meta of a register_mcp_server result,
+// of the generated modules' names (mcptools.<server>.<name>), in order.
+const ModulesMetaKey = "ipybox/modules"
+
+// streamOutput sends a chunk of a cell's output to the client as an MCP log
+// message (notifications/message) at level info, with the stream
+// ("stdout" or "stderr") as the logger and the text as the data: every
+// chunk, in order, before the result. It is sent only to a client that
+// asked for log messages at level info or below (logging/setLevel); the
+// progress notifications carry only a summary.
+func streamOutput(ctx context.Context, ss *mcp.ServerSession, o *ipybox.Output) {
+	if ss == nil {
+		return
+	}
+	// An error means the client went away; the result will not reach it
+	// either.
+	_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: o.Stream, Data: o.Text})
+}
+
 // quote shows a user-given string in an error, shortened when long.
 func quote(v string) string {
 	if utf8.RuneCountInString(v) > 80 {
@@ -268,6 +287,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		case *ipybox.Output:
 			sp.write(e.Text)
 			p.output(ctx, e.Text)
+			streamOutput(ctx, req.Session, e)
 		case *ipybox.ApprovalRequest:
 			s.decide(ctx, req.Session, e)
 		case *ipybox.Result:
@@ -303,13 +323,19 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 		return nil, nil, err
 	}
 	if len(mods) == 0 {
-		return textResult("MCP server %s is registered, but it has no tools.", name), nil, nil
+		res := textResult("MCP server %s is registered, but it has no tools.", name)
+		res.Meta = mcp.Meta{ModulesMetaKey: []string{}}
+		return res, nil, nil
 	}
 	var b strings.Builder
+	names := make([]string, 0, len(mods))
 	for _, m := range mods {
 		fmt.Fprintf(&b, "from mcptools.%s.%s import Params, run  # %s\n", name, m.Name, m.Signature)
+		names = append(names, m.Name)
 	}
-	return textResult("%s", strings.TrimRight(b.String(), "\n")), nil, nil
+	res := textResult("%s", strings.TrimRight(b.String(), "\n"))
+	res.Meta = mcp.Meta{ModulesMetaKey: names}
+	return res, nil, nil
 }
 
 // parseServerParams decodes server_params strictly: an unknown field is an

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -19,8 +20,12 @@ only that folder. Prints the module names, one per line.
 
 JSON is a server config: {"command": "...", "args": [...], "env": {...}} for
 stdio, or {"url": "...", "headers": {...}} for streamable HTTP or SSE.
-${VAR} placeholders are taken from the environment.
+--server - reads it from standard input instead, keeping secret values off
+the command line. ${VAR} placeholders are taken from the environment.
 `
+
+// maxServerConfig bounds a server config read from standard input.
+const maxServerConfig = 1 << 20
 
 func apigenCommand() *command {
 	return &command{name: "apigen", summary: "generate typed Python modules for an MCP server's tools", run: runApigen}
@@ -29,7 +34,7 @@ func apigenCommand() *command {
 func runApigen(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "apigen", apigenUsage)
 	name := fs.String("name", "", "the server's `NAME`, a Python identifier (the package name under DIR)")
-	server := fs.String("server", "", "the server config as `JSON`")
+	server := fs.String("server", "", "the server config as `JSON`, or - to read it from standard input")
 	out := fs.String("out", "mcptools", "the output `DIR`")
 	timeout := fs.Duration("timeout", 60*time.Second, "bound on connecting and listing")
 	if done, code := parseFlags(fs, env, args); done {
@@ -39,7 +44,21 @@ func runApigen(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintln(env.stderr, "ipybox apigen: --name and --server are required (and nothing else); see `ipybox help apigen`")
 		return exitUsage
 	}
-	cfg, err := mcpconn.ParseConfig([]byte(*server))
+	raw := []byte(*server)
+	if *server == "-" {
+		// From standard input: a config with secret values (headers, env)
+		// stays off the command line, which every local user can read.
+		var err error
+		if raw, err = io.ReadAll(io.LimitReader(env.stdin, maxServerConfig+1)); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox apigen: reading --server - from standard input: %v\n", err)
+			return exitUsage
+		}
+		if len(raw) > maxServerConfig {
+			fmt.Fprintf(env.stderr, "ipybox apigen: --server -: the config on standard input is over %d bytes\n", maxServerConfig)
+			return exitUsage
+		}
+	}
+	cfg, err := mcpconn.ParseConfig(raw)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox apigen: --server: %v\n", err)
 		return exitUsage

@@ -37,6 +37,8 @@ Nothing else from the environment reaches the kernel.
 
 type mcpFlags struct {
 	workspace, python   string
+	imagesDir           string
+	requireShellEscape  bool
 	logLevel, logFile   string
 	allowedDirs         stringList
 	kernelEnv, binds    stringList
@@ -65,6 +67,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	var f mcpFlags
 	fs := newFlagSet(env, "mcp", mcpUsage)
 	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/); created if missing")
+	fs.StringVar(&f.imagesDir, "images-dir", "", "`DIR` for the images cells produce (default: <workspace>/images)")
+	fs.BoolVar(&f.requireShellEscape, "require-shell-escape", false, "guard subprocess, os.system and the like in the kernel, so that code starts processes through ! (and so through shell approval); a guard for well-behaved code, not a boundary")
 	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel to create the workspace's virtualenv from (default: discovered)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
@@ -237,6 +241,8 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	o := &mcpserver.Options{
 		Workspace:          f.workspace,
 		Python:             f.python,
+		ImagesDir:          f.imagesDir,
+		RequireShellEscape: f.requireShellEscape,
 		Approval:           mcpserver.ApprovalMode(f.approval),
 		AllowTools:         f.allowTools,
 		AuthToken:          f.authToken,
@@ -290,6 +296,13 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			return nil, fmt.Errorf("--kernel-env %q: want KEY=VALUE", kv)
 		}
 		o.KernelEnv[k] = v
+	}
+	if o.ImagesDir != "" {
+		abs, err := filepath.Abs(o.ImagesDir)
+		if err != nil {
+			return nil, fmt.Errorf("--images-dir: %w", err)
+		}
+		o.ImagesDir = abs
 	}
 	for _, d := range f.allowedDirs {
 		o.AllowedDirs = append(o.AllowedDirs, d)

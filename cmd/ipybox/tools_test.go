@@ -161,6 +161,18 @@ func TestApigen(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// The config from standard input.
+	stdout, stderr, rc = runBinary(t, string(server), "apigen", "--name", "go_stdin", "--server", "-", "--out", out)
+	if rc != 0 || !strings.Contains(stdout, "tool_1\n") {
+		t.Fatalf("--server -: exit %d, stdout %q, stderr %q", rc, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "go_stdin", "tool_1.py")); err != nil {
+		t.Error(err)
+	}
+	_, stderr, rc = runBinary(t, strings.Repeat(" ", maxServerConfig+1), "apigen", "--name", "big", "--server", "-", "--out", out)
+	if rc != exitUsage || !strings.Contains(stderr, "over 1048576 bytes") {
+		t.Errorf("oversized --server -: exit %d, stderr %q", rc, stderr)
+	}
 	for _, tc := range []struct {
 		args []string
 		rc   int

@@ -1,0 +1,35 @@
+"""ipybox's Python API: upstream ipybox's ``CodeExecutor`` interface, backed
+by the Go engine (``ipybox mcp``, driven over stdio with MCP's JSON-RPC).
+
+    from ipybox import CodeExecutor
+
+    async with CodeExecutor() as executor:
+        result = await executor.execute("print(6 * 7)")
+        print(result.text)  # 42
+
+See docs/python.md.
+"""
+
+from .code_exec import (
+    ApprovalRequest,
+    CodeExecutionChunk,
+    CodeExecutionError,
+    CodeExecutionResult,
+    CodeExecutor,
+    KernelDiedError,
+    find_binary,
+)
+from .mcp_apigen import generate_mcp_sources
+from .sync import SyncCodeExecutor
+
+__all__ = [
+    "ApprovalRequest",
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "CodeExecutor",
+    "KernelDiedError",
+    "SyncCodeExecutor",
+    "find_binary",
+    "generate_mcp_sources",
+]

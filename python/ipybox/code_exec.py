@@ -1,0 +1,668 @@
+"""Upstream ipybox's ``CodeExecutor`` interface, backed by ``ipybox mcp``.
+
+The executor starts ``ipybox mcp`` over stdio and speaks MCP to it: a cell
+is a call of the ``execute_ipython_cell`` tool, its output arrives as log
+messages (``notifications/message``), an approval as an elicitation request
+from the server, and the outcome in the result's ``_meta["ipybox/cell"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+from ._mcp import MCPError, ServerExited, StdioClient
+
+logger = logging.getLogger("ipybox")
+
+__all__ = [
+    "ApprovalRequest",
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "CodeExecutor",
+    "KernelDiedError",
+    "find_binary",
+]
+
+# The longest timeout ipybox mcp accepts: "no timeout" is sent as this.
+_MAX_TIMEOUT = 86400.0
+# The most output text a result carries (the server's own maximum).
+_MAX_OUTPUT_CHARS = 10_000_000
+# How long a timed-out cell may take to be interrupted and reported before
+# the client stops waiting (the server restarts a kernel that ignores the
+# interrupt after 3s).
+_TIMEOUT_GRACE = 30.0
+# How long a cancelled cell may take to end before the next call.
+_CANCEL_WAIT = 10.0
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class CodeExecutionError(Exception):
+    """Raised when a cell fails: a Python exception (the message is
+    ``"{ename}: {evalue}\\n{traceback}"``, as upstream's), a rejected or
+    timed-out approval (which raise in the kernel), or a failure of ipybox.
+
+    ``name``, ``value`` and ``traceback`` describe the Python exception
+    (None otherwise); ``text`` is the output printed before it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        value: str | None = None,
+        traceback: str | None = None,
+        text: str | None = None,
+    ):
+        super().__init__(message)
+        self.name = name
+        self.value = value
+        self.traceback = traceback
+        self.text = text
+
+
+class KernelDiedError(CodeExecutionError):
+    """The kernel died while the cell ran; its state is lost, and the next
+    call runs in a fresh kernel."""
+
+
+@dataclass
+class CodeExecutionResult:
+    """The result of a successful cell.
+
+    Attributes:
+        text: The output (stdout, stderr and the value of the last
+            expression), or None when there was none.
+        images: The image files the cell produced (plots), in order.
+        warnings: ipybox's notes about this cell, such as "the kernel died
+            since the last call and this cell ran in a fresh one".
+    """
+
+    text: str | None
+    images: list[Path]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CodeExecutionChunk:
+    """A chunk of output, yielded by ``stream(code, chunks=True)`` as it is printed."""
+
+    text: str
+
+
+class ApprovalRequest:
+    """A tool call, or a shell command, that the running cell wants to make.
+
+    A tool call has ``server_name``, ``tool_name`` (the MCP tool's name) and
+    ``tool_args``. A shell command (with ``approve_shell_cmds=True``) has
+    ``server_name == "ipybox"``, ``tool_name`` ``"shell"`` (``!cmd``) or
+    ``"shell_magic"`` (``%%bash`` and other script magics) and
+    ``tool_args == {"cmd": command}``, as upstream's.
+
+    The consumer must ``await accept()`` or ``await reject()``; a rejected
+    call raises ``ApprovalRejectedError`` in the cell. Until then the call
+    waits, and the cell's timeout is paused.
+    """
+
+    def __init__(
+        self,
+        server_name: str,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        respond: Callable[[bool], Any],
+    ):
+        self.server_name = server_name
+        self.tool_name = tool_name
+        self.tool_args = tool_args
+        self._respond = respond
+        self._decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def __str__(self) -> str:
+        # Kernel code chose these strings: control characters and bidi
+        # overrides are shown escaped (repr escapes the arguments).
+        args = ", ".join(f"{_visible(str(k))}={v!r}" for k, v in self.tool_args.items())
+        return f"{_visible(self.server_name)}.{_visible(self.tool_name)}({args})"
+
+    def __repr__(self) -> str:
+        return f"ApprovalRequest({self})"
+
+    async def accept(self) -> None:
+        """Let the call run."""
+        await self._decide(True)
+
+    async def reject(self) -> None:
+        """Refuse the call: the cell gets ``ApprovalRejectedError``."""
+        await self._decide(False)
+
+    async def response(self) -> bool:
+        """Wait for the decision and return it (True: accepted)."""
+        return await self._decision
+
+    def on_decision(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(accepted)`` once the decision is made."""
+
+        def invoke(fut: asyncio.Future[bool]) -> None:
+            if fut.cancelled():
+                return
+            try:
+                callback(fut.result())
+            except Exception:
+                logger.exception("ipybox: error in an approval decision callback")
+
+        self._decision.add_done_callback(invoke)
+
+    async def _decide(self, accepted: bool) -> None:
+        if self._decision.done():
+            return  # only the first decision counts
+        self._decision.set_result(accepted)
+        await self._respond(accepted)
+
+
+def _visible(s: str) -> str:
+    """s with every character that is not printable (controls, bidi
+    overrides) written as a Python escape."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
+    """Return the ``ipybox`` binary to run: ``binary`` if given, else
+    ``$IPYBOX_BIN``, else ``ipybox`` on PATH."""
+    for source, candidate in (("binary argument", binary), ("IPYBOX_BIN", os.environ.get("IPYBOX_BIN"))):
+        if candidate:
+            path = os.fspath(candidate)
+            resolved = shutil.which(path) if os.sep not in path else path
+            if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+                raise FileNotFoundError(
+                    f"ipybox binary {path!r} (from the {source}) is not an executable file; "
+                    "build it with `go build -o bin/ipybox ./cmd/ipybox` and point at it"
+                )
+            return os.path.abspath(resolved)
+    found = shutil.which("ipybox")
+    if found is None:
+        raise FileNotFoundError(
+            "the ipybox binary was not found: pass CodeExecutor(binary=...), set IPYBOX_BIN, "
+            "or put ipybox on PATH (go install github.com/ipybox/ipybox/cmd/ipybox@latest)"
+        )
+    return found
+
+
+_LOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "WARN": "warn", "ERROR": "error", "CRITICAL": "error"}
+
+
+def _dotenv_value(v: str) -> str:
+    """Quote v for ipybox's .env reader (double quotes, with escapes)."""
+    for a, b in (("\\", "\\\\"), ('"', '\\"'), ("$", "\\$"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
+        v = v.replace(a, b)
+    return f'"{v}"'
+
+
+def _private_file(prefix: str, text: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix)  # mode 0600
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+# Servers written by generate_mcp_sources in this process, by the real path
+# of their mcptools folder: an executor whose workspace holds that folder
+# registers them at start, so that upstream's "generate, then execute"
+# works unchanged.
+_generated: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+class CodeExecutor:
+    """A stateful IPython kernel with MCP tool calls that the application approves.
+
+    An async context manager (or ``await start()`` / ``await stop()``). It
+    runs ``ipybox mcp`` as a child process and speaks MCP to it over stdio.
+
+    Keyword arguments, as upstream's:
+        kernel_env: variables for the kernel; it inherits nothing else of
+            this process's environment beyond PATH, HOME and LANG.
+        working_dir: the workspace, the kernel's working directory (it holds
+            mcptools/, images/ and .ipybox/). Default: the current directory.
+        images_dir: where plots are saved. Default: <working_dir>/images.
+        approval_timeout: seconds an approval may wait; then the call raises
+            ApprovalTimeoutError in the cell. None: 5 minutes.
+        connect_timeout: seconds for ipybox mcp to start and answer.
+        kernel_init_timeout: seconds for the kernel to start (the first
+            start in a workspace also creates its virtualenv, .ipybox/venv).
+        sandbox: run the kernel in ipybox's bubblewrap sandbox.
+        sandbox_config: a sandbox-runtime settings file (implies sandbox).
+        log_level: ipybox's log level (its logs go to the "ipybox" logger
+            at DEBUG, and into error messages).
+        approve_tool_calls: ask about each MCP tool call (ApprovalRequest).
+        approve_shell_cmds: ask about each shell command (!cmd, %%bash).
+        require_shell_escape: guard subprocess and the like in the kernel,
+            so that processes start through ! (a guard, not a boundary).
+    Ours:
+        binary: the ipybox binary (else $IPYBOX_BIN, else PATH).
+        mcp_servers: {name: server_params} registered at start.
+        python: the interpreter the kernel's virtualenv is made from.
+    Accepted and ignored (upstream's internal servers): tool_server_host,
+    tool_server_port, kernel_gateway_host, kernel_gateway_port.
+    """
+
+    def __init__(
+        self,
+        *,
+        kernel_env: dict[str, str] | None = None,
+        working_dir: str | os.PathLike[str] | None = None,
+        images_dir: str | os.PathLike[str] | None = None,
+        approval_timeout: float | None = None,
+        connect_timeout: float = 30,
+        kernel_init_timeout: float = 60,
+        sandbox: bool = False,
+        sandbox_config: str | os.PathLike[str] | None = None,
+        log_level: str = "WARNING",
+        approve_tool_calls: bool = True,
+        approve_shell_cmds: bool = False,
+        require_shell_escape: bool = False,
+        binary: str | os.PathLike[str] | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
+        python: str | os.PathLike[str] | None = None,
+        tool_server_host: str | None = None,
+        tool_server_port: int | None = None,
+        kernel_gateway_host: str | None = None,
+        kernel_gateway_port: int | None = None,
+    ):
+        if log_level.upper() not in _LOG_LEVELS:
+            raise ValueError(f"log_level {log_level!r}: want one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        for k in kernel_env or {}:
+            if not _ENV_KEY.match(k):
+                raise ValueError(f"kernel_env key {k!r} is not a variable name (letters, digits and _)")
+        for name, params in (mcp_servers or {}).items():
+            if not isinstance(params, dict):
+                raise TypeError(f"mcp_servers[{name!r}] must be a dict such as {{'command': ..., 'args': [...]}}")
+        for label, t in (("connect_timeout", connect_timeout), ("kernel_init_timeout", kernel_init_timeout)):
+            if t is None or t <= 0:
+                raise ValueError(f"{label} {t!r}: want a positive number of seconds")
+        if approval_timeout is not None and approval_timeout <= 0:
+            raise ValueError(f"approval_timeout {approval_timeout!r}: want a positive number of seconds, or None")
+        self.kernel_env = dict(kernel_env or {})
+        self.working_dir = Path(working_dir) if working_dir is not None else Path.cwd()
+        self.images_dir = Path(images_dir) if images_dir is not None else None
+        self.approval_timeout = approval_timeout
+        self.connect_timeout = connect_timeout
+        self.kernel_init_timeout = kernel_init_timeout
+        self.sandbox = sandbox or sandbox_config is not None
+        self.sandbox_config = Path(sandbox_config) if sandbox_config is not None else None
+        self.log_level = log_level
+        self.approve_tool_calls = approve_tool_calls
+        self.approve_shell_cmds = approve_shell_cmds
+        self.require_shell_escape = require_shell_escape
+        self.binary = binary
+        self.mcp_servers = dict(mcp_servers or {})
+        self.python = python
+        self._client: StdioClient | None = None
+        self._state = "new"  # new, started, closed
+        self._lock: asyncio.Lock | None = None
+        self._sink: Callable[[tuple[str, Any]], None] | None = None
+        self._log_level_set: str | None = None
+        self._current_rid: int | None = None
+
+    # --- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> "CodeExecutor":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def _argv(self, bin_path: str, files: list[str]) -> list[str]:
+        ws = self.working_dir.resolve()
+        argv = [bin_path, "mcp", "--workspace", str(ws), "--log-level", _LOG_LEVELS[self.log_level.upper()]]
+        argv += ["--start-timeout", f"{self.kernel_init_timeout}s"]
+        # One kernel at a time: a warm spare would double the memory of a
+        # single-user executor; reset starts a fresh kernel instead.
+        argv += ["--pool", "0"]
+        if self.images_dir is not None:
+            argv += ["--images-dir", str(self.images_dir.resolve())]
+        if self.python is not None:
+            argv += ["--python", os.fspath(self.python)]
+        if self.sandbox_config is not None:
+            argv += ["--sandbox-config", str(self.sandbox_config.resolve())]
+        elif self.sandbox:
+            argv += ["--sandbox"]
+        else:
+            argv += ["--no-sandbox"]
+        if self.approve_tool_calls or self.approve_shell_cmds:
+            argv += ["--approval", "elicit"]
+            if not self.approve_tool_calls:
+                argv += ["--allow-tool", "*.*"]
+        else:
+            argv += ["--approval", "auto"]
+        if self.approval_timeout is not None:
+            argv += ["--approval-timeout", f"{self.approval_timeout}s"]
+        if self.require_shell_escape:
+            argv += ["--require-shell-escape"]
+        if self.kernel_env:
+            text = "".join(f"{k}={_dotenv_value(v)}\n" for k, v in self.kernel_env.items())
+            files.append(_private_file("ipybox-kernel-env-", text))
+            argv += ["--kernel-env-file", files[-1]]
+        servers = dict(self.mcp_servers)
+        mcptools = os.path.realpath(ws / "mcptools")
+        for (root, name), params in _generated.items():
+            if root == mcptools:
+                servers.setdefault(name, params)
+        if servers:
+            files.append(_private_file("ipybox-mcp-config-", json.dumps({"mcpServers": servers})))
+            argv += ["--mcp-config", files[-1]]
+        return argv
+
+    async def start(self) -> None:
+        """Start ipybox mcp and the kernel; raise if either cannot start."""
+        if self._state != "new":
+            raise RuntimeError(f"CodeExecutor is {self._state}; create a new one")
+        self._state = "started"
+        self._lock = asyncio.Lock()
+        bin_path = find_binary(self.binary)
+        if not self.working_dir.is_dir():
+            raise FileNotFoundError(f"working_dir {str(self.working_dir)!r} is not a directory; create it first")
+        files: list[str] = []
+        try:
+            argv = self._argv(bin_path, files)
+            self._client = StdioClient(argv, on_notification=self._on_notification, on_request=self._on_request)
+            # Without a PYTHONSAFEPATH-style surprise: the server gets this
+            # process's environment (it reads ${VAR} for server configs from
+            # it); the kernel gets only kernel_env.
+            await self._client.start(self.connect_timeout)
+            # The server has read the files: remove them at once.
+            for f in files:
+                os.unlink(f)
+            files.clear()
+            # Wait for the kernel, so that a missing ipykernel or a sandbox
+            # that cannot run fails here, with the cause.
+            await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
+        except BaseException as e:
+            tail = self._client.stderr_tail() if self._client else ""
+            await self.stop()
+            if isinstance(e, (ServerExited, MCPError, CodeExecutionError)):
+                raise RuntimeError(f"ipybox mcp could not start a kernel: {e}" + (f"\n{tail}" if tail and tail not in str(e) else "")) from e
+            raise
+        finally:
+            for f in files:
+                try:
+                    os.unlink(f)
+                except OSError:
+                    pass
+
+    async def stop(self) -> None:
+        """Stop the kernel and ipybox mcp. Idempotent; bounded in time."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    def _check(self) -> StdioClient:
+        if self._state == "new":
+            raise RuntimeError("CodeExecutor is not started: use `async with CodeExecutor() as executor:` or `await executor.start()`")
+        if self._state == "closed" or self._client is None:
+            raise RuntimeError("CodeExecutor is closed (stop() or the end of `async with`); create a new one")
+        return self._client
+
+    # --- messages from the server --------------------------------------------
+
+    def _on_notification(self, msg: dict[str, Any]) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        method = msg.get("method")
+        if method == "notifications/message":
+            p = msg.get("params") or {}
+            data = p.get("data")
+            if p.get("logger") in ("stdout", "stderr") and isinstance(data, str):
+                sink(("chunk", data))
+        elif method == "$/exited":
+            sink(("exited", None))
+
+    def _on_request(self, msg: dict[str, Any]) -> None:
+        client = self._client
+        if client is None:
+            return
+        rid = msg.get("id")
+        if msg.get("method") != "elicitation/create":
+            asyncio.ensure_future(StdioClient._safe(client.respond_error(rid, -32601, f"method {msg.get('method')!r} not supported")))
+            return
+        params = msg.get("params") or {}
+        meta = (params.get("_meta") or {}).get("ipybox/approval")
+        sink = self._sink
+
+        async def respond(accepted: bool) -> None:
+            await client.respond(rid, {"action": "accept", "content": {}} if accepted else {"action": "decline"})
+
+        if not isinstance(meta, dict) or sink is None:
+            # Not an approval of a cell of ours: refuse rather than guess.
+            asyncio.ensure_future(StdioClient._safe(respond(False)))
+            return
+        if meta.get("kind") == "shell":
+            cmd = str(meta.get("command", ""))
+            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, respond)
+            if not self.approve_shell_cmds:
+                # The server asks about every shell command when it asks at
+                # all; without approve_shell_cmds they run.
+                asyncio.ensure_future(StdioClient._safe(req.accept()))
+                return
+        else:
+            args = meta.get("args")
+            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, respond)
+        sink(("approval", req))
+
+    # --- cells -----------------------------------------------------------------
+
+    async def _set_log_level(self, client: StdioClient, level: str) -> None:
+        if self._log_level_set != level:
+            await client.request("logging/setLevel", {"level": level}, timeout=self.connect_timeout)
+            self._log_level_set = level
+
+    async def stream(
+        self, code: str, timeout: float | None = None, chunks: bool = False
+    ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
+        """Run code; yield ApprovalRequests (answer each), CodeExecutionChunks
+        (with chunks=True), then one CodeExecutionResult.
+
+        Raises CodeExecutionError for a Python exception (and
+        KernelDiedError when the kernel dies), asyncio.TimeoutError when the
+        cell runs longer than timeout seconds, not counting the time spent
+        waiting for approvals (the cell is interrupted; the kernel keeps its
+        state). Leaving the loop early cancels the cell.
+        """
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout {timeout!r}: want a positive number of seconds, or None")
+        async for item in self._stream(code, timeout, chunks):
+            yield item
+
+    async def execute(self, code: str, timeout: float | None = None) -> CodeExecutionResult:
+        """Run code, accepting every approval request, and return the result."""
+        result = None
+        # To the end of the stream, so that it finishes here rather than in
+        # a task of the garbage collector's.
+        async for item in self.stream(code, timeout=timeout):
+            if isinstance(item, ApprovalRequest):
+                await item.accept()
+            elif isinstance(item, CodeExecutionResult):
+                result = item
+        if result is None:
+            raise RuntimeError("the cell ended without a result")
+        return result
+
+    async def _call_cell(self, code: str, timeout: float | None, chunks: bool, start_bound: float) -> CodeExecutionResult:
+        result = None
+        async for item in self._stream(code, timeout, chunks, start_bound=start_bound):
+            if isinstance(item, ApprovalRequest):
+                await item.reject()
+            elif isinstance(item, CodeExecutionResult):
+                result = item
+        if result is None:
+            raise RuntimeError("the cell ended without a result")
+        return result
+
+    async def _stream(self, code: str, timeout: float | None, chunks: bool, start_bound: float | None = None):
+        client = self._check()
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        assert self._lock is not None
+        async with self._lock:
+            client = self._check()
+            if not code.strip():
+                yield CodeExecutionResult(text=None, images=[])
+                return
+            await self._set_log_level(client, "info" if chunks else "warning")
+            queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+            self._sink = queue.put_nowait
+            args = {"code": code, "timeout": timeout if timeout is not None else _MAX_TIMEOUT, "max_output_chars": _MAX_OUTPUT_CHARS}
+            rid, fut = client.send_request("tools/call", {"name": "execute_ipython_cell", "arguments": args})
+            self._current_rid = rid
+            fut.add_done_callback(lambda f: queue.put_nowait(("done", f)))
+            # A backstop over the server's own timeout: the budget pauses
+            # while an approval waits, as the server's does.
+            bound = start_bound if start_bound is not None else (timeout + _TIMEOUT_GRACE if timeout is not None else None)
+            deadline = time.monotonic() + bound if bound is not None else None
+            open_approvals: list[ApprovalRequest] = []
+            finished = False
+            try:
+                while True:
+                    wait = None
+                    if deadline is not None and not any(not r._decision.done() for r in open_approvals):
+                        wait = max(0.0, deadline - time.monotonic())
+                    try:
+                        kind, item = await asyncio.wait_for(queue.get(), wait)
+                    except asyncio.TimeoutError:
+                        raise asyncio.TimeoutError(
+                            f"ipybox mcp did not finish the cell within {bound:.0f}s" + (" (kernel_init_timeout)" if start_bound else "")
+                        ) from None
+                    if kind == "chunk":
+                        if chunks:
+                            yield CodeExecutionChunk(text=item)
+                    elif kind == "approval":
+                        paused_at = time.monotonic()
+
+                        def resumed(_: bool, paused_at: float = paused_at) -> None:
+                            nonlocal deadline
+                            if deadline is not None:
+                                deadline += time.monotonic() - paused_at
+
+                        item.on_decision(resumed)
+                        open_approvals.append(item)
+                        yield item
+                    elif kind == "exited":
+                        raise client._exit_error()
+                    elif kind == "done":
+                        finished = True
+                        yield self._result(item)
+                        return
+            finally:
+                self._sink = None
+                self._current_rid = None
+                # Refuse what was left unanswered, so that the cell does not
+                # wait on it.
+                for r in open_approvals:
+                    if not r._decision.done():
+                        try:
+                            await r.reject()
+                        except ServerExited:
+                            pass
+                if not finished and not fut.done():
+                    await self._cancel(client, rid, fut)
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # retrieved: raised above, or superseded
+
+    async def _cancel(self, client: StdioClient, rid: int, fut: asyncio.Future) -> None:
+        """Cancel request rid (the cell is interrupted) and wait, bounded,
+        for the server to finish it, so that the next call starts clean."""
+        try:
+            await client.notify("notifications/cancelled", {"requestId": rid, "reason": "the stream was closed by the application"})
+            await asyncio.wait_for(asyncio.shield(fut), _CANCEL_WAIT)
+        except (asyncio.TimeoutError, Exception):
+            pass
+        finally:
+            client.forget(rid)
+
+    def _result(self, fut: asyncio.Future) -> CodeExecutionResult:
+        exc = fut.exception()
+        if exc is not None:
+            if isinstance(exc, MCPError):
+                raise CodeExecutionError(f"ipybox mcp refused the cell: {exc}")
+            raise exc
+        res = fut.result() or {}
+        meta = (res.get("_meta") or {}).get("ipybox/cell")
+        if not isinstance(meta, dict):
+            # A refusal before the cell ran (bad arguments): the text says why.
+            texts = [c.get("text", "") for c in res.get("content", []) if c.get("type") == "text"]
+            raise CodeExecutionError("\n".join(texts) or "ipybox mcp returned no cell outcome")
+        text = meta.get("text") or None
+        warnings = list(meta.get("warnings") or [])
+        for w in warnings:
+            logger.warning("%s", w)
+        err = meta.get("error")
+        if err:
+            kind = err.get("kind")
+            if kind == "python":
+                name, value, tb = err.get("name", ""), err.get("value", ""), err.get("traceback", "")
+                raise CodeExecutionError(f"{name}: {value}\n{tb}", name=name, value=value, traceback=tb, text=text)
+            if kind == "timeout":
+                raise asyncio.TimeoutError(err.get("message", "the cell timed out"))
+            if kind == "cancelled":
+                raise CodeExecutionError("the cell was cancelled (cancel(), or its stream was closed); the kernel was interrupted and keeps its state", text=text)
+            if kind == "kernel_died":
+                raise KernelDiedError(f"{err.get('message')}; the kernel's state is lost, and the next call starts a fresh kernel", text=text)
+            raise CodeExecutionError(err.get("message", "the cell failed"), text=text)
+        return CodeExecutionResult(text=text, images=[Path(p) for p in meta.get("images") or []], warnings=warnings)
+
+    async def cancel(self) -> None:
+        """Interrupt the running cell, if any; its stream raises."""
+        client = self._check()
+        sink, rid = self._sink, self._current_rid
+        if sink is not None and rid is not None:
+            await client.notify("notifications/cancelled", {"requestId": rid, "reason": "cancelled by the application"})
+
+    # --- other tools -------------------------------------------------------------
+
+    async def _tool(self, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self._lock is not None
+        self._check()
+        async with self._lock:
+            client = self._check()
+            res = await client.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout)
+        if res.get("isError"):
+            texts = [c.get("text", "") for c in res.get("content", []) if c.get("type") == "text"]
+            raise CodeExecutionError(f"{name}: " + ("\n".join(texts) or "failed"))
+        return res
+
+    async def reset(self) -> None:
+        """Give the executor a fresh kernel: variables are gone; files,
+        mcptools/, installed packages and registered servers stay."""
+        await self._tool("reset", {}, timeout=self.kernel_init_timeout + 30)
+
+    async def register_mcp_server(self, server_name: str, server_params: dict[str, Any]) -> list[str]:
+        """Register an MCP server with this executor and write its modules
+        to <working_dir>/mcptools/<server_name>/; return the tool module names.
+
+        server_params is a config as in an mcpServers file: {"command": ...,
+        "args": [...], "env": {...}} or {"url": ..., "headers": {...}};
+        ${VAR} placeholders are filled from this process's environment.
+        """
+        if not isinstance(server_params, dict):
+            raise TypeError("server_params must be a dict such as {'command': ..., 'args': [...]} or {'url': ...}")
+        res = await self._tool(
+            "register_mcp_server", {"server_name": server_name, "server_params": server_params}, timeout=self.connect_timeout + 60
+        )
+        mods = (res.get("_meta") or {}).get("ipybox/modules")
+        if not isinstance(mods, list):
+            raise CodeExecutionError("register_mcp_server: ipybox mcp returned no module list")
+        return [str(m) for m in mods]

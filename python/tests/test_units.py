@@ -1,0 +1,81 @@
+"""Tier 1: the parts that need neither the binary nor a kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import unittest
+
+from ipybox import ApprovalRequest, CodeExecutor
+from ipybox.code_exec import _dotenv_value
+
+
+class ApprovalRequestTest(unittest.TestCase):
+    def test_decisions(self):
+        async def run():
+            sent = []
+
+            async def respond(accepted):
+                sent.append(accepted)
+
+            r = ApprovalRequest("srv", "tool", {"a": 1}, respond)
+            seen = []
+            r.on_decision(seen.append)
+            await r.reject()
+            await r.accept()  # only the first decision counts
+            late = []
+            r.on_decision(late.append)  # registered after the decision: called too
+            await asyncio.sleep(0)
+            return sent, seen, late, await r.response()
+
+        sent, seen, late, response = asyncio.run(run())
+        self.assertEqual((sent, seen, late, response), ([False], [False], [False], False))
+
+    def test_str_escapes_what_kernel_code_chose(self):
+        async def make():
+            return ApprovalRequest("srv\x1b[2J", "to\u202eol", {"cmd": "ls\x1b]52;c;x\x07", "k\n": "v"}, None)
+
+        s = str(asyncio.run(make()))
+        for bad in ("\x1b", "\u202e", "\x07", "\n"):
+            self.assertNotIn(bad, s)
+        self.assertEqual(s, "srv\\x1b[2J.to\\u202eol(cmd='ls\\x1b]52;c;x\\x07', k\\n='v')")
+
+
+class DotEnvTest(unittest.TestCase):
+    def test_quoting(self):
+        self.assertEqual(_dotenv_value('a"b$c\\d\ne\tf'), '"a\\"b\\$c\\\\d\\ne\\tf"')
+
+
+class ArgvTest(unittest.TestCase):
+    def argv(self, **kw):
+        files = []
+        ex = CodeExecutor(working_dir="/tmp", **kw)
+        argv = ex._argv("/bin/ipybox", files)
+        for f in files:
+            os.unlink(f)
+        return argv
+
+    def test_approval_flags(self):
+        for kw, want, allow in (
+            ({}, "elicit", False),
+            ({"approve_tool_calls": False}, "auto", False),
+            ({"approve_tool_calls": False, "approve_shell_cmds": True}, "elicit", True),
+            ({"approve_shell_cmds": True}, "elicit", False),
+        ):
+            with self.subTest(kw=kw):
+                argv = self.argv(**kw)
+                self.assertEqual(argv[argv.index("--approval") + 1], want)
+                self.assertEqual("--allow-tool" in argv, allow)
+
+    def test_sandbox_flags(self):
+        self.assertIn("--no-sandbox", self.argv())
+        self.assertIn("--sandbox", self.argv(sandbox=True))
+        argv = self.argv(sandbox_config="/etc/srt.json")
+        self.assertEqual(argv[argv.index("--sandbox-config") + 1], "/etc/srt.json")
+        self.assertNotIn("--no-sandbox", argv)
+
+    def test_secrets_stay_off_the_command_line(self):
+        argv = self.argv(kernel_env={"TOKEN": "s3cret"}, mcp_servers={"x": {"command": "y", "env": {"K": "s3cret"}}})
+        self.assertNotIn("s3cret", " ".join(argv))
+        self.assertIn("--kernel-env-file", argv)
+        self.assertIn("--mcp-config", argv)
