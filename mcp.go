@@ -3,7 +3,6 @@ package ipybox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -49,7 +48,7 @@ func (e *Executor) startTools() error {
 	}); err != nil {
 		return err
 	}
-	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
+	ts, err := toolserver.New(e.mcp, &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
 		KnownServer: func(name string) bool {
@@ -90,18 +89,6 @@ func (e *Executor) toolEnv() []string {
 		env = append(env, "IPYBOX_TOOL_SYNC=1")
 	}
 	return env
-}
-
-// mcpCaller adapts the MCP manager to the tool server, turning its
-// unknown-server error into the tool server's.
-type mcpCaller struct{ m *mcpconn.Manager }
-
-func (c mcpCaller) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
-	res, err := c.m.CallTool(ctx, server, tool, args)
-	if errors.Is(err, mcpconn.ErrUnknownServer) {
-		return nil, fmt.Errorf("%w: %q", toolserver.ErrUnknownServer, server)
-	}
-	return res, err
 }
 
 // RegisterMCPServer connects to an MCP server, lists its tools, generates

@@ -22,7 +22,7 @@ import (
 
 // ErrUnknownServer is wrapped by the error for a server name that is not in
 // the registry.
-var ErrUnknownServer = errors.New("unknown server")
+var ErrUnknownServer = errors.New("unknown MCP server")
 
 // ErrClosed is returned by a Manager's methods after Close.
 var ErrClosed = errors.New("mcpconn: manager closed")
@@ -314,9 +314,9 @@ func (m *Manager) session(ctx context.Context, name string) (*session, error) {
 		m.mu.Unlock()
 		names := m.reg.Names()
 		if len(names) == 0 {
-			return nil, fmt.Errorf("mcpconn: %w %q: no servers are registered", ErrUnknownServer, name)
+			return nil, fmt.Errorf("%w %q: no servers are registered", ErrUnknownServer, name)
 		}
-		return nil, fmt.Errorf("mcpconn: %w %q; registered: %s", ErrUnknownServer, name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("%w %q; registered: %s", ErrUnknownServer, name, strings.Join(names, ", "))
 	}
 	if e == nil {
 		e = &entry{sem: make(chan struct{}, 1)}

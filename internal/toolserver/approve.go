@@ -3,6 +3,8 @@ package toolserver
 import (
 	"context"
 	"errors"
+
+	"github.com/ipybox/ipybox/mcpconn"
 )
 
 // ToolCall is one tool call that kernel code asked for, as the Approver
@@ -52,8 +54,9 @@ var (
 
 	// ErrUnknownServer reports a server name that is not in the host-side
 	// registry. A Caller returns it (or wraps it) so that the kernel code
-	// sees an "unknown_server" error instead of a tool error.
-	ErrUnknownServer = errors.New("unknown MCP server")
+	// sees an "unknown_server" error instead of a tool error. It is
+	// mcpconn's, so that a Manager is a Caller as it is.
+	ErrUnknownServer = mcpconn.ErrUnknownServer
 
 	// ErrClosed is returned by the Listen methods after Close.
 	ErrClosed = errors.New("toolserver: closed")
