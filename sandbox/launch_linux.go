@@ -191,22 +191,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 // arguments appear in a command line); they are closed when cmd is
 // garbage-collected, or by the caller after Start.
 func (s *Sandbox) Command(ctx context.Context, path string, args, env []string, dir string) (*exec.Cmd, error) {
-	if err := s.Probe(ctx); err != nil {
-		return nil, err
-	}
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	if !strings.Contains(path, "/") {
-		p, err := exec.LookPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		path = p
-	}
-	path, err := filepath.Abs(path)
+	path, err := s.commandPath(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, err
 	}
 	if dir != "" {
 		if dir, err = filepath.Abs(dir); err != nil {

@@ -1,13 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -320,4 +323,28 @@ type pyInfo struct {
 	executable string   // sys.executable
 	prefixes   []string // sys.prefix, base_prefix, exec_prefix, base_exec_prefix, resolved
 	err        error
+}
+
+// commandPath checks that the sandbox can run a command (Command) and
+// returns the command's absolute path, looked up on PATH when it has no
+// slash.
+func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) {
+	if err := s.Probe(ctx); err != nil {
+		return "", err
+	}
+	if s.isClosed() {
+		return "", ErrClosed
+	}
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return "", fmt.Errorf("sandbox: %w", err)
+		}
+		path = p
+	}
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: %w", err)
+	}
+	return path, nil
 }

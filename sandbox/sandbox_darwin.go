@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -129,22 +128,9 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 // sandbox's profile (no sockets but the egress proxy). The caller starts
 // and waits for it.
 func (s *Sandbox) Command(ctx context.Context, path string, args, env []string, dir string) (*exec.Cmd, error) {
-	if err := s.Probe(ctx); err != nil {
-		return nil, err
-	}
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	if !strings.Contains(path, "/") {
-		p, err := exec.LookPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		path = p
-	}
-	path, err := filepath.Abs(path)
+	path, err := s.commandPath(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, err
 	}
 	return s.seatbeltCmd(path, args, env, dir, nil, nil, []string{path})
 }
@@ -184,25 +170,6 @@ func (s *Sandbox) seatbeltCmd(path string, args, env []string, dir string, writa
 	}
 	return cmd, nil
 }
-
-// placeholders is a no-op here: Seatbelt denies by pattern, so a missing
-// protected name is protected without a placeholder file.
-var placeholders noPlaceholders
-
-type noPlaceholders struct{}
-
-func (noPlaceholders) acquire(string, *slog.Logger) {}
-func (noPlaceholders) release(string)               {}
-
-// gitSnapshot exists on Linux only (see gitplant.go): .git is
-// write-protected by the profile here.
-type gitSnapshot struct{}
-
-func (s *Sandbox) snapshotGit()            {}
-func (s *Sandbox) quarantineGit() []string { return nil }
-
-func runsAsRoot() bool                 { return false }
-func scanEtc(root string) []secretPath { return nil }
 
 // InitMain fails: the macOS sandbox has no init.
 func InitMain(args []string) int {

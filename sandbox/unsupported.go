@@ -5,7 +5,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -47,20 +46,3 @@ func InitMain(args []string) int {
 	fmt.Fprintln(os.Stderr, "ipybox sandbox init:", platformSupported())
 	return 125
 }
-
-// placeholders is a no-op here: nothing is protected without a sandbox.
-var placeholders noPlaceholders
-
-type noPlaceholders struct{}
-
-func (noPlaceholders) acquire(string, *slog.Logger) {}
-func (noPlaceholders) release(string)               {}
-
-// gitSnapshot exists on Linux only (see gitplant.go): no sandbox runs here.
-type gitSnapshot struct{}
-
-func (s *Sandbox) snapshotGit()            {}
-func (s *Sandbox) quarantineGit() []string { return nil }
-
-func runsAsRoot() bool                 { return false }
-func scanEtc(root string) []secretPath { return nil }
