@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -90,14 +89,7 @@ func (b *headlessBrowser) open(ctx context.Context, server, u string) error {
 	b.mu.Lock()
 	b.urls = append(b.urls, server+" "+u)
 	b.mu.Unlock()
-	go func() {
-		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
-		resp, err := c.Get(u)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
+	testenv.Browse(u, 0, 20*time.Second)
 	return nil
 }
 

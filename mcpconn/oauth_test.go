@@ -3,10 +3,8 @@ package mcpconn
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,15 +34,7 @@ func (b *browser) open(ctx context.Context, server, u string) error {
 	case b.urls <- u:
 	default:
 	}
-	go func() {
-		time.Sleep(b.delay)
-		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-		resp, err := c.Get(u)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
+	testenv.Browse(u, b.delay, 10*time.Second)
 	return nil
 }
 

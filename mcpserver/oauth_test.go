@@ -2,8 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestOAuthSignInByURLElicitation: a remote server that needs an OAuth
@@ -46,13 +45,7 @@ func TestOAuthSignInByURLElicitation(t *testing.T) {
 			asked.Add(1)
 			gotMode.Store(r.Params.Mode)
 			gotURL.Store(r.Params.URL)
-			go func() {
-				c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-				if resp, err := c.Get(r.Params.URL); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}()
+			testenv.Browse(r.Params.URL, 0, 10*time.Second)
 			return &mcp.ElicitResult{Action: "accept"}, nil
 		},
 	})

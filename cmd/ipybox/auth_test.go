@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/mcpconn"
 )
 
@@ -33,13 +32,7 @@ func (w *browsingWriter) Write(p []byte) (int, error) {
 	w.buf.Write(p)
 	if m := printedURL.FindStringSubmatch(w.buf.String()); m != nil && w.opened == 0 {
 		w.opened++
-		go func() {
-			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-			if resp, err := c.Get(m[1]); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
+		testenv.Browse(m[1], 0, 10*time.Second)
 	}
 	return len(p), nil
 }
