@@ -1,0 +1,113 @@
+package ipybox_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// TestAttackContainerHardening: kernel code is hostile; inside its
+// container it tries to regain root, write the image, find a Docker
+// socket, read host files, reach another session, and change the
+// registry. Each attempt must fail.
+func TestAttackContainerHardening(t *testing.T) {
+	testenv.NeedsDocker(t)
+	ws := containerWorkspace(t)
+	os.MkdirAll(filepath.Join(ws, ".ipybox"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".ipybox", "servers.json"), []byte(`{}`), 0o644)
+	os.WriteFile(filepath.Join(ws, ".env"), []byte("TOKEN=hunter2\n"), 0o600)
+	hostSecret := filepath.Join(t.TempDir(), "host-secret")
+	os.WriteFile(hostSecret, []byte("host"), 0o644)
+	ex := startContainer(t, nil, &ipybox.Options{WorkDir: ws})
+	other := startContainer(t, nil, nil)
+	otherSock := strings.TrimPrefix(cellText(t, other, "import os\nprint(os.environ['IPYBOX_TOOL_URL'])"), "unix://")
+	if !strings.HasPrefix(otherSock, "/") {
+		t.Fatalf("the other session's tool socket: %q", otherSock)
+	}
+	for _, tc := range []struct{ name, code, want string }{
+		{"non-root user", "import os\nprint(os.getuid() != 0, os.getgid() != 0, os.geteuid() != 0)", "True True True"},
+		{"setuid(0)", "import os\ntry:\n    os.setuid(0); print('root!')\nexcept PermissionError:\n    print('refused')", "refused"},
+		{"no capabilities", "caps = {l.split(':')[0]: int(l.split()[1], 16) for l in open('/proc/self/status') if l.startswith('Cap')}\nprint(caps['CapEff'], caps['CapPrm'], caps['CapBnd'], caps['CapAmb'])", "0 0 0 0"},
+		{"no-new-privileges", "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0])", "1"},
+		{"su does not make root", "import subprocess\nr = subprocess.run(['su', '-c', 'id -u'], input='', capture_output=True, text=True)\nprint(r.returncode != 0 and r.stdout.strip() != '0')", "True"},
+		{"no user namespace", "import ctypes\nprint(ctypes.CDLL(None, use_errno=True).unshare(0x10000000))", "-1"},
+		{"read-only root", "import os\nbad = []\nfor p in ['/etc/passwd', '/usr/bin/evil', '/evil', '/app/evil']:\n    try:\n        open(p, 'a').close(); bad.append(p)\n    except OSError:\n        pass\nprint(bad)", "[]"},
+		{"tmpfs /tmp, nosuid", "open('/tmp/ok', 'w').write('x')\nm = [l.split() for l in open('/proc/mounts') if l.split()[1] == '/tmp'][0]\nprint(m[2], 'nosuid' in m[3], 'nodev' in m[3])", "tmpfs True True"},
+		{"no docker socket anywhere", `import os, stat
+found = []
+for root, dirs, files in os.walk('/'):
+    if root in ('/proc', '/sys', '/dev'):
+        dirs[:] = []
+        continue
+    for f in files + dirs:
+        p = os.path.join(root, f)
+        try:
+            if stat.S_ISSOCK(os.lstat(p).st_mode) and not p.startswith(os.environ['IPYBOX_TOOL_URL'][len('unix://'):].rsplit('/', 1)[0]):
+                found.append(p)
+        except OSError:
+            pass
+print(found, any('docker.sock' in l for l in open('/proc/self/mountinfo')))`, "[] False"},
+		{"host files invisible", "import os\nprint(os.path.exists(" + pyStr(hostSecret) + "), os.path.exists(" + pyStr(filepath.Dir(hostSecret)) + "))", "False False"},
+		{"other session invisible", "import os\nprint(os.path.exists(" + pyStr(otherSock) + "), os.path.exists(" + pyStr(filepath.Dir(otherSock)) + "), " +
+			"any(" + pyStr(filepath.Dir(otherSock)) + " in open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()))", "False False False"},
+		{"run directory read-only", "import os, glob\nrd = os.environ['IPYBOX_TOOL_URL'][len('unix://'):].rsplit('/', 1)[0]\nbad = []\nfor p in glob.glob(rd + '/py/**/*.py', recursive=True)[:3] + [rd + '/tool.sock', rd + '/evil']:\n    try:\n        open(p, 'a').close(); bad.append(p)\n    except OSError:\n        pass\n    try:\n        os.rename(p, p + '.x'); bad.append('rename ' + p)\n    except OSError:\n        pass\nprint(bad)", "[]"},
+		{"registry read-only", "import os\nbad = []\nfor f in [lambda: open('.ipybox/servers.json', 'w'), lambda: open('.ipybox/new.json', 'w'), lambda: os.rename('.ipybox', 'moved'), lambda: os.rmdir('.ipybox')]:\n    try:\n        f(); bad.append('ok')\n    except OSError:\n        pass\nprint(bad)", "[]"},
+		{".env hidden", "print(repr(open('.env').read()))", "''"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cellText(t, ex, tc.code); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".ipybox", "servers.json")); string(b) != "{}" {
+		t.Errorf("servers.json changed: %q", b)
+	}
+}
+
+// TestAttackContainerLimits: a thread bomb stops at the pids limit and the
+// kernel survives it; a memory hog is killed at the memory limit, which
+// the next call reports as a death; with NoNetwork there is only loopback.
+func TestAttackContainerLimits(t *testing.T) {
+	testenv.NeedsDocker(t)
+	ex := startContainer(t, &ipybox.ContainerConfig{Pids: 64, Memory: 256 << 20, NoNetwork: true}, nil)
+	got := cellText(t, ex, `import threading, time
+ev = threading.Event()
+n = 0
+try:
+    for _ in range(1000):
+        threading.Thread(target=ev.wait, daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+ev.set()
+print(n < 64, n > 0)`)
+	if got != "True True" {
+		t.Errorf("thread bomb: %q", got)
+	}
+	if got := cellText(t, ex, "import os\nprint(sorted(os.listdir('/sys/class/net')))"); got != "['lo']" {
+		t.Errorf("network interfaces with NoNetwork: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := ex.Execute(ctx, "x = bytearray(1 << 30)\nx[::4096] = b'\\x01' * (len(x) // 4096)", nil)
+	if !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("memory hog: %v", err)
+	}
+	if got := cellText(t, ex, "print('alive')"); !strings.HasSuffix(got, "alive") {
+		t.Errorf("after the memory hog: %q", got)
+	}
+	// The default network is the bridge: outbound allowed (not exercised:
+	// tests send nothing beyond this machine).
+	open := startContainer(t, nil, nil)
+	if got := cellText(t, open, "import os\nprint('eth0' in os.listdir('/sys/class/net'))"); got != "True" {
+		t.Errorf("default network: %q", got)
+	}
+}
