@@ -255,9 +255,14 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 // server's fork server. It returns the registration generations the
 // executor loaded from servers.json at its start.
 func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, error) {
-	py, err := s.venvPython(ctx)
-	if err != nil {
-		return nil, nil, err
+	var py string
+	if s.opts.Container == nil {
+		// A container brings its own Python; the workspace's virtualenv
+		// is the host's.
+		var err error
+		if py, err = s.venvPython(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	// What servers.json holds now, this executor loads at Start.
 	synced := map[string]int{}
@@ -284,7 +289,8 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		o.ApprovalTimeout = s.opts.ApprovalTimeout
 	}
 	o.Sandbox = s.sandbox
-	if s.sandbox == nil {
+	o.Container = s.opts.Container
+	if s.sandbox == nil && o.Container == nil {
 		o.Zygote = s.zygote(ctx, py)
 	}
 	ex, err := ipybox.Start(ctx, &o)
