@@ -2,10 +2,13 @@ package ipybox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/egress"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/sandbox"
 )
@@ -48,6 +51,15 @@ type ContainerConfig struct {
 	// NoNetwork gives the container no network but loopback. False means
 	// the default bridge network, with outbound traffic allowed.
 	NoNetwork bool
+	// AllowedDomains, when not empty, gives the container no network of
+	// its own: it reaches only these destinations, through the sandbox's
+	// egress proxy (HTTP_PROXY and HTTPS_PROXY point at it), whose rules
+	// and private-address guard apply (see package sandbox). An entry is
+	// a name ("pypi.org"), a wildcard ("*.github.com"), an IP address
+	// ("192.0.2.1") or a CIDR range ("192.168.1.0/24"); an IP or range
+	// listed here passes the guard for that range only. Nil means the
+	// open network of NoNetwork's zero value.
+	AllowedDomains []string
 }
 
 // ContainerBind mounts a host directory in a kernel container.
@@ -95,12 +107,53 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 	case c.Pids > 0:
 		cfg.Pids = int64(c.Pids)
 	}
+	if len(c.AllowedDomains) > 0 {
+		if err := e.startEgress(c.AllowedDomains, &cfg); err != nil {
+			return nil, err
+		}
+	}
 	l, err := container.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	e.container = l
 	return l, nil
+}
+
+// proxyEnv points HTTP clients in the container at the egress proxy.
+var proxyEnv = []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}
+
+// startEgress serves the egress proxy on a unix socket in the run
+// directory, relayed to 127.0.0.1:sandbox.ProxyPort in a container that
+// has no network of its own.
+func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
+	probe := sandbox.DefaultConfig()
+	if err := probe.AllowDomains(allowed...); err != nil {
+		return fmt.Errorf("container: %w", err)
+	}
+	if egress.Serve == nil {
+		return errors.New("container: the egress proxy is not linked in")
+	}
+	sock := filepath.Join(e.runDir, "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("container egress proxy: %w", err)
+	}
+	stop, err := egress.Serve(ln, allowed, nil, e.log)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("container egress proxy: %w", err)
+	}
+	e.stopEgress = stop
+	cfg.NoNetwork = true
+	cfg.Sockets = append(cfg.Sockets, sock)
+	cfg.Forward = &container.Forward{Port: sandbox.ProxyPort, Socket: sock}
+	url := fmt.Sprintf("http://127.0.0.1:%d", sandbox.ProxyPort)
+	for _, k := range proxyEnv {
+		cfg.Env = append(cfg.Env, k+"="+url)
+	}
+	cfg.Env = append(cfg.Env, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	return nil
 }
 
 var _ kernel.Interpreter = (*container.Launcher)(nil)

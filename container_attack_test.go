@@ -3,6 +3,9 @@ package ipybox_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,5 +112,70 @@ print(n < 64, n > 0)`)
 	open := startContainer(t, nil, nil)
 	if got := cellText(t, open, "import os\nprint('eth0' in os.listdir('/sys/class/net'))"); got != "True" {
 		t.Errorf("default network: %q", got)
+	}
+}
+
+// TestAttackContainerAllowedDomains: with AllowedDomains the container has
+// no network of its own; an allowed destination (a host loopback listener,
+// allowed by its IP) is reached through the egress proxy, a denied one is
+// refused by the proxy, and a direct connection has nowhere to go.
+func TestAttackContainerAllowedDomains(t *testing.T) {
+	testenv.NeedsDocker(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("reached " + r.URL.Path))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	ex := startContainer(t, &ipybox.ContainerConfig{AllowedDomains: []string{"127.0.0.1", "example.invalid"}}, nil)
+	fetch := `import os, urllib.request, urllib.error
+os.environ['NO_PROXY'] = os.environ['no_proxy'] = ''
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return 'refused %d' % e.code
+    except Exception as e:
+        return type(e).__name__
+`
+	for _, tc := range []struct{ name, code, want string }{
+		{"allowed IP through the proxy", "print(fetch('http://127.0.0.1:" + port + "/ok'))", "reached /ok"},
+		{"other loopback address", "print(fetch('http://127.0.0.2:" + port + "/no'))", "refused 403"},
+		{"name not allowed", "print(fetch('http://localhost:" + port + "/no'))", "refused 403"},
+		{"direct, around the proxy", "import socket\ntry:\n    socket.create_connection(('127.0.0.1', " + port + "), timeout=3); print('connected')\nexcept OSError:\n    print('no route')", "no route"},
+		{"no interface but loopback", "print(sorted(os.listdir('/sys/class/net')))", "['lo']"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cellText(t, ex, fetch+tc.code); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSandboxAllowedIPAndCIDR: the IP and CIDR forms of allowedDomains
+// work with the bwrap sandbox too: a listed loopback address passes the
+// proxy's private-address guard, an unlisted one does not.
+func TestSandboxAllowedIPAndCIDR(t *testing.T) {
+	testenv.NeedsTool(t, "bwrap")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("reached " + r.URL.Path))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	cfg := ipybox.DefaultSandbox()
+	if err := cfg.AllowDomains("127.0.0.0/30"); err != nil {
+		t.Fatal(err)
+	}
+	ex := start(t, &ipybox.Options{Sandbox: cfg})
+	code := `import os, urllib.request, urllib.error
+os.environ['NO_PROXY'] = os.environ['no_proxy'] = ''
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return 'refused %d' % e.code
+print(fetch('http://127.0.0.1:` + port + `/in'), '|', fetch('http://127.0.0.9:` + port + `/out'))`
+	if got := run(t, ex, code).Text; got != "reached /in | refused 403" {
+		t.Errorf("got %q", got)
 	}
 }

@@ -174,8 +174,9 @@ type Executor struct {
 	forgetMu sync.Mutex
 	forget   []string
 
-	sandboxes sandboxSet
-	container *container.Launcher // the container backend, when Options.Container is set
+	sandboxes  sandboxSet
+	container  *container.Launcher // the container backend, when Options.Container is set
+	stopEgress func() error        // the container's egress proxy, when it has one
 
 	closeOnce sync.Once
 	closeErr  error
@@ -463,6 +464,9 @@ func (e *Executor) closeParts() error {
 	errs = append(errs, e.sandboxes.close())
 	if e.container != nil {
 		errs = append(errs, e.container.Close())
+	}
+	if e.stopEgress != nil {
+		errs = append(errs, e.stopEgress())
 	}
 	if e.runDir != "" {
 		errs = append(errs, os.RemoveAll(e.runDir))

@@ -45,13 +45,17 @@ func (f *containerFlags) config(s *sandboxFlags) (*ipybox.ContainerConfig, error
 	if !f.active() {
 		return nil, nil
 	}
-	switch {
-	case s.on || s.config != "":
+	if s.on || s.config != "" {
 		return nil, errors.New("--sandbox and --sandbox-config contradict --container-*: the container is the kernel's boundary; choose one")
-	case len(s.domains) > 0:
-		return nil, errors.New("--allowed-domain with --container-* is not supported yet: a container has open outbound network, or none at all; leave --allowed-domain out")
 	}
 	c := &ipybox.ContainerConfig{Image: f.tag, Env: map[string]string{}}
+	if len(s.domains) > 0 {
+		// Checked here, so that a bad pattern is a usage error.
+		if err := sandbox.DefaultConfig().AllowDomains(s.domains...); err != nil {
+			return nil, fmt.Errorf("--allowed-domain: %w", err)
+		}
+		c.AllowedDomains = s.domains
+	}
 	if f.envFile != "" {
 		m, err := mcpconn.LoadDotEnv(f.envFile)
 		if err != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,4 +210,28 @@ func TestImageServesStdio(t *testing.T) {
 	list := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/list")
 	out := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
 	checkInspectorOutput(t, list, out)
+}
+
+// TestExecContainerAllowedDomain: --allowed-domain with a container gives
+// it no network but the egress proxy, which reaches what is allowed (a
+// loopback listener, by its IP) and refuses the rest.
+func TestExecContainerAllowedDomain(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("reached"))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	code := `import os, urllib.request, urllib.error
+os.environ['NO_PROXY'] = os.environ['no_proxy'] = ''
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return 'refused %d' % e.code
+print(fetch('http://127.0.0.1:` + port + `/'), fetch('http://127.0.0.2:` + port + `/'), sorted(os.listdir('/sys/class/net')))`
+	stdout, stderr, exit := runBinary(t, "", "exec", "--workspace", containerDir(t, 0), "--container-tag", img, "--allowed-domain", "127.0.0.1", "-c", code)
+	if exit != 0 || stdout != "reached refused 403 ['lo']\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", exit, stdout, stderr)
+	}
 }

@@ -91,6 +91,11 @@ type Config struct {
 	// connects to (the tool server's): when ipybox runs as root they are
 	// handed to the container's user.
 	Sockets []string
+	// Forward, when set, makes the host unix socket Forward.Socket (in the
+	// run directory) reachable in the container as TCP on
+	// 127.0.0.1:Forward.Port: the egress proxy of a container with
+	// NoNetwork. Nil means none.
+	Forward *Forward
 	// Python is the interpreter in the image. Empty means "python3".
 	Python string
 	// Host is the daemon's address; empty means $DOCKER_HOST or the
@@ -99,6 +104,57 @@ type Config struct {
 	// Logger receives the backend's logs. Nil discards.
 	Logger *slog.Logger
 }
+
+// Forward relays a TCP port on the container's loopback to a host unix
+// socket.
+type Forward struct {
+	Port   int
+	Socket string
+}
+
+// forwarderShim runs first in the container when a Forward is set: it
+// listens on 127.0.0.1:<argv[1]>, forks a relay to the unix socket
+// <argv[2]> (in its own session, so that the kernel's signals do not reach
+// it), and execs the kernel with the remaining arguments. It needs only
+// the image's python3. Kernel code can kill the relay, which costs it only
+// its own network: the rules are enforced by the proxy on the host.
+const forwarderShim = `import os, socket, sys, threading
+ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", int(sys.argv[1])))
+ls.listen(64)
+if os.fork() == 0:
+    os.setsid()
+    def pump(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+    def serve(c):
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            u.connect(sys.argv[2])
+        except OSError:
+            c.close(); u.close(); return
+        t = threading.Thread(target=pump, args=(u, c), daemon=True)
+        t.start()
+        pump(c, u)
+        t.join()
+        c.close(); u.close()
+    while True:
+        c, _ = ls.accept()
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+ls.close()
+os.execv(sys.executable, [sys.executable] + sys.argv[3:])
+`
 
 // Launcher starts kernels in containers. It implements kernel.Launcher and
 // kernel.Interpreter.
@@ -281,9 +337,13 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: b.Host, Target: filepath.Join(BindRoot, b.Rel)})
 	}
 	init := true
+	entry := []string{l.cfg.Python}
+	if f := l.cfg.Forward; f != nil {
+		entry = append(entry, "-c", forwarderShim, strconv.Itoa(f.Port), f.Socket)
+	}
 	cfg := &docker.CreateConfig{
 		Image:      l.cfg.Image,
-		Entrypoint: []string{l.cfg.Python},
+		Entrypoint: entry,
 		Cmd:        spec.Args,
 		Env:        l.env(spec.Env),
 		User:       fmt.Sprintf("%d:%d", l.uid, l.gid),
