@@ -209,3 +209,35 @@ func TestContainerToolCallsAndShellApproval(t *testing.T) {
 		t.Errorf("an approved shell command did not run: %v", err)
 	}
 }
+
+// TestContainerPool: a Pool hands out ready container Executors, and
+// closing it leaves no container behind.
+func TestContainerPool(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	testenv.CheckGoroutines(t)
+	ws := containerWorkspace(t)
+	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: ws, Container: &ipybox.ContainerConfig{Image: img}})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ex, err := pool.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cellText(t, ex, "import os\nprint(os.path.exists('/.dockerenv'))"); got != "True" {
+		t.Errorf("pooled executor: %q", got)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for pool.Ready() == 0 && time.Now().Before(deadline) { // the refill
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(ownContainers(t)); n != 2 {
+		t.Errorf("containers with one in use and one ready: %d", n)
+	}
+	ex.Close()
+	if err := pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ownContainers(t); len(got) != 0 {
+		t.Errorf("after Close, containers left: %v", got)
+	}
+}
