@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -233,5 +234,92 @@ print(fetch('http://127.0.0.1:` + port + `/'), fetch('http://127.0.0.2:` + port 
 	stdout, stderr, exit := runBinary(t, "", "exec", "--workspace", containerDir(t, 0), "--container-tag", img, "--allowed-domain", "127.0.0.1", "-c", code)
 	if exit != 0 || stdout != "reached refused 403 ['lo']\n" {
 		t.Errorf("exit %d, stdout %q, stderr %q", exit, stdout, stderr)
+	}
+}
+
+// TestContainerRemovedOnSIGTERM: ipybox exec stopped by SIGTERM in the
+// middle of a cell removes its container before it exits.
+func TestContainerRemovedOnSIGTERM(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	cmd := exec.Command(os.Args[0], "exec", "--workspace", containerDir(t, 0), "--container-tag", img, "-c", "print('up', flush=True)\nimport time\ntime.sleep(120)")
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "up") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := len(containersOf(t, pid)); n != 1 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("containers of the running exec: %d\n%s", n, out)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("ipybox exec did not exit within 30 s of SIGTERM")
+	}
+	if left := containersOf(t, pid); len(left) != 0 {
+		t.Errorf("containers left after SIGTERM: %v\n%s", left, out)
+	}
+}
+
+// TestImageServesHTTP: the image serves streamable HTTP with a bearer
+// token, published on 127.0.0.1 only.
+func TestImageServesHTTP(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 1000)
+	tokDir := t.TempDir()
+	os.Chmod(tokDir, 0o755)
+	tok := "test-token-" + strconv.Itoa(os.Getpid())
+	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o644)
+	name := fmt.Sprintf("ipybox-test-http-%d", os.Getpid())
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "-p", "127.0.0.1::8080",
+		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
+		"mcp", "--workspace", "/app/workspace", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
+	stderr, _ := run.StderrPipe()
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		exec.Command("docker", "rm", "-f", name).Run()
+		run.Wait()
+	})
+	select {
+	case <-testenv.ServingURL(stderr):
+	case <-ctx.Done():
+		t.Fatal("the image did not start serving HTTP")
+	}
+	port, err := exec.CommandContext(ctx, "docker", "port", name, "8080/tcp").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimSpace(strings.Split(string(port), "\n")[0])
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("published on %q, want 127.0.0.1 only", addr)
+	}
+	url := "http://" + addr + "/mcp"
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the token: HTTP %d, want 401", resp.StatusCode)
+	}
+	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: testenv.Bearer{Token: tok}}}, nil)
+	if got := runCell(t, cs, "print(6 * 7)"); got != "42" {
+		t.Errorf("cell over HTTP: %q", got)
 	}
 }
