@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/ipybox/ipybox/internal/container"
-	"github.com/ipybox/ipybox/internal/egress"
+	"github.com/ipybox/ipybox/internal/sandboxhook"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/sandbox"
 )
@@ -79,7 +79,6 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 		Image:     c.Image,
 		Workspace: e.workspace,
 		ReadOnly:  []string{".ipybox"},
-		Masked:    []string{".env"},
 		Sockets:   []string{filepath.Join(e.runDir, "tool.sock")},
 		NoNetwork: c.NoNetwork,
 		Logger:    e.log,
@@ -112,6 +111,15 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 			return nil, err
 		}
 	}
+	if sandboxhook.NewGuard == nil {
+		return nil, errors.New("container: the container backend runs on Linux only (the run directory's unix sockets are shared with the container)")
+	}
+	g, err := sandboxhook.NewGuard(e.workspace, e.secretFiles, e.log)
+	if err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	e.guard = g
+	cfg.Guard = g
 	l, err := container.New(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -131,15 +139,15 @@ func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
 	if err := probe.AllowDomains(allowed...); err != nil {
 		return fmt.Errorf("container: %w", err)
 	}
-	if egress.Serve == nil {
-		return errors.New("container: the egress proxy is not linked in")
+	if sandboxhook.ServeEgress == nil {
+		return errors.New("container: the egress proxy runs on Linux only")
 	}
 	sock := filepath.Join(e.runDir, "egress.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("container egress proxy: %w", err)
 	}
-	stop, err := egress.Serve(ln, allowed, nil, e.log)
+	stop, err := sandboxhook.ServeEgress(ln, allowed, nil, e.log)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("container egress proxy: %w", err)

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -177,5 +179,57 @@ def fetch(url):
 print(fetch('http://127.0.0.1:` + port + `/in'), '|', fetch('http://127.0.0.9:` + port + `/out'))`
 	if got := run(t, ex, code).Text; got != "reached /in | refused 403" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestAttackContainerHostReadFiles: the workspace is shared with the host,
+// whose tools read files there and act on them. From the container, kernel
+// code cannot plant a git hook or fsmonitor, an .mcp.json, Claude Code or
+// VS Code settings, nor read .env.* or a file a server config names as a
+// secret; a repository it makes with a dangerous config is moved aside at
+// Close.
+func TestAttackContainerHostReadFiles(t *testing.T) {
+	testenv.NeedsTool(t, "git")
+	ws := containerWorkspace(t)
+	if out, err := exec.Command("git", "init", "-q", ws).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	os.WriteFile(filepath.Join(ws, ".env.local"), []byte("TOKEN=hunter2\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, "sa-key.json"), []byte(`{"private_key": "k"}`), 0o644)
+	ex := startContainer(t, nil, &ipybox.Options{WorkDir: ws})
+	register(t, ex, "creds", ipybox.ServerConfig{Command: mcptest.Build(t), Env: map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": "sa-key.json"}})
+	// As in the sandbox, a secret that a server config names is masked
+	// from the next kernel start on.
+	if err := ex.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := cellText(t, ex, `import os
+bad = []
+def attempt(what, f):
+    try:
+        f(); bad.append(what)
+    except OSError:
+        pass
+attempt('git config', lambda: open('.git/config', 'a').write('[core]\n\tfsmonitor = touch /tmp/x\n'))
+attempt('git hook', lambda: open('.git/hooks/pre-commit', 'w').write('#!/bin/sh\ntouch /tmp/x\n'))
+attempt('.mcp.json', lambda: open('.mcp.json', 'w').write('{}'))
+attempt('.claude', lambda: open('.claude/settings.json', 'w').write('{}'))
+attempt('.vscode', lambda: open('.vscode/tasks.json', 'w').write('{}'))
+attempt('rename .git', lambda: os.rename('.git', 'git-moved'))
+os.makedirs('evil/.git/objects'); os.makedirs('evil/.git/refs')
+open('evil/.git/HEAD', 'w').write('ref: refs/heads/main\n')
+open('evil/.git/config', 'w').write('[core]\n\tpager = sh -c x\n')
+print(bad, repr(open('.env.local').read()), repr(open('sa-key.json').read()))`)
+	if got != "[] '' ''" {
+		t.Errorf("got %q", got)
+	}
+	if err := ex.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "evil", ".git")); err == nil {
+		t.Errorf("evil/.git, with core.pager, is still where git finds it")
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); strings.Contains(string(b), "fsmonitor") {
+		t.Errorf(".git/config was changed: %s", b)
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/pyruntime"
+	"github.com/ipybox/ipybox/internal/sandboxhook"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
@@ -177,6 +178,7 @@ type Executor struct {
 	sandboxes  sandboxSet
 	container  *container.Launcher // the container backend, when Options.Container is set
 	stopEgress func() error        // the container's egress proxy, when it has one
+	guard      sandboxhook.Guard   // the container's workspace protection
 
 	closeOnce sync.Once
 	closeErr  error
@@ -467,6 +469,9 @@ func (e *Executor) closeParts() error {
 	}
 	if e.stopEgress != nil {
 		errs = append(errs, e.stopEgress())
+	}
+	if e.guard != nil {
+		errs = append(errs, e.guard.Close())
 	}
 	if e.runDir != "" {
 		errs = append(errs, os.RemoveAll(e.runDir))

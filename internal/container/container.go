@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/sandboxhook"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -84,9 +85,14 @@ type Config struct {
 	// ReadOnly are workspace-relative directories mounted read-only over
 	// the workspace (the registry, .ipybox); they are created if missing.
 	ReadOnly []string
-	// Masked are workspace-relative files hidden behind an empty file
-	// (.env), when they exist.
-	Masked []string
+	// Guard, when set, says at each start which workspace paths to
+	// write-protect (.git, .claude, .mcp.json… which host tools read and
+	// act on) and which secrets to hide (.env, .env.*, files that server
+	// configs name). Paths outside the workspace are not visible anyway.
+	// Nil means none.
+	Guard interface {
+		Protect() (*sandboxhook.Protection, error)
+	}
 	// Sockets are host unix sockets in the run directory that the kernel
 	// connects to (the tool server's): when ipybox runs as root they are
 	// handed to the container's user.
@@ -319,14 +325,32 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		}
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
 	}
-	if len(l.cfg.Masked) > 0 {
-		empty := filepath.Join(spec.RunDir, "masked")
-		if err := os.WriteFile(empty, nil, 0o444); err != nil && !errors.Is(err, os.ErrExist) {
+	if l.cfg.Guard != nil {
+		prot, err := l.cfg.Guard.Protect()
+		if err != nil {
 			return nil, fmt.Errorf("container: %w", err)
 		}
-		for _, rel := range l.cfg.Masked {
-			if fi, err := os.Lstat(filepath.Join(l.cfg.Workspace, rel)); err == nil && fi.Mode().IsRegular() {
-				mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
+		empty := filepath.Join(spec.RunDir, "masked")
+		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(empty, nil, 0o444); err != nil {
+				return nil, fmt.Errorf("container: %w", err)
+			}
+		}
+		for _, p := range prot.ReadOnly {
+			if l.inWorkspace(p) {
+				mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
+			}
+		}
+		for _, p := range prot.Masks {
+			if l.inWorkspace(p) {
+				mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
+			}
+		}
+		for _, p := range prot.MaskDirs {
+			if l.inWorkspace(p) {
+				// Empty and unlistable for the kernel's user.
+				mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
+					TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
 			}
 		}
 	}
@@ -406,6 +430,11 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// inWorkspace reports whether the host path p is below the workspace.
+func (l *Launcher) inWorkspace(p string) bool {
+	return strings.HasPrefix(p, l.cfg.Workspace+"/")
 }
 
 // path maps a host path to the container's view: the workspace to
