@@ -322,6 +322,9 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		return nil, err
 	}
 	if o.Container != nil {
+		if len(o.Binds) > 0 {
+			return nil, errors.New("--bind makes links to host paths, which a container cannot follow; use --container-bind HOST:REL (mounted at /app/REL)")
+		}
 		if f.python != "" {
 			return nil, errors.New("--python names a host interpreter; a container runs its image's python3")
 		}

@@ -416,6 +416,7 @@ func TestMCPUsageErrors(t *testing.T) {
 		{[]string{"mcp", "--container-bind", "/tmp/x:../up"}, "stay under /app/"},
 		{[]string{"mcp", "--container-bind", "/tmp/x:workspace/x"}, "is the workspace"},
 		{[]string{"mcp", "--container-env-var", "NOVALUE"}, "KEY=VALUE"},
+		{[]string{"mcp", "--container-tag", "x", "--bind", "/tmp:tmp"}, "use --container-bind"},
 		{[]string{"mcp", "--container-tag", "x", "--sandbox"}, "contradict --container-*"},
 		{[]string{"mcp", "--container-tag", "x", "--allowed-domain", "10.0.0.1/8"}, "write 10.0.0.0/8"},
 		{[]string{"mcp", "--container-tag", "x", "--pids", "3"}, "too small for a kernel"},
