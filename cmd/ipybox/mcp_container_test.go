@@ -41,6 +41,15 @@ func containerDir(t *testing.T, uid int) string {
 
 // containersOf lists the kernel containers that process pid owns.
 func containersOf(t *testing.T, pid int) []string {
+	var ids []string
+	for _, c := range containerStates(t, pid) {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// containerStates lists the kernel containers that process pid owns.
+func containerStates(t *testing.T, pid int) []docker.Container {
 	t.Helper()
 	c, err := docker.New("")
 	if err != nil {
@@ -54,10 +63,10 @@ func containersOf(t *testing.T, pid int) []string {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	var out []string
+	var out []docker.Container
 	for _, ct := range list {
 		if strings.HasPrefix(ct.Labels[container.LabelOwner], fmt.Sprintf("%s/%d/", host, pid)) {
-			out = append(out, ct.ID)
+			out = append(out, ct)
 		}
 	}
 	return out
@@ -160,7 +169,8 @@ print(repr(open('/app/workspace/.env').read()))`)
 }
 
 // TestContainerReapedAfterSIGKILL: an ipybox killed with SIGKILL leaves its
-// container; the next start reaps it by label.
+// container, which stops by itself (its lifeline ended); the next start
+// reaps it by label.
 func TestContainerReapedAfterSIGKILL(t *testing.T) {
 	img := testenv.NeedsDocker(t)
 	ws := containerDir(t, 0)
@@ -184,8 +194,15 @@ func TestContainerReapedAfterSIGKILL(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if got := containersOf(t, pid); len(got) != 1 {
-		t.Fatalf("after SIGKILL: %v (want the leftover, to reap)", got)
+	// The container's watcher sees its lifeline end, and stops it.
+	var left []docker.Container
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if left = containerStates(t, pid); len(left) != 1 || left[0].State != "running" {
+			break
+		}
+	}
+	if len(left) != 1 || left[0].State == "running" {
+		t.Fatalf("after SIGKILL: %+v (want the leftover, stopped, to reap)", left)
 	}
 	// The next start reaps it.
 	stdout, stderr, code := runBinary(t, "", "exec", "--workspace", ws, "--container-tag", img, "-c", "print('next')")

@@ -118,53 +118,10 @@ type Forward struct {
 	Socket string
 }
 
-// forwarderShim runs first in the container when a Forward is set: it
-// listens on 127.0.0.1:<argv[1]>, forks a relay to the unix socket
-// <argv[2]> (in its own session, so that the kernel's signals do not reach
-// it), and execs the kernel with the remaining arguments. It needs only
-// the image's python3. Kernel code can kill the relay, which costs it only
-// its own network: the rules are enforced by the proxy on the host.
-const forwarderShim = `import os, socket, sys, threading
-ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[1])))
-ls.listen(64)
-if os.fork() == 0:
-    os.setsid()
-    def pump(a, b):
-        try:
-            while True:
-                d = a.recv(65536)
-                if not d:
-                    break
-                b.sendall(d)
-        except OSError:
-            pass
-        try:
-            b.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-    def serve(c):
-        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            u.connect(sys.argv[2])
-        except OSError:
-            c.close(); u.close(); return
-        t = threading.Thread(target=pump, args=(u, c), daemon=True)
-        t.start()
-        pump(c, u)
-        t.join()
-        c.close(); u.close()
-    while True:
-        c, _ = ls.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-ls.close()
-os.execv(sys.executable, [sys.executable] + sys.argv[3:])
-`
-
 // Launcher starts kernels in containers. It implements kernel.Launcher and
 // kernel.Interpreter.
 type Launcher struct {
+	life   lifeline
 	cfg    Config
 	c      *docker.Client
 	log    *slog.Logger
@@ -225,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Launcher, error) {
 // kernels.
 func (l *Launcher) Close() error {
 	l.closed.Store(true)
+	l.life.close()
 	l.c.Close()
 	return nil
 }
@@ -361,10 +319,15 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: b.Host, Target: filepath.Join(BindRoot, b.Rel)})
 	}
 	init := true
-	entry := []string{l.cfg.Python}
-	if f := l.cfg.Forward; f != nil {
-		entry = append(entry, "-c", forwarderShim, strconv.Itoa(f.Port), f.Socket)
+	life, err := l.lifeline(spec.RunDir)
+	if err != nil {
+		return nil, err
 	}
+	entry := []string{l.cfg.Python, "-c", shim, life}
+	if f := l.cfg.Forward; f != nil {
+		entry = append(entry, "--forward", strconv.Itoa(f.Port), f.Socket)
+	}
+	entry = append(entry, "--")
 	cfg := &docker.CreateConfig{
 		Image:      l.cfg.Image,
 		Entrypoint: entry,
