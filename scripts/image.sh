@@ -8,8 +8,8 @@
 #      against this machine's apt mirror, then `docker import`.
 #   2. The Go build stage's image (ipybox-go:<go version>) is that base plus
 #      this machine's Go toolchain, made when missing.
-#   3. The build context is the tracked source plus `go mod vendor`, so the
-#      build stage needs no network. Its content hash tags the result
+#   3. The build context is the binary's sources plus `go mod vendor`, so
+#      the build stage needs no network. Its content hash tags the result
 #      (ipybox:src-<hash>); when that tag exists, nothing is built.
 #
 # Environment: IPYBOX_IMAGE (default ipybox:latest), IPYBOX_MIRROR (default:
@@ -69,7 +69,12 @@ fi
 # 3. The image.
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-git ls-files -z --cached --others --exclude-standard | grep -zv '^tools/npm/node_modules/' |
+# Only what the build reads (the binary's Go sources, the embedded Python
+# runtime, the module files, the Dockerfile): an edit to docs or tests
+# does not rebuild the image.
+git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' \
+  ':(glob)internal/pyruntime/**' ':(exclude)*_test.go' ':(exclude)tools/**' ':(exclude)bench/**' \
+  ':(exclude,glob)**/testdata/**' |
   xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
 go mod vendor -o "$ctx/vendor"
 hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg") | sha256sum | cut -c1-16)
