@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 )
@@ -48,9 +49,12 @@ type ApprovalRequest struct {
 
 	once     sync.Once
 	decision chan error // receives nil (accept) or a *toolserver.RejectedError
+	event               // makes it an Event
 }
 
-func (*ApprovalRequest) isEvent() {}
+// event makes a type an Event (kernel.Event's method is unexported, so the
+// promotion goes through kernel.EventBase), without a visible field.
+type event struct{ kernel.EventBase }
 
 // ErrNotPending is returned by Accept and Reject for a request that has no
 // call waiting on it: a request made by hand rather than yielded by
@@ -108,10 +112,10 @@ func (r *ApprovalRequest) String() string {
 
 // cell is the execution that currently runs, as the approval path sees it.
 type cell struct {
-	calls   chan kernel.Call         // to the Stream loop
+	calls   chan cellctl.Call        // to the Stream loop
 	deliver func(r *ApprovalRequest) // runs on the Stream loop
 	done    chan struct{}            // closed when the cell's Stream ends
-	budget  *kernel.Budget
+	budget  *cellctl.Budget
 
 	mu      sync.Mutex
 	pending map[*ApprovalRequest]struct{}
@@ -178,7 +182,7 @@ func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) error {
 		defer c.budget.Resume()
 	}
 	select {
-	case c.calls <- kernel.Call{After: toolserver.SyncMarker(ctx), Run: func() { c.deliver(r) }}:
+	case c.calls <- cellctl.Call{After: toolserver.SyncMarker(ctx), Run: func() { c.deliver(r) }}:
 	case <-c.done:
 		return errNoCell
 	case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 // Execute, every tool call and shell command that needs approval; the
 // named opt-out accepts them.
 func TestNilApproverRejects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	mark := filepath.Join(t.TempDir(), "shell-ran")
 	for _, tc := range []struct {
@@ -49,6 +50,7 @@ func TestNilApproverRejects(t *testing.T) {
 // TestApprovalRequestZeroValue: deciding a request that Stream did not
 // yield, or deciding twice, returns an error instead of blocking.
 func TestApprovalRequestZeroValue(t *testing.T) {
+	t.Parallel()
 	var r ipybox.ApprovalRequest
 	done := make(chan error, 2)
 	go func() {

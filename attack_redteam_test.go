@@ -25,6 +25,7 @@ import (
 // the folder's place, and the host then creates, renames and removes
 // files in the directory the link names, outside the workspace.
 func TestRedteamMcptoolsSwapRace(t *testing.T) {
+	t.Parallel()
 	outside := t.TempDir()
 	victim := filepath.Join(outside, "go", "victim.txt")
 	os.MkdirAll(filepath.Dir(victim), 0o755)
@@ -73,6 +74,7 @@ threading.Thread(target=flip, daemon=True).start()`)
 // kernel runs, as register_mcp_server does, names a file that the kernel
 // could read until then and can still read until the next reset.)
 func TestRedteamNamedSecretFileGaps(t *testing.T) {
+	t.Parallel()
 	secret := "tok-" + strings.Repeat("9", 12)
 	ws := t.TempDir()
 	for name, content := range map[string]string{
@@ -117,6 +119,7 @@ func TestRedteamNamedSecretFileGaps(t *testing.T) {
 // (or a shell prompt, an editor, an agent) runs there afterwards runs
 // core.fsmonitor from the planted config, on the host.
 func TestRedteamGitBareRepoPlant(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsTool(t, "git")
 	ws := t.TempDir()
 	if err := os.Mkdir(filepath.Join(ws, "src"), 0o755); err != nil {
@@ -273,6 +276,7 @@ func lastLines(s string, n int) string {
 // take all of it: the three tmpfs mounts alone may hold 1.5x the host's
 // RAM), which survives even the kernel's death while the sandbox lives.
 func TestRedteamSandboxMemoryLimitBypass(t *testing.T) {
+	t.Parallel()
 	cfg := ipybox.DefaultSandbox()
 	cfg.Limits.Memory = 256 << 20
 	ex := startSandboxed(t, &ipybox.Options{Sandbox: cfg})
@@ -323,6 +327,7 @@ print("total", sum(held.values()), held)`)
 // next git command in that project runs the planted config's
 // core.fsmonitor, on the host.
 func TestRedteamRenameParentOfProtectedGit(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsTool(t, "git")
 	ws := t.TempDir()
 	proj := filepath.Join(ws, "proj")
@@ -368,6 +373,7 @@ open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfs
 // output around it is not). The exec runs on a pseudo-terminal, where
 // escaping must apply.
 func TestRedteamExecTerminalEscapes(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	bin := testenv.Binary(t)

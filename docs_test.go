@@ -14,31 +14,69 @@ import (
 
 var pythonBlock = regexp.MustCompile("(?s)```python\n(.*?)```")
 
-// TestDocsPythonExamples runs every Python example of docs/tools.md in a
-// kernel with server-everything registered, as the doc describes.
-func TestDocsPythonExamples(t *testing.T) {
+// docExample is what one Python example of a doc must do.
+type docExample struct {
+	want   string // the cell's text contains this
+	images int    // the cell shows this many images
+}
+
+// runDocExamples runs every Python example of the markdown file doc, in
+// order, in one kernel with server-everything registered as "everything",
+// as the docs describe. Tool calls whose arguments contain rejectArg are
+// rejected (the examples of the error path); the others are approved.
+// want has one entry per example.
+func runDocExamples(t *testing.T, doc, rejectArg string, want []docExample) {
 	bin := testenv.NPMBin(t, "mcp-server-everything")
-	doc, err := os.ReadFile("docs/tools.md")
+	text, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := pythonBlock.FindAllStringSubmatch(string(doc), -1)
-	if len(blocks) < 4 {
-		t.Fatalf("found %d python examples in docs/tools.md", len(blocks))
+	blocks := pythonBlock.FindAllStringSubmatch(string(text), -1)
+	if len(blocks) != len(want) {
+		t.Fatalf("found %d python examples in %s, want %d: update the test with the doc", len(blocks), doc, len(want))
 	}
-	// The fourth example shows the error path: the application rejects it.
 	ex := start(t, &ipybox.Options{Approver: func(_ context.Context, r *ipybox.ApprovalRequest) error {
-		if r.Args["message"] == "maybe" {
-			return errors.New("not this one")
+		for _, v := range r.Args {
+			if s, ok := v.(string); ok && s == rejectArg {
+				return errors.New("not this one")
+			}
 		}
 		return nil
 	}})
 	register(t, ex, "everything", ipybox.ServerConfig{Command: bin, Args: []string{"stdio"}})
-	want := []string{"hello", "Result float", "1 image/png", "not run: ApprovalRejectedError"}
 	for i, b := range blocks {
 		res := run(t, ex, b[1])
-		if i < len(want) && !strings.Contains(res.Text, want[i]) {
-			t.Errorf("example %d printed %q, want it to contain %q:\n%s", i+1, res.Text, want[i], b[1])
+		if !strings.Contains(res.Text, want[i].want) || len(res.Images) != want[i].images {
+			t.Errorf("%s example %d printed %q and %d images, want it to contain %q and %d images:\n%s",
+				doc, i+1, res.Text, len(res.Images), want[i].want, want[i].images, b[1])
 		}
 	}
+}
+
+// TestDocsPythonExamples runs every Python example of docs/tools.md.
+func TestDocsPythonExamples(t *testing.T) {
+	t.Parallel()
+	// The fourth example shows the error path: the application rejects it.
+	runDocExamples(t, "docs/tools.md", "maybe", []docExample{
+		{want: "hello"},
+		{want: "Result float"},
+		{want: "1 image/png", images: 1},
+		{want: "not run: ApprovalRejectedError"},
+	})
+}
+
+// TestSkillPythonExamples runs every Python example of the Claude Code
+// plugin's skill. The tool calls of its JSON examples (register_mcp_server,
+// install_package, reset) are made through `ipybox mcp`, as the plugin
+// starts it, by TestPluginClaudeCode in cmd/ipybox.
+func TestSkillPythonExamples(t *testing.T) {
+	t.Parallel()
+	runDocExamples(t, "plugin/skills/codeact/SKILL.md", "deploy to production", []docExample{
+		{want: "location: Literal[\"New York\", \"Chicago\", \"Los Angeles\"] = _Field(..., description=\"Choose city\")"},
+		{want: "Echo: humid: New York, Chicago; total 69"},
+		{want: "refused: ['deploy to production: "},
+		{want: "", images: 1},
+		{want: "[]"},
+		{want: "Echo: tools survive a reset"},
+	})
 }

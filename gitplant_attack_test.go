@@ -17,6 +17,7 @@ import (
 // makes (git init) survives the session's end, while one whose config can
 // run a command does not stay where git finds it.
 func TestAttackDeepRepoConfig(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsTool(t, "git")
 	ws := t.TempDir()
 	deep := filepath.Join(ws, "a", "b", "c", "d", "proj")

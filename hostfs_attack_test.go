@@ -15,6 +15,7 @@ import (
 // code planted where it writes: the images directory, the connection file
 // in the run directory, servers.json; nor reads a planted .env.
 func TestAttackHostFollowsLinks(t *testing.T) {
+	t.Parallel()
 	outside := t.TempDir()
 	victim := filepath.Join(outside, "victim.txt")
 	if err := os.WriteFile(victim, []byte("untouched"), 0o644); err != nil {

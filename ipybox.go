@@ -1,9 +1,24 @@
 // Package ipybox runs code actions for AI agents: blocks of Python, with
 // shell commands and MCP tool calls, in a stateful IPython kernel.
 //
-//	application ── Executor.Stream(code) ──► kernel (ipykernel over ZeroMQ ipc)
-//	      ▲                                      │ output, displays, errors
-//	      └──────────── events ◄─────────────────┘
+//	application ──── Executor.Stream(code) ────► kernel (ipykernel over ZeroMQ
+//	   ▲   ▲                                        │  ipc; optionally sandboxed)
+//	   │   │ events: output, displays, errors       │
+//	   │   └────────────────────────────────────────┤
+//	   │                                            │ a tool call (mcptools.S.T.run)
+//	   │ *ApprovalRequest: Accept or Reject         │ or a shell command (!cmd)
+//	   │                                            ▼
+//	   └─────────────────────────────── tool server (unix socket, token)
+//	                                                │ approved
+//	                                                ▼
+//	                                      mcpconn ──► MCP server; the result
+//	                                                  goes back to the kernel
+//
+// Kernel code cannot reach an MCP server by itself: each tool call goes to
+// the host's tool server, which asks the application (an *ApprovalRequest
+// event of Stream, or Options.Approver for Execute) and only then calls the
+// server through mcpconn. Shell commands are asked about the same way when
+// Options.ApproveShellCommands is set.
 //
 // A minimal use:
 //
@@ -26,7 +41,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/sandboxhook"
 	"github.com/ipybox/ipybox/internal/toolserver"
@@ -53,6 +70,9 @@ type Options struct {
 	// host's environment reaches the kernel beyond PATH, HOME and LANG.
 	KernelEnv map[string]string
 	// InitTimeout bounds a kernel start or restart. Zero means 60s.
+	//
+	// Every duration of Options follows one rule: zero means the default
+	// the field names, and a negative value makes Start fail.
 	InitTimeout time.Duration
 	// InterruptGrace is how long an interrupted cell may take to stop
 	// before the kernel is restarted. Zero means 3s.
@@ -95,6 +115,16 @@ type Options struct {
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment (see mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+	// OAuthURL is called when a remote MCP server needs a user to sign in
+	// with OAuth (the authorization code grant): it should show url to the
+	// user or open it in a browser, and return at once. The browser is then
+	// redirected to a listener on 127.0.0.1, for up to 5 minutes (bounded
+	// too by ToolCallTimeout when kernel code made the call). server is the
+	// server's registered name; an error aborts the sign-in. Tokens stay on
+	// the host, in mcpconn.DefaultTokenFile, never in the kernel. Nil means
+	// such a server fails with an error that says to run `ipybox auth login
+	// SERVER`, unless a stored token works.
+	OAuthURL func(ctx context.Context, server, url string) error
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor
@@ -126,14 +156,16 @@ type ExecOptions struct {
 	// Timeout bounds the cell's run time. On expiry the cell is
 	// interrupted, the kernel keeps its state, and the call returns a
 	// *TimeoutError (errors.Is(err, ErrTimeout)). Zero means no limit
-	// beyond the context.
+	// beyond the context; negative is an error.
 	Timeout time.Duration
 	// KeepText bounds the text the *Result keeps, so that a cell printing
 	// hundreds of megabytes does not hold them all in memory: its first
 	// and last KeepText/2 bytes, with Result.Omitted counting the rest.
-	// Stream still delivers every byte as *Output events. Zero means
-	// DefaultKeepText; a negative value keeps all the text (as much
-	// memory as the cell prints, which kernel code chooses).
+	// It bounds the kept displays the same way (KeepText bytes of them,
+	// then Result.OmittedDisplays counts the rest). Stream still delivers
+	// every byte as *Output and *Display events. Zero means
+	// DefaultKeepText; a negative value keeps everything (as much memory
+	// as the cell prints, which kernel code chooses).
 	KeepText int
 }
 
@@ -189,6 +221,14 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if err := defaults.Apply("ipybox",
+		defaults.Duration{Name: "Options.InitTimeout", V: &o.InitTimeout, Def: defaults.KernelStart},
+		defaults.Duration{Name: "Options.InterruptGrace", V: &o.InterruptGrace, Def: defaults.InterruptGrace},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: defaults.Approval},
+		defaults.Duration{Name: "Options.ToolCallTimeout", V: &o.ToolCallTimeout, Def: defaults.ToolCall},
+	); err != nil {
+		return nil, err
 	}
 	log := o.Logger
 	if log == nil {
@@ -340,6 +380,10 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 // rejects the open approval requests and interrupts the cell.
 func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
+		if opts != nil && opts.Timeout < 0 {
+			yield(nil, fmt.Errorf("ipybox: ExecOptions.Timeout is %v; use a positive duration, or 0 for no limit beyond ctx", opts.Timeout))
+			return
+		}
 		if err := e.acquire(ctx); err != nil {
 			yield(nil, err)
 			return
@@ -354,18 +398,18 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			stopped = true
 			cancel() // interrupts the cell
 		}
-		c := &cell{calls: make(chan kernel.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
-		var ko kernel.ExecOptions
+		c := &cell{calls: make(chan cellctl.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
+		hooks := &cellctl.Hooks{Calls: c.calls}
 		if opts != nil && opts.Timeout > 0 {
-			c.budget = kernel.NewBudget(opts.Timeout)
+			c.budget = cellctl.NewBudget(opts.Timeout)
 			defer c.budget.Stop()
-			ko.Budget = c.budget
+			hooks.Budget = c.budget
 		}
+		var ko kernel.ExecOptions
 		ko.KeepText = keepText(opts)
 		ko.Input = e.opts.Input
-		ko.Calls = c.calls
-		ko.OnEvent = func(ev kernel.Event) {
-			if !stopped && !yield(fromKernelEvent(ev), nil) {
+		ko.OnEvent = func(ev Event) {
+			if !stopped && !yield(ev, nil) {
 				stop()
 			}
 		}
@@ -388,17 +432,17 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.rejectPending("the cell ended")
 		}()
 
-		res, err := e.k.Execute(runCtx, code, &ko)
+		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
 		if stopped {
 			return
 		}
-		if r := fromKernelResult(res); r != nil {
-			if !yield(r, nil) {
+		if res != nil {
+			if !yield(res, nil) {
 				return
 			}
 		}
 		if err != nil {
-			yield(nil, err)
+			yield(nil, executorErr(err))
 		}
 	}
 }
@@ -422,7 +466,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 	}
 	defer e.release()
 	if err := e.k.Restart(ctx); err != nil {
-		return fmt.Errorf("ipybox: reset: %w", err)
+		return fmt.Errorf("ipybox: reset: %w", executorErr(err))
 	}
 	e.forgetMu.Lock()
 	e.forget = nil // a fresh kernel has imported nothing
@@ -435,7 +479,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 }
 
 // Interrupt interrupts the running cell, if any.
-func (e *Executor) Interrupt() error { return e.k.Interrupt() }
+func (e *Executor) Interrupt() error { return executorErr(e.k.Interrupt()) }
 
 // Close stops the kernel and removes the run directory. It is idempotent,
 // safe to call concurrently, and bounded in time.

@@ -52,6 +52,7 @@ func run(t *testing.T, ex *ipybox.Executor, code string) *ipybox.Result {
 }
 
 func TestOutputs(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	for _, tc := range []struct{ code, want string }{
 		{"print('hello')", "hello"},
@@ -68,6 +69,7 @@ func TestOutputs(t *testing.T) {
 }
 
 func TestPythonErrors(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	for _, tc := range []struct{ code, name, inTraceback string }{
 		{"def f(:\n  pass", "SyntaxError", ""},
@@ -104,6 +106,7 @@ func TestPythonErrors(t *testing.T) {
 }
 
 func TestStatePersistsAndReset(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "import math\nv = 41\ndef inc(x):\n    return x + 1")
 	if got := run(t, ex, "inc(v), math.floor(2.5)").Text; got != "(42, 2)" {
@@ -126,6 +129,7 @@ func TestStatePersistsAndReset(t *testing.T) {
 }
 
 func TestExecutorsAreIsolated(t *testing.T) {
+	t.Parallel()
 	a, b := start(t, nil), start(t, nil)
 	run(t, a, "secret = 'a'")
 	_, err := b.Execute(context.Background(), "secret", nil)
@@ -162,6 +166,7 @@ func TestStreamingIsLive(t *testing.T) {
 }
 
 func TestStreamKeepsStdoutAndStderrApart(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	streams := map[string]string{}
 	for ev, err := range ex.Stream(context.Background(), "import sys\nprint('o')\nsys.stdout.flush()\nprint('e', file=sys.stderr)", nil) {
@@ -178,6 +183,7 @@ func TestStreamKeepsStdoutAndStderrApart(t *testing.T) {
 }
 
 func TestWorkDirRestored(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ex := start(t, &ipybox.Options{WorkDir: dir})
 	res := run(t, ex, "import os\nos.chdir('/')")
@@ -210,6 +216,7 @@ func TestNoWorkDirChangePersists(t *testing.T) {
 }
 
 func TestPlotsBecomeImages(t *testing.T) {
+	t.Parallel()
 	imgs := t.TempDir()
 	ex := start(t, &ipybox.Options{ImagesDir: imgs})
 	res := run(t, ex, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
@@ -236,6 +243,7 @@ func TestPlotsBecomeImages(t *testing.T) {
 }
 
 func TestDisplaysAndClearOutput(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	res := run(t, ex, `from IPython.display import display, HTML, clear_output
 print('gone')
@@ -334,6 +342,7 @@ func TestExecutionsAreSerialised(t *testing.T) {
 }
 
 func TestLargeOutputRoundTrips(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	res := run(t, ex, "print('x' * 500000)")
 	if res.Text != strings.Repeat("x", 500000) {
@@ -378,6 +387,7 @@ func TestKernelEnv(t *testing.T) {
 }
 
 func TestKernelDeath(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "x = 1")
 	_, err := ex.Execute(context.Background(), "import os\nos._exit(1)", nil)
@@ -390,7 +400,7 @@ func TestKernelDeath(t *testing.T) {
 	// SIGKILL from outside, while a cell runs.
 	pid := run(t, ex, "import os\nos.getpid()").Text
 	n, _ := strconv.Atoi(pid)
-	time.AfterFunc(300*time.Millisecond, func() { syscall.Kill(n, syscall.SIGKILL) })
+	time.AfterFunc(300*time.Millisecond, func() { testenv.Signal(n, syscall.SIGKILL) })
 	_, err = ex.Execute(context.Background(), "import time\ntime.sleep(20)", nil)
 	if !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("SIGKILL: err = %v, want ErrKernelDied", err)
@@ -401,7 +411,7 @@ func TestKernelDeath(t *testing.T) {
 	// SIGKILL while idle: found by the next call.
 	pid = run(t, ex, "import os\nos.getpid()").Text
 	n, _ = strconv.Atoi(pid)
-	syscall.Kill(n, syscall.SIGKILL)
+	testenv.Signal(n, syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
 	if _, err := ex.Execute(context.Background(), "import os", nil); err != nil && !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("after idle kill: %v", err)
@@ -451,6 +461,7 @@ func TestIgnoredInterruptRestarts(t *testing.T) {
 }
 
 func TestInputGivesClearError(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -504,7 +515,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err := ex.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+	if err := testenv.Signal(pid, 0); err != syscall.ESRCH {
 		t.Errorf("kernel process %d still exists (%v)", pid, err)
 	}
 	if left := testenv.GroupMembers(pid); len(left) > 0 {
@@ -519,6 +530,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 }
 
 func TestBadWorkDir(t *testing.T) {
+	t.Parallel()
 	_, err := ipybox.Start(context.Background(), &ipybox.Options{WorkDir: "/nonexistent/dir"})
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/dir") {
 		t.Fatalf("err = %v", err)
@@ -526,6 +538,7 @@ func TestBadWorkDir(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "kept = 'yes'")
 	time.AfterFunc(400*time.Millisecond, func() { ex.Interrupt() })
@@ -536,5 +549,86 @@ func TestInterrupt(t *testing.T) {
 	}
 	if got := run(t, ex, "kept").Text; got != "'yes'" {
 		t.Errorf("state after interrupt: %q", got)
+	}
+}
+
+// TestCloseDuringCellExecutor: a cell that Close ends gets ErrClosed, which
+// names the Executor, not ErrKernelDied; so do calls after Close.
+func TestCloseDuringCellExecutor(t *testing.T) {
+	t.Parallel()
+	ex := start(t, nil)
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		var err error
+		for ev, e := range ex.Stream(context.Background(), "import time\nprint('started', flush=True)\ntime.sleep(30)", nil) {
+			if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "started") {
+				close(started)
+			}
+			err = e
+		}
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the cell ended before Close: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell did not start within 30s")
+	}
+	ex.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ipybox.ErrClosed) || err.Error() != "ipybox: executor closed" {
+			t.Errorf("the running cell got %v, want ipybox.ErrClosed (\"ipybox: executor closed\")", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cell still runs 5s after Close")
+	}
+	if err := ex.Reset(context.Background()); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Reset after Close: %v, want ErrClosed", err)
+	}
+	if err := ex.Interrupt(); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Interrupt after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRegisterErrorsNameServerOnce: an error from registering a server names
+// it once, with one "ipybox:" prefix and no inner package prefix.
+func TestRegisterErrorsNameServerOnce(t *testing.T) {
+	t.Parallel()
+	ex := start(t, nil)
+	missing := ipybox.ServerConfig{Command: "/nonexistent/ipybox-test-server"}
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"RegisterMCPServer", func() error {
+			_, err := ex.RegisterMCPServer(context.Background(), "gone", missing)
+			return err
+		}},
+		{"GenerateToolModules", func() error {
+			_, err := ipybox.GenerateToolModules(context.Background(), "gone", missing, t.TempDir(), nil)
+			return err
+		}},
+		{"RegisterMCPServer bad config", func() error {
+			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if err == nil {
+				t.Fatal("no error for a server that cannot start")
+			}
+			msg := err.Error()
+			if n := strings.Count(msg, `"gone"`); n != 1 {
+				t.Errorf("the error names the server %d times, want once: %s", n, msg)
+			}
+			if strings.Count(msg, "ipybox:") != 1 || strings.Contains(msg, "mcpconn:") {
+				t.Errorf("the error's prefixes stutter: %s", msg)
+			}
+		})
 	}
 }

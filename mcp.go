@@ -26,11 +26,6 @@ type (
 	ToolModule = pygen.Module
 )
 
-const (
-	defaultApprovalTimeout = 5 * time.Minute
-	defaultToolCallTimeout = 2 * time.Minute
-)
-
 // registryPath is where a workspace's MCP servers are recorded, with their
 // ${VAR} placeholders (never the values).
 func registryPath(workspace string) string {
@@ -45,12 +40,15 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.registry = reg
-	e.mcp = mcpconn.New(reg, &mcpconn.Options{
+	if e.mcp, err = mcpconn.New(reg, &mcpconn.Options{
 		Logger:       e.log,
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
-	})
+		OAuthURL:     e.opts.OAuthURL,
+	}); err != nil {
+		return err
+	}
 	ts, err := toolserver.New(mcpCaller{e.mcp}, &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
@@ -66,25 +64,16 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.tools = ts
-	if e.toolURL, err = ts.ListenUnix(filepath.Join(e.runDir, "tool.sock")); err != nil {
+	if e.toolURL, err = ts.ListenLocal(filepath.Join(e.runDir, "tool.sock")); err != nil {
 		return err
 	}
 	return nil
 }
 
-func (e *Executor) approvalTimeout() time.Duration {
-	if e.opts.ApprovalTimeout > 0 {
-		return e.opts.ApprovalTimeout
-	}
-	return defaultApprovalTimeout
-}
-
-func (e *Executor) toolCallTimeout() time.Duration {
-	if e.opts.ToolCallTimeout > 0 {
-		return e.opts.ToolCallTimeout
-	}
-	return defaultToolCallTimeout
-}
+// approvalTimeout and toolCallTimeout are the Options after Start set
+// their defaults.
+func (e *Executor) approvalTimeout() time.Duration { return e.opts.ApprovalTimeout }
+func (e *Executor) toolCallTimeout() time.Duration { return e.opts.ToolCallTimeout }
 
 // toolEnv is the kernel's view of the tool server.
 func (e *Executor) toolEnv() []string {
@@ -130,7 +119,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 	}
 	old, had := e.registry.Get(name)
 	if err := e.registry.Add(name, cfg); err != nil {
-		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: register: %w", err) // it names the server
 	}
 	restore := func() {
 		if had {
@@ -142,7 +131,7 @@ func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg Serve
 	tools, err := e.mcp.ListTools(ctx, name)
 	if err != nil {
 		restore()
-		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: register: %w", err) // it names the server
 	}
 	mods, err := writeModules(filepath.Join(e.workspace, "mcptools"), name, tools)
 	if err != nil {
@@ -181,28 +170,33 @@ type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
 	// workspace's .env, read with mcpconn.LoadDotEnv). Nil means none.
 	DotEnv map[string]string
+	// OAuthURL is as Options.OAuthURL. Nil means none.
+	OAuthURL func(ctx context.Context, server, url string) error
 }
 
 // GenerateToolModules connects to an MCP server, lists its tools and writes
 // the typed Python modules to <dir>/<name>/, without a kernel (this is
 // `ipybox apigen`). dir is usually a workspace's mcptools folder.
 func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir string, opts *GenerateOptions) ([]ToolModule, error) {
-	var dotEnv map[string]string
+	var o GenerateOptions
 	if opts != nil {
-		dotEnv = opts.DotEnv
+		o = *opts
 	}
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	reg := mcpconn.NewRegistry()
 	if err := reg.Add(name, cfg); err != nil {
-		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: %w", err) // it names the server
 	}
-	m := mcpconn.New(reg, &mcpconn.Options{DotEnv: dotEnv})
+	m, err := mcpconn.New(reg, &mcpconn.Options{DotEnv: o.DotEnv, OAuthURL: o.OAuthURL})
+	if err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
 	defer m.Close()
 	tools, err := m.ListTools(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("ipybox: server %q: %w", name, err)
+		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	mods, err := writeModules(dir, name, tools)
 	if err != nil {

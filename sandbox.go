@@ -33,9 +33,21 @@ func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
 // runs, that it works here. A sandbox that was asked for either runs or
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
-	sb, err := sandbox.New(e.opts.Sandbox, &sandbox.Options{
+	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
+	policy := e.opts.Sandbox
+	if f, err := mcpconn.DefaultTokenFile(); err == nil {
+		// The OAuth token folder is masked whatever the policy shows (a
+		// "host" root, extraRead). It is created now, so that a sign-in
+		// during the session lands in a folder that is already masked.
+		if dir := filepath.Dir(f); os.MkdirAll(dir, 0o700) == nil {
+			p := *policy
+			p.Filesystem.DenyRead = append(slices.Clone(p.Filesystem.DenyRead), dir)
+			policy = &p
+		}
+	}
+	sb, err := sandbox.New(policy, &sandbox.Options{
 		Workspace: e.workspace,
-		Forwards:  []sandbox.Forward{{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}},
+		Forwards:  []sandbox.Forward{tool},
 		Logger:    e.log,
 		Secrets:   e.secretFiles,
 	})
@@ -46,8 +58,9 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	if err := probe(ctx, sb); err != nil {
 		return nil, err
 	}
-	// Inside, the runtime reaches the tool server through the forwarder.
-	e.toolURL = fmt.Sprintf("http://127.0.0.1:%d", toolPort)
+	// Inside, the runtime reaches the tool server through the forwarder
+	// (Linux), or by its socket, which the profile allows (macOS).
+	e.toolURL = sb.ForwardURL(tool)
 	return sb, nil
 }
 

@@ -75,6 +75,7 @@ attempt("env-in-environ", lambda: [v for v in os.environ.values() if "`+secret+`
 // outside it to a file inside is masked too; a directory a server merely
 // works on (a filesystem server's root, a plain argument) stays visible.
 func TestSecretDirsOnlyWhereNamedSecret(t *testing.T) {
+	t.Parallel()
 	secret := "tok-" + strings.Repeat("5", 12)
 	ws := t.TempDir()
 	for name, content := range map[string]string{

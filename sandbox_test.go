@@ -132,6 +132,7 @@ func TestSandboxFailsClosed(t *testing.T) {
 // TestSandboxNeverRunsWorkspacePythonOnHost: a workspace interpreter (a
 // venv the sandboxed code can rewrite) is run only inside the sandbox.
 func TestSandboxNeverRunsWorkspacePythonOnHost(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	ws := t.TempDir()
@@ -152,6 +153,7 @@ func TestSandboxNeverRunsWorkspacePythonOnHost(t *testing.T) {
 }
 
 func TestSandboxedStdioServer(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsTool(t, "bwrap")
 	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
 	cfg := testmcpStdio(t)
@@ -177,6 +179,7 @@ print(run(Params(s="in a box")), int(pid.run(pid.Params())) < 50)`)
 // kernel against fixtures on the host. Each prints BLOCKED or OPEN; the
 // controls prove the harness can see an open door.
 func TestSandboxAttacksFromKernel(t *testing.T) {
+	t.Parallel()
 	// Host fixtures: a TCP listener on loopback, a file outside the view.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

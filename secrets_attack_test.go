@@ -23,6 +23,7 @@ type syncBuffer = testenv.Buffer
 // transport and whatever fails: the server down, refusing, answering 401,
 // timing out, or a command that does not start or dies printing its token.
 func TestAttackSecretsInErrors(t *testing.T) {
+	t.Parallel()
 	const secret = "sk-live-9f8e7d6c5b4a3210" // long and distinctive
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

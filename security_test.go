@@ -32,6 +32,7 @@ TOKEN = os.environ["IPYBOX_TOOL_TOKEN"]
 `
 
 func TestAttackToolServerAuth(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	register(t, ex, "go", testmcpStdio(t))
 	run(t, ex, rawPost)
@@ -78,6 +79,7 @@ func TestAttackRequestsChooseNothing(t *testing.T) {
 }
 
 func TestAttackThreadOutlivingItsCell(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	register(t, ex, "go", testmcpStdio(t))
 	// A thread started by one cell calls a tool after the cell ended: no
@@ -103,6 +105,7 @@ threading.Thread(target=later).start()`, nil, nil)
 }
 
 func TestShellApproval(t *testing.T) {
+	t.Parallel()
 	// Shell approval on, tool approval off: shell approval still applies.
 	ex := start(t, &ipybox.Options{ApproveShellCommands: true, ApproveToolCalls: ipybox.Bool(false)})
 	dir := ex.Workspace()
@@ -158,6 +161,7 @@ func TestShellApproval(t *testing.T) {
 }
 
 func TestShellNotAskedByDefault(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	reqs, events, err := collect(t, ex, "!echo free", nil, nil)
 	if err != nil || len(reqs) != 0 || strings.TrimSpace(resultText(events)) != "free" {
@@ -166,6 +170,7 @@ func TestShellNotAskedByDefault(t *testing.T) {
 }
 
 func TestRequireShellEscape(t *testing.T) {
+	t.Parallel()
 	ex := start(t, &ipybox.Options{RequireShellEscape: true})
 	for _, code := range []string{
 		"import subprocess\nsubprocess.run(['true'])",
@@ -190,6 +195,7 @@ func TestRequireShellEscape(t *testing.T) {
 }
 
 func TestAsyncAndConcurrentToolCalls(t *testing.T) {
+	t.Parallel()
 	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
 	register(t, ex, "go", testmcpStdio(t))
 	res := run(t, ex, `import asyncio, time

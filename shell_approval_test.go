@@ -14,6 +14,7 @@ import (
 // through the registry, or registered at run time), and IPython's process
 // helpers. A rejected command does not run.
 func TestAttackShellEntryPoints(t *testing.T) {
+	t.Parallel()
 	ex := start(t, &ipybox.Options{ApproveShellCommands: true, ApproveToolCalls: ipybox.Bool(false)})
 	marker := filepath.Join(ex.Workspace(), "shell-ran")
 	touch := "touch " + marker

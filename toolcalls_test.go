@@ -67,6 +67,7 @@ func resultText(events []ipybox.Event) string {
 }
 
 func TestToolCallsOverAllTransports(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	servers := map[string]ipybox.ServerConfig{
 		"gostdio": testmcpStdio(t),
@@ -106,6 +107,7 @@ print(type(r3).__name__, r3.name, r3.inner.count, r3.inner.tags, type(r3.inner).
 }
 
 func TestEverythingOverAllTransports(t *testing.T) {
+	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	ex := start(t, nil)
 	for name, cfg := range map[string]ipybox.ServerConfig{
@@ -132,6 +134,7 @@ func TestEverythingOverAllTransports(t *testing.T) {
 }
 
 func TestEverythingToolsFromKernel(t *testing.T) {
+	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	ex := start(t, &ipybox.Options{Approver: ipybox.ApproveAll})
 	register(t, ex, "everything", ipybox.ServerConfig{Command: bin, Args: []string{"stdio"}})
@@ -181,7 +184,7 @@ func TestApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The approvals wait for the output printed before each call (a sync
-	// marker on iopub), not for kernel.SyncWait to pass.
+	// marker on iopub), not for cellctl.SyncWait to pass.
 	if d := time.Since(begin); d > 900*time.Millisecond {
 		t.Errorf("two approved calls took %v: approvals waited for the sync timeout", d)
 	}
@@ -203,6 +206,7 @@ func TestApprovals(t *testing.T) {
 }
 
 func TestNoApprovalWhenOff(t *testing.T) {
+	t.Parallel()
 	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
 	register(t, ex, "go", testmcpStdio(t))
 	reqs, events, err := collect(t, ex, "from mcptools.go.tool_1 import Params, run\nrun(Params(s='free'))", nil, nil)
@@ -212,6 +216,7 @@ func TestNoApprovalWhenOff(t *testing.T) {
 }
 
 func TestExecuteUsesApprover(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var seen []string
 	ex := start(t, &ipybox.Options{Approver: func(ctx context.Context, r *ipybox.ApprovalRequest) error {
@@ -330,6 +335,7 @@ func TestStopIteratingRejectsAndInterrupts(t *testing.T) {
 }
 
 func TestResetStopsStdioServers(t *testing.T) {
+	t.Parallel()
 	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
 	register(t, ex, "go", testmcpStdio(t))
 	pid := run(t, ex, "from mcptools.go.pid import Params, run\nrun(Params())").Text
@@ -383,6 +389,7 @@ func TestRegistrationPersists(t *testing.T) {
 }
 
 func TestRegisterErrors(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -414,6 +421,7 @@ func TestRegisterErrors(t *testing.T) {
 // modules, also when a server is registered again under the same name
 // (the kernel drops its cached imports first).
 func TestRegisterDoesNotWaitForACell(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	register(t, ex, "go", testmcpStdio(t))
 	run(t, ex, "import mcptools.go.tool_1 as m1\nfirst = m1")

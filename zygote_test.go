@@ -12,6 +12,7 @@ import (
 // TestZygoteExecutors: Executors forked from a zygote keep their own
 // state, reset to a fresh kernel, and refuse a mismatched interpreter.
 func TestZygoteExecutors(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	ctx := context.Background()
 	z, err := ipybox.NewZygote(ctx, py, nil)

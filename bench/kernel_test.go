@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package bench measures ipybox beside its anchors, in the same run:
 //
 //	go test ./bench -run '^$' -bench . -benchtime 200x

@@ -1,3 +1,5 @@
+//go:build unix
+
 package bench
 
 import (
@@ -59,12 +61,19 @@ func BenchmarkMCPBurst(b *testing.B) {
 	py := testenv.NeedsPython(b)
 	bin := testenv.Binary(b)
 	an := anchor(b, "burst", strconv.Itoa(burstSessions))
-	if errs, _ := an["errors"].([]any); len(errs) > 0 {
-		b.Fatalf("anchor burst: %v", errs)
-	}
+	// jupyter_client's KernelManagers, started at once in threads of one
+	// process, sometimes fail ("Kernel died before replying to
+	// kernel_info"); the anchor's figures are then over those that
+	// succeeded, and its errors are shown.
+	anchorErrs, _ := an["errors"].([]any)
 	var anchorMS []float64
 	for _, v := range an["ms"].([]any) {
-		anchorMS = append(anchorMS, v.(float64))
+		if ms, ok := v.(float64); ok {
+			anchorMS = append(anchorMS, ms)
+		}
+	}
+	if len(anchorMS) == 0 {
+		b.Fatalf("anchor burst: every kernel failed: %v", anchorErrs)
 	}
 	aMed, aMax := median(anchorMS), slices.Max(anchorMS)
 
@@ -112,7 +121,7 @@ func BenchmarkMCPBurst(b *testing.B) {
 		fmt.Fprintf(&t, "%-44s %8.0f %8.0f %7d %11.2f\n", label, med, mx, nerr, mx/aMax)
 	}
 	b.ReportMetric(aMax, "anchor-max-ms")
-	fmt.Fprintf(&t, "%-44s %8.0f %8.0f %7d %11s\n", "jupyter_client: 20 KernelManagers, threads", aMed, aMax, 0, "1")
+	fmt.Fprintf(&t, "%-44s %8.0f %8.0f %7d %11s\n", "jupyter_client: 20 KernelManagers, threads", aMed, aMax, len(anchorErrs), "1")
 	b.Log(strings.TrimSuffix(t.String(), "\n"))
 }
 

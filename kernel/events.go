@@ -8,43 +8,54 @@ import (
 	"time"
 )
 
-// Event is something a running cell produced. It is one of *Stream,
-// *Display or *ClearOutput.
+// Event is something a running cell produced: *Output, *Display or
+// *ClearOutput while it runs. The ipybox package's Stream also yields its
+// *ApprovalRequest and, last, the *Result, which are Events too.
 type Event interface{ isEvent() }
 
-// Stream is a chunk of text the cell wrote to stdout or stderr.
-type Stream struct {
-	Name string // "stdout" or "stderr"
-	Text string
+// EventBase makes a type an Event when embedded. It exists so that the ipybox
+// package can yield its ApprovalRequest among these events; nothing else
+// needs it.
+type EventBase struct{}
+
+func (EventBase) isEvent() {}
+
+// Output is a chunk of text the cell wrote.
+type Output struct {
+	// Stream is "stdout" or "stderr".
+	Stream string
+	Text   string
 }
 
-// Display is a rich output: display_data, execute_result, or an update of
-// an earlier display (update_display_data).
+// Display is a rich output of a cell (a plot, an HTML table, the value of
+// the last expression), or an update of an earlier one.
 type Display struct {
-	// ID is the display_id ("" when the output has none).
+	// ID is the display_id, "" when the output has none.
 	ID string
-	// Update is true for update_display_data: the display with ID changes.
+	// Update marks update_display_data: the display with ID changed.
 	Update bool
-	// Result is true for execute_result (the value of the last expression).
+	// Result marks execute_result: the value of the cell's last expression.
 	Result bool
 	// Text is the text/plain representation ("" if none).
 	Text string
-	// Images are the files the PNG, JPEG and SVG parts were written to.
+	// Images are the files the PNG, JPEG and SVG parts were saved to.
 	Images []string
-	// Data holds every other MIME part as the kernel sent it
-	// (for example "text/html" or "application/json").
+	// Data holds every other MIME part as the kernel sent it (for example
+	// "text/html" or "application/json").
 	Data map[string]any
 }
 
-// ClearOutput asks the front end to clear the cell's output. With Wait, the
-// clearing happens when the next output arrives.
+// ClearOutput means the cell cleared its output (clear_output). With Wait,
+// the clearing takes effect when the next output arrives.
 type ClearOutput struct{ Wait bool }
 
-func (*Stream) isEvent()      {}
+func (*Output) isEvent()      {}
 func (*Display) isEvent()     {}
 func (*ClearOutput) isEvent() {}
+func (*Result) isEvent()      {}
 
-// Result is the outcome of a finished cell.
+// Result is the outcome of a finished cell. Execute returns it; the ipybox
+// package's Stream yields it last.
 type Result struct {
 	// Text is what the cell printed (stdout and stderr, in order) and the
 	// text of its displays and result, after clear_output and
@@ -59,12 +70,19 @@ type Result struct {
 	// Truncated is true when the kernel's reply arrived but its final
 	// status message did not within the grace period: output may be missing.
 	Truncated bool
-	// Omitted is how many bytes of text ExecOptions.KeepText left out of
-	// Text (they were streamed as events); zero when Text is whole.
+	// Omitted is how many bytes of text KeepText left out of Text (they
+	// were streamed as *Output events); zero when Text is whole.
 	Omitted int64
+	// OmittedDisplays is how many displays KeepText left out of Displays:
+	// past KeepText bytes of display messages, the later displays are
+	// streamed as *Display events but not kept. Their text is in Text's
+	// bounds and their images in Images.
+	OmittedDisplays int
 	// Restarted is set when the kernel had died since the last call
 	// (killed, crashed, or exit() in a cell) and no call had reported it:
 	// this cell ran in a fresh kernel, and the old one's state is gone.
+	// Its Error says when and why ("kernel died at 15:04:05: process
+	// exited: signal: killed").
 	Restarted *DiedError
 }
 
@@ -137,8 +155,8 @@ func (e *DiedError) Is(target error) bool { return target == ErrKernelDied }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07`)
 
-// StripANSI removes terminal escape sequences.
-func StripANSI(s string) string {
+// stripANSI removes terminal escape sequences.
+func stripANSI(s string) string {
 	if !strings.Contains(s, "\x1b") {
 		return s
 	}

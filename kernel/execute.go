@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -21,11 +23,8 @@ import (
 type ExecOptions struct {
 	// Timeout bounds the cell's run time. On expiry the cell is
 	// interrupted, the kernel keeps its state, and Execute returns a
-	// *TimeoutError. Zero means no limit beyond ctx.
+	// *TimeoutError. Zero means no limit beyond ctx; negative is an error.
 	Timeout time.Duration
-	// Budget, when set, replaces Timeout with a pausable budget (the
-	// Executor pauses it while an approval is pending).
-	Budget *Budget
 	// OnEvent receives each event as it arrives, on the calling goroutine.
 	OnEvent func(Event)
 	// Input answers input() calls. Nil makes input() raise a clear error.
@@ -33,32 +32,19 @@ type ExecOptions struct {
 	// apply while it waits; ctx ends when the cell does, and Input should
 	// return then (its answer is dropped).
 	Input func(ctx context.Context, prompt string, password bool) (string, error)
-	// Calls delivers functions to run on the calling goroutine while the
-	// cell runs, in order with its events (the Executor surfaces approval
-	// requests this way). Nil means none.
-	Calls <-chan Call
 	// Silent runs the code without output events, history or an execution
 	// count (for housekeeping code).
 	Silent bool
 	// KeepText bounds the text the Result keeps: its first and last
-	// KeepText/2 bytes; Result.Omitted says how much was left out. Every
-	// output still reaches OnEvent, so a consumer that streams loses
-	// nothing. It bounds memory when a cell prints a lot. Zero (or less)
-	// keeps all of it.
+	// KeepText/2 bytes; Result.Omitted says how much was left out. It
+	// bounds the displays the Result keeps too: KeepText bytes of display
+	// messages, then Result.OmittedDisplays counts the rest. Every output
+	// still reaches OnEvent, so a consumer that streams loses nothing. It
+	// bounds memory when a cell prints a lot. Zero (or less) keeps all.
 	KeepText int
 }
 
-// Call is a function to run on the goroutine of Execute while a cell runs.
-type Call struct {
-	// After, when set, holds Run until the iopub message ipybox_sync with
-	// this id has arrived (the runtime publishes it behind the output
-	// printed before a tool call), or until SyncWait has passed.
-	After string
-	Run   func()
-}
-
-// SyncWait bounds how long a Call waits for its sync marker.
-const SyncWait = time.Second
+const sigint = syscall.SIGINT
 
 // Execute runs code as one cell and returns when the cell is done: when both
 // the execute_reply and the final status: idle have arrived.
@@ -69,6 +55,9 @@ const SyncWait = time.Second
 // restarted. A dead kernel gives ErrKernelDied; the next call starts a fresh
 // kernel.
 func (k *Kernel) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
+	if opts != nil && opts.Timeout < 0 {
+		return nil, fmt.Errorf("kernel: ExecOptions.Timeout is %v; use a positive duration, or 0 for no limit beyond ctx", opts.Timeout)
+	}
 	in, err := k.current(ctx)
 	if err != nil {
 		return nil, err
@@ -235,6 +224,14 @@ type cellState struct {
 	waiting []waitingCall   // calls held for their marker
 
 	capped *headTail // the text, when ExecOptions.KeepText bounds it
+
+	// With KeepText, the displays kept in outputs are bounded too: past
+	// keepDisplays bytes of display messages, a display is streamed but
+	// not kept (its text still goes to capped, its images to omittedImages).
+	keepDisplays    int
+	displayBytes    int
+	omittedDisplays int
+	omittedImages   []string
 }
 
 // headTail keeps the first and the last bytes of a text, and counts what
@@ -290,17 +287,17 @@ func (h *headTail) text() string {
 }
 
 type waitingCall struct {
-	call     Call
+	call     cellctl.Call
 	deadline time.Time
 }
 
 // runCall runs c now if its marker was seen, else holds it.
-func (st *cellState) runCall(c Call) {
+func (st *cellState) runCall(c cellctl.Call) {
 	if c.After == "" || st.synced[c.After] {
 		c.Run()
 		return
 	}
-	st.waiting = append(st.waiting, waitingCall{c, time.Now().Add(SyncWait)})
+	st.waiting = append(st.waiting, waitingCall{c, time.Now().Add(cellctl.SyncWait)})
 }
 
 // release runs the held calls whose marker arrived or whose wait is over.
@@ -353,15 +350,20 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		return nil, err
 	}
 
-	budget := o.Budget
+	var calls <-chan cellctl.Call
+	var budget *cellctl.Budget
+	if h := cellctl.From(ctx); h != nil {
+		calls, budget = h.Calls, h.Budget
+	}
 	if budget == nil && o.Timeout > 0 {
-		budget = NewBudget(o.Timeout)
+		budget = cellctl.NewBudget(o.Timeout)
 	}
 	cellCtx, endCell := context.WithCancel(ctx)
 	defer endCell() // ends a pending Input
 	st := &cellState{k: in.k, ctx: cellCtx}
 	if o.KeepText > 0 {
 		st.capped = &headTail{half: max(o.KeepText/2, 1)}
+		st.keepDisplays = o.KeepText
 	}
 	var idleTimer <-chan time.Time
 	var interruptedAt time.Time // zero until we interrupted
@@ -394,7 +396,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		select {
 		case <-c.notify:
 			continue
-		case cl := <-o.Calls:
+		case cl := <-calls:
 			// Drain output first, so a call sees the events before it.
 			for _, r := range c.drain() {
 				st.handle(in, r, o)
@@ -478,6 +480,7 @@ func (st *cellState) clearPending() {
 		if st.capped != nil {
 			st.capped = &headTail{half: st.capped.half}
 		}
+		st.displayBytes, st.omittedDisplays, st.omittedImages = 0, 0, nil
 	}
 }
 
@@ -541,7 +544,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if err != nil {
 			return
 		}
-		s := &Stream{Name: name, Text: text}
+		s := &Output{Stream: name, Text: text}
 		st.addText(text)
 		st.emit(o, s)
 	case "display_data", "execute_result", "update_display_data":
@@ -549,9 +552,20 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if d == nil {
 			return
 		}
-		if d.Update {
+		switch {
+		case d.Update:
 			st.update(d)
-		} else {
+		case st.keepDisplays > 0 && (st.omittedDisplays > 0 || st.displayBytes+len(m.Content) > st.keepDisplays):
+			// Over the bound: streamed, not kept. Once one is left out,
+			// the later ones are too, so that Displays stays in order.
+			st.clearPending()
+			st.omittedDisplays++
+			st.omittedImages = append(st.omittedImages, d.Images...)
+			if d.Text != "" && len(d.Images) == 0 {
+				st.capped.add(d.Text + "\n")
+			}
+		default:
+			st.displayBytes += len(m.Content)
 			st.add(d)
 		}
 		st.emit(o, d)
@@ -585,7 +599,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 		if json.Unmarshal(m.Content, &e) != nil {
 			return
 		}
-		st.pyErr = &PythonError{Name: e.Name, Value: StripANSI(e.Value), Traceback: cleanTraceback(e.Traceback)}
+		st.pyErr = &PythonError{Name: e.Name, Value: stripANSI(e.Value), Traceback: cleanTraceback(e.Traceback)}
 	}
 }
 
@@ -593,7 +607,7 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 func cleanTraceback(tb []string) []string {
 	var out []string
 	for _, entry := range tb {
-		entry = strings.TrimRight(StripANSI(entry), "\n")
+		entry = strings.TrimRight(stripANSI(entry), "\n")
 		out = append(out, strings.Split(entry, "\n")...)
 	}
 	return out
@@ -795,6 +809,8 @@ func (st *cellState) result(truncated bool) *Result {
 		// Display texts were kept in order with the stream text.
 		res.Text = strings.TrimSuffix(st.capped.text(), "\n")
 		res.Omitted = st.capped.omitted
+		res.OmittedDisplays = st.omittedDisplays
+		res.Images = append(res.Images, st.omittedImages...)
 		return res
 	}
 	var text string

@@ -21,7 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/lifeline"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -49,6 +51,9 @@ type Options struct {
 	// InitCode runs silently after every (re)start, before the first cell.
 	InitCode string
 	// StartTimeout bounds a start or restart. Zero means 60s.
+	//
+	// Every duration here follows one rule: zero means the default the
+	// field names, and a negative value makes Start fail.
 	StartTimeout time.Duration
 	// InterruptGrace is how long an interrupted cell may take to stop
 	// before the kernel is restarted. Zero means 3s.
@@ -60,16 +65,20 @@ type Options struct {
 	// SIGTERM, SIGKILL). Zero means 2s.
 	ShutdownGrace time.Duration
 	// HeartbeatInterval is the pause between heartbeats; a kernel that
-	// misses HeartbeatMisses consecutive beats is declared dead. Zero means
-	// 2s and 3. A negative interval turns the heartbeat off.
+	// misses HeartbeatMisses consecutive beats is declared dead. Zero
+	// means 2s. HeartbeatMisses zero (or less) means 3.
 	HeartbeatInterval time.Duration
 	HeartbeatMisses   int
 	// Logger receives the kernel's own stderr and lifecycle logs. Nil
 	// discards.
 	Logger *slog.Logger
+
+	// tcp makes the kernel use TCP on 127.0.0.1 where it would use ipc
+	// sockets (tests only: see transport.go).
+	tcp bool
 }
 
-func (o *Options) withDefaults() Options {
+func (o *Options) withDefaults() (Options, error) {
 	var c Options
 	if o != nil {
 		c = *o
@@ -77,28 +86,22 @@ func (o *Options) withDefaults() Options {
 	if c.Launcher == nil {
 		c.Launcher = DirectLauncher{}
 	}
-	if c.StartTimeout <= 0 {
-		c.StartTimeout = 60 * time.Second
-	}
-	if c.InterruptGrace <= 0 {
-		c.InterruptGrace = 3 * time.Second
-	}
-	if c.IdleGrace <= 0 {
-		c.IdleGrace = 2 * time.Second
-	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 2 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 2 * time.Second
+	if err := defaults.Apply("kernel",
+		defaults.Duration{Name: "Options.StartTimeout", V: &c.StartTimeout, Def: defaults.KernelStart},
+		defaults.Duration{Name: "Options.InterruptGrace", V: &c.InterruptGrace, Def: defaults.InterruptGrace},
+		defaults.Duration{Name: "Options.IdleGrace", V: &c.IdleGrace, Def: defaults.IdleGrace},
+		defaults.Duration{Name: "Options.ShutdownGrace", V: &c.ShutdownGrace, Def: defaults.ShutdownGrace},
+		defaults.Duration{Name: "Options.HeartbeatInterval", V: &c.HeartbeatInterval, Def: defaults.HeartbeatInterval},
+	); err != nil {
+		return c, err
 	}
 	if c.HeartbeatMisses <= 0 {
-		c.HeartbeatMisses = 3
+		c.HeartbeatMisses = defaults.HeartbeatMisses
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return c
+	return c, nil
 }
 
 // Kernel is a running IPython kernel. Its methods are safe for concurrent
@@ -131,7 +134,10 @@ type Kernel struct {
 
 // Start launches a kernel and waits until it is ready to execute.
 func Start(ctx context.Context, opts *Options) (*Kernel, error) {
-	o := opts.withDefaults()
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	python, err := choosePython(ctx, &o)
 	if err != nil {
 		return nil, err
@@ -269,13 +275,9 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("kernel directory: %w", err)
 	}
 	socketDir := filepath.Join(k.runDir, "kernel")
-	info, err := jupyter.NewIPCConnection(socketDir)
+	info, err := k.newConnection(socketDir)
 	if err != nil {
 		return nil, err
-	}
-	// Sockets of an earlier instance must not be reused.
-	for _, p := range []int{1, 2, 3, 4, 5} {
-		safefs.Remove(socketDir, fmt.Sprintf("%s-%d", filepath.Base(info.IP), p))
 	}
 	connFile := filepath.Join(socketDir, "kernel.json")
 	if err := info.Write(connFile); err != nil {
@@ -358,10 +360,8 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	stderr.Forget() // the start-up banner explains no later death
-	if k.opts.HeartbeatInterval > 0 {
-		k.wg.Add(1)
-		go in.heartbeat()
-	}
+	k.wg.Add(1)
+	go in.heartbeat()
 	if k.opts.InitCode != "" {
 		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
 			k.kill(in)
@@ -372,19 +372,36 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 }
 
 // launchShim starts ipykernel like `python -m ipykernel_launcher`, but
-// keeps debugpy and jedi from being imported while the kernel starts: the
-// debugger and jedi completion are of no use to an agent and cost about a
-// third of the import time. The block is lifted as soon as the kernel is
-// built, so user code can still import both.
-const launchShim = `import sys
+// first watches the lifeline (see DirectLauncher), and keeps the imports a
+// kernel has no use for out while it starts (see importGuard).
+const launchShim = lifeline.WatchPython + importGuard + `sys.argv[0] = "ipykernel_launcher"
+from ipykernel import kernelapp as _app
+` + importGuardEnd + boundStreams + `_app.launch_new_instance()
+`
+
+// importGuard keeps modules that an agent's kernel has no use for from
+// being imported while the kernel starts, which saves about a third of
+// the start's CPU time: the debugger (debugpy) and jedi completion, and
+// IPython.terminal.embed, which IPython's __init__ imports only to offer
+// embed() and which pulls in prompt_toolkit and the terminal shell (about
+// 60 ms). importGuardEnd lifts the guard once the kernel's modules are
+// imported, so that user code can import all three; IPython.embed then
+// imports the real embed on its first call.
+const importGuard = `import sys, types
 _b = ("debugpy", "jedi")
 for _m in _b: sys.modules.setdefault(_m, None)
-sys.argv[0] = "ipykernel_launcher"
-from ipykernel import kernelapp as _app
-for _m in _b:
+_e = types.ModuleType("IPython.terminal.embed")
+def _ipybox_embed(*a, **k):
+    import importlib
+    return importlib.import_module("IPython.terminal.embed").embed(*a, **k)
+_e.embed = _ipybox_embed
+sys.modules["IPython.terminal.embed"] = _e
+`
+
+const importGuardEnd = `for _m in _b:
     if sys.modules.get(_m, 0) is None: del sys.modules[_m]
-del _b, _m
-` + boundStreams + `_app.launch_new_instance()
+if sys.modules.get("IPython.terminal.embed") is _e: del sys.modules["IPython.terminal.embed"]
+del _b, _m, _e
 `
 
 // boundStreams keeps each stream message the kernel sends to a few
@@ -483,6 +500,7 @@ func (k *Kernel) env() []string {
 		"IPYTHONDIR=" + filepath.Join(k.runDir, "kernel", "ipython"),
 		"JPY_SESSION_NAME=ipybox",
 	}
+	env = append(env, platformEnv()...)
 	if len(k.opts.PythonPath) > 0 {
 		env = append(env, "PYTHONPATH="+strings.Join(k.opts.PythonPath, string(os.PathListSeparator)))
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func TestHeartbeatDetectsHang(t *testing.T) {
 	k := startKernel(t, &kernel.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatMisses: 3})
 	ctx := context.Background()
 	pid := k.Pid()
-	time.AfterFunc(300*time.Millisecond, func() { syscall.Kill(pid, syscall.SIGSTOP) })
+	time.AfterFunc(300*time.Millisecond, func() { testenv.Suspend(pid) })
 	begin := time.Now()
 	_, err := k.Execute(ctx, "import time\ntime.sleep(30)", nil)
 	if !errors.Is(err, kernel.ErrKernelDied) || !strings.Contains(err.Error(), "heartbeat") {
@@ -89,7 +88,7 @@ func TestCloseDuringCell(t *testing.T) {
 	go func() {
 		_, err := k.Execute(context.Background(), "import time\nprint('started', flush=True)\ntime.sleep(30)", &kernel.ExecOptions{
 			OnEvent: func(e kernel.Event) {
-				if s, ok := e.(*kernel.Stream); ok && strings.Contains(s.Text, "started") {
+				if s, ok := e.(*kernel.Output); ok && strings.Contains(s.Text, "started") {
 					once.Do(func() { close(started) })
 				}
 			},

@@ -2,13 +2,12 @@ package kernel
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"github.com/ipybox/ipybox/internal/procattr"
 	"io"
-	"os"
 	"os/exec"
+	"slices"
 	"syscall"
+
+	"github.com/ipybox/ipybox/internal/lifeline"
 )
 
 // Spec describes the kernel process a Launcher must start.
@@ -71,45 +70,24 @@ type Interpreter interface {
 	Interpreter() string
 }
 
-// DirectLauncher runs the kernel as a child of this process, in its own
-// process group, with SIGKILL as its parent-death signal.
+// DirectLauncher runs the kernel as a child of this process, with a
+// lifeline (see internal/lifeline): the kernel ends when this process
+// does, however it ends, on every system. On Unix the kernel leads its own
+// process group, so an interrupt and a kill reach what it started too; on
+// Windows it runs in a job object, and an interrupt sets ipykernel's
+// interrupt event.
 type DirectLauncher struct{}
 
 // Start implements Launcher.
 func (DirectLauncher) Start(ctx context.Context, spec *Spec) (Process, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
+	cmd.Env = slices.Clip(spec.Env)
 	cmd.Dir = spec.Dir
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = spec.Stderr
-	cmd.SysProcAttr = procattr.Group()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.Path, err)
+	p, err := lifeline.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	return &GroupProcess{Cmd: cmd}, nil
+	return p, nil
 }
-
-// GroupProcess is a Process for a command that leads its own process group
-// (started with Setpgid). Signals go to the whole group, so that a shell
-// command started from a cell is interrupted and killed with the kernel.
-type GroupProcess struct {
-	Cmd *exec.Cmd
-}
-
-// Pid implements Process.
-func (p *GroupProcess) Pid() int { return p.Cmd.Process.Pid }
-
-// Signal implements Process.
-func (p *GroupProcess) Signal(sig syscall.Signal) error {
-	err := syscall.Kill(-p.Cmd.Process.Pid, sig)
-	if errors.Is(err, syscall.ESRCH) {
-		return os.ErrProcessDone
-	}
-	return err
-}
-
-// Kill implements Process.
-func (p *GroupProcess) Kill() error { return p.Signal(syscall.SIGKILL) }
-
-// Wait implements Process.
-func (p *GroupProcess) Wait() error { return p.Cmd.Wait() }

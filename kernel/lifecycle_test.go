@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -38,7 +39,7 @@ func TestDeathBetweenCallsIsReported(t *testing.T) {
 	}
 	run("x = 1")
 	before := time.Now()
-	syscall.Kill(k.Pid(), syscall.SIGKILL)
+	testenv.Signal(k.Pid(), syscall.SIGKILL)
 	waitDead(t, k)
 	res := run("print('fresh' if 'x' not in globals() else 'old')")
 	if res.Text != "fresh" {
@@ -72,12 +73,50 @@ func TestDeathBetweenCallsIsReported(t *testing.T) {
 	}
 
 	// An explicit Restart is no news either.
-	syscall.Kill(k.Pid(), syscall.SIGKILL)
+	testenv.Signal(k.Pid(), syscall.SIGKILL)
 	waitDead(t, k)
 	if err := k.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if res := run("pass"); res.Restarted != nil {
 		t.Errorf("after Restart: %v", res.Restarted)
+	}
+}
+
+// TestImportGuardLifted: the kernel starts without the terminal shell and
+// prompt_toolkit, and user code can still import and use all that the
+// start kept out (IPython.terminal.embed, debugpy's absence is not a
+// block, jedi), directly and from a forked kernel.
+func TestImportGuardLifted(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	z, err := kernel.NewZygote(context.Background(), py, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	for _, tc := range []struct {
+		name string
+		opts *kernel.Options
+	}{
+		{"direct", nil},
+		{"zygote", &kernel.Options{Launcher: z}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := startKernel(t, tc.opts)
+			res, err := k.Execute(context.Background(), "import sys\n"+
+				"print('at start:', 'prompt_toolkit' in sys.modules, 'IPython.terminal.embed' in sys.modules)\n"+
+				"import IPython.terminal.embed as e, IPython\n"+
+				"print('real:', hasattr(e, 'InteractiveShellEmbed'), callable(IPython.embed))\n"+
+				"import importlib.util\n"+
+				"print('jedi importable:', importlib.util.find_spec('jedi') is not None or 'no jedi installed')", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"at start: False False", "real: True True", "jedi importable: True"} {
+				if !strings.Contains(res.Text, want) {
+					t.Errorf("output %q, want %q", res.Text, want)
+				}
+			}
+		})
 	}
 }

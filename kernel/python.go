@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/pyinstall"
 )
 
 // ErrNoPython is returned (wrapped) when no interpreter that can import
@@ -23,10 +26,12 @@ var probeCache sync.Map // path -> error (nil: usable)
 
 // FindPython returns the interpreter the kernel should run.
 //
-// The order is: explicit (Options.Python), then $IPYBOX_PYTHON, then every
-// python3 on PATH, then /usr/bin/python3. The first one that can import
-// ipykernel wins. An explicit choice that cannot import ipykernel is an error
-// of its own; it is never silently replaced by another interpreter.
+// The order is: explicit (Options.Python), then $IPYBOX_PYTHON, then the
+// system's candidates (see candidates): every python3 on PATH, then the
+// usual places (/usr/bin/python3 on Linux; Homebrew's on macOS; the py
+// launcher's Python 3 on Windows). The first one that can import
+// ipykernel wins. An explicit choice that cannot import ipykernel is an
+// error of its own; it is never silently replaced by another interpreter.
 func FindPython(ctx context.Context, explicit string) (string, error) {
 	if explicit != "" {
 		return checkChosen(ctx, explicit, "Options.Python / --python")
@@ -36,7 +41,7 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 	}
 	// Probe every candidate at once (each costs an interpreter start; a
 	// pyenv shim costs more), then take the first that works, in order.
-	cs := candidates()
+	cs := candidates(ctx)
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
 	for i, c := range cs {
@@ -56,10 +61,12 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 		// Cut short (the caller went away): no verdict on the Pythons.
 		return "", fmt.Errorf("looking for a Python with ipykernel: %w", err)
 	}
-	tried := cs
-	return "", fmt.Errorf("%w (tried %s); install it with `apt-get install python3-ipykernel` "+
-		"(or `pip install ipykernel`), or point ipybox at an interpreter that has it with "+
-		"--python, Options.Python or $IPYBOX_PYTHON", ErrNoPython, strings.Join(tried, ", "))
+	tried := "no Python 3 found"
+	if len(cs) > 0 {
+		tried = "tried " + strings.Join(cs, ", ")
+	}
+	return "", fmt.Errorf("%w (%s); %s, or point ipybox at an interpreter that has it with "+
+		"--python, Options.Python or $IPYBOX_PYTHON", ErrNoPython, tried, pyinstall.Hint(runtime.GOOS, "ipykernel"))
 }
 
 func checkChosen(ctx context.Context, p, source string) (string, error) {
@@ -79,7 +86,7 @@ func checkChosen(ctx context.Context, p, source string) (string, error) {
 }
 
 func resolve(p string) (string, error) {
-	if !strings.Contains(p, "/") {
+	if filepath.Base(p) == p {
 		return exec.LookPath(p)
 	}
 	abs, err := filepath.Abs(p)
@@ -92,29 +99,98 @@ func resolve(p string) (string, error) {
 	return abs, nil
 }
 
-// candidates lists every python3 on PATH in order, then /usr/bin/python3,
-// without duplicates.
-func candidates() []string {
+// candidates lists the interpreters to probe on this system, in order.
+func candidates(ctx context.Context) []string {
+	return pythonCandidates(runtime.GOOS, os.Getenv("PATH"), isExecutable, func() string { return pyLauncher(ctx) })
+}
+
+// pythonCandidates lists, without duplicates, the interpreters to probe on
+// the system goos: every Python 3 on path (a PATH value), then the usual
+// places, which a program started from a desktop (not a shell) may not
+// have on its PATH:
+//   - Linux and other Unix: /usr/bin/python3.
+//   - macOS: Homebrew's (/opt/homebrew/bin/python3 on Apple silicon,
+//     /usr/local/bin/python3 on Intel), then /usr/bin/python3, which is
+//     never probed (from PATH either) unless the command line tools are
+//     installed: without them it is a stub that opens an installer dialog.
+//   - Windows: python.exe and python3.exe on PATH, except the Microsoft
+//     Store's aliases (they open the Store), then what the py launcher
+//     runs for -3 (py asked for sys.executable).
+//
+// exists reports whether a file is an executable; py returns the py
+// launcher's interpreter ("" when there is none). Both are parameters so
+// that every system's list is tested on any system.
+func pythonCandidates(goos, path string, exists func(string) bool, py func() string) []string {
 	var out []string
 	seen := map[string]bool{}
+	// macOS's /usr/bin/python3 without the command line tools is a stub
+	// that opens an installer dialog: never run it.
+	stub := goos == "darwin" && !exists("/Library/Developer/CommandLineTools/usr/bin/python3") &&
+		!exists("/Applications/Xcode.app/Contents/Developer/usr/bin/python3")
 	add := func(p string) {
-		if p == "" || seen[p] {
+		if p == "" || seen[p] || !exists(p) || (stub && p == "/usr/bin/python3") {
 			return
 		}
 		seen[p] = true
 		out = append(out, p)
 	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		if dir == "" {
+	sep, join, names := ":", joinSlash, []string{"python3"}
+	if goos == "windows" {
+		sep, join, names = ";", joinBackslash, []string{"python.exe", "python3.exe"}
+	}
+	for _, dir := range strings.Split(path, sep) {
+		if dir == "" || (goos == "windows" && strings.Contains(strings.ToLower(dir), `\microsoft\windowsapps`)) {
 			continue
 		}
-		p := filepath.Join(dir, "python3")
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			add(p)
+		for _, n := range names {
+			add(join(dir, n))
 		}
 	}
-	add("/usr/bin/python3")
+	switch goos {
+	case "windows":
+		add(py())
+	case "darwin":
+		add("/opt/homebrew/bin/python3")
+		add("/usr/local/bin/python3")
+		add("/usr/bin/python3")
+	default:
+		add("/usr/bin/python3")
+	}
 	return out
+}
+
+func joinSlash(dir, name string) string { return strings.TrimRight(dir, "/") + "/" + name }
+
+func joinBackslash(dir, name string) string { return strings.TrimRight(dir, `\/`) + `\` + name }
+
+// isExecutable reports whether p is a regular file this system would run.
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	if err != nil || st.IsDir() {
+		return false
+	}
+	return runtime.GOOS == "windows" || st.Mode()&0o111 != 0
+}
+
+// pyLauncher returns the interpreter Windows' py launcher runs for -3, or
+// "" when there is no launcher (or this is not Windows).
+func pyLauncher(ctx context.Context) string {
+	if runtime.GOOS != "windows" {
+		return ""
+	}
+	py, err := exec.LookPath("py")
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-3", "-c", "import sys; print(sys.executable)")
+	cmd.Env = minimalEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func probe(ctx context.Context, python string) error {
@@ -153,7 +229,8 @@ func probe(ctx context.Context, python string) error {
 // programs and decode text, nothing secret.
 func minimalEnv() []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"} {
+	for _, k := range []string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION",
+		"SYSTEMROOT", "LOCALAPPDATA", "USERPROFILE"} { // Windows' Python needs these to start
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

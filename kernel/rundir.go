@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -63,8 +62,7 @@ func reapStale(root, prefix string) {
 		dir := filepath.Join(root, e.Name())
 		// Only ours: in a shared /tmp, another user's directory (or a link)
 		// of that name is none of our business.
-		var st syscall.Stat_t
-		if syscall.Lstat(dir, &st) != nil || int(st.Uid) != os.Getuid() || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		if !ownDir(dir) {
 			continue
 		}
 		b, err := safefs.ReadFile(dir, ownerFile, 64)
@@ -75,7 +73,7 @@ func reapStale(root, prefix string) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+		if processGone(pid) {
 			os.RemoveAll(dir)
 		}
 	}

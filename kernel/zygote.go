@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ipybox/ipybox/internal/procattr"
 	"io"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/linelog"
 )
 
@@ -101,7 +101,7 @@ func NewZygote(ctx context.Context, python string, env []string, log *slog.Logge
 func (z *Zygote) Python() string { return z.python }
 
 // zygoteStartTimeout bounds the zygote's imports.
-const zygoteStartTimeout = 60 * time.Second
+const zygoteStartTimeout = defaults.KernelStart
 
 // proc returns the running zygote, starting one when there is none or it
 // died. z.mu is held.
@@ -129,7 +129,11 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{child} // fd 3
-	cmd.SysProcAttr = procattr.Group()
+	// Its own group, and no parent-death signal: that SIGKILL would end
+	// the zygote before it could kill its kernels' groups. It watches the
+	// control socket instead, whose other end only this process holds, and
+	// at EOF kills every kernel's group and exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	child.Close()
 	if err != nil {
@@ -354,7 +358,7 @@ func (k *zygoteKernel) Wait() error {
 }
 
 // zygoteScript is the fork server. It imports what a kernel imports, with
-// debugpy and jedi kept out as launchShim does; each child then launches
+// the modules importGuard names kept out as launchShim does; each child then launches
 // the kernel app. The protocol is
 // one JSON object per SOCK_SEQPACKET record on fd 3: requests carry the
 // kernel's argv, env, cwd and PYTHONPATH, and the descriptor of its
@@ -362,13 +366,9 @@ func (k *zygoteKernel) Wait() error {
 // its wait status. The zygote stays single-threaded, so fork is safe.
 const zygoteScript = `# ipybox zygote
 import os, sys, json, socket, signal, select, ctypes, random
-_b = ("debugpy", "jedi")
-for _m in _b: sys.modules.setdefault(_m, None)
-from ipykernel import kernelapp as _app
+` + importGuard + `from ipykernel import kernelapp as _app
 import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
-for _m in _b:
-    if sys.modules.get(_m, 0) is None: del sys.modules[_m]
-` + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
+` + importGuardEnd + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
 _rd, _wr = os.pipe()
 os.set_blocking(_wr, False)
@@ -377,7 +377,10 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _base_path = list(sys.path)
 def _send(obj):
-    _sock.send(json.dumps(obj).encode())
+    try:
+        _sock.send(json.dumps(obj).encode())
+    except OSError:
+        pass  # the host is gone: the next receive sees EOF
 def _child(req, out):
     os.setpgid(0, 0)
     _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
@@ -400,6 +403,13 @@ def _child(req, out):
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])
     _app.launch_new_instance()
     os._exit(0)
+_kids = set()
+def _kill_kids():
+    for pid in _kids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
 _send({"id": 0})
 while True:
     try:
@@ -418,13 +428,19 @@ while True:
                 break
             if pid == 0:
                 break
+            _kids.discard(pid)
             _send({"exit": pid, "status": status})
     if _sock in r:
         try:
             data, anc, _, _ = _sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
         except InterruptedError:
             continue
+        except OSError:
+            data = b""
         if not data:
+            # The host is gone (or closed us): so are its kernels, with
+            # whatever they started.
+            _kill_kids()
             os._exit(0)
         fds = []
         for level, kind, payload in anc:
@@ -449,5 +465,6 @@ while True:
             finally:
                 os._exit(1)
         os.close(out)
+        _kids.add(pid)
         _send({"id": req["id"], "pid": pid})
 `

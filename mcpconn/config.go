@@ -43,6 +43,12 @@ type Config struct {
 	// settings object. It is opaque here (no ${VAR} substitution either);
 	// the sandbox package interprets it, through Options.StdioCommand.
 	Sandbox json.RawMessage `json:"sandbox,omitempty"`
+
+	// OAuth configures OAuth 2.1 for a streamable HTTP server (see
+	// OAuthConfig). Nil still gets OAuth, with discovery and dynamic client
+	// registration, when the server answers 401 with an OAuth challenge and
+	// the config sets no Authorization header.
+	OAuth *OAuthConfig `json:"oauth,omitempty"`
 }
 
 // Transport is the resolved transport of a Config.
@@ -74,7 +80,7 @@ func ParseConfig(data []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		// The raw JSON is not echoed: it may hold secrets.
-		return Config{}, fmt.Errorf("mcpconn: server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox)", err)
+		return Config{}, fmt.Errorf("mcpconn: server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth)", err)
 	}
 	if dec.More() {
 		return Config{}, fmt.Errorf("mcpconn: server config: trailing data after the JSON object")
@@ -88,6 +94,12 @@ func ParseConfig(data []byte) (Config, error) {
 // Validate reports whether c describes exactly one way to reach a server.
 func (c Config) Validate() error {
 	_, _, err := c.resolve()
+	if err == nil && c.OAuth != nil {
+		// What only a stored config must hold: no secret in it.
+		if err := c.OAuth.validate(true); err != nil {
+			return fmt.Errorf("mcpconn: server config %s: oauth: %v", c, err)
+		}
+	}
 	return err
 }
 
@@ -103,7 +115,7 @@ func (c Config) Transport() (Transport, error) {
 // initialize may fall back to SSE.
 func (c Config) resolve() (t Transport, fallback bool, err error) {
 	bad := func(format string, args ...any) (Transport, bool, error) {
-		return "", false, fmt.Errorf("mcpconn: server config %s: %s", c, fmt.Sprintf(format, args...))
+		return "", false, fmt.Errorf("config %s: %s", c, fmt.Sprintf(format, args...))
 	}
 	hasCmd, hasURL := c.Command != "", c.URL != ""
 	switch {
@@ -133,6 +145,9 @@ func (c Config) resolve() (t Transport, fallback bool, err error) {
 		t, fallback = want, false
 	}
 	if hasCmd {
+		if c.OAuth != nil {
+			return bad(`"oauth" applies only to url servers; remove it`)
+		}
 		if len(c.Headers) > 0 {
 			return bad(`"headers" apply only to url servers; remove them or use "url"`)
 		}
@@ -146,6 +161,17 @@ func (c Config) resolve() (t Transport, fallback bool, err error) {
 			return bad(`"cwd" applies only to command (stdio) servers; remove it`)
 		case len(c.Sandbox) > 0:
 			return bad(`"sandbox" applies only to command (stdio) servers; remove it`)
+		}
+		if c.OAuth != nil {
+			if t == SSE {
+				return bad(`"oauth" needs the streamable HTTP transport: the MCP Go SDK's SSE client has no OAuth support; use "type": "http" if the server speaks streamable HTTP`)
+			}
+			// An OAuth server that rejects streamable HTTP is not tried
+			// over SSE, which could not authorize.
+			fallback = false
+			if err := c.OAuth.validate(false); err != nil {
+				return bad("oauth: %v", err)
+			}
 		}
 		if !strings.Contains(c.URL, "${") {
 			if err := checkURL(c.URL); err != nil {
@@ -209,6 +235,9 @@ func (c Config) String() string {
 			}
 		}
 	}
+	if r.OAuth != nil && r.OAuth.ClientSecret != "" && !strings.Contains(r.OAuth.ClientSecret, "${") {
+		r.OAuth.ClientSecret = "<redacted>"
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Sprintf("%+v", r)
@@ -222,6 +251,11 @@ func (c Config) clone() Config {
 	c.Env = maps.Clone(c.Env)
 	c.Headers = maps.Clone(c.Headers)
 	c.Sandbox = slices.Clone(c.Sandbox)
+	if c.OAuth != nil {
+		o := *c.OAuth
+		o.Scopes = slices.Clone(o.Scopes)
+		c.OAuth = &o
+	}
 	return c
 }
 
@@ -240,7 +274,7 @@ func (e *MissingVarError) Error() string {
 
 // Expand returns a copy of c with every ${VAR} placeholder replaced by the
 // value lookup gives, in command, args, env values, cwd, url and header
-// values. c itself is unchanged. A variable that lookup does not know is a
+// values, and the OAuth client ID and secret. c itself is unchanged. A variable that lookup does not know is a
 // *MissingVarError. "$VAR" without braces is kept literally, as is a "$"
 // not followed by "{"; there is no escape for a literal "${".
 func (c Config) Expand(lookup func(string) (string, bool)) (Config, error) {
@@ -282,6 +316,11 @@ func (c Config) expand(lookup func(string) (string, bool)) (Config, []string, er
 		v := r.Headers[k]
 		expand(fmt.Sprintf("headers[%q]", k), &v)
 		r.Headers[k] = v
+	}
+	if r.OAuth != nil {
+		expand("oauth.clientId", &r.OAuth.ClientID)
+		expand("oauth.clientSecret", &r.OAuth.ClientSecret)
+		expand("oauth.clientMetadataUrl", &r.OAuth.ClientMetadataURL)
 	}
 	if err != nil {
 		return Config{}, values, err

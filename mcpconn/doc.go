@@ -9,7 +9,7 @@
 //		URL:     "https://api.githubcopilot.com/mcp/",
 //		Headers: map[string]string{"Authorization": "Bearer ${GITHUB_TOKEN}"},
 //	})
-//	m := mcpconn.New(reg, nil)
+//	m, err := mcpconn.New(reg, nil)
 //	defer m.Close()
 //	tools, err := m.ListTools(ctx, "github")
 //	res, err := m.CallTool(ctx, "github", "search_repositories", map[string]any{"query": "mcp"})
@@ -24,6 +24,18 @@
 // the Registry and servers.json keep the placeholders. A stdio server gets
 // PATH, HOME, LANG, USER, SHELL and TERM from the host plus its config's env,
 // and nothing else.
+//
+// OAuth: a streamable HTTP server that answers 401 with an OAuth challenge
+// is signed in to with the MCP Go SDK's auth package (discovery, client ID
+// metadata documents, pre-registered clients or dynamic registration, PKCE),
+// configured by the config's "oauth" block (OAuthConfig) if it has one. The
+// authorization URL goes to Options.OAuthURL; the browser comes back to a
+// listener on 127.0.0.1. Tokens are kept on the host only, in
+// Options.TokenFile (DefaultTokenFile: mode 0600 under os.UserConfigDir),
+// keyed by server URL, refreshed before they expire and once on a 401. A
+// server that needs a sign-in that cannot happen fails with a
+// *LoginRequiredError. SSE servers cannot use OAuth (the SDK's SSE client has
+// no OAuth support).
 //
 // Failures: a tool's failure is a result with IsError set. Go errors are for
 // calls that did not complete: ErrUnknownServer, a *MissingVarError, connect

@@ -24,7 +24,10 @@ func ExampleManager() {
 	if err := reg.Add("demo", mcpconn.Config{URL: srv.URL + "/mcp"}); err != nil {
 		log.Fatal(err)
 	}
-	m := mcpconn.New(reg, nil)
+	m, err := mcpconn.New(reg, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer m.Close()
 
 	ctx := context.Background()

@@ -40,8 +40,9 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // rejectedPOST reports whether the latest POST was answered with a 4xx
 // status: the sign, per the MCP specification's backwards-compatibility
-// section, of a server that speaks only the older SSE transport.
+// section, of a server that speaks only the older SSE transport. 401 and
+// 403 are not: they are about credentials, which SSE would not fix.
 func (t *headerTransport) rejectedPOST() bool {
 	s := t.lastPOST.Load()
-	return s >= 400 && s < 500
+	return s >= 400 && s < 500 && s != http.StatusUnauthorized && s != http.StatusForbidden
 }

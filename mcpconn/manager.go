@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -28,13 +29,14 @@ var ErrClosed = errors.New("mcpconn: manager closed")
 
 // Default values of Options.
 const (
-	DefaultConnectTimeout = 30 * time.Second
-	DefaultCallTimeout    = 120 * time.Second
-	DefaultStopGrace      = 2 * time.Second
+	DefaultConnectTimeout = defaults.MCPConnect
+	DefaultCallTimeout    = defaults.ToolCall
+	DefaultStopGrace      = defaults.MCPStopGrace
 )
 
 // Options configures a Manager. A nil *Options means all defaults. New
-// copies the struct.
+// copies the struct. For each duration, zero means the default the field
+// names, and a negative value makes New fail.
 type Options struct {
 	// Logger receives connection events and the stderr lines of stdio
 	// servers. Nil discards them.
@@ -63,6 +65,20 @@ type Options struct {
 	// SysProcAttr, it is put in its own process group, which Stop ends as a
 	// whole. Nil runs commands as they are.
 	StdioCommand func(ctx context.Context, server string, cfg Config, cmd *exec.Cmd) (*exec.Cmd, error)
+
+	// OAuthURL is called when a streamable HTTP server needs a user to sign
+	// in (the OAuth authorization code grant): it should show or open url
+	// in a browser and return at once. The browser is then redirected to a
+	// listener on 127.0.0.1, for up to AuthorizeTimeout. An error aborts the
+	// sign-in. Nil makes such a server fail with a *LoginRequiredError,
+	// unless a stored token works.
+	OAuthURL func(ctx context.Context, server, url string) error
+	// AuthorizeTimeout bounds the wait for the browser's redirect after
+	// OAuthURL. Zero means DefaultAuthorizeTimeout.
+	AuthorizeTimeout time.Duration
+	// TokenFile is where OAuth tokens are kept (mode 0600), keyed by server
+	// URL. Empty means DefaultTokenFile().
+	TokenFile string
 }
 
 // A Manager keeps one session per registered server. Sessions are opened
@@ -78,7 +94,8 @@ type Manager struct {
 	ctx    context.Context // cancelled by Close, which aborts connects in progress
 	cancel context.CancelFunc
 
-	secrets secretSet // every ${VAR} value substituted so far
+	secrets secretSet // every ${VAR} value substituted so far, and every OAuth token
+	store   tokenStore
 
 	mu      sync.Mutex
 	closed  bool
@@ -95,6 +112,9 @@ type entry struct {
 	mu     sync.Mutex
 	sess   *session
 	sseURL string // a URL that needed the SSE fallback; guarded by sem
+
+	oauth    *oauthHandler // guarded by sem
+	oauthGen uint64        // the registry generation oauth was made for
 }
 
 func (e *entry) current() *session {
@@ -117,9 +137,9 @@ func (e *entry) swap(old, new *session) bool {
 // New returns a Manager for the servers in reg. reg is read on every call,
 // so servers added to it later can be used, and a replaced config makes the
 // next call reconnect.
-func New(reg *Registry, opts *Options) *Manager {
+func New(reg *Registry, opts *Options) (*Manager, error) {
 	if reg == nil {
-		panic("mcpconn.New: nil Registry")
+		return nil, errors.New("mcpconn: New needs a Registry (NewRegistry or LoadRegistry)")
 	}
 	var o Options
 	if opts != nil {
@@ -128,19 +148,23 @@ func New(reg *Registry, opts *Options) *Manager {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = DefaultConnectTimeout
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
-	}
-	if o.StopGrace <= 0 {
-		o.StopGrace = DefaultStopGrace
+	if err := defaults.Apply("mcpconn",
+		defaults.Duration{Name: "Options.ConnectTimeout", V: &o.ConnectTimeout, Def: DefaultConnectTimeout},
+		defaults.Duration{Name: "Options.CallTimeout", V: &o.CallTimeout, Def: DefaultCallTimeout},
+		defaults.Duration{Name: "Options.StopGrace", V: &o.StopGrace, Def: DefaultStopGrace},
+		defaults.Duration{Name: "Options.AuthorizeTimeout", V: &o.AuthorizeTimeout, Def: DefaultAuthorizeTimeout},
+	); err != nil {
+		return nil, err
 	}
 	if o.LookupEnv == nil {
 		o.LookupEnv = os.LookupEnv
 	}
 	o.DotEnv = maps.Clone(o.DotEnv)
+	if o.TokenFile == "" {
+		// Without a config folder, no token is found and a save fails
+		// with the reason; the sign-in itself still works.
+		o.TokenFile, _ = DefaultTokenFile()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		reg:  reg,
@@ -152,10 +176,11 @@ func New(reg *Registry, opts *Options) *Manager {
 			Capabilities: &mcp.ClientCapabilities{},
 		}),
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
+		store:   tokenStore{path: o.TokenFile},
 		ctx:     ctx,
 		cancel:  cancel,
 		entries: map[string]*entry{},
-	}
+	}, nil
 }
 
 // lookup finds a ${VAR} value: the environment first, then .env.
@@ -233,11 +258,11 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 		case err == nil:
 			return nil
 		case timedOut:
-			return fmt.Errorf("mcpconn: server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
+			return fmt.Errorf("MCP server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
 		case ctx.Err() != nil:
-			return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		case s.ctx.Err() != nil && s.stopped.Load():
-			return fmt.Errorf("mcpconn: server %q: %s: the server was stopped during the call: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: the server was stopped during the call: %w", server, what, err)
 		}
 		if attempt == 0 && (notDelivered(err) || idempotent && !isProtocolError(err)) {
 			m.log.Info("mcp server connection failed; reconnecting", "server", server, "error", m.secrets.scrub(err.Error()))
@@ -245,12 +270,12 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 			continue
 		}
 		if isProtocolError(err) {
-			return fmt.Errorf("mcpconn: server %q: %s: %w", server, what, err)
+			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		}
 		// The connection failed while the request may have reached the
 		// server, so it is not repeated; the next call starts afresh.
 		m.drop(server, s)
-		return fmt.Errorf("mcpconn: server %q: %s: the connection failed during the request (did the server crash?); the next call reconnects: %w", server, what, err)
+		return fmt.Errorf("MCP server %q: %s: the connection failed during the request (did the server crash?); the next call reconnects: %w", server, what, err)
 	}
 }
 
@@ -306,7 +331,7 @@ func (m *Manager) session(ctx context.Context, name string) (*session, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("mcpconn: server %q: waiting for another connect: %w", name, ctx.Err())
+		return nil, fmt.Errorf("MCP server %q: waiting for another connect: %w", name, ctx.Err())
 	case <-m.ctx.Done():
 		return nil, ErrClosed
 	}
@@ -409,7 +434,7 @@ func waitStopped(ctx context.Context, done <-chan struct{}, server string) error
 		if server == "" {
 			return fmt.Errorf("mcpconn: servers still stopping: %w", ctx.Err())
 		}
-		return fmt.Errorf("mcpconn: server %q still stopping: %w", server, ctx.Err())
+		return fmt.Errorf("MCP server %q still stopping: %w", server, ctx.Err())
 	}
 }
 

@@ -47,7 +47,10 @@ func newManager(t *testing.T, servers map[string]Config, opts *Options) *Manager
 	if o.StopGrace == 0 {
 		o.StopGrace = 500 * time.Millisecond
 	}
-	m := New(reg, &o)
+	m, err := New(reg, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -120,7 +123,7 @@ func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := syscall.Kill(pid, 0)
+		err := testenv.Signal(pid, 0)
 		if errors.Is(err, syscall.ESRCH) {
 			return
 		}
@@ -257,7 +260,7 @@ func TestKilledServerReconnects(t *testing.T) {
 	m := newManager(t, map[string]Config{"go": testmcpStdio(t)}, nil)
 	pid := serverPid(t, m, "go")
 	// Killed from outside, between two calls: the next call must work.
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := testenv.Signal(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// Gone means reaped, which happens once the session has seen the
@@ -269,7 +272,7 @@ func TestKilledServerReconnects(t *testing.T) {
 	// A listing is idempotent, so it is retried even when the server died
 	// during it.
 	pid = serverPid(t, m, "go")
-	syscall.Kill(pid, syscall.SIGKILL)
+	testenv.Signal(pid, syscall.SIGKILL)
 	if _, err := m.ListTools(ctxT(t), "go"); err != nil {
 		t.Errorf("ListTools right after a kill: %v", err)
 	}
@@ -416,7 +419,7 @@ func TestStopLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, pa)
-	if err := syscall.Kill(pb, 0); err != nil {
+	if err := testenv.Signal(pb, 0); err != nil {
 		t.Errorf("stopping a also ended b: %v", err)
 	}
 	// Stopped sessions restart lazily.
@@ -455,7 +458,10 @@ func TestCloseIsBoundedWithCallsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(servers))
 	for name := range servers {
@@ -521,7 +527,10 @@ func TestRegistryChanges(t *testing.T) {
 	if err := reg.Add("go", testmcpStdio(t)); err != nil {
 		t.Fatal(err)
 	}
-	m := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer m.Close()
 	pid := serverPid(t, m, "go")
 	// A replaced config reconnects.

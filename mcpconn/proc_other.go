@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !unix
 
 package mcpconn
 
@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// procAttr returns nil: only Linux gets a process group and a death signal.
+// procAttr returns nil: process groups are a Unix matter.
 func procAttr() *syscall.SysProcAttr { return nil }
 
-// killGroup does nothing outside Linux; the server itself is still stopped.
+// killGroup does nothing here; the server itself is still stopped.
 func killGroup(pgid int, grace time.Duration) {}
 
-// groupOf returns 0: process groups are managed only on Linux.
+// groupOf returns 0: there are no process groups here.
 func groupOf(attr *syscall.SysProcAttr, pid int) int { return 0 }

@@ -45,7 +45,7 @@ func (r *Registry) Add(name string, cfg Config) error {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("server %q: %w", name, err)
+		return fmt.Errorf("MCP server %q: %w", name, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -69,29 +69,33 @@ func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entr
 	exp, values, err := re.cfg.expand(m.lookup)
 	m.secrets.add(values...)
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+		return nil, fmt.Errorf("MCP server %q: %w", name, err)
 	}
 	kind, fallback, err := exp.resolve()
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: server %q: %w", name, err)
+		return nil, fmt.Errorf("MCP server %q: %w", name, err)
 	}
 	if kind != Stdio {
 		if err := checkURL(exp.URL); err != nil {
-			return nil, fmt.Errorf("mcpconn: server %q: after ${VAR} substitution: %w", name, err)
+			return nil, fmt.Errorf("MCP server %q: after ${VAR} substitution: %w", name, err)
 		}
 	}
 	deadline := time.Now().Add(m.opts.ConnectTimeout)
 	if fallback && e.sseURL == exp.URL {
 		kind = SSE // learnt on an earlier connect
 	}
+	var oh *oauthHandler
+	if kind == StreamableHTTP {
+		oh = m.oauthFor(e, name, re.gen, exp)
+	}
 	start := time.Now()
-	s, rejected, err := m.dial(ctx, name, exp, kind, deadline)
+	s, rejected, err := m.dial(ctx, name, exp, kind, deadline, oh)
 	if err != nil && fallback && kind == StreamableHTTP && rejected {
 		m.log.Info("mcp server rejected streamable HTTP; trying SSE", "server", name, "error", m.secrets.scrub(err.Error()))
 		var err2 error
-		s, _, err2 = m.dial(ctx, name, exp, SSE, deadline)
+		s, _, err2 = m.dial(ctx, name, exp, SSE, deadline, nil)
 		if err2 != nil {
-			return nil, fmt.Errorf("mcpconn: server %q: streamable HTTP failed (%v), and so did the SSE fallback: %w", name, err, err2)
+			return nil, fmt.Errorf("MCP server %q: streamable HTTP failed (%v), and so did the SSE fallback: %w", name, err, err2)
 		}
 		e.sseURL = exp.URL
 		err = nil
@@ -106,7 +110,7 @@ func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entr
 
 // dial makes one connection attempt over the given transport. rejected
 // reports a streamable HTTP POST answered with a 4xx status.
-func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transport, deadline time.Time) (_ *session, rejected bool, _ error) {
+func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transport, deadline time.Time, oh *oauthHandler) (_ *session, rejected bool, _ error) {
 	// The context given to Connect lives on as the SSE stream's, so it must
 	// outlast Connect: the connect timeout, the caller's ctx and Close are
 	// applied to it by hand, and only until Connect returns.
@@ -131,17 +135,24 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		ht = &headerTransport{base: m.http, headers: cfg.Headers}
 		// No standalone SSE stream: the host only lists and calls tools, and
 		// answers come on the POSTs' own responses.
-		t = &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}, DisableStandaloneSSE: true}
+		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}, DisableStandaloneSSE: true}
+		if oh != nil {
+			st.OAuthHandler = oh
+		}
+		t = st
 	case SSE:
 		ht = &headerTransport{base: m.http, headers: cfg.Headers}
 		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}}
 	default:
 		cancel()
-		return nil, false, fmt.Errorf("mcpconn: server %q: unknown transport %q", name, kind)
+		return nil, false, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)
 	}
 
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
+	// An OAuth sign-in stops the connect timeout while a person signs in
+	// (see connectClock); it starts again, whole, afterwards.
+	sctx = context.WithValue(sctx, clockKey{}, &connectClock{t: timer, d: m.opts.ConnectTimeout})
 	stopCaller := context.AfterFunc(ctx, cancel)
 	stopClose := context.AfterFunc(m.ctx, cancel)
 	cs, err := m.client.Connect(sctx, t, nil)
@@ -168,17 +179,21 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		}
 		switch {
 		case timedOut.Load():
-			return nil, false, fmt.Errorf("mcpconn: server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
+			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
 				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
 		case ctx.Err() != nil:
-			return nil, false, fmt.Errorf("mcpconn: server %q: connecting: %w", name, ctx.Err())
+			return nil, false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
 		case m.ctx.Err() != nil:
 			return nil, false, ErrClosed
 		}
-		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
-			return nil, false, fmt.Errorf("mcpconn: server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
+		var lre *LoginRequiredError
+		if errors.As(err, &lre) {
+			return nil, false, fmt.Errorf("mcpconn: %w", lre)
 		}
-		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("mcpconn: server %q: connecting over %s%s: %w", name, kind, tail, err)
+		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
+			return nil, false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
+		}
+		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("MCP server %q: connecting over %s%s: %w", name, kind, tail, err)
 	}
 	s.cs = cs
 	if cmd != nil && cmd.Process != nil {

@@ -59,10 +59,10 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 	if m.opts.StdioCommand != nil {
 		c, err := m.opts.StdioCommand(ctx, name, cfg, cmd)
 		if err != nil {
-			return nil, fmt.Errorf("mcpconn: server %q: preparing the command: %w", name, err)
+			return nil, fmt.Errorf("MCP server %q: preparing the command: %w", name, err)
 		}
 		if c == nil {
-			return nil, fmt.Errorf("mcpconn: server %q: Options.StdioCommand returned no command", name)
+			return nil, fmt.Errorf("MCP server %q: Options.StdioCommand returned no command", name)
 		}
 		cmd = c
 	}

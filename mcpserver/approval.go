@@ -11,12 +11,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/escape"
 )
 
 // elicitTimeout bounds one approval question to the client; the executor's
 // own approval timeout (5 minutes) bounds it too.
-const elicitTimeout = 5 * time.Minute
+const elicitTimeout = defaults.Approval
 
 // allowPattern is one --allow-tool pattern: globs for the server and the
 // tool.

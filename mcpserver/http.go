@@ -59,15 +59,8 @@ func isLoopback(host string) bool {
 // whose Host header is not a loopback name are refused on a loopback
 // listener (DNS-rebinding protection).
 func (s *Server) Handler() http.Handler {
-	idle := s.opts.SessionIdleTimeout
-	switch {
-	case idle == 0:
-		idle = DefaultSessionIdleTimeout
-	case idle < 0:
-		idle = 0
-	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
-		SessionTimeout: idle,
+		SessionTimeout: s.opts.SessionIdleTimeout,
 		Logger:         s.log,
 	})
 	origin := http.NewCrossOriginProtection()

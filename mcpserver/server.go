@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/warm"
 )
 
@@ -33,13 +34,13 @@ const (
 
 // Default values of Options.
 const (
-	DefaultSessionIdleTimeout = 30 * time.Minute
-	DefaultStartTimeout       = 2 * time.Minute
+	DefaultSessionIdleTimeout = defaults.SessionIdle
+	DefaultStartTimeout       = defaults.SessionStart
 	// DefaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
 	DefaultMaxSessions = 32
 	// DefaultApprovalTimeout bounds one approval question.
-	DefaultApprovalTimeout = 5 * time.Minute
+	DefaultApprovalTimeout = defaults.Approval
 )
 
 // Bind makes a host directory visible inside the workspace, at RelPath.
@@ -87,7 +88,8 @@ type Options struct {
 	AllowTools []string
 	// SessionIdleTimeout ends an HTTP session (and stops its kernel) that
 	// received no request for this long. Zero means
-	// DefaultSessionIdleTimeout; negative means never.
+	// DefaultSessionIdleTimeout. (For every duration of Options, zero means
+	// the default the field names, and a negative value makes New fail.)
 	SessionIdleTimeout time.Duration
 	// StartTimeout bounds the wait of a tool call for its session's kernel
 	// (the virtualenv's creation and the kernel's start). Zero means
@@ -205,6 +207,13 @@ func New(opts *Options) (*Server, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := defaults.Apply("mcpserver",
+		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
+		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
+	); err != nil {
+		return nil, err
 	}
 	switch o.Approval {
 	case "":
@@ -470,9 +479,4 @@ func (s *Server) SessionCount() int {
 	return len(s.sessions)
 }
 
-func (s *Server) startTimeout() time.Duration {
-	if s.opts.StartTimeout > 0 {
-		return s.opts.StartTimeout
-	}
-	return DefaultStartTimeout
-}
+func (s *Server) startTimeout() time.Duration { return s.opts.StartTimeout }

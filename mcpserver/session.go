@@ -235,15 +235,17 @@ func (x *session) close() error {
 // registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
 	if w, ok := s.warm.Take(); ok {
+		w.owner.set(x.ss)
 		s.mu.Lock()
 		maps.Copy(x.synced, w.synced)
 		s.mu.Unlock()
 		return w.ex, nil
 	}
-	ex, synced, err := s.newExecutor(ctx)
+	ex, synced, owner, err := s.newExecutor(ctx)
 	if err != nil {
 		return nil, err
 	}
+	owner.set(x.ss)
 	s.mu.Lock()
 	maps.Copy(x.synced, synced)
 	s.mu.Unlock()
@@ -253,15 +255,16 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 // newExecutor starts an Executor as sessions get them: the workspace's
 // virtualenv, the approval policy, the sandbox, and (unsandboxed) the
 // server's fork server. It returns the registration generations the
-// executor loaded from servers.json at its start.
-func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, error) {
+// executor loaded from servers.json at its start, and the holder of the
+// session it will serve (for OAuth sign-ins).
+func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
 	var py string
 	if s.opts.Container == nil {
 		// A container brings its own Python; the workspace's virtualenv
 		// is the host's.
 		var err error
 		if py, err = s.venvPython(ctx); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	// What servers.json holds now, this executor loads at Start.
@@ -273,21 +276,21 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		}
 	}
 	s.mu.Unlock()
+	owner := &oauthOwner{}
 	o := ipybox.Options{
 		Python:    py,
 		WorkDir:   s.workspace,
 		KernelEnv: s.opts.KernelEnv,
 		DotEnv:    s.opts.DotEnv,
 		Logger:    s.log,
+		OAuthURL:  owner.openURL,
 	}
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
 		o.ApproveToolCalls = ipybox.Bool(false)
 	}
-	if s.opts.ApprovalTimeout > 0 {
-		o.ApprovalTimeout = s.opts.ApprovalTimeout
-	}
+	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	if s.sandbox == nil && o.Container == nil {
@@ -295,7 +298,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	ex, err := ipybox.Start(ctx, &o)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return ex, synced, nil
+	return ex, synced, owner, nil
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,9 +248,9 @@ func TestSession(t *testing.T) {
 		defer os.Remove(filepath.Join(ws, "escape-link"))
 		os.MkdirAll(filepath.Join(ws, "adir"), 0o755)
 		// FIFOs, which kernel code can make, must not hang a call.
-		syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o600)
+		testenv.Mkfifo(filepath.Join(ws, "fifo"))
 		defer os.Remove(filepath.Join(ws, "fifo"))
-		syscall.Mkfifo(filepath.Join(host, "fifo"), 0o600)
+		testenv.Mkfifo(filepath.Join(host, "fifo"))
 		for _, tc := range []struct {
 			tool, rel, local, want string
 		}{

@@ -101,6 +101,7 @@ run returns the typed Result when the tool declares an output schema, otherwise 
 server_params is the server's config, as in an mcpServers file:
 - a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"], "env": {"API_KEY": "${API_KEY}"}}
 - a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+- a remote server that wants an OAuth sign-in: {"url": "https://example.com/mcp"} (ipybox asks the user to sign in; an "oauth" block configures a pre-registered client)
 ${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations persist across reset and restarts; registering a name again replaces it.`,
 		InputSchema: schema(`{
   "type": "object",
@@ -116,7 +117,18 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
         "cwd": {"type": "string", "description": "The program's working directory."},
         "url": {"type": "string", "description": "Endpoint of a remote server (streamable HTTP, or SSE)."},
         "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "HTTP headers sent to url."},
-        "type": {"type": "string", "enum": ["stdio", "http", "streamable_http", "streamableHttp", "sse"], "description": "Transport; normally inferred."}
+        "type": {"type": "string", "enum": ["stdio", "http", "streamable_http", "streamableHttp", "sse"], "description": "Transport; normally inferred."},
+        "oauth": {
+          "type": "object",
+          "description": "OAuth for a streamable HTTP server. Not needed when the server supports discovery and dynamic registration: ipybox then signs in by itself, asking the user (through this client) to open the sign-in page.",
+          "properties": {
+            "clientId": {"type": "string", "description": "A pre-registered OAuth client ID."},
+            "clientSecret": {"type": "string", "description": "Its secret, as a ${VAR} placeholder (never the value)."},
+            "scopes": {"type": "array", "items": {"type": "string"}, "description": "Scopes to ask for; default: those the server names."},
+            "redirectPort": {"type": "integer", "description": "Port of the redirect listener on 127.0.0.1; default: a free port."},
+            "grant": {"type": "string", "enum": ["authorization_code", "client_credentials"], "description": "authorization_code (default; a person signs in) or client_credentials (needs clientId and clientSecret)."}
+          }
+        }
       }
     }
   },

@@ -280,11 +280,11 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	case err := <-done:
 		return out.Bytes(), err
 	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		procattr.SignalGroup(cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-done:
 		case <-time.After(3 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			procattr.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
 		err := ctx.Err()

@@ -23,16 +23,17 @@ import (
 type warmExec struct {
 	ex     *ipybox.Executor
 	synced map[string]int
+	owner  *oauthOwner
 }
 
 // newWarmPool keeps size Executors of s ready (none when size is 0).
 func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
 	start := func(ctx context.Context) (warmExec, error) {
-		ex, synced, err := s.newExecutor(ctx)
+		ex, synced, owner, err := s.newExecutor(ctx)
 		if err != nil && ex != nil {
 			ex.Close()
 		}
-		return warmExec{ex, synced}, err
+		return warmExec{ex, synced, owner}, err
 	}
 	return warm.New(size, start, func(w warmExec) error { return w.ex.Close() }, s.log)
 }

@@ -457,3 +457,77 @@ def raw_get(host):
     return _ask("GET http://%s:80/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n" % host)
 `, checks)
 }
+
+// TestPlaceholdersAcrossProcesses: another process's sandbox on the same
+// workspace keeps the placeholders in place when this process's last
+// sandbox closes (removing them would detach that sandbox's protection:
+// its kernel could then write .mcp.json or .vscode), and the next process
+// whose sandbox closes last removes those left behind.
+func TestPlaceholdersAcrossProcesses(t *testing.T) {
+	needSandbox(t)
+	flock := testenv.NeedsTool(t, "flock")
+	dir := t.TempDir()
+	orig := wsLockDir
+	wsLockDir = func() (string, error) { return dir, nil }
+	t.Cleanup(func() { wsLockDir = orig })
+
+	ws := t.TempDir()
+	run := t.TempDir()
+	holders, _, err := wsFiles(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other process: it holds the workspace as an ipybox would.
+	// (--close: sleep does not inherit the lock, so killing flock ends it.)
+	other := exec.Command(flock, "--shared", "--close", holders, "sleep", "120")
+	other.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-other.Process.Pid, syscall.SIGKILL); other.Wait() })
+	held := false
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		f, err := openLock(holders)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		f.Close()
+		if err != nil {
+			held = true
+			break
+		}
+	}
+	if !held {
+		t.Fatal("the other process did not take its hold within 10s")
+	}
+
+	a, err := New(nil, &Options{Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, 30*time.Second)
+	a.Close()
+	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
+		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
+			t.Errorf("placeholder %s removed while another process holds the workspace: %v", n, err)
+		}
+	}
+
+	syscall.Kill(-other.Process.Pid, syscall.SIGKILL) // its hold goes with it, as a killed ipybox's does
+	other.Wait()
+	b, err := New(nil, &Options{Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
+		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("placeholder %s left after the last process's last Close: %v", n, err)
+		}
+	}
+}

@@ -86,6 +86,9 @@ func InitMain(args []string) int {
 			return prepMain(args[1:])
 		case "hold":
 			return holdMain()
+		case "check":
+			fmt.Println(initCheckReply)
+			return 0
 		}
 	}
 	if len(args) != 2 {

@@ -21,7 +21,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	if s.probed {
 		return s.probeErr
 	}
-	path, err := probeBwrap(ctx, s.bwrap, s.probeWrap)
+	err := checkInit(ctx, s.initBinary)
+	var path string
+	if err == nil {
+		path, err = probeBwrap(ctx, s.bwrap, s.probeWrap)
+	}
 	if err != nil && ctx.Err() != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,7 +338,8 @@ type placeholderFile struct {
 // placeholders counts the open sandboxes of each workspace, in this
 // process, and the placeholders made there. Removing a placeholder while
 // another sandbox has it mounted would detach that mount and lift the
-// protection, so they go only when the last sandbox closes.
+// protection, so they go only when the last sandbox closes: the last of
+// this process, and (see wslock_linux.go) the last of every process.
 var placeholders = &placeholderSet{byWS: map[string]*wsPlaceholders{}}
 
 type placeholderSet struct {
@@ -348,14 +350,24 @@ type placeholderSet struct {
 type wsPlaceholders struct {
 	refs int
 	made []placeholderFile
+	hold *os.File // the shared lock across processes; nil if unavailable
+	log  *slog.Logger
 }
 
-func (p *placeholderSet) acquire(ws string) {
+// acquire counts a sandbox of ws. The first in this process takes the
+// shared hold across processes; without it (no cache folder), this
+// process's placeholders are left in place at the end, which is safe,
+// rather than removed from under another process's sandbox.
+func (p *placeholderSet) acquire(ws string, log *slog.Logger) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := p.byWS[ws]
 	if w == nil {
-		w = &wsPlaceholders{}
+		w = &wsPlaceholders{log: log}
+		var err error
+		if w.hold, err = holdWorkspace(ws); err != nil {
+			log.Warn("sandbox: cannot coordinate the workspace's placeholders with other processes; they stay after the sandbox closes", "workspace", ws, "err", err)
+		}
 		p.byWS[ws] = w
 	}
 	w.refs++
@@ -366,6 +378,11 @@ func (p *placeholderSet) made(ws string, f placeholderFile) {
 	defer p.mu.Unlock()
 	if w := p.byWS[ws]; w != nil && !slices.ContainsFunc(w.made, func(g placeholderFile) bool { return g.name == f.name }) {
 		w.made = append(w.made, f)
+		if w.hold != nil {
+			if err := journalAdd(ws, f); err != nil {
+				w.log.Warn("sandbox: cannot record a placeholder; it stays if this process is killed", "path", filepath.Join(ws, f.name), "err", err)
+			}
+		}
 	}
 }
 
@@ -382,7 +399,15 @@ func (p *placeholderSet) release(ws string) {
 		return
 	}
 	delete(p.byWS, ws)
-	for _, f := range w.made {
+	if w.hold == nil {
+		return // not coordinated: another process may rely on them
+	}
+	last, journaled, done := releaseWorkspace(ws, w.hold)
+	if !last {
+		return // another process's sandbox still has them mounted
+	}
+	defer done()
+	for _, f := range append(w.made, journaled...) {
 		var st syscall.Stat_t
 		if syscall.Lstat(filepath.Join(ws, f.name), &st) != nil || uint64(st.Dev) != f.dev || st.Ino != f.ino {
 			continue

@@ -139,6 +139,7 @@ type Sandbox struct {
 	maskFile   string
 	etcSecrets []secretPath
 	proxy      *proxy
+	proxyAddr  net.Addr // where the proxy listens on the host
 
 	probeMu  sync.Mutex
 	probed   bool
@@ -258,29 +259,27 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			os.RemoveAll(s.privDir)
 			return nil, err
 		}
-		sock := filepath.Join(s.privDir, "proxy.sock")
-		ln, err := net.Listen("unix", sock)
+		ln, err := s.listenProxy()
 		if err != nil {
 			os.RemoveAll(s.privDir)
 			return nil, fmt.Errorf("sandbox egress proxy: %w", err)
 		}
-		if s.mapped {
-			// The sandbox's MappedID connects to it; the private
-			// directory (0700) keeps everyone else out.
-			if err := os.Chmod(sock, 0o666); err != nil {
-				ln.Close()
-				os.RemoveAll(s.privDir)
-				return nil, fmt.Errorf("sandbox egress proxy: %w", err)
-			}
-		}
+		s.proxyAddr = ln.Addr()
 		s.proxy = newProxy(r, s.proxyOpts, s.log)
 		s.proxy.serve(ln)
 	}
-	placeholders.acquire(s.workspace)
+	placeholders.acquire(s.workspace, s.log)
 	s.snapshotGit()
 	s.logFeatures()
 	return s, nil
 }
+
+// ForwardURL returns the URL at which a process inside the sandbox reaches
+// the socket of f: http://127.0.0.1:<Port> on Linux, where the sandbox's
+// init forwards that port to the socket, and unix://<Socket> on macOS,
+// where the profile lets the process connect to that socket (and no
+// other) itself.
+func (s *Sandbox) ForwardURL(f Forward) string { return forwardURL(f) }
 
 // Workspace returns the absolute host path of the workspace.
 func (s *Sandbox) Workspace() string { return s.workspace }

@@ -1,23 +1,31 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package sandbox
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"runtime"
 
 	"github.com/ipybox/ipybox/kernel"
 )
 
-// The sandbox is bubblewrap, Linux namespaces and seccomp: elsewhere every
-// entry point fails closed.
+// The sandbox is bubblewrap on Linux and sandbox-exec on macOS: elsewhere
+// (Windows) there is none, and every entry point fails closed.
 
 func platformSupported() error {
-	return &ProbeError{Cause: "the sandbox needs Linux (bubblewrap, namespaces, seccomp)",
-		Fix: "run ipybox without the sandbox on this system, or on Linux"}
+	return &ProbeError{Cause: "ipybox has no sandbox on " + runtime.GOOS + " (it sandboxes with bubblewrap on Linux and sandbox-exec on macOS)",
+		Fix: "run exec without --sandbox, or ipybox mcp with --no-sandbox, knowing that kernel code then has your rights, or run ipybox on Linux or macOS"}
 }
+
+func forwardURL(f Forward) string { return "" }
+
+// listenProxy is never reached: New fails first here.
+func (s *Sandbox) listenProxy() (net.Listener, error) { return nil, platformSupported() }
 
 func (s *Sandbox) logFeatures() {}
 
@@ -45,8 +53,8 @@ var placeholders noPlaceholders
 
 type noPlaceholders struct{}
 
-func (noPlaceholders) acquire(string) {}
-func (noPlaceholders) release(string) {}
+func (noPlaceholders) acquire(string, *slog.Logger) {}
+func (noPlaceholders) release(string)               {}
 
 // gitSnapshot exists on Linux only (see gitplant.go): no sandbox runs here.
 type gitSnapshot struct{}

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs the whole test suite:
-# formatting, vet, and every test tier under the race detector.
+# formatting, vet (for every target system: scripts/crossbuild.sh), and
+# every test tier under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/setup-claude.sh   # the Claude Code CLI, for the plugin's tier-4 test only
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './tools/*'))
 if [ -n "$unformatted" ]; then
@@ -12,4 +14,5 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+scripts/crossbuild.sh
 go test -race -timeout 20m ./... "$@"

@@ -51,7 +51,7 @@ func runApigen(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	mods, err := ipybox.GenerateToolModules(ctx, *name, cfg, dir, nil)
+	mods, err := ipybox.GenerateToolModules(ctx, *name, cfg, dir, &ipybox.GenerateOptions{OAuthURL: printAuthURL(env.stderr, "ipybox apigen")})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox apigen: %v\n", err)
 		return exitFail

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/pyinstall"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -17,8 +19,10 @@ const doctorUsage = `
 Usage: ipybox doctor [flags]
 
 Checks what ipybox needs on this host (a Python with ipykernel, matplotlib,
-pydantic and numpy, bubblewrap for the sandbox, and Docker with the ipybox
-image for the container backend) and says how to install what is missing. Exit status 1 when something required is missing.
+pydantic and numpy; for the sandbox, bubblewrap on Linux and sandbox-exec
+on macOS; Docker with the ipybox image for the container backend) and says
+how to install what is missing. Exit status 1 when something required is
+missing.
 `
 
 // check is one line of the doctor's report.
@@ -37,7 +41,7 @@ var sandboxProbe func(ctx context.Context) error
 var sandboxInfo func() string
 
 func doctorCommand() *command {
-	return &command{name: "doctor", summary: "check the host for Python, ipykernel and bubblewrap", run: runDoctor}
+	return &command{name: "doctor", summary: "check the host for Python, ipykernel and the sandbox", run: runDoctor}
 }
 
 func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
@@ -66,8 +70,6 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 	return exitOK
 }
 
-const aptHint = "install with `apt-get install %s` (or `pip install %s` into the kernel's Python)"
-
 func doctorChecks(ctx context.Context, python string) []check {
 	var checks []check
 	py, err := kernel.FindPython(ctx, python)
@@ -77,41 +79,60 @@ func doctorChecks(ctx context.Context, python string) []check {
 		checks = append(checks, check{name: "python", ok: true, required: true, detail: py})
 		versions := pythonModules(ctx, py, "ipykernel", "matplotlib", "pydantic", "numpy")
 		for _, m := range []struct {
-			mod, deb string
+			mod      string
 			required bool
 		}{
-			{"ipykernel", "python3-ipykernel", true},
-			{"matplotlib", "python3-matplotlib", false},
-			{"pydantic", "python3-pydantic", true}, // generated tool modules need it
-			{"numpy", "python3-numpy", false},
+			{"ipykernel", true},
+			{"matplotlib", false},
+			{"pydantic", true}, // generated tool modules need it
+			{"numpy", false},
 		} {
 			v, ok := versions[m.mod]
 			c := check{name: m.mod, ok: ok, required: m.required, detail: v}
 			if !ok {
-				c.detail = fmt.Sprintf(aptHint, m.deb, m.mod)
+				c.detail = pyinstall.Hint(runtime.GOOS, m.mod)
 			}
 			checks = append(checks, c)
 		}
 	}
-	bwrap, err := exec.LookPath("bwrap")
+	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
+	return checks
+}
+
+// sandboxCheck is the doctor's line about the sandbox on the system goos:
+// the tool it needs (found with lookPath), and whether probe (nil: not
+// asked) says it runs.
+func sandboxCheck(ctx context.Context, goos string, lookPath func(string) (string, error), probe func(context.Context) error) check {
+	var tool, install string
+	switch goos {
+	case "linux":
+		tool, install = "bwrap", "install with `apt-get install bubblewrap`"
+	case "darwin":
+		tool, install = "sandbox-exec", "it ships with macOS at /usr/bin/sandbox-exec; restore it or put /usr/bin on PATH"
+	default:
+		return check{name: "sandbox", detail: "ipybox has no sandbox on " + goos +
+			": exec --sandbox fails, and ipybox mcp runs kernels unsandboxed (with a warning)"}
+	}
+	path, err := lookPath(tool)
 	switch {
 	case err != nil:
-		checks = append(checks, check{name: "bwrap", detail: "needed only for --sandbox; install with `apt-get install bubblewrap`"})
-	case sandboxProbe != nil:
-		if perr := sandboxProbe(ctx); perr != nil {
-			checks = append(checks, check{name: "sandbox", detail: perr.Error() +
-				"; without it, ipybox mcp runs kernels unsandboxed (with a warning) and exec --sandbox fails"})
-		} else {
-			detail := "bwrap at " + bwrap + "; user and network namespaces work; ipybox mcp sandboxes kernels by default"
-			if sandboxInfo != nil {
-				detail += "; " + sandboxInfo()
-			}
-			checks = append(checks, check{name: "sandbox", ok: true, detail: detail})
+		return check{name: tool, detail: "needed only for the sandbox; " + install}
+	case probe != nil:
+		if perr := probe(ctx); perr != nil {
+			return check{name: "sandbox", detail: perr.Error() +
+				"; without it, ipybox mcp runs kernels unsandboxed (with a warning) and exec --sandbox fails"}
 		}
-	default:
-		checks = append(checks, check{name: "bwrap", ok: true, detail: bwrap})
+		detail := tool + " at " + path
+		if goos == "linux" {
+			detail += "; user and network namespaces work"
+		}
+		detail += "; ipybox mcp sandboxes kernels by default"
+		if sandboxInfo != nil {
+			detail += "; " + sandboxInfo()
+		}
+		return check{name: "sandbox", ok: true, detail: detail}
 	}
-	return append(checks, dockerCheck(ctx))
+	return check{name: tool, ok: true, detail: path}
 }
 
 // dockerCheck reports the container backend: the daemon, the default

@@ -121,6 +121,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		ApproveShellCommands: f.shell,
 		Sandbox:              policy,
 		Container:            ctr,
+		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)

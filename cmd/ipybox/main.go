@@ -44,6 +44,7 @@ func commands() []*command {
 	return []*command{
 		execCommand(),
 		apigenCommand(),
+		authCommand(),
 		mcpCommand(),
 		doctorCommand(),
 		versionCommand(),

@@ -41,7 +41,7 @@ func StartEverything(t testing.TB, mode string) string {
 		exited := make(chan struct{})
 		go func() { cmd.Wait(); close(exited) }()
 		stop := func() {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			procattr.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)

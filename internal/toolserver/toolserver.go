@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -35,8 +37,8 @@ const (
 
 // Defaults for the zero values of Options.
 const (
-	DefaultCallTimeout     = 120 * time.Second
-	DefaultApprovalTimeout = 5 * time.Minute
+	DefaultCallTimeout     = defaults.ToolCall
+	DefaultApprovalTimeout = defaults.Approval
 	DefaultMaxBodyBytes    = 16 << 20
 )
 
@@ -149,20 +151,11 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	} else if err := checkToken(o.Token); err != nil {
 		return nil, err
 	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"CallTimeout", &o.CallTimeout, DefaultCallTimeout},
-		{"ApprovalTimeout", &o.ApprovalTimeout, DefaultApprovalTimeout},
-	} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("toolserver: Options.%s is %v; use a positive duration, or 0 for the default %v", d.name, *d.v, d.def)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if err := defaults.Apply("toolserver",
+		defaults.Duration{Name: "Options.CallTimeout", V: &o.CallTimeout, Def: DefaultCallTimeout},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
+	); err != nil {
+		return nil, err
 	}
 	if o.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d; use a positive size, or 0 for the default %d", o.MaxBodyBytes, DefaultMaxBodyBytes)
@@ -237,6 +230,21 @@ func (s *Server) ListenUnix(path string) (string, error) {
 	}
 	s.serve(l)
 	return "unix://" + path, nil
+}
+
+// kernelsHaveUnixSockets says whether a kernel's Python can connect to a
+// unix socket: not on Windows, where CPython has no AF_UNIX.
+var kernelsHaveUnixSockets = runtime.GOOS != "windows"
+
+// ListenLocal listens where a local kernel reaches the server most
+// privately: the unix socket at path (see ListenUnix), or, on Windows,
+// 127.0.0.1 (see ListenTCP), where the token and the Host check guard it.
+// It returns the URL for EnvURL.
+func (s *Server) ListenLocal(path string) (string, error) {
+	if kernelsHaveUnixSockets {
+		return s.ListenUnix(path)
+	}
+	return s.ListenTCP()
 }
 
 // ListenTCP listens on 127.0.0.1 on a free port and serves in the

@@ -1,12 +1,9 @@
-package kernel
+package cellctl
 
 import (
 	"sync"
-	"syscall"
 	"time"
 )
-
-const sigint = syscall.SIGINT
 
 // Budget is a cell's time budget that can be paused, for example while the
 // application decides whether a tool call may run. Pauses nest. A Budget is

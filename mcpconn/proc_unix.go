@@ -1,16 +1,19 @@
+//go:build unix
+
 package mcpconn
 
 import (
 	"errors"
 	"syscall"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/procattr"
 )
 
 // procAttr puts a stdio server in its own process group, so that stopping
-// it reaches its children too, and kills it if we die.
-func procAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-}
+// it reaches its children too, and on Linux kills it if we die (elsewhere
+// the end of its stdin tells it).
+func procAttr() *syscall.SysProcAttr { return procattr.Group() }
 
 // killGroup ends what is left of process group pgid after its leader has
 // exited: SIGTERM, then SIGKILL if the group is still there after grace.

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestSandboxCheck: doctor names what the sandbox needs on each system,
+// and how to get it.
+func TestSandboxCheck(t *testing.T) {
+	found := func(name string) (string, error) { return "/usr/bin/" + name, nil }
+	missing := func(name string) (string, error) { return "", exec.ErrNotFound }
+	works := func(context.Context) error { return nil }
+	fails := func(context.Context) error { return errors.New("sandbox unavailable: probe failed") }
+	for _, tc := range []struct {
+		goos   string
+		look   func(string) (string, error)
+		probe  func(context.Context) error
+		ok     bool
+		name   string
+		detail string
+	}{
+		{"linux", missing, works, false, "bwrap", "apt-get install bubblewrap"},
+		{"linux", found, works, true, "sandbox", "bwrap at /usr/bin/bwrap"},
+		{"linux", found, fails, false, "sandbox", "probe failed; without it"},
+		{"darwin", missing, works, false, "sandbox-exec", "ships with macOS"},
+		{"darwin", found, works, true, "sandbox", "sandbox-exec at /usr/bin/sandbox-exec"},
+		{"darwin", found, fails, false, "sandbox", "probe failed"},
+		{"windows", found, works, false, "sandbox", "no sandbox on windows: exec --sandbox fails"},
+	} {
+		c := sandboxCheck(context.Background(), tc.goos, tc.look, tc.probe)
+		if c.ok != tc.ok || c.name != tc.name || !strings.Contains(c.detail, tc.detail) || c.required {
+			t.Errorf("%s: %+v, want ok=%v name %q, detail with %q, not required", tc.goos, c, tc.ok, tc.name, tc.detail)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+// Package defaults declares ipybox's default time bounds in one place, and
+// the rule every options struct follows for a duration: zero means the
+// default, which the field's doc names, and a negative value is an error
+// that names the field and the fix. There is no "off": every wait ipybox
+// makes has a bound.
+package defaults
+
+import (
+	"fmt"
+	"time"
+)
+
+// The defaults. The exported Default* constants of the public packages
+// and the docs of the options fields refer to these.
+const (
+	KernelStart       = 60 * time.Second // a kernel start or restart
+	InterruptGrace    = 3 * time.Second  // an interrupted cell's time to stop
+	IdleGrace         = 2 * time.Second  // the final status after the reply
+	ShutdownGrace     = 2 * time.Second  // each step of a kernel's Close
+	HeartbeatInterval = 2 * time.Second
+	HeartbeatMisses   = 3
+	Approval          = 5 * time.Minute  // one approval decision
+	ToolCall          = 2 * time.Minute  // one MCP tool call
+	MCPConnect        = 30 * time.Second // an MCP server's start and initialize
+	MCPStopGrace      = 2 * time.Second  // each step of stopping a stdio server
+	Authorize         = 5 * time.Minute  // a person signing in to an MCP server (OAuth)
+	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
+	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
+)
+
+// Duration is one duration field of an options struct.
+type Duration struct {
+	Name string // as the user writes it: "Options.ApprovalTimeout"
+	V    *time.Duration
+	Def  time.Duration
+}
+
+// Apply sets each zero field to its default, and returns an error for the
+// first negative one. prefix starts the error ("ipybox", "kernel").
+func Apply(prefix string, fields ...Duration) error {
+	for _, f := range fields {
+		switch {
+		case *f.V < 0:
+			return fmt.Errorf("%s: %s is %v; use a positive duration, or 0 for the default (%v)", prefix, f.Name, *f.V, f.Def)
+		case *f.V == 0:
+			*f.V = f.Def
+		}
+	}
+	return nil
+}

@@ -1,0 +1,6 @@
+//go:build !windows
+
+package kernel
+
+// platformEnv adds nothing outside Windows.
+func platformEnv() []string { return nil }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the ipybox binary and vets every package (tests included) for each
+# system agents run ipybox on, without cgo, so that a break in a
+# platform-specific file fails here and not on a user's machine. The build
+# cache keeps a repeated run to seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(linux/amd64 linux/arm64 darwin/arm64 darwin/amd64 windows/amd64)
+for target in "${targets[@]}"; do
+  os=${target%/*} arch=${target#*/}
+  echo "crossbuild: $target" >&2
+  GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -o /dev/null ./cmd/ipybox
+  GOOS=$os GOARCH=$arch CGO_ENABLED=0 go vet ./...
+done
