@@ -193,33 +193,6 @@ func (l *Launcher) Interpreter() string { return l.cfg.Python }
 // User returns the uid and gid the kernel runs as.
 func (l *Launcher) User() (uid, gid int) { return l.uid, l.gid }
 
-// containerUser chooses the kernel's user: this process's own ids, or,
-// under root, the workspace owner's (when not root) or MappedID. The
-// kernel never runs as root. The chosen user must be able to write the
-// workspace.
-func containerUser(ws string) (uid, gid int, err error) {
-	uid, gid = os.Geteuid(), os.Getegid()
-	var st syscall.Stat_t
-	if err := syscall.Stat(ws, &st); err != nil {
-		return 0, 0, fmt.Errorf("container: workspace: %w", err)
-	}
-	if uid == 0 {
-		uid, gid = int(st.Uid), int(st.Gid)
-		if uid == 0 {
-			uid, gid = MappedID, MappedID
-		}
-	}
-	writable := int(st.Uid) == uid && st.Mode&0o300 == 0o300 ||
-		int(st.Gid) == gid && st.Mode&0o030 == 0o030 ||
-		st.Mode&0o003 == 0o003
-	if !writable {
-		return 0, 0, fmt.Errorf("container: the kernel's user %d:%d cannot write the workspace %s (owner %d:%d, mode %04o); "+
-			"run ipybox as the workspace's owner, or give it to that user (chown %d:%d %s)",
-			uid, gid, ws, st.Uid, st.Gid, st.Mode&0o7777, uid, gid, ws)
-	}
-	return uid, gid, nil
-}
-
 // CheckBind validates a bind: an absolute host directory, and a relative,
 // clean path under /app that is not the workspace.
 func CheckBind(b Bind) error {
@@ -583,7 +556,7 @@ func Orphaned(owner, host string) bool {
 	if err != nil || pid <= 0 {
 		return false
 	}
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+	if processGone(pid) {
 		return true
 	}
 	return startTime(pid) != parts[2]
