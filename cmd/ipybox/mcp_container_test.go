@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -297,7 +297,7 @@ func TestImageServesHTTP(t *testing.T) {
 	ws := containerDir(t, 1000)
 	tokDir := t.TempDir()
 	os.Chmod(tokDir, 0o755)
-	tok := "test-token-" + strconv.Itoa(os.Getpid())
+	tok := fmt.Sprintf("test-token-%d-%032x", os.Getpid(), time.Now().UnixNano())
 	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o644)
 	name := fmt.Sprintf("ipybox-test-http-%d", os.Getpid())
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
@@ -306,17 +306,26 @@ func TestImageServesHTTP(t *testing.T) {
 		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
 		"mcp", "--workspace", "/app/workspace", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
 	stderr, _ := run.StderrPipe()
+	logs := &lockedBuffer{}
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	urlc := testenv.ServingURL(io.TeeReader(stderr, logs))
+	go func() {
+		run.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		exec.Command("docker", "rm", "-f", name).Run()
-		run.Wait()
+		<-exited
 	})
 	select {
-	case <-testenv.ServingURL(stderr):
+	case <-urlc:
+	case <-exited:
+		t.Fatalf("the image exited instead of serving HTTP:\n%s", logs)
 	case <-ctx.Done():
-		t.Fatal("the image did not start serving HTTP")
+		t.Fatalf("the image did not start serving HTTP:\n%s", logs)
 	}
 	port, err := exec.CommandContext(ctx, "docker", "port", name, "8080/tcp").Output()
 	if err != nil {
