@@ -146,3 +146,30 @@ func ExamplePool() {
 	// 10
 	// 20
 }
+
+// ExampleContainerConfig runs the kernel in a Docker container from the
+// image scripts/image.sh builds; the workspace is at /app/workspace there.
+// (Not run as a test: it needs Docker; container_test.go covers it.)
+func ExampleContainerConfig() {
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{
+		WorkDir: "/home/me/agent-work",
+		Container: &ipybox.ContainerConfig{
+			Image:          ipybox.DefaultContainerImage,
+			Env:            map[string]string{"DEBUG": "true"},
+			Binds:          []ipybox.ContainerBind{{HostPath: "/home/me/datasets", Path: "datasets"}}, // at /app/datasets
+			AllowedDomains: []string{"pypi.org", "*.pythonhosted.org"},                                // nothing else
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+	res, err := ex.Execute(ctx, "import os\nprint(os.getcwd(), os.listdir('/app/datasets'))", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Text)
+}

@@ -42,8 +42,10 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/cellctl"
+	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/pyruntime"
+	"github.com/ipybox/ipybox/internal/sandboxhook"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
@@ -136,6 +138,13 @@ type Options struct {
 	// cannot run on this host, Start fails with the cause and the fix; it
 	// never runs the kernel unsandboxed instead. Nil means no sandbox.
 	Sandbox *SandboxConfig
+
+	// Container, when set, runs the kernel in a Docker container with this
+	// configuration (see ContainerConfig); the kernel then sees the
+	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
+	// not used. If Docker or the image is missing, Start fails with the
+	// cause and the fix. Nil means no container.
+	Container *ContainerConfig
 }
 
 // Bool returns a pointer to b, for Options.ApproveToolCalls.
@@ -198,7 +207,10 @@ type Executor struct {
 	forgetMu sync.Mutex
 	forget   []string
 
-	sandboxes sandboxSet
+	sandboxes  sandboxSet
+	container  *container.Launcher // the container backend, when Options.Container is set
+	stopEgress func() error        // the container's egress proxy, when it has one
+	guard      sandboxhook.Guard   // the container's workspace protection
 
 	closeOnce sync.Once
 	closeErr  error
@@ -252,7 +264,16 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	var launcher kernel.Launcher
+	kws := ws // the workspace as the kernel sees it
 	switch {
+	case o.Container != nil && o.Sandbox != nil:
+		return nil, errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
+	case o.Container != nil:
+		if launcher, err = e.startContainer(ctx); err != nil {
+			return nil, fmt.Errorf("ipybox: %w", err)
+		}
+		kws = ContainerWorkspace
+		o.Python = ""
 	case o.Sandbox != nil:
 		if launcher, err = e.startSandbox(ctx); err != nil {
 			return nil, fmt.Errorf("ipybox: %w", err)
@@ -269,12 +290,12 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	init := pyruntime.InitConfig{
-		SysPath:            []string{pyDir, ws},
+		SysPath:            []string{pyDir, kws},
 		ShellApproval:      o.ApproveShellCommands,
 		RequireShellEscape: o.RequireShellEscape,
 	}
 	if o.WorkDir != "" {
-		init.WorkDir = ws
+		init.WorkDir = kws
 	}
 	imagesDir := o.ImagesDir
 	if imagesDir == "" {
@@ -290,7 +311,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		Launcher:       launcher,
 		Dir:            ws,
 		Env:            env,
-		PythonPath:     []string{pyDir, ws},
+		PythonPath:     []string{pyDir, kws},
 		RunDir:         e.runDir,
 		ImagesDir:      imagesDir,
 		InitCode:       pyruntime.InitCode(init),
@@ -487,6 +508,15 @@ func (e *Executor) closeParts() error {
 		errs = append(errs, e.mcp.Close())
 	}
 	errs = append(errs, e.sandboxes.close())
+	if e.container != nil {
+		errs = append(errs, e.container.Close())
+	}
+	if e.stopEgress != nil {
+		errs = append(errs, e.stopEgress())
+	}
+	if e.guard != nil {
+		errs = append(errs, e.guard.Close())
+	}
 	if e.runDir != "" {
 		errs = append(errs, os.RemoveAll(e.runDir))
 	}

@@ -291,8 +291,12 @@ func child(mode string) {
 	defer os.RemoveAll(dir)
 	res := map[string]float64{}
 	opts := &ipybox.Options{WorkDir: dir}
-	if mode == "start-sandbox" {
+	switch mode {
+	case "start-sandbox":
 		opts.Sandbox = sandbox.DefaultConfig()
+		mode = "start"
+	case "start-container":
+		opts.Container = containerOptions(dir)
 		mode = "start"
 	}
 	t0 := time.Now()

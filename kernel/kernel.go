@@ -182,6 +182,9 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 // so it only has to exist; whether it can import ipykernel shows when the
 // kernel starts inside.
 func choosePython(ctx context.Context, o *Options) (string, error) {
+	if in, ok := o.Launcher.(Interpreter); ok {
+		return in.Interpreter(), nil
+	}
 	if _, direct := o.Launcher.(DirectLauncher); direct || o.Python == "" {
 		return FindPython(ctx, o.Python)
 	}

@@ -62,6 +62,14 @@ type Launcher interface {
 	Start(ctx context.Context, spec *Spec) (Process, error)
 }
 
+// Interpreter is implemented by a Launcher that runs an interpreter of its
+// own, one that does not exist on the host (a container image's python3).
+// The kernel package then neither discovers nor checks an interpreter on
+// the host: Spec.Path is Interpreter(), and the Launcher answers for it.
+type Interpreter interface {
+	Interpreter() string
+}
+
 // DirectLauncher runs the kernel as a child of this process, with a
 // lifeline (see internal/lifeline): the kernel ends when this process
 // does, however it ends, on every system. On Unix the kernel leads its own

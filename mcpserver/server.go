@@ -116,6 +116,12 @@ type Options struct {
 	// calls fail with the cause; nothing runs unsandboxed. Nil means no
 	// sandbox.
 	Sandbox *ipybox.SandboxConfig
+	// Container, when set, runs every session's kernel in a Docker
+	// container with this configuration (see ipybox.ContainerConfig); the
+	// kernel sees the workspace at /app/workspace, and install_package is
+	// refused (packages belong in the image). It excludes Sandbox. Nil
+	// means no container.
+	Container *ipybox.ContainerConfig
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).
@@ -252,6 +258,9 @@ func New(opts *Options) (*Server, error) {
 			return nil, fmt.Errorf("mcpserver: allowed directory: %w", err)
 		}
 		allowed = append(allowed, real)
+	}
+	if o.Container != nil && o.Sandbox != nil {
+		return nil, errors.New("mcpserver: Options.Container and Options.Sandbox exclude each other")
 	}
 	for _, b := range o.Binds {
 		if err := checkBind(b); err != nil {

@@ -258,9 +258,14 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 // executor loaded from servers.json at its start, and the holder of the
 // session it will serve (for OAuth sign-ins).
 func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
-	py, err := s.venvPython(ctx)
-	if err != nil {
-		return nil, nil, nil, err
+	var py string
+	if s.opts.Container == nil {
+		// A container brings its own Python; the workspace's virtualenv
+		// is the host's.
+		var err error
+		if py, err = s.venvPython(ctx); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	// What servers.json holds now, this executor loads at Start.
 	synced := map[string]int{}
@@ -290,7 +295,8 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.Sandbox = s.sandbox
-	if s.sandbox == nil {
+	o.Container = s.opts.Container
+	if s.sandbox == nil && o.Container == nil {
 		o.Zygote = s.zygote(ctx, py)
 	}
 	ex, err := ipybox.Start(ctx, &o)

@@ -376,6 +376,10 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 	if err := localRequirementInside(s.workspace, name); err != nil {
 		return nil, nil, err
 	}
+	if s.opts.Container != nil {
+		return nil, nil, errors.New("install_package is not available with a kernel container: packages belong in its image " +
+			"(a Dockerfile FROM ipybox:latest with RUN apt-get install python3-... or pip install ...; then --container-tag)")
+	}
 	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
 	if err != nil {
 		return nil, nil, err

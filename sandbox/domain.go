@@ -10,26 +10,40 @@ import (
 // hostRule is one allowedDomains or deniedDomains entry.
 type hostRule struct {
 	raw      string
-	any      bool       // "*": every host (in allowedDomains: every public name, never an IP literal)
-	wildcard bool       // "*.suffix": names below suffix, not suffix itself
-	name     string     // lower-case name, or the suffix of a wildcard
-	ip       netip.Addr // an IP literal entry
-	port     uint16     // 0: any port
+	any      bool         // "*": every host (in allowedDomains: every public name, never an IP literal)
+	wildcard bool         // "*.suffix": names below suffix, not suffix itself
+	name     string       // lower-case name, or the suffix of a wildcard
+	ip       netip.Addr   // an IP literal entry
+	prefix   netip.Prefix // a CIDR range entry ("10.1.0.0/16")
+	port     uint16       // 0: any port
 }
 
 // parseHostRule parses and validates an entry the way srt does: a name
 // ("example.com", "localhost"), a wildcard ("*.example.com", with at least
 // two labels after "*."), an IPv4 literal or a bracketed IPv6 literal, each
-// with an optional ":port". In deniedDomains a bare "*" denies everything.
+// with an optional ":port", or a CIDR range ("192.168.1.0/24",
+// "2001:db8::/32"; no port). In deniedDomains a bare "*" denies
+// everything.
 func parseHostRule(s string, denied bool) (hostRule, error) {
 	r := hostRule{raw: s}
 	bad := func(why string) (hostRule, error) {
 		return hostRule{}, fmt.Errorf("invalid domain pattern %q: %s; use a name (\"example.com\"), "+
 			"a wildcard (\"*.example.com\"), an IP literal (\"192.0.2.1\", \"[2001:db8::1]\"), "+
-			"optionally followed by \":port\"", s, why)
+			"optionally followed by \":port\", or a CIDR range (\"192.0.2.0/24\")", s, why)
 	}
 	if s == "" {
 		return bad("empty")
+	}
+	if addr, bits, ok := strings.Cut(s, "/"); ok && isAddr(addr) {
+		pf, err := netip.ParsePrefix(s)
+		if err != nil || pf.Addr().Zone() != "" {
+			return bad("a CIDR range is an address and a prefix length, such as 192.0.2.0/24")
+		}
+		if pf.Masked() != pf {
+			return bad(fmt.Sprintf("%s has host bits set past /%s; write %s", addr, bits, pf.Masked()))
+		}
+		r.prefix = netip.PrefixFrom(pf.Addr().Unmap(), pf.Bits()-unmapBits(pf.Addr()))
+		return r, nil
 	}
 	if strings.Contains(s, "://") || strings.ContainsAny(s, "/ \t\r\n?#@") {
 		return bad("a pattern is a host name, not a URL")
@@ -99,6 +113,32 @@ func parseHostRule(s string, denied bool) (hostRule, error) {
 	return r, nil
 }
 
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+// unmapBits is what a prefix length loses when an IPv4-mapped IPv6
+// address is unmapped.
+func unmapBits(a netip.Addr) int {
+	if a.Is4In6() {
+		return 96
+	}
+	return 0
+}
+
+// explicit reports whether a was allowed by an IP literal or a CIDR range
+// of allowedDomains: such an address passes the proxy's private-address
+// guard, for that range only ("*" and names never do).
+func (r *rules) explicit(a netip.Addr) bool {
+	for _, h := range r.allow {
+		if h.ip.IsValid() && h.ip == a || h.prefix.IsValid() && h.prefix.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // validName reports whether s is a dot-separated list of non-empty labels
 // of letters, digits, '-' and '_'.
 func validName(s string) bool {
@@ -126,6 +166,8 @@ func (r hostRule) match(name string, ip netip.Addr, port uint16) bool {
 		return true
 	case r.ip.IsValid():
 		return ip.IsValid() && r.ip == ip
+	case r.prefix.IsValid():
+		return ip.IsValid() && r.prefix.Contains(ip)
 	case name == "":
 		return false
 	case r.wildcard:

@@ -38,6 +38,14 @@ func TestParseHostRule(t *testing.T) {
 		{in: "example.com:0", wantErr: "port"},
 		{in: "example.com:99999", wantErr: "port"},
 		{in: "example.com:http", wantErr: "port"},
+		{in: "192.168.1.0/24"},
+		{in: "10.0.0.0/8"},
+		{in: "2001:db8::/32"},
+		{in: "127.0.0.1/32"},
+		{in: "192.168.1.1/24", wantErr: "write 192.168.1.0/24"},
+		{in: "192.168.1.0/33", wantErr: "CIDR range"},
+		{in: "example.com/24", wantErr: "not a URL"},
+		{in: "192.168.1.0/24:80", wantErr: "CIDR range"},
 	}
 	for _, tt := range tests {
 		_, err := parseHostRule(tt.in, tt.denied)
@@ -46,6 +54,36 @@ func TestParseHostRule(t *testing.T) {
 			t.Errorf("parseHostRule(%q) = %v, want ok", tt.in, err)
 		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 			t.Errorf("parseHostRule(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+		}
+	}
+}
+
+// TestCIDRRules: a CIDR entry allows the IP literals in its range, and an
+// explicit IP or range (never "*" or a name) passes the private-address
+// guard for that range only.
+func TestCIDRRules(t *testing.T) {
+	r, err := newRules(NetworkConfig{AllowedDomains: []string{"*", "example.com", "10.1.0.0/16", "127.0.0.1", "2001:db8::/32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ip              string
+		decide, explict bool
+	}{
+		{"10.1.2.3", true, true},
+		{"10.2.0.1", false, false},
+		{"127.0.0.1", true, true},
+		{"127.0.0.2", false, false},
+		{"2001:db8::5", true, true},
+		{"2001:db9::5", false, false},
+		{"192.168.0.1", false, false},
+	} {
+		a := netip.MustParseAddr(tc.ip)
+		if ok, _ := r.decide(target{ip: a, port: 80}); ok != tc.decide {
+			t.Errorf("decide(%s) = %v, want %v", tc.ip, ok, tc.decide)
+		}
+		if got := r.explicit(a); got != tc.explict {
+			t.Errorf("explicit(%s) = %v, want %v", tc.ip, got, tc.explict)
 		}
 	}
 }

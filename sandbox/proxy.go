@@ -293,7 +293,7 @@ func (p *proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 	var ok []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
-		if publicAddr(a) || p.allowPrivate != nil && p.allowPrivate(a) {
+		if publicAddr(a) || p.rules.explicit(a) || p.allowPrivate != nil && p.allowPrivate(a) {
 			ok = append(ok, a)
 		}
 	}

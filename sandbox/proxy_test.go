@@ -220,6 +220,27 @@ func TestProxyGuardOnByDefault(t *testing.T) {
 	}
 }
 
+// TestProxyExplicitIPPassesGuard: without the test hook, a loopback
+// address that allowedDomains lists explicitly (as an IP or a range) is
+// reached; a loopback address outside it, or reached through "*", is not.
+func TestProxyExplicitIPPassesGuard(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"*", "127.0.0.1/32"}},
+		map[string][]string{"named.test": {"127.0.0.2"}}, false)
+	if code, body := f.get(t, "http://127.0.0.1:PORT/"); code != 200 {
+		t.Errorf("GET 127.0.0.1 (listed) = %d %q, want 200", code, body)
+	}
+	if code, _ := f.connect(t, "127.0.0.1:PORT"); code != 200 {
+		t.Errorf("CONNECT 127.0.0.1 (listed) = %d, want 200", code)
+	}
+	if code, body := f.get(t, "http://named.test:PORT/"); code != 403 {
+		t.Errorf("GET a name resolving to 127.0.0.2 through \"*\" = %d %q, want 403", code, body)
+	}
+	if code, _ := f.connect(t, "127.0.0.2:PORT"); code != 403 {
+		t.Errorf("CONNECT 127.0.0.2 (not listed) = %d, want 403", code)
+	}
+}
+
 func TestProxyBadRequests(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"allowed.test"}}, nil, true)

@@ -3,6 +3,7 @@
 # whatever is already there. Safe to run again and again.
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm
 #   - npm test servers, pinned by tools/npm/package-lock.json
+#   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ pkgs=(
   python3-venv python3-pip # the kernel's virtualenv and install_package
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests
+  docker.io debootstrap    # the container backend, and its image's Debian base
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -44,4 +46,16 @@ if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
 fi
 
 command -v go >/dev/null || { say "Go is missing: install Go 1.26 (https://go.dev/dl)"; exit 1; }
+
+# The container backend: a running daemon and the image (cached: seconds
+# when nothing changed). IPYBOX_SKIP_IMAGE=1 skips both. A failure here is
+# loud but not fatal: only the container tests need Docker, and they fail
+# under CI=true (and skip locally) when it is missing.
+if [ "${IPYBOX_SKIP_IMAGE:-}" != 1 ]; then
+  if ! scripts/dockerd.sh; then
+    say "WARNING: no Docker daemon; the container tests will fail under CI=true (see above)"
+  elif ! scripts/image.sh; then
+    say "WARNING: the ipybox image did not build; the container tests will fail under CI=true (see above)"
+  fi
+fi
 say "ready"

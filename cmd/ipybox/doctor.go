@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/pyinstall"
 	"github.com/ipybox/ipybox/kernel"
 )
@@ -18,8 +20,9 @@ Usage: ipybox doctor [flags]
 
 Checks what ipybox needs on this host (a Python with ipykernel, matplotlib,
 pydantic and numpy; for the sandbox, bubblewrap on Linux and sandbox-exec
-on macOS) and says how to install what is missing. Exit status 1 when
-something required is missing.
+on macOS; Docker with the ipybox image for the container backend) and says
+how to install what is missing. Exit status 1 when something required is
+missing.
 `
 
 // check is one line of the doctor's report.
@@ -92,7 +95,7 @@ func doctorChecks(ctx context.Context, python string) []check {
 			checks = append(checks, c)
 		}
 	}
-	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe))
+	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
 	return checks
 }
 
@@ -130,6 +133,36 @@ func sandboxCheck(ctx context.Context, goos string, lookPath func(string) (strin
 		return check{name: "sandbox", ok: true, detail: detail}
 	}
 	return check{name: tool, ok: true, detail: path}
+}
+
+// dockerCheck reports the container backend: the daemon, the default
+// image, and kernel containers left by owners that exited.
+func dockerCheck(ctx context.Context) check {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := check{name: "docker"}
+	if err := containerProbe(ctx, &ipybox.ContainerConfig{}); err != nil {
+		c.detail = "needed only for --container-tag: " + err.Error()
+		return c
+	}
+	c.ok = true
+	c.detail = "daemon answers; image " + ipybox.DefaultContainerImage + " present"
+	names, orphaned, err := container.Leftovers(ctx, "")
+	if err != nil {
+		return c
+	}
+	var left []string
+	for i, n := range names {
+		if orphaned[i] {
+			left = append(left, n)
+		}
+	}
+	c.detail += fmt.Sprintf("; %d kernel container(s) running", len(names)-len(left))
+	if len(left) > 0 {
+		c.ok = false
+		c.detail += fmt.Sprintf("; %d left by exited owners (%s): the next container start removes them, or docker rm -f them", len(left), strings.Join(left, " "))
+	}
+	return c
 }
 
 // pythonModules returns the versions of the modules py can import.

@@ -41,6 +41,7 @@ type execFlags struct {
 	approval  string
 	shell     bool
 	sandbox   sandboxFlags
+	container containerFlags
 }
 
 func execCommand() *command {
@@ -60,6 +61,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) before running")
 	fs.StringVar(&f.approval, "approval", approvalAuto, "how tool calls (and, with --approve-shell, shell commands) are approved: auto, prompt (ask on the terminal; no terminal rejects) or reject")
 	f.sandbox.register(fs, false)
+	f.container.register(fs)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	if done, code := parseFlags(fs, env, args); done {
 		return code
@@ -71,10 +73,17 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
 	}
-	policy, _, err := f.sandbox.policy()
+	ctr, err := f.container.config(&f.sandbox)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 		return exitUsage
+	}
+	var policy *ipybox.SandboxConfig
+	if ctr == nil {
+		if policy, _, err = f.sandbox.policy(); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitUsage
+		}
 	}
 	if err := checkApprovalMode(f.approval); err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
@@ -111,6 +120,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 
 		ApproveShellCommands: f.shell,
 		Sandbox:              policy,
+		Container:            ctr,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
 	})
 	if err != nil {

@@ -56,6 +56,7 @@ type mcpFlags struct {
 	noZygote            bool
 	shutdownGrace       time.Duration
 	sandbox             sandboxFlags
+	container           containerFlags
 	sandboxExplicit     bool // set by mcpOptions
 }
 
@@ -74,11 +75,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
 	fs.Var(&f.allowedDirs, "allowed-dir", "host `DIR` that upload_file and download_file may use (repeatable; when given, it replaces the default: the workspace and the system temp dir)")
 	fs.Var(&f.kernelEnv, "kernel-env", "`KEY=VALUE` for the kernel's environment (repeatable)")
-	fs.Var(&f.kernelEnv, "container-env-var", "alias of --kernel-env")
 	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
-	fs.StringVar(&f.kernelEnvFile, "container-env-file", "", "alias of --kernel-env-file")
 	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
-	fs.Var(&f.binds, "container-bind", "alias of --bind")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
@@ -94,6 +92,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
 	f.sandbox.register(fs, true)
+	f.container.register(fs)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -146,6 +145,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	opts, err := mcpOptions(env, &f)
 	if err != nil {
 		return fail(exitUsage, err)
+	}
+	if opts.Container != nil {
+		if err := containerProbe(ctx, opts.Container); err != nil {
+			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
+		}
 	}
 	if opts.Sandbox != nil {
 		// Kernels start with the sessions; find out now, not at the first
@@ -326,6 +330,18 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		for _, s := range servers {
 			o.Servers[s.name] = s.cfg
 		}
+	}
+	if o.Container, err = f.container.config(&f.sandbox); err != nil {
+		return nil, err
+	}
+	if o.Container != nil {
+		if len(o.Binds) > 0 {
+			return nil, errors.New("--bind makes links to host paths, which a container cannot follow; use --container-bind HOST:REL (mounted at /app/REL)")
+		}
+		if f.python != "" {
+			return nil, errors.New("--python names a host interpreter; a container runs its image's python3")
+		}
+		return o, nil
 	}
 	policy, explicit, err := f.sandbox.policy()
 	if err != nil {

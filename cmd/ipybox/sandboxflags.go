@@ -31,7 +31,7 @@ func (f *sandboxFlags) register(fs *flag.FlagSet, onByDefault bool) {
 		fs.BoolVar(&f.on, "sandbox", false, "run the kernel in a bubblewrap sandbox (Linux): minimal read-only root, writable workspace, no network; fails if the sandbox cannot run")
 	}
 	fs.StringVar(&f.config, "sandbox-config", "", "sandbox settings `FILE` in sandbox-runtime's JSON format (implies --sandbox)")
-	fs.Var(&f.domains, "allowed-domain", "let the sandboxed kernel reach `DOMAIN` through the egress proxy (exact name or *.suffix; repeatable; implies --sandbox)")
+	fs.Var(&f.domains, "allowed-domain", "let the kernel reach `DOMAIN` through the egress proxy: a name, *.suffix, an IP address or a CIDR range (repeatable; implies --sandbox, or with --container-* gives the container no other network)")
 	fs.StringVar(&f.memory, "memory", "", fmt.Sprintf("most memory each sandboxed process may map for data, as `SIZE` (512m, 4g, or unlimited; default %s)", sandbox.FormatSize(sandbox.DefaultMemory)))
 	fs.IntVar(&f.pids, "pids", 0, fmt.Sprintf("most processes and threads the sandboxed kernel may run, `N` (-1: unlimited; default %d)", sandbox.DefaultPids))
 }

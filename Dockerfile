@@ -1,0 +1,42 @@
+# The ipybox image: the MCP server (`ipybox mcp`) with a Debian Python
+# runtime, and the default image of the container backend (--container-tag).
+#
+#   docker run -i --rm -v "$PWD":/app/workspace ipybox            # MCP over stdio
+#   docker run --rm -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
+#     -v "$PWD/token":/run/token:ro ipybox \
+#     mcp --workspace /app/workspace --http 0.0.0.0:8080 --auth-token-file /run/token
+#
+# BASE is a Debian bookworm image and GO_IMAGE one with Go on PATH. Where no
+# public registry is reachable, scripts/image.sh makes both locally from
+# Debian's packages and this machine's Go, and builds with them.
+ARG BASE=debian:bookworm-slim
+ARG GO_IMAGE=golang:1.26-bookworm
+
+FROM ${GO_IMAGE} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+COPY . .
+# A vendor/ directory (scripts/image.sh adds one) builds without network.
+RUN if [ -d vendor ]; then mod=-mod=vendor; else mod=-mod=readonly; go mod download; fi && \
+    CGO_ENABLED=0 go build $mod -trimpath -ldflags='-s -w' -o /out/ipybox ./cmd/ipybox
+
+FROM ${BASE}
+# python3-munkres is listed so that it answers fonttools' "scipy | munkres"
+# dependency: scipy would pull pythran, boost and a C++ compiler (+1 GB).
+RUN apt-get update -qq && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pydantic \
+      python3-pip python3-venv python3-munkres ca-certificates >/dev/null && \
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+# A fixed non-root user. The container backend runs kernels as the calling
+# user's uid (or ipybox's mapped id under root) whatever the image says.
+RUN useradd --uid 1000 --user-group --create-home --home-dir /home/ipybox ipybox && \
+    mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace
+COPY --from=build /out/ipybox /usr/local/bin/ipybox
+USER ipybox
+WORKDIR /app/workspace
+ENV LANG=C.UTF-8 HOME=/home/ipybox
+LABEL org.opencontainers.image.title="ipybox" \
+      org.opencontainers.image.description="ipybox MCP server and Python runtime"
+ENTRYPOINT ["ipybox"]
+CMD ["mcp", "--workspace", "/app/workspace"]

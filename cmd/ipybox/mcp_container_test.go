@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// containerDir returns a fresh directory the kernel's user can write:
+// under root, that is container.MappedID (or uid, when given).
+func containerDir(t *testing.T, uid int) string {
+	t.Helper()
+	d := t.TempDir()
+	if os.Geteuid() == 0 {
+		if uid == 0 {
+			uid = container.MappedID
+		}
+		if err := os.Chown(d, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// containersOf lists the kernel containers that process pid owns.
+func containersOf(t *testing.T, pid int) []string {
+	var ids []string
+	for _, c := range containerStates(t, pid) {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// containerStates lists the kernel containers that process pid owns.
+func containerStates(t *testing.T, pid int) []docker.Container {
+	t.Helper()
+	c, err := docker.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	list, err := c.List(ctx, container.LabelKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	var out []docker.Container
+	for _, ct := range list {
+		if strings.HasPrefix(ct.Labels[container.LabelOwner], fmt.Sprintf("%s/%d/", host, pid)) {
+			out = append(out, ct)
+		}
+	}
+	return out
+}
+
+// TestMCPContainerFlags: every flag of seed 000, through a real MCP client
+// session against `ipybox mcp --container-tag IMAGE`: the environment from
+// --container-env-var and --container-env-file, binds under /app/,
+// upload_file and download_file, reset keeping files, kernel death and
+// restart, and no container left when the server ends.
+func TestMCPContainerFlags(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 0)
+	cwd := t.TempDir()
+	data := containerDir(t, 0)
+	os.WriteFile(filepath.Join(data, "d.txt"), []byte("dataset"), 0o644)
+	envFile := filepath.Join(t.TempDir(), "c.env")
+	os.WriteFile(envFile, []byte("FROM_FILE=file\nOVERRIDDEN=file\n"), 0o600)
+	os.WriteFile(filepath.Join(ws, ".env"), []byte("KERNEL_ENV_SECRETISH=x\nTOKEN=hunter2\n"), 0o600)
+	share := containerDir(t, 0)
+
+	cmd := exec.Command(os.Args[0], "mcp", "--workspace", ws, "--container-tag", img,
+		"--container-env-var", "API_KEY=secret123", "--container-env-var", "OVERRIDDEN=var",
+		"--container-env-file", envFile,
+		"--container-bind", data+":datasets",
+		"--container-bind", "models:models", // relative: to the current directory, created
+		"--allowed-dir", share)
+	cmd.Dir = cwd
+	if os.Geteuid() == 0 {
+		// The relative bind is created by ipybox (root); give it to the
+		// kernel's user up front so that it can write it.
+		os.Mkdir(filepath.Join(cwd, "models"), 0o755)
+		os.Chown(filepath.Join(cwd, "models"), container.MappedID, container.MappedID)
+	}
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+
+	got := runCell(t, cs, `import os
+print(os.getcwd(), os.environ.get('API_KEY'), os.environ.get('FROM_FILE'), os.environ.get('OVERRIDDEN'), os.getuid() != 0)
+print(open('/app/datasets/d.txt').read())
+open('/app/models/m.bin', 'w').write('weights')
+print(repr(open('/app/workspace/.env').read()))`)
+	want := "/app/workspace secret123 file var True\ndataset\n''"
+	if got != want {
+		t.Errorf("cell: %q, want %q\n%s", got, want, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(cwd, "models", "m.bin")); err != nil || string(b) != "weights" {
+		t.Errorf("relative bind on the host: %q, %v", b, err)
+	}
+	// upload_file and download_file: host <-> /app/workspace.
+	src := filepath.Join(share, "up.txt")
+	os.WriteFile(src, []byte("uploaded"), 0o644)
+	if out, isErr := callText(t, cs, "upload_file", map[string]any{"relpath": "sub/up.txt", "local_path": src}); isErr {
+		t.Fatalf("upload_file: %s", out)
+	}
+	if got := runCell(t, cs, "print(open('/app/workspace/sub/up.txt').read())\n_ = open('down.txt', 'w').write('downloaded')"); got != "uploaded" {
+		t.Errorf("uploaded file in the container: %q", got)
+	}
+	dst := filepath.Join(share, "down.txt")
+	if out, isErr := callText(t, cs, "download_file", map[string]any{"relpath": "down.txt", "local_path": dst}); isErr {
+		t.Fatalf("download_file: %s", out)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "downloaded" {
+		t.Errorf("downloaded: %q", b)
+	}
+	// reset keeps files, drops state.
+	runCell(t, cs, "kept = 1")
+	if out, isErr := callText(t, cs, "reset", nil); isErr {
+		t.Fatalf("reset: %s", out)
+	}
+	if got := runCell(t, cs, "print('kept' in globals(), open('down.txt').read())"); got != "False downloaded" {
+		t.Errorf("after reset: %q", got)
+	}
+	// Death and restart.
+	out, _ := callText(t, cs, "execute_ipython_cell", map[string]any{"code": "import os\nos._exit(1)"})
+	if !strings.Contains(out, "died") {
+		t.Errorf("death: %q", out)
+	}
+	if got := runCell(t, cs, "print(1 + 1)"); !strings.HasSuffix(got, "2") {
+		t.Errorf("after death: %q", got)
+	}
+	// install_package says why not.
+	if out, isErr := callText(t, cs, "install_package", map[string]any{"package_name": "six"}); !isErr || !strings.Contains(out, "belong in its image") {
+		t.Errorf("install_package: %v %q", isErr, out)
+	}
+	pid := cmd.Process.Pid
+	if n := len(containersOf(t, pid)); n < 1 {
+		t.Errorf("the server owns %d containers while serving", n)
+	}
+	cs.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(containersOf(t, pid)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if left := containersOf(t, pid); len(left) > 0 {
+		t.Errorf("containers left after the server ended: %v\n%s", left, stderr)
+	}
+}
+
+// TestContainerReapedAfterSIGKILL: an ipybox killed with SIGKILL leaves its
+// container, which stops by itself (its lifeline ended); the next start
+// reaps it by label.
+func TestContainerReapedAfterSIGKILL(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 0)
+	cmd := exec.Command(os.Args[0], "exec", "--workspace", ws, "--container-tag", img, "-c", "print('up', flush=True)\nimport time\ntime.sleep(120)")
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "up") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	ids := containersOf(t, pid)
+	if len(ids) != 1 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("containers of the running exec: %v\n%s", ids, out)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	// The container's watcher sees its lifeline end, and stops it.
+	var left []docker.Container
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if left = containerStates(t, pid); len(left) != 1 || left[0].State != "running" {
+			break
+		}
+	}
+	if len(left) != 1 || left[0].State == "running" {
+		t.Fatalf("after SIGKILL: %+v (want the leftover, stopped, to reap)", left)
+	}
+	// The next start reaps it.
+	stdout, stderr, code := runBinary(t, "", "exec", "--workspace", ws, "--container-tag", img, "-c", "print('next')")
+	if code != 0 || stdout != "next\n" {
+		t.Fatalf("next exec: %d %q %q", code, stdout, stderr)
+	}
+	if got := containersOf(t, pid); len(got) != 0 {
+		t.Errorf("the leftover was not reaped: %v", got)
+	}
+}
+
+// TestImageServesStdio: the image's default command serves MCP over stdio
+// to the MCP Inspector's CLI, the workspace mounted at /app/workspace.
+func TestImageServesStdio(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 1000) // the image's user
+	cfg := filepath.Join(t.TempDir(), "inspector.json")
+	b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"ipybox": map[string]any{
+		"command": "docker",
+		"args":    []string{"run", "-i", "--rm", "--network", "none", "-v", ws + ":/app/workspace", img},
+	}}})
+	os.WriteFile(cfg, b, 0o600)
+	list := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/list")
+	out := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
+	checkInspectorOutput(t, list, out)
+}
+
+// TestExecContainerAllowedDomain: --allowed-domain with a container gives
+// it no network but the egress proxy, which reaches what is allowed (a
+// loopback listener, by its IP) and refuses the rest.
+func TestExecContainerAllowedDomain(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("reached"))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	code := `import os, urllib.request, urllib.error
+os.environ['NO_PROXY'] = os.environ['no_proxy'] = ''
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return 'refused %d' % e.code
+print(fetch('http://127.0.0.1:` + port + `/'), fetch('http://127.0.0.2:` + port + `/'), sorted(os.listdir('/sys/class/net')))`
+	stdout, stderr, exit := runBinary(t, "", "exec", "--workspace", containerDir(t, 0), "--container-tag", img, "--allowed-domain", "127.0.0.1", "-c", code)
+	if exit != 0 || stdout != "reached refused 403 ['lo']\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q", exit, stdout, stderr)
+	}
+}
+
+// TestContainerRemovedOnSIGTERM: ipybox exec stopped by SIGTERM in the
+// middle of a cell removes its container before it exits.
+func TestContainerRemovedOnSIGTERM(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	cmd := exec.Command(os.Args[0], "exec", "--workspace", containerDir(t, 0), "--container-tag", img, "-c", "print('up', flush=True)\nimport time\ntime.sleep(120)")
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "up") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := len(containersOf(t, pid)); n != 1 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("containers of the running exec: %d\n%s", n, out)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("ipybox exec did not exit within 30 s of SIGTERM")
+	}
+	if left := containersOf(t, pid); len(left) != 0 {
+		t.Errorf("containers left after SIGTERM: %v\n%s", left, out)
+	}
+}
+
+// TestImageServesHTTP: the image serves streamable HTTP with a bearer
+// token, published on 127.0.0.1 only.
+func TestImageServesHTTP(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 1000)
+	tokDir := t.TempDir()
+	os.Chmod(tokDir, 0o755)
+	tok := fmt.Sprintf("test-token-%d-%032x", os.Getpid(), time.Now().UnixNano())
+	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o644)
+	name := fmt.Sprintf("ipybox-test-http-%d", os.Getpid())
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "-p", "127.0.0.1::8080",
+		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
+		"mcp", "--workspace", "/app/workspace", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
+	stderr, _ := run.StderrPipe()
+	logs := &lockedBuffer{}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	urlc := testenv.ServingURL(io.TeeReader(stderr, logs))
+	go func() {
+		run.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		exec.Command("docker", "rm", "-f", name).Run()
+		<-exited
+	})
+	select {
+	case <-urlc:
+	case <-exited:
+		t.Fatalf("the image exited instead of serving HTTP:\n%s", logs)
+	case <-ctx.Done():
+		t.Fatalf("the image did not start serving HTTP:\n%s", logs)
+	}
+	port, err := exec.CommandContext(ctx, "docker", "port", name, "8080/tcp").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimSpace(strings.Split(string(port), "\n")[0])
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("published on %q, want 127.0.0.1 only", addr)
+	}
+	url := "http://" + addr + "/mcp"
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the token: HTTP %d, want 401", resp.StatusCode)
+	}
+	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: testenv.Bearer{Token: tok}}}, nil)
+	if got := runCell(t, cs, "print(6 * 7)"); got != "42" {
+		t.Errorf("cell over HTTP: %q", got)
+	}
+}

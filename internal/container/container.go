@@ -1,0 +1,583 @@
+// Package container runs the kernel in a Docker container: a
+// kernel.Launcher whose Process is the container, driven through the
+// Engine API (internal/docker).
+//
+// The run directory is bind-mounted at its host path, read-only, with the
+// kernel's own directory (its ipc sockets) writable on top; the tool
+// server's unix socket is in it. So the host speaks ZeroMQ over the same
+// ipc sockets as with a local kernel, and no port is published. The
+// workspace is mounted at /app/workspace, binds at /app/<rel>.
+//
+// Every container is hardened the same way: a non-root user, all
+// capabilities dropped, no-new-privileges, a read-only root with a tmpfs
+// /tmp, memory and pids limits, docker's init as pid 1, and labels that
+// name the owning process, so that a later start reaps what a killed
+// owner left behind.
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/sandboxhook"
+	"github.com/ipybox/ipybox/kernel"
+)
+
+// WorkspaceDir is the workspace's path inside the container.
+const WorkspaceDir = "/app/workspace"
+
+// BindRoot is the directory under which binds are mounted.
+const BindRoot = "/app"
+
+// Labels on every container the backend creates.
+const (
+	// LabelKernel marks a kernel container of ipybox.
+	LabelKernel = "ai.ipybox.kernel"
+	// LabelOwner is "<host>/<pid>/<start time>" of the process that
+	// created it.
+	LabelOwner = "ai.ipybox.owner"
+)
+
+// MappedID is the uid and gid the kernel runs as when ipybox runs as root
+// and the workspace belongs to root: the sandbox's mapped id, which no
+// host account has.
+const MappedID = 2_000_000_000
+
+// apiTimeout bounds each Engine API call but the wait for an exit.
+const apiTimeout = 20 * time.Second
+
+// Bind mounts a host directory at /app/<Rel> in the container.
+type Bind struct {
+	Host string // absolute host path
+	Rel  string // relative path under /app
+}
+
+// Config describes the containers a Launcher runs.
+type Config struct {
+	// Image is the image (never pulled: it must be present).
+	Image string
+	// Env is added to the container's environment before the kernel's own
+	// variables ("KEY=VALUE"; the kernel's win).
+	Env []string
+	// Binds are mounted read-write under /app.
+	Binds []Bind
+	// Memory is the memory limit in bytes (swap included); <= 0: none.
+	Memory int64
+	// Pids is the pids limit; <= 0: none.
+	Pids int64
+	// NoNetwork gives the container no network of its own (only
+	// loopback): --network none.
+	NoNetwork bool
+	// Workspace is the host workspace, mounted at WorkspaceDir.
+	Workspace string
+	// ReadOnly are workspace-relative directories mounted read-only over
+	// the workspace (the registry, .ipybox); they are created if missing.
+	ReadOnly []string
+	// Guard, when set, says at each start which workspace paths to
+	// write-protect (.git, .claude, .mcp.json… which host tools read and
+	// act on) and which secrets to hide (.env, .env.*, files that server
+	// configs name). Paths outside the workspace are not visible anyway.
+	// Nil means none.
+	Guard interface {
+		Protect() (*sandboxhook.Protection, error)
+	}
+	// Sockets are host unix sockets in the run directory that the kernel
+	// connects to (the tool server's): when ipybox runs as root they are
+	// handed to the container's user.
+	Sockets []string
+	// Forward, when set, makes the host unix socket Forward.Socket (in the
+	// run directory) reachable in the container as TCP on
+	// 127.0.0.1:Forward.Port: the egress proxy of a container with
+	// NoNetwork. Nil means none.
+	Forward *Forward
+	// Python is the interpreter in the image. Empty means "python3".
+	Python string
+	// Host is the daemon's address; empty means $DOCKER_HOST or the
+	// default socket.
+	Host string
+	// Logger receives the backend's logs. Nil discards.
+	Logger *slog.Logger
+}
+
+// Forward relays a TCP port on the container's loopback to a host unix
+// socket.
+type Forward struct {
+	Port   int
+	Socket string
+}
+
+// Launcher starts kernels in containers. It implements kernel.Launcher and
+// kernel.Interpreter.
+type Launcher struct {
+	life   lifeline
+	cfg    Config
+	c      *docker.Client
+	log    *slog.Logger
+	uid    int
+	gid    int
+	owner  string
+	seq    atomic.Int64
+	closed atomic.Bool
+}
+
+// New checks the daemon and the image, reaps containers whose owner is
+// gone, and returns a Launcher. Nothing is started yet.
+func New(ctx context.Context, cfg Config) (*Launcher, error) {
+	if cfg.Python == "" {
+		cfg.Python = "python3"
+	}
+	if cfg.Image == "" {
+		return nil, errors.New("container: no image; name one (--container-tag), and build the default with scripts/image.sh")
+	}
+	if !filepath.IsAbs(cfg.Workspace) {
+		return nil, fmt.Errorf("container: workspace %q is not absolute", cfg.Workspace)
+	}
+	for _, b := range cfg.Binds {
+		if err := CheckBind(b); err != nil {
+			return nil, err
+		}
+	}
+	c, err := docker.New(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	l := &Launcher{cfg: cfg, c: c, log: cfg.Logger, owner: ownerLabel(os.Getpid())}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	if err := c.Ping(actx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("container: docker is not available: %w; start dockerd (scripts/dockerd.sh) or set DOCKER_HOST", err)
+	}
+	if _, err := c.ImageInspect(actx, cfg.Image); err != nil {
+		c.Close()
+		if errors.Is(err, docker.ErrNotFound) {
+			return nil, fmt.Errorf("container: image %q is not on this host (ipybox never pulls); build it (scripts/image.sh builds ipybox:latest) or docker pull it", cfg.Image)
+		}
+		return nil, fmt.Errorf("container: image %q: %w", cfg.Image, err)
+	}
+	if l.uid, l.gid, err = containerUser(cfg.Workspace); err != nil {
+		c.Close()
+		return nil, err
+	}
+	Reap(actx, c, l.log)
+	return l, nil
+}
+
+// Close releases the client. Containers already started stop with their
+// kernels.
+func (l *Launcher) Close() error {
+	l.closed.Store(true)
+	l.life.close()
+	l.c.Close()
+	return nil
+}
+
+// Interpreter implements kernel.Interpreter: the image's Python.
+func (l *Launcher) Interpreter() string { return l.cfg.Python }
+
+// User returns the uid and gid the kernel runs as.
+func (l *Launcher) User() (uid, gid int) { return l.uid, l.gid }
+
+// CheckBind validates a bind: an absolute host directory, and a relative,
+// clean path under /app that is not the workspace.
+func CheckBind(b Bind) error {
+	switch {
+	case !filepath.IsAbs(b.Host):
+		return fmt.Errorf("container bind %q: the host path must be absolute", b.Host)
+	case b.Rel == "" || filepath.IsAbs(b.Rel):
+		return fmt.Errorf("container bind %s:%s: the container path must be relative (it is mounted under %s/)", b.Host, b.Rel, BindRoot)
+	case strings.ContainsAny(b.Rel, ":,\x00"):
+		return fmt.Errorf("container bind %s:%s: the container path must not contain ':', ',' or NUL", b.Host, b.Rel)
+	}
+	clean := filepath.Clean(b.Rel)
+	if clean != strings.TrimSuffix(b.Rel, "/") || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return fmt.Errorf("container bind %s:%s: the container path must be clean and stay under %s/ (no '.', '..' or '//')", b.Host, b.Rel, BindRoot)
+	}
+	if top, _, _ := strings.Cut(clean, "/"); top == "workspace" {
+		return fmt.Errorf("container bind %s:%s: %s is the workspace; choose another path", b.Host, b.Rel, WorkspaceDir)
+	}
+	return nil
+}
+
+// Start implements kernel.Launcher.
+func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
+	if l.closed.Load() {
+		return nil, errors.New("container: launcher closed")
+	}
+	root := os.Geteuid() == 0
+	sockDir := spec.SocketDir
+	if sockDir == "" {
+		sockDir = spec.RunDir
+	}
+	if root {
+		// The run directory stays root's (0711: no listing); the kernel's
+		// own directory and the sockets it dials are handed to its user.
+		if err := os.Chmod(spec.RunDir, 0o711); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+		for _, p := range append([]string{sockDir}, l.cfg.Sockets...) {
+			if err := os.Lchown(p, l.uid, l.gid); err != nil {
+				return nil, fmt.Errorf("container: %w", err)
+			}
+		}
+		filepath.WalkDir(sockDir, func(p string, _ os.DirEntry, err error) error {
+			if err == nil {
+				os.Lchown(p, l.uid, l.gid)
+			}
+			return nil
+		})
+	}
+	mounts := []docker.Mount{
+		{Type: "bind", Source: l.cfg.Workspace, Target: WorkspaceDir},
+		{Type: "bind", Source: spec.RunDir, Target: spec.RunDir, ReadOnly: true},
+	}
+	if sockDir != spec.RunDir {
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockDir, Target: sockDir})
+	}
+	for _, rel := range l.cfg.ReadOnly {
+		p := filepath.Join(l.cfg.Workspace, rel)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
+	}
+	if l.cfg.Guard != nil {
+		prot, err := l.cfg.Guard.Protect()
+		if err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+		empty := filepath.Join(spec.RunDir, "masked")
+		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(empty, nil, 0o444); err != nil {
+				return nil, fmt.Errorf("container: %w", err)
+			}
+		}
+		for _, p := range prot.ReadOnly {
+			if l.inWorkspace(p) {
+				mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
+			}
+		}
+		for _, p := range prot.Masks {
+			if l.inWorkspace(p) {
+				mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
+			}
+		}
+		for _, p := range prot.MaskDirs {
+			if l.inWorkspace(p) {
+				// Empty and unlistable for the kernel's user.
+				mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
+					TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
+			}
+		}
+	}
+	for _, b := range l.cfg.Binds {
+		if err := os.MkdirAll(b.Host, 0o755); err != nil {
+			return nil, fmt.Errorf("container bind %s: %w", b.Host, err)
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: b.Host, Target: filepath.Join(BindRoot, b.Rel)})
+	}
+	init := true
+	life, err := l.lifeline(spec.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	entry := []string{l.cfg.Python, "-c", shim, life}
+	if f := l.cfg.Forward; f != nil {
+		entry = append(entry, "--forward", strconv.Itoa(f.Port), f.Socket)
+	}
+	entry = append(entry, "--")
+	cfg := &docker.CreateConfig{
+		Image:      l.cfg.Image,
+		Entrypoint: entry,
+		Cmd:        spec.Args,
+		Env:        l.env(spec.Env),
+		User:       fmt.Sprintf("%d:%d", l.uid, l.gid),
+		WorkingDir: l.path(spec.Dir),
+		Labels: map[string]string{
+			LabelKernel: filepath.Base(spec.RunDir),
+			LabelOwner:  l.owner,
+		},
+		HostConfig: docker.HostConfig{
+			Mounts:         mounts,
+			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges"},
+			ReadonlyRootfs: true,
+			Init:           &init,
+			IpcMode:        "private",
+		},
+	}
+	if l.cfg.NoNetwork {
+		cfg.HostConfig.NetworkMode = "none"
+	}
+	if l.cfg.Memory > 0 {
+		cfg.HostConfig.Memory = l.cfg.Memory
+		cfg.HostConfig.MemorySwap = l.cfg.Memory
+	}
+	if l.cfg.Pids > 0 {
+		cfg.HostConfig.PidsLimit = &l.cfg.Pids
+	}
+	name := fmt.Sprintf("ipybox-%s-%d", strings.TrimPrefix(filepath.Base(spec.RunDir), "ipybox-"), l.seq.Add(1))
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
+	defer cancel()
+	id, err := l.c.Create(actx, name, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("container: create from %s: %w", l.cfg.Image, err)
+	}
+	p := &process{c: l.c, id: id, name: name, log: l.log, logsDone: make(chan struct{})}
+	if err := l.c.Start(actx, id); err != nil {
+		p.remove()
+		return nil, fmt.Errorf("container: start %s: %w", name, err)
+	}
+	if ctx.Err() != nil {
+		p.remove()
+		return nil, ctx.Err()
+	}
+	if in, err := l.c.Inspect(actx, id); err == nil {
+		p.pid = in.State.Pid
+	}
+	var lctx context.Context
+	lctx, p.stopLogs = context.WithCancel(context.Background())
+	go func() {
+		defer close(p.logsDone)
+		l.c.Logs(lctx, id, orDiscard(spec.Stdout), orDiscard(spec.Stderr))
+	}()
+	l.log.Debug("kernel container started", "name", name, "id", id[:12], "image", l.cfg.Image)
+	return p, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// inWorkspace reports whether the host path p is below the workspace.
+func (l *Launcher) inWorkspace(p string) bool {
+	return strings.HasPrefix(p, l.cfg.Workspace+"/")
+}
+
+// path maps a host path to the container's view: the workspace to
+// WorkspaceDir; anything else (the run directory) stays.
+func (l *Launcher) path(p string) string {
+	ws := l.cfg.Workspace
+	if p == ws {
+		return WorkspaceDir
+	}
+	if rest, ok := strings.CutPrefix(p, ws+"/"); ok {
+		return WorkspaceDir + "/" + rest
+	}
+	return p
+}
+
+// env is the container's environment: the configured variables, then the
+// kernel's, with host paths mapped and PATH and HOME those of the image.
+func (l *Launcher) env(kernelEnv []string) []string {
+	out := append([]string(nil), l.cfg.Env...)
+	for _, kv := range kernelEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PATH":
+			v = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		case "HOME":
+			v = "/tmp"
+		default:
+			parts := strings.Split(v, ":")
+			for i, s := range parts {
+				if strings.HasPrefix(s, "/") {
+					parts[i] = l.path(s)
+				}
+			}
+			v = strings.Join(parts, ":")
+		}
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// process is a kernel container.
+type process struct {
+	c        *docker.Client
+	id, name string
+	pid      int
+	log      *slog.Logger
+	stopLogs context.CancelFunc
+	logsDone chan struct{}
+	gone     atomic.Bool
+	rmOnce   sync.Once
+}
+
+// Pid implements kernel.Process: the host pid of the container's init.
+func (p *process) Pid() int { return p.pid }
+
+// Signal implements kernel.Process through the Engine API's kill: docker's
+// init passes it on to the kernel.
+func (p *process) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		return p.Kill()
+	}
+	if p.gone.Load() {
+		return os.ErrProcessDone
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	return notRunning(p.c.Kill(ctx, p.id, strconv.Itoa(int(sig))))
+}
+
+// Kill implements kernel.Process: the whole container ends.
+func (p *process) Kill() error {
+	if p.gone.Load() {
+		return os.ErrProcessDone
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	return notRunning(p.c.Kill(ctx, p.id, "SIGKILL"))
+}
+
+func notRunning(err error) error {
+	var ae *docker.APIError
+	if errors.As(err, &ae) && (ae.Status == 404 || ae.Status == 409) {
+		return os.ErrProcessDone
+	}
+	return err
+}
+
+// Wait implements kernel.Process: it waits for the container to stop,
+// then removes it.
+func (p *process) Wait() error {
+	code, err := p.c.Wait(context.Background(), p.id)
+	p.gone.Store(true)
+	select {
+	case <-p.logsDone:
+	case <-time.After(2 * time.Second):
+		p.stopLogs()
+		<-p.logsDone
+	}
+	p.stopLogs()
+	oom := false
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	if in, ierr := p.c.Inspect(ctx, p.id); ierr == nil {
+		oom = in.State.OOMKilled
+	}
+	cancel()
+	p.remove()
+	switch {
+	case err != nil:
+		return err
+	case oom:
+		return fmt.Errorf("container %s: killed for running out of memory (exit status %d)", p.name, code)
+	case code != 0:
+		return fmt.Errorf("container %s: exit status %d", p.name, code)
+	}
+	return nil
+}
+
+func (p *process) remove() {
+	p.rmOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		if err := p.c.Remove(ctx, p.id, true); err != nil {
+			p.log.Warn("could not remove kernel container; the next start reaps it", "name", p.name, "err", err)
+		}
+	})
+}
+
+// ownerLabel identifies a process across pid reuse: host name, pid and
+// start time (from /proc).
+func ownerLabel(pid int) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, pid, startTime(pid))
+}
+
+// startTime is field 22 of /proc/<pid>/stat, or "" when unknown.
+func startTime(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// Reap removes kernel containers whose owner on this host has exited (a
+// SIGKILLed ipybox leaves its containers behind). Containers of other
+// hosts sharing the daemon are left alone.
+func Reap(ctx context.Context, c *docker.Client, log *slog.Logger) int {
+	list, err := c.List(ctx, LabelKernel)
+	if err != nil {
+		return 0
+	}
+	host, _ := os.Hostname()
+	n := 0
+	for _, ct := range list {
+		if !Orphaned(ct.Labels[LabelOwner], host) {
+			continue
+		}
+		if err := c.Remove(ctx, ct.ID, true); err == nil {
+			n++
+			log.Info("reaped a kernel container whose owner is gone", "name", strings.TrimPrefix(strings.Join(ct.Names, ","), "/"))
+		}
+	}
+	return n
+}
+
+// Orphaned reports whether owner (a LabelOwner value) names a process of
+// this host that no longer runs.
+func Orphaned(owner, host string) bool {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 3 || parts[0] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	if processGone(pid) {
+		return true
+	}
+	return startTime(pid) != parts[2]
+}
+
+// Leftovers lists the kernel containers on the daemon (for ipybox doctor):
+// their names and whether their owner is gone.
+func Leftovers(ctx context.Context, host string) (names []string, orphaned []bool, err error) {
+	c, err := docker.New(host)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	list, err := c.List(ctx, LabelKernel)
+	if err != nil {
+		return nil, nil, err
+	}
+	me, _ := os.Hostname()
+	for _, ct := range list {
+		names = append(names, strings.TrimPrefix(strings.Join(ct.Names, ","), "/"))
+		orphaned = append(orphaned, Orphaned(ct.Labels[LabelOwner], me))
+	}
+	return names, orphaned, nil
+}

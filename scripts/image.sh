@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds the ipybox image (ipybox:latest) from the Dockerfile at the
+# repository root, on a machine that cannot pull from a public registry.
+# Safe to run again and again; a second run with no change takes seconds.
+#
+#   1. The Debian base (ipybox-base:bookworm) is made locally from Debian's
+#      own packages when it is missing: debootstrap --variant=minbase
+#      against this machine's apt mirror, then `docker import`.
+#   2. The Go build stage's image (ipybox-go:<go version>) is that base plus
+#      this machine's Go toolchain, made when missing.
+#   3. The build context is the binary's sources plus `go mod vendor`, so
+#      the build stage needs no network. Its content hash tags the result
+#      (ipybox:src-<hash>); when that tag exists, nothing is built.
+#
+# Environment: IPYBOX_IMAGE (default ipybox:latest), IPYBOX_MIRROR (default:
+# the first deb.debian.org-style URI in /etc/apt), IPYBOX_SUITE (bookworm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'image: %s\n' "$*" >&2; }
+
+scripts/dockerd.sh
+image=${IPYBOX_IMAGE:-ipybox:latest}
+suite=${IPYBOX_SUITE:-bookworm}
+base=ipybox-base:$suite
+
+mirror=${IPYBOX_MIRROR:-}
+if [ -z "$mirror" ]; then
+  mirror=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
+    grep -v security | head -1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//; s/[[:space:]].*//' || true)
+fi
+mirror=${mirror:-http://deb.debian.org/debian}
+
+# 1. The base.
+if ! docker image inspect "$base" >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || { say "debootstrap is missing: apt-get install debootstrap"; exit 1; }
+  root=$(mktemp -d /var/tmp/ipybox-base.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  say "making $base with debootstrap from $mirror (takes minutes, once)"
+  start=$SECONDS
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.log" 2>&1 ||
+    { say "debootstrap failed; see $root.log"; exit 1; }
+  # The same suites as a stock Debian image: updates and security fixes.
+  sec=${mirror%/debian}/debian-security
+  cat >"$root/etc/apt/sources.list" <<SRC
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb $sec $suite-security main
+SRC
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  tar -C "$root" --numeric-owner -c . | docker import -c 'CMD ["/bin/bash"]' - "$base" >/dev/null
+  rm -f "$root.log"
+  say "made $base in $((SECONDS - start)) s"
+fi
+
+# 2. The Go build stage's image.
+gover=$(go env GOVERSION)
+goimg=ipybox-go:$gover
+if ! docker image inspect "$goimg" >/dev/null 2>&1; then
+  say "making $goimg from $(go env GOROOT)"
+  ctx=$(mktemp -d)
+  trap 'rm -rf "$ctx"' EXIT
+  printf 'FROM %s\nCOPY . /usr/local/go\nENV PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0 GOTOOLCHAIN=local\n' "$base" >"$ctx/Dockerfile"
+  tar -C "$(go env GOROOT)" --exclude=./test --exclude=./doc -c . | tar -C "$ctx" -x
+  DOCKER_BUILDKIT=0 docker build -q -t "$goimg" "$ctx" >/dev/null
+  rm -rf "$ctx"
+fi
+
+# 3. The image.
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+# Only what the build reads (the binary's Go sources, the embedded Python
+# runtime, the module files, the Dockerfile): an edit to docs or tests
+# does not rebuild the image.
+git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' \
+  ':(glob)internal/pyruntime/**' ':(exclude)*_test.go' ':(exclude)tools/**' ':(exclude)bench/**' \
+  ':(exclude,glob)**/testdata/**' |
+  xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
+go mod vendor -o "$ctx/vendor"
+hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg") | sha256sum | cut -c1-16)
+tag=ipybox:src-$hash
+if docker image inspect "$tag" >/dev/null 2>&1; then
+  docker tag "$tag" "$image"
+  say "$image is up to date ($tag)"
+  exit 0
+fi
+say "building $image ($tag)"
+start=$SECONDS
+DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" -t "$tag" "$ctx" >/dev/null
+docker tag "$tag" "$image"
+# Older source tags are dead weight.
+docker image ls --format '{{.Repository}}:{{.Tag}}' ipybox | grep '^ipybox:src-' | grep -v "^$tag\$" | xargs -r docker rmi >/dev/null 2>&1 || true
+say "built $image in $((SECONDS - start)) s ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
