@@ -28,6 +28,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox/internal/mcptest"
+
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -868,5 +870,114 @@ func TestRedteamRedirectToOtherOrigin(t *testing.T) {
 				return true
 			})
 		})
+	}
+}
+
+// TestRedteamFixedRedirectPortSquatted: a pre-registered client's fixed
+// redirect port is taken by another local process before the sign-in
+// starts (on 127.0.0.1, and on every address). ipybox does not hand out an
+// authorization URL whose redirect the squatter would receive: it fails at
+// once, naming the port and the fix.
+func TestRedteamFixedRedirectPortSquatted(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	for _, addr := range []string{"127.0.0.1", "0.0.0.0"} {
+		t.Run(addr, func(t *testing.T) {
+			s := oauthServer(t, &mcptest.OAuthServerOptions{ClientID: "pre", ClientSecret: "pre-secret-0123456789"})
+			ln, err := net.Listen("tcp", addr+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var squatted atomic.Int32
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					squatted.Add(1)
+					c.Close()
+				}
+			}()
+			port := ln.Addr().(*net.TCPAddr).Port
+			b := newBrowser()
+			m, _ := oauthManager(t, Config{URL: s.URL, OAuth: &OAuthConfig{ClientID: "pre", ClientSecret: "${SECRET}", RedirectPort: port}}, t.TempDir(), &Options{OAuthURL: b.open, DotEnv: map[string]string{"SECRET": "pre-secret-0123456789"}})
+			_, err = callErr(m, "tool-1", 20*time.Second)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprint(port)) {
+				t.Fatalf("sign-in with a squatted redirect port: %v, want an error naming port %d", err, port)
+			}
+			if n := b.opened.Load(); n != 0 {
+				t.Errorf("the application was handed an authorization URL whose redirect goes to the squatter: %s", <-b.urls)
+			}
+			if n := squatted.Load(); n != 0 {
+				t.Errorf("the squatter got %d connections", n)
+			}
+		})
+	}
+}
+
+// TestRedteamLogsHoldNoSignInSecrets: with debug logging, a whole sign-in
+// (discovery, registration, authorization, code exchange, a refresh)
+// leaves in the logs no access or refresh token, no client secret, no
+// authorization code, no state and no PKCE verifier or challenge.
+func TestRedteamLogsHoldNoSignInSecrets(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second})
+	var secrets sync.Map
+	open := func(ctx context.Context, server, u string) error {
+		au, _ := url.Parse(u)
+		for _, k := range []string{"state", "code_challenge"} {
+			secrets.Store(au.Query().Get(k), k)
+		}
+		go func() {
+			c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+				if code := r.URL.Query().Get("code"); code != "" {
+					secrets.Store(code, "code")
+				}
+				return nil
+			}}
+			if resp, err := c.Get(u); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		return nil
+	}
+	dir := t.TempDir()
+	m, logs := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: open})
+	if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
+		t.Fatalf("sign-in: %q %v", got, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the token expires: the next call refreshes it
+	if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
+		t.Fatalf("after the refresh: %q %v", got, err)
+	}
+	if c := s.Counts(); c.Refreshes == 0 {
+		t.Errorf("no refresh happened: %+v", c)
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "tokens.json"))
+	var f tokenFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range f.Servers {
+		secrets.Store(e.ClientSecret, "client secret")
+	}
+	for _, tok := range s.Tokens() {
+		secrets.Store(tok, "token")
+	}
+	n := 0
+	secrets.Range(func(k, v any) bool {
+		if k.(string) == "" {
+			return true
+		}
+		n++
+		if strings.Contains(logs.String(), k.(string)) {
+			t.Errorf("the logs hold the %s", v)
+		}
+		return true
+	})
+	if n < 5 {
+		t.Errorf("only %d secrets were collected; the test proves little", n)
 	}
 }
