@@ -723,7 +723,7 @@ func TestRedteamTokenFileConcurrentWriters(t *testing.T) {
 // tool call to an OAuth server must still end within its context's
 // deadline rather than block forever in flock(2).
 func TestRedteamTokenLockHeld(t *testing.T) {
-	t.Skip("redteam: FAILS: a held lock on the token file blocks every OAuth connect forever in flock(2), past the caller's context and Close")
+	t.Skip("redteam: FAILS: a held lock on the token file blocks an OAuth connect in flock(2) with no bound, past the caller's context deadline")
 	s := oauthServer(t, nil)
 	dir := t.TempDir()
 	lock := filepath.Join(dir, "."+tokenFileName+".lock")
