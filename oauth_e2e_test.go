@@ -288,14 +288,18 @@ func TestOAuthTokenFolderMaskedInHostRoot(t *testing.T) {
 	testenv.NeedsTool(t, "bwrap")
 	s := mcptest.NewOAuthServer(nil)
 	t.Cleanup(s.Close)
-	// A config folder that the sandbox shows: in the workspace itself.
+	// A config folder that the "host" root shows (outside the workspace:
+	// inside it, the sandbox is refused, see
+	// TestRedteamTokenFolderInWritablePlace).
+	// The policy shows it read-only (extraRead), beside the host root.
 	ws := t.TempDir()
-	cfgHome := filepath.Join(ws, "cfg")
+	cfgHome := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", cfgHome)
 	tokenFile := filepath.Join(cfgHome, "ipybox", "oauth-tokens.json")
 	b := &headlessBrowser{}
 	policy := ipybox.DefaultSandbox()
 	policy.RootMode = "host"
+	policy.ExtraRead = append(policy.ExtraRead, cfgHome)
 	sb := startSandboxed(t, &ipybox.Options{WorkDir: ws, Sandbox: policy, OAuthURL: b.open, Approver: ipybox.ApproveAll})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -320,7 +324,7 @@ print(run(Params(s="host-root")))`, tokens, tokenFile)
 			t.Errorf("want %q:\n%s", want, res.Text)
 		}
 	}
-	if strings.Contains(res.Text, "token-dir READ True") || strings.Contains(res.Text, "oauth-tokens") {
+	if strings.Contains(res.Text, "token-dir READ True") || strings.Contains(res.Text, "config-home READ True") || strings.Contains(res.Text, "oauth-tokens") {
 		t.Errorf("the token folder is listable:\n%s", res.Text)
 	}
 }

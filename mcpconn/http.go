@@ -1,6 +1,8 @@
 package mcpconn
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 )
@@ -45,4 +47,18 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *headerTransport) rejectedPOST() bool {
 	s := t.lastPOST.Load()
 	return s >= 400 && s < 500 && s != http.StatusUnauthorized && s != http.StatusForbidden
+}
+
+// sameOrigin follows a redirect only within the server's origin (scheme,
+// host and port): a bearer token or a configured header must not reach
+// another port of the same host, another host, or plain HTTP.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	from := via[0].URL
+	if req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
+		return fmt.Errorf("the server redirected to another origin (%s://%s); ipybox does not follow it, so that the server's credentials stay with it: configure the URL it redirects to", req.URL.Scheme, req.URL.Host)
+	}
+	return nil
 }

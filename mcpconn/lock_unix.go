@@ -3,8 +3,11 @@
 package mcpconn
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"syscall"
+	"time"
 )
 
 // lockFile takes an advisory lock on path (created if missing): exclusive
@@ -22,12 +25,29 @@ func lockFile(path string, exclusive bool) (func(), error) {
 	if exclusive {
 		how = syscall.LOCK_EX
 	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
+	// Bounded: any process of the user can hold the lock, and a connect
+	// must not hang behind it.
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, fmt.Errorf("%s is locked by another process for more than %v", path, lockWait)
+			}
+			return nil, err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return func() { f.Close() }, nil // closing releases the lock
 }
+
+// lockWait bounds the wait for the token file's lock; a writer holds it
+// for one small file write.
+const lockWait = time.Second
 
 // oNoFollow makes opening the token file fail on a symbolic link.
 const oNoFollow = syscall.O_NOFOLLOW

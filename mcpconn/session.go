@@ -135,14 +135,14 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		ht = &headerTransport{base: m.http, headers: cfg.Headers}
 		// No standalone SSE stream: the host only lists and calls tools, and
 		// answers come on the POSTs' own responses.
-		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}, DisableStandaloneSSE: true}
+		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht, CheckRedirect: sameOrigin}, DisableStandaloneSSE: true}
 		if oh != nil {
 			st.OAuthHandler = oh
 		}
 		t = st
 	case SSE:
 		ht = &headerTransport{base: m.http, headers: cfg.Headers}
-		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht}}
+		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht, CheckRedirect: sameOrigin}}
 	default:
 		cancel()
 		return nil, false, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)

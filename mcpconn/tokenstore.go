@@ -1,6 +1,7 @@
 package mcpconn
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +123,15 @@ func (s tokenStore) load(serverURL string) (*storedSignIn, error) {
 	return out, err
 }
 
+// maxStoredToken bounds a token the file keeps: the file is shared by
+// every server, and one server's huge token (a hostile authorization
+// server's, of up to a megabyte) must not make it unreadable for all.
+const maxStoredToken = 16 << 10
+
 func (s tokenStore) save(serverURL string, e *storedSignIn) error {
+	if len(e.AccessToken) > maxStoredToken || len(e.RefreshToken) > maxStoredToken {
+		return fmt.Errorf("mcpconn: the sign-in to %s was not stored: its token is longer than %d bytes; it lasts for this process only", tokenKey(serverURL), maxStoredToken)
+	}
 	return s.locked(true, func(f *tokenFile) bool {
 		f.Servers[tokenKey(serverURL)] = e
 		return true
@@ -161,10 +170,14 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 	if !fn(f) || !write {
 		return nil
 	}
-	data, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // a '<' in a token stays one byte, not six
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(f); err != nil {
 		return fmt.Errorf("mcpconn: OAuth token file: %w", err)
 	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	tmp, err := os.CreateTemp(dir, "."+tokenFileName+".*")
 	if err != nil {
 		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
