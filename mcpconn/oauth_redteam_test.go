@@ -1,3 +1,5 @@
+//go:build unix
+
 package mcpconn
 
 // Red-team tests of the OAuth client: a hostile MCP server or
