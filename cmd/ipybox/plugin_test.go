@@ -342,7 +342,18 @@ func readmeClaudeCommands(t *testing.T, root, home string, env []string, sh func
 	out, _ := os.ReadFile(logPath)
 	if m := regexp.MustCompile(`ipybox-pid=(\d+)`).FindSubmatch(out); m != nil {
 		pid, _ := strconv.Atoi(string(m[1]))
-		t.Cleanup(func() { testenv.Signal(pid, syscall.SIGTERM) })
+		t.Cleanup(func() {
+			// Wait for it: it writes under the temporary HOME as it ends
+			// (the sandbox's workspace lock), which TempDir removes next.
+			testenv.Signal(pid, syscall.SIGTERM)
+			for deadline := time.Now().Add(10 * time.Second); testenv.Alive(pid) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if testenv.Alive(pid) {
+				testenv.Signal(pid, syscall.SIGKILL)
+				t.Errorf("the README's HTTP server (pid %d) did not end within 10s of SIGTERM", pid)
+			}
+		})
 	}
 	if err != nil {
 		t.Fatalf("README's HTTP commands: %v\n%s", err, out)
