@@ -16,8 +16,24 @@ import (
 // authorization URL, through URL-mode elicitation. Warm executors start
 // without a session; startExecutor sets it.
 type oauthOwner struct {
-	mu sync.Mutex
-	ss *mcp.ServerSession
+	mu   sync.Mutex
+	ss   *mcp.ServerSession
+	call context.Context // the running tool call's request, if any
+}
+
+// setCall records the tool call that runs now, so that a sign-in it needs
+// is asked on that request's stream; the returned function forgets it.
+func (o *oauthOwner) setCall(ctx context.Context) func() {
+	o.mu.Lock()
+	o.call = ctx
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		if o.call == ctx {
+			o.call = nil
+		}
+		o.mu.Unlock()
+	}
 }
 
 func (o *oauthOwner) set(ss *mcp.ServerSession) {
@@ -29,7 +45,7 @@ func (o *oauthOwner) set(ss *mcp.ServerSession) {
 // openURL is the executor's ipybox.Options.OAuthURL.
 func (o *oauthOwner) openURL(ctx context.Context, server, url string) error {
 	o.mu.Lock()
-	ss := o.ss
+	ss, call := o.ss, o.call
 	o.mu.Unlock()
 	login := fmt.Sprintf("sign in with `ipybox auth login %s` (run in a terminal on this host, with this --workspace) and try again", server)
 	if ss == nil {
@@ -38,6 +54,19 @@ func (o *oauthOwner) openURL(ctx context.Context, server, url string) error {
 	ip := ss.InitializeParams()
 	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil || ip.Capabilities.Elicitation.URL == nil {
 		return fmt.Errorf("MCP server %q needs an OAuth sign-in, and this MCP client cannot open the sign-in page for ipybox (it does not support URL-mode elicitation); %s", server, login)
+	}
+	if call != nil {
+		// On the running call's request stream, for no longer than the
+		// caller (the sign-in's own bound) waits.
+		ectx, cancel := context.WithCancel(call)
+		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
+		if dl, ok := ctx.Deadline(); ok {
+			var cancelDL context.CancelFunc
+			ectx, cancelDL = context.WithDeadline(ectx, dl)
+			defer cancelDL()
+		}
+		ctx = ectx
 	}
 	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
 		Mode:          "url",

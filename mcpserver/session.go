@@ -41,6 +41,9 @@ type session struct {
 	// warnings are registration problems to report with the next execute;
 	// guarded by mu.
 	warnings []string
+	// owner is the current executor's holder of this session for OAuth
+	// sign-ins; guarded by mu.
+	owner *oauthOwner
 }
 
 func newSession(s *Server, ss *mcp.ServerSession) *session {
@@ -236,6 +239,9 @@ func (x *session) close() error {
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
 	if w, ok := s.warm.Take(); ok {
 		w.owner.set(x.ss)
+		x.mu.Lock()
+		x.owner = w.owner
+		x.mu.Unlock()
 		s.mu.Lock()
 		maps.Copy(x.synced, w.synced)
 		s.mu.Unlock()
@@ -246,6 +252,9 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		return nil, err
 	}
 	owner.set(x.ss)
+	x.mu.Lock()
+	x.owner = owner
+	x.mu.Unlock()
 	s.mu.Lock()
 	maps.Copy(x.synced, synced)
 	s.mu.Unlock()

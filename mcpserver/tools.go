@@ -236,6 +236,15 @@ func (s *Server) sessionExecutor(ctx context.Context, req *mcp.CallToolRequest) 
 		done()
 		return nil, nil, nil, nil, err
 	}
+	// A sign-in question while this call runs goes on its request's
+	// stream, as approvals do: a client need not open a standalone one.
+	x.mu.Lock()
+	owner := x.owner
+	x.mu.Unlock()
+	if owner != nil {
+		clear := owner.setCall(cctx)
+		done = func() { clear(); stop(); cancel() }
+	}
 	return x, ex, cctx, done, nil
 }
 
