@@ -63,6 +63,13 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.tools = ts
+	if e.opts.Gateway != nil {
+		// A gateway kernel cannot reach a unix socket of this host: it
+		// reaches the tool server on loopback TCP, with the same token
+		// and the Host check (docs/gateway.md).
+		e.toolURL, err = ts.ListenTCP()
+		return err
+	}
 	if e.toolURL, err = ts.ListenLocal(filepath.Join(e.runDir, "tool.sock")); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/gateway"
+	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/kernel"
 )
@@ -75,10 +76,9 @@ func TestGatewayKernel(t *testing.T) {
 			ctx := context.Background()
 			images := t.TempDir()
 			k := startGatewayKernel(t, j, kernel.Options{
-				ImagesDir:         images,
-				Env:               []string{"IPYBOX_TEST_VAR=from-the-host", "KERNEL_TEST=kv"},
-				InitCode:          "_ipybox_init_ran = True",
-				HeartbeatInterval: 300 * time.Millisecond,
+				ImagesDir: images,
+				Env:       []string{"IPYBOX_TEST_VAR=from-the-host", "KERNEL_TEST=kv"},
+				InitCode:  "_ipybox_init_ran = True",
 			})
 			if k.RemoteID() == "" {
 				t.Fatal("no remote kernel id")
@@ -98,6 +98,21 @@ func TestGatewayKernel(t *testing.T) {
 				return res.Text
 			}
 
+			t.Run("the server's framing is the one spoken", func(t *testing.T) {
+				c, _ := gateway.New(gateway.Config{URL: j.URL, Token: j.Token})
+				conn, err := c.Connect(ctx, k.RemoteID(), func(jupyter.Channel, *jupyter.Message) {}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				want := gateway.SubprotocolV1
+				if kind.legacy {
+					want = "legacy"
+				}
+				if conn.Protocol() != want {
+					t.Errorf("protocol = %s, want %s", conn.Protocol(), want)
+				}
+			})
 			t.Run("state and streams", func(t *testing.T) {
 				must("x = 6 * 7")
 				if got := must("import sys\nprint(x)\nprint('err', file=sys.stderr)\nx + 1"); got != "42\nerr\n43" {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -50,6 +51,13 @@ type Conn struct {
 	mu       sync.Mutex
 	closed   bool
 	lostOnce sync.Once
+
+	// traffic counts messages read; busy is set while the Handler holds
+	// one. Either proves the websocket alive without a ping, whose pong
+	// only the reader can see.
+	traffic atomic.Int64
+	busy    atomic.Bool
+	pinged  int64 // traffic at the last Ping; Ping's alone
 }
 
 // writeTimeout bounds one Send: a server that stops reading cannot hold a
@@ -168,7 +176,10 @@ func (c *Conn) read() {
 				return
 			}
 		}
+		c.traffic.Add(1)
+		c.busy.Store(true)
 		c.h(ch, m)
+		c.busy.Store(false)
 	}
 }
 
@@ -219,6 +230,14 @@ func (c *Conn) Ping(ctx context.Context) error {
 	c.mu.Unlock()
 	if closed {
 		return jupyter.ErrClosed
+	}
+	// Traffic since the last Ping proves both the websocket and the
+	// kernel alive. Asking then would mislead: a pong is read by the
+	// reader, which a slow consumer may be holding back, and a server
+	// busy relaying output answers REST late.
+	if n := c.traffic.Load(); n != c.pinged || c.busy.Load() {
+		c.pinged = n
+		return nil
 	}
 	if err := c.ws.Ping(ctx); err != nil {
 		return fmt.Errorf("gateway: websocket ping: %s", c.c.redact(err.Error()))
