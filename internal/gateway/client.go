@@ -89,12 +89,20 @@ func New(cfg Config) (*Client, error) {
 
 // newTransport is a transport for one gateway. Go's dialer sets TCP_NODELAY
 // on every TCP connection, so a small message leaves at once (Nagle would
-// hold it up to ~40 ms for the peer's delayed ACK).
+// hold it up to ~40 ms for the peer's delayed ACK); quickAck spares the
+// server's messages the same wait on our side.
 func newTransport() *http.Transport {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return quickAck(c), nil
+	}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
+		DialContext:           dial,
 		ForceAttemptHTTP2:     false, // the channels websocket needs HTTP/1.1
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
