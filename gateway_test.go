@@ -3,6 +3,8 @@ package ipybox_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +69,15 @@ func TestGatewayExecutor(t *testing.T) {
 				t.Fatalf("approved call: %v, %d requests, %q", err, len(reqs), resultText(events))
 			}
 
+			// The tool server's TCP port is an attack surface: anyone on
+			// the host (another kernel of the same gateway) can reach it.
+			toolURL := run(t, ex, "import os\nprint(os.environ['IPYBOX_TOOL_URL'])").Text
+			token := run(t, ex, "print(os.environ['IPYBOX_TOOL_TOKEN'])").Text
+			if !strings.HasPrefix(toolURL, "http://127.0.0.1:") {
+				t.Fatalf("tool server URL %q, want loopback TCP", toolURL)
+			}
+			attackToolServer(t, toolURL, token)
+
 			if err := ex.Reset(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -77,6 +88,46 @@ func TestGatewayExecutor(t *testing.T) {
 				t.Errorf("Close: %v", err)
 			}
 		})
+	}
+}
+
+// attackToolServer: without the token, with a foreign Host, or with a
+// body past the limit, a request is refused, and no answer holds the
+// token.
+func attackToolServer(t *testing.T, base, token string) {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	body := `{"server":"go","tool":"tool_1","arguments":{"s":"x"}}`
+	for _, tc := range []struct {
+		name, auth, host, body string
+		want                   int
+	}{
+		{"no token", "", "", body, 401},
+		{"wrong token", "Bearer " + strings.Repeat("0", len(token)), "", body, 401},
+		{"foreign Host (DNS rebinding)", "Bearer " + token, "evil.example:80", body, 403},
+		{"body past the limit", "Bearer " + token, "", `{"server":"go","tool":"tool_1","arguments":{"s":"` + strings.Repeat("x", 17<<20) + `"}}`, 413},
+	} {
+		req, _ := http.NewRequest("POST", base+"/v1/tools/call", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d: %s", tc.name, resp.StatusCode, tc.want, answer)
+		}
+		if strings.Contains(string(answer), token) {
+			t.Errorf("%s: the answer holds the token", tc.name)
+		}
 	}
 }
 
