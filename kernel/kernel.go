@@ -59,7 +59,9 @@ type Options struct {
 	// before the kernel is restarted. Zero means 3s.
 	InterruptGrace time.Duration
 	// IdleGrace is how long to wait for the final status after the reply
-	// before the result is marked Truncated. Zero means 2s.
+	// before the result is marked Truncated. Zero means 2s, or 10s with a
+	// Gateway (a gateway relays the reply at once and may relay a cell's
+	// output well behind it).
 	IdleGrace time.Duration
 	// ShutdownGrace is each step of Close's escalation (shutdown_request,
 	// SIGTERM, SIGKILL). Zero means 2s.
@@ -91,6 +93,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Launcher == nil {
 		c.Launcher = DirectLauncher{}
+	}
+	if c.Gateway != nil && c.IdleGrace == 0 {
+		c.IdleGrace = defaults.GatewayIdleGrace
 	}
 	if err := defaults.Apply("kernel",
 		defaults.Duration{Name: "Options.StartTimeout", V: &c.StartTimeout, Def: defaults.KernelStart},
