@@ -2,8 +2,10 @@ package ipybox_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -141,5 +143,80 @@ func TestGatewayExcludesLocalOptions(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "leave them nil") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// hostAddress returns a non-loopback IPv4 address of this machine, or
+// skips (no such interface).
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this machine")
+	return ""
+}
+
+// TestGatewayToolServerTLS: with ToolServerAddr, a gateway kernel reaches
+// the tool server over HTTPS on that address and pins its certificate;
+// approvals stay on the host. The port refuses plain HTTP, a foreign Host
+// and a missing token, and a runtime with another pin sends nothing.
+func TestGatewayToolServerTLS(t *testing.T) {
+	addr := hostAddress(t)
+	j := testenv.JupyterServer(t, nil)
+	ex := start(t, &ipybox.Options{
+		Gateway:        &ipybox.GatewayConfig{URL: j.URL, Token: j.Token},
+		ToolServerAddr: addr,
+	})
+	toolURL := run(t, ex, "import os\nprint(os.environ['IPYBOX_TOOL_URL'])").Text
+	if !strings.HasPrefix(toolURL, "https://"+addr+":") {
+		t.Fatalf("tool server URL %q, want https on %s", toolURL, addr)
+	}
+	register(t, ex, "go", testmcpStdio(t))
+	imports := "from mcptools.go.tool_1 import Params, run\n"
+	reqs, events, err := collect(t, ex, imports+"print(run(Params(s='1')))", nil, nil)
+	if err != nil || len(reqs) != 1 || resultText(events) != "tool-1: 1" {
+		t.Fatalf("approved call over https: %v, %d requests, %q", err, len(reqs), resultText(events))
+	}
+
+	token := run(t, ex, "print(os.environ['IPYBOX_TOOL_TOKEN'])").Text
+	insecure := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(client *http.Client, url, host, auth string) (int, string) {
+		req, _ := http.NewRequest("GET", url+"/v1/health", nil)
+		if host != "" {
+			req.Host = host
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(insecure, toolURL, "", "Bearer "+token); code != 200 {
+		t.Errorf("the kernel's own request: %d", code)
+	}
+	if code, body := get(insecure, toolURL, "", ""); code != 401 || strings.Contains(body, token) {
+		t.Errorf("no token: %d %s", code, body)
+	}
+	if code, body := get(insecure, toolURL, "evil.example:443", "Bearer "+token); code != 403 {
+		t.Errorf("foreign Host: %d %s", code, body)
+	}
+	if code, _ := get(&http.Client{Timeout: 10 * time.Second}, "http://"+strings.TrimPrefix(toolURL, "https://"), "", "Bearer "+token); code == 200 {
+		t.Error("plain HTTP was served on the TLS port")
+	}
+
+	// A runtime that pins another certificate sends nothing.
+	_, err = ex.Execute(context.Background(), "import os\nos.environ['IPYBOX_TOOL_CERT_SHA256'] = '0' * 64\n"+imports+"run(Params(s='2'))", nil)
+	var pe *ipybox.PythonError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Value, "fingerprint") {
+		t.Fatalf("wrong pin: err = %v", err)
 	}
 }

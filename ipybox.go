@@ -139,6 +139,15 @@ type Options struct {
 	// the kernel and how it reaches the tool server. It excludes Sandbox
 	// and Zygote. Nil means a local kernel.
 	Gateway *GatewayConfig
+	// ToolServerAddr is where a gateway kernel reaches the tool server:
+	// "HOST" or "HOST:PORT" (no port, or 0: a free one), HOST being an
+	// address or name of this machine that the kernel's machine can
+	// reach. The tool server then serves HTTPS there, with a fresh
+	// self-signed certificate whose fingerprint the kernel's runtime
+	// pins, and the per-session token. Empty means plain HTTP on
+	// 127.0.0.1, which only a gateway on this machine reaches. It needs
+	// Gateway.
+	ToolServerAddr string
 
 	// Sandbox, when set, runs the kernel inside a bubblewrap sandbox with
 	// this policy (DefaultSandbox() is a good start). If the sandbox
@@ -218,6 +227,7 @@ type Executor struct {
 	mcp      *mcpconn.Manager
 	tools    *toolserver.Server
 	toolURL  string
+	toolPin  string // the tool server certificate's fingerprint, for https
 
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
@@ -280,6 +290,9 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 			e.closeParts()
 		}
 	}()
+	if o.ToolServerAddr != "" && o.Gateway == nil {
+		return nil, errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
+	}
 	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
 		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
 	}

@@ -129,6 +129,10 @@ type Options struct {
 	// machine, which the gateway's kernels do not use. Nil means local
 	// kernels.
 	Gateway *ipybox.GatewayConfig
+	// ToolServerAddr is where the gateway's kernels reach each session's
+	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
+	// every session listens on a port of its own. Empty means 127.0.0.1.
+	ToolServerAddr string
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).

@@ -300,6 +300,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	case s.opts.Gateway != nil:
 		g := *s.opts.Gateway
 		o.Gateway = &g
+		o.ToolServerAddr = s.opts.ToolServerAddr
 	case s.sandbox == nil && o.Container == nil:
 		o.Zygote = s.zygote(ctx, py)
 	}

@@ -134,6 +134,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Container:            ctr,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
 		Gateway:              gw,
+		ToolServerAddr:       f.gateway.toolAddr,
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)

@@ -48,6 +48,7 @@ func TestGatewayFlagErrors(t *testing.T) {
 		{[]string{"exec", "--gateway-token", "abc", "-c", "1"}, "--gateway-token-file"},
 		{[]string{"mcp", "--gateway-token", "abc"}, "--gateway-token-file"},
 		{[]string{"exec", "--gateway-kernel-name", "ir", "-c", "1"}, "add --gateway-url"},
+		{[]string{"mcp", "--tool-server-addr", "10.0.0.5"}, "add --gateway-url"},
 		{[]string{"exec", "--gateway-url", "http://127.0.0.1:1", "--sandbox", "-c", "1"}, "drop one of them or --gateway-url"},
 		{[]string{"mcp", "--gateway-url", "http://127.0.0.1:1", "--sandbox"}, "drop one of --sandbox and --gateway-url"},
 		{[]string{"exec", "--gateway-url", "http://127.0.0.1:1", "--gateway-token-file", "/nonexistent/tok", "-c", "1"}, "--gateway-token-file"},

@@ -19,6 +19,7 @@ type gatewayFlags struct {
 	token      string // refused: see errGatewayTokenOnCommandLine
 	kernelName string
 	legacy     bool
+	toolAddr   string
 }
 
 func (f *gatewayFlags) register(fs *flag.FlagSet) {
@@ -26,6 +27,7 @@ func (f *gatewayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "gateway-token-file", "", "read the gateway's token from `FILE` (default $JUPYTER_GATEWAY_AUTH_TOKEN)")
 	fs.StringVar(&f.token, "gateway-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --gateway-token-file")
 	fs.StringVar(&f.kernelName, "gateway-kernel-name", "python3", "the kernelspec `NAME` the gateway starts")
+	fs.StringVar(&f.toolAddr, "tool-server-addr", "", "serve the tool server to gateway kernels over HTTPS (a pinned self-signed certificate) on `HOST[:PORT]`, an address of this machine the kernels can reach (default: plain HTTP on 127.0.0.1, for a gateway on this machine)")
 	fs.BoolVar(&f.legacy, "gateway-legacy-protocol", false, "speak the legacy JSON websocket frames without offering v1.kernel.websocket.jupyter.org")
 }
 
@@ -46,8 +48,8 @@ func (f *gatewayFlags) config(env *cliEnv) (*ipybox.GatewayConfig, error) {
 	envToken := env.getenv("JUPYTER_GATEWAY_AUTH_TOKEN")
 	os.Unsetenv("JUPYTER_GATEWAY_AUTH_TOKEN")
 	if url == "" {
-		if f.tokenFile != "" || f.legacy || f.kernelName != "python3" {
-			return nil, errors.New("--gateway-token-file, --gateway-kernel-name and --gateway-legacy-protocol apply to a gateway; add --gateway-url URL")
+		if f.tokenFile != "" || f.legacy || f.kernelName != "python3" || f.toolAddr != "" {
+			return nil, errors.New("--gateway-token-file, --gateway-kernel-name, --gateway-legacy-protocol and --tool-server-addr apply to a gateway; add --gateway-url URL")
 		}
 		return nil, nil
 	}

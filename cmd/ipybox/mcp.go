@@ -362,6 +362,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			return nil, errors.New("--sandbox confines local kernels; gateway kernels are confined by their gateway: drop one of --sandbox and --gateway-url")
 		}
 		o.Sandbox = nil // the default sandbox is for local kernels
+		o.ToolServerAddr = f.gateway.toolAddr
 	}
 	return o, nil
 }
