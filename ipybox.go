@@ -136,8 +136,8 @@ type Options struct {
 	// Gateway, when set, runs the kernel on a Jupyter server (Jupyter
 	// Server, Kernel Gateway, Enterprise Gateway) through its kernels API
 	// instead of on this machine: see docs/gateway.md for what reaches
-	// the kernel and how it reaches the tool server. It excludes Sandbox
-	// and Zygote. Nil means a local kernel.
+	// the kernel and how it reaches the tool server. It excludes Sandbox,
+	// Container and Zygote. Nil means a local kernel.
 	Gateway *GatewayConfig
 	// ToolServerAddr is where a gateway kernel reaches the tool server:
 	// "HOST" or "HOST:PORT" (no port, or 0: a free one), HOST being an
