@@ -173,3 +173,27 @@ func ExampleContainerConfig() {
 	}
 	fmt.Println(res.Text)
 }
+
+// A session whose kernel runs on a Jupyter Server, Kernel Gateway or
+// Enterprise Gateway. The token comes from the environment (or a file),
+// never from the command line. There is no Output: it needs a server.
+func ExampleGatewayConfig() {
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{
+		Gateway: &ipybox.GatewayConfig{
+			URL:   os.Getenv("JUPYTER_GATEWAY_URL"),
+			Token: os.Getenv("JUPYTER_GATEWAY_AUTH_TOKEN"),
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close() // deletes the remote kernel
+	res, err := ex.Execute(ctx, "import socket; print(socket.gethostname())", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("ran on", res.Text)
+}

@@ -3,6 +3,7 @@ module github.com/ipybox/ipybox
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	golang.org/x/oauth2 v0.35.0

@@ -133,6 +133,22 @@ type Options struct {
 	// be empty or the zygote's interpreter. Nil means cold starts.
 	Zygote *Zygote
 
+	// Gateway, when set, runs the kernel on a Jupyter server (Jupyter
+	// Server, Kernel Gateway, Enterprise Gateway) through its kernels API
+	// instead of on this machine: see docs/gateway.md for what reaches
+	// the kernel and how it reaches the tool server. It excludes Sandbox,
+	// Container and Zygote. Nil means a local kernel.
+	Gateway *GatewayConfig
+	// ToolServerAddr is where a gateway kernel reaches the tool server:
+	// "HOST" or "HOST:PORT" (no port, or 0: a free one), HOST being an
+	// address or name of this machine that the kernel's machine can
+	// reach. The tool server then serves HTTPS there, with a fresh
+	// self-signed certificate whose fingerprint the kernel's runtime
+	// pins, and the per-session token. Empty means plain HTTP on
+	// 127.0.0.1, which only a gateway on this machine reaches. It needs
+	// Gateway.
+	ToolServerAddr string
+
 	// Sandbox, when set, runs the kernel inside a bubblewrap sandbox with
 	// this policy (DefaultSandbox() is a good start). If the sandbox
 	// cannot run on this host, Start fails with the cause and the fix; it
@@ -146,6 +162,19 @@ type Options struct {
 	// cause and the fix. Nil means no container.
 	Container *ContainerConfig
 }
+
+// GatewayConfig says which Jupyter server runs the kernel, for
+// Options.Gateway.
+type GatewayConfig = kernel.GatewayConfig
+
+// GatewayProtocol chooses a gateway kernel's websocket framing.
+type GatewayProtocol = kernel.GatewayProtocol
+
+// The websocket framings of GatewayConfig.Protocol.
+const (
+	GatewayProtocolAuto   = kernel.GatewayProtocolAuto
+	GatewayProtocolLegacy = kernel.GatewayProtocolLegacy
+)
 
 // Bool returns a pointer to b, for Options.ApproveToolCalls.
 func Bool(b bool) *bool { return &b }
@@ -198,6 +227,7 @@ type Executor struct {
 	mcp      *mcpconn.Manager
 	tools    *toolserver.Server
 	toolURL  string
+	toolPin  string // the tool server certificate's fingerprint, for https
 
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
@@ -260,6 +290,12 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 			e.closeParts()
 		}
 	}()
+	if o.ToolServerAddr != "" && o.Gateway == nil {
+		return nil, errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
+	}
+	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
+		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
+	}
 	if err := e.startTools(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
@@ -306,15 +342,30 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	env := envList(o.KernelEnv)
 	env = append(env, e.toolEnv()...)
+	initCode := pyruntime.InitCode(init)
+	pythonPath := []string{pyDir, kws}
+	var gw *kernel.GatewayConfig
+	if o.Gateway != nil {
+		// The kernel may not share this file system: the runtime travels
+		// as code over the channel, and the working directory is the
+		// gateway's (see docs/gateway.md).
+		g := *o.Gateway
+		gw = &g
+		init.SysPath = []string{ws}
+		init.WorkDir = ""
+		initCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
+		pythonPath = nil
+	}
 	e.k, err = kernel.Start(ctx, &kernel.Options{
+		Gateway:        gw,
 		Python:         o.Python,
 		Launcher:       launcher,
 		Dir:            ws,
 		Env:            env,
-		PythonPath:     []string{pyDir, kws},
+		PythonPath:     pythonPath,
 		RunDir:         e.runDir,
 		ImagesDir:      imagesDir,
-		InitCode:       pyruntime.InitCode(init),
+		InitCode:       initCode,
 		StartTimeout:   o.InitTimeout,
 		InterruptGrace: o.InterruptGrace,
 		Logger:         log,

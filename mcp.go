@@ -63,6 +63,18 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.tools = ts
+	switch {
+	case e.opts.ToolServerAddr != "":
+		// A kernel on another machine: HTTPS, the certificate pinned.
+		e.toolURL, e.toolPin, err = ts.ListenTLS(e.opts.ToolServerAddr)
+		return err
+	case e.opts.Gateway != nil:
+		// A gateway kernel cannot reach a unix socket of this host: it
+		// reaches the tool server on loopback TCP, with the same token
+		// and the Host check (docs/gateway.md).
+		e.toolURL, err = ts.ListenTCP()
+		return err
+	}
 	if e.toolURL, err = ts.ListenLocal(filepath.Join(e.runDir, "tool.sock")); err != nil {
 		return err
 	}
@@ -82,6 +94,9 @@ func (e *Executor) toolEnv() []string {
 		toolserver.EnvURL + "=" + e.toolURL,
 		toolserver.EnvToken + "=" + e.tools.Token(),
 		toolserver.EnvTimeout + "=" + strconv.Itoa(int(wait.Seconds())),
+	}
+	if e.toolPin != "" {
+		env = append(env, toolserver.EnvCertSHA256+"="+e.toolPin)
 	}
 	// With approval on, the runtime publishes a sync marker before each
 	// request, so that approvals follow the output printed before them.

@@ -10,6 +10,12 @@ same kernel build. Prints one JSON object.
   anchor.py burst N       -- N KernelManagers started at once, in threads, each
                              executing "1"; the time from the start to each
                              first result
+  anchor.py gw-roundtrip URL N -- a Python websocket client (python3-websocket)
+                             on a kernel of the Jupyter Server at URL: execute
+                             "pass" N times over the channels websocket
+  anchor.py gw-start URL  -- the same client: POST /api/kernels, open the
+                             channels, kernel_info, execute "1"; then DELETE
+The gateway modes read the server's token from $JUPYTER_GATEWAY_AUTH_TOKEN.
 """
 import json
 import resource
@@ -88,8 +94,92 @@ def lifecycle(n):
     return {"restart_ms": med(restart), "shutdown_ms": med(shutdown), "shutdown_max_ms": max(shutdown), "whole_ms": med(whole)}
 
 
+class GatewayKernel:
+    """A kernel of a Jupyter Server driven the way a thin Python client
+    would: urllib for REST, websocket-client for the channels (legacy JSON
+    frames; websocket-client sets TCP_NODELAY)."""
+
+    def __init__(self, url):
+        import os
+        import urllib.request
+        import uuid
+
+        import websocket
+
+        self.url = url.rstrip("/")
+        self.token = os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"]
+        self.urllib = urllib.request
+        self.session = uuid.uuid4().hex
+        self.id = self.rest("POST", "/api/kernels", {"name": "python3"})["id"]
+        ws_url = "ws" + self.url[len("http"):] + "/api/kernels/" + self.id + "/channels?session_id=" + self.session
+        self.ws = websocket.create_connection(ws_url, header=["Authorization: token " + self.token])
+        self.uuid = uuid
+
+    def rest(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = self.urllib.Request(self.url + path, data=data, method=method,
+                                  headers={"Authorization": "token " + self.token, "Content-Type": "application/json"})
+        with self.urllib.urlopen(req, timeout=60) as r:
+            raw = r.read()
+        return json.loads(raw) if raw else None
+
+    def request(self, msg_type, content):
+        """Sends a shell request; returns when its reply and the idle
+        status for it have arrived."""
+        mid = self.uuid.uuid4().hex
+        self.ws.send(json.dumps({
+            "channel": "shell",
+            "header": {"msg_id": mid, "session": self.session, "username": "anchor", "date": "",
+                       "msg_type": msg_type, "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "content": content, "buffers": [],
+        }))
+        reply = idle = False
+        while not (reply and idle):
+            m = json.loads(self.ws.recv())
+            if m.get("parent_header", {}).get("msg_id") != mid:
+                continue
+            if m["channel"] == "shell":
+                reply = True
+            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+
+    def execute(self, code):
+        self.request("execute_request", {"code": code, "silent": False, "store_history": True,
+                                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
+
+    def close(self):
+        self.ws.close()
+        self.rest("DELETE", "/api/kernels/" + self.id)
+
+
 def main():
     mode = sys.argv[1]
+    if mode == "gw-roundtrip":
+        k = GatewayKernel(sys.argv[2])
+        try:
+            k.request("kernel_info_request", {})
+            n = int(sys.argv[3])
+            for _ in range(20):  # warm up
+                k.execute("pass")
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                k.execute("pass")
+                times.append(time.perf_counter() - t0)
+            times.sort()
+            print(json.dumps({"p50_ms": times[len(times) // 2] * 1000, "mean_ms": sum(times) / n * 1000}))
+        finally:
+            k.close()
+        return
+    if mode == "gw-start":
+        t0 = time.perf_counter()
+        k = GatewayKernel(sys.argv[2])
+        k.request("kernel_info_request", {})
+        k.execute("1")
+        ms = (time.perf_counter() - t0) * 1000
+        k.close()
+        print(json.dumps({"ms": ms}))
+        return
     if mode == "lifecycle":
         print(json.dumps(lifecycle(int(sys.argv[2]))))
         return

@@ -59,7 +59,9 @@ type Options struct {
 	// before the kernel is restarted. Zero means 3s.
 	InterruptGrace time.Duration
 	// IdleGrace is how long to wait for the final status after the reply
-	// before the result is marked Truncated. Zero means 2s.
+	// before the result is marked Truncated. Zero means 2s, or 10s with a
+	// Gateway (a gateway relays the reply at once and may relay a cell's
+	// output well behind it).
 	IdleGrace time.Duration
 	// ShutdownGrace is each step of Close's escalation (shutdown_request,
 	// SIGTERM, SIGKILL). Zero means 2s.
@@ -72,6 +74,12 @@ type Options struct {
 	// Logger receives the kernel's own stderr and lifecycle logs. Nil
 	// discards.
 	Logger *slog.Logger
+	// Gateway, when set, runs the kernel on a Jupyter server through its
+	// kernels API instead of as a local process: Python, Launcher,
+	// PythonPath and RunDir are then unused, Env reaches the kernel as
+	// described in docs/gateway.md, and Pid is 0. Nil means a local
+	// kernel.
+	Gateway *GatewayConfig
 
 	// tcp makes the kernel use TCP on 127.0.0.1 where it would use ipc
 	// sockets (tests only: see transport.go).
@@ -85,6 +93,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Launcher == nil {
 		c.Launcher = DirectLauncher{}
+	}
+	if c.Gateway != nil && c.IdleGrace == 0 {
+		c.IdleGrace = defaults.GatewayIdleGrace
 	}
 	if err := defaults.Apply("kernel",
 		defaults.Duration{Name: "Options.StartTimeout", V: &c.StartTimeout, Def: defaults.KernelStart},
@@ -130,6 +141,8 @@ type Kernel struct {
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
 	wg          sync.WaitGroup // background goroutines of all instances
+
+	remote *remote // nil for a local kernel
 }
 
 // Start launches a kernel and waits until it is ready to execute.
@@ -138,8 +151,13 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	python, err := choosePython(ctx, &o)
-	if err != nil {
+	var python string
+	var rem *remote
+	if o.Gateway != nil {
+		if rem, err = newRemote(o.Gateway); err != nil {
+			return nil, err
+		}
+	} else if python, err = choosePython(ctx, &o); err != nil {
 		return nil, err
 	}
 	if o.Dir == "" {
@@ -150,13 +168,13 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return nil, err
 	}
-	k := &Kernel{opts: o, python: python, session: jupyter.NewID()}
+	k := &Kernel{opts: o, python: python, session: jupyter.NewID(), remote: rem}
 	k.closeCtx, k.closeCancel = context.WithCancel(context.Background())
 	k.imagesDir = o.ImagesDir
 	if k.imagesDir == "" {
 		k.imagesDir = filepath.Join(o.Dir, "images")
 	}
-	if o.RunDir != "" {
+	if o.RunDir != "" || rem != nil {
 		k.runDir = o.RunDir
 	} else {
 		if k.runDir, err = NewRunDir(); err != nil {
@@ -209,7 +227,7 @@ func (k *Kernel) ImagesDir() string { return k.imagesDir }
 type instance struct {
 	k    *Kernel
 	proc Process
-	conn *jupyter.Conn
+	conn transport
 
 	mu    sync.Mutex
 	calls map[string]*call // by request msg_id
@@ -261,6 +279,9 @@ func (in *instance) isDead() bool { return isClosed(in.dead) }
 
 // spawn starts a process, connects and performs the ready handshake.
 func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
+	if k.remote != nil {
+		return k.spawnRemote(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, k.opts.StartTimeout)
 	defer cancel()
 
@@ -799,7 +820,10 @@ func (k *Kernel) Close() error {
 func (k *Kernel) shutdown(in *instance) {
 	g := k.opts.ShutdownGrace
 	in.closing.Store(true)
-	if !in.isDead() && in.conn != nil {
+	// A gateway kernel is shut down by its DELETE (kill below): the server
+	// asks it politely and waits, and would restart a kernel that exits
+	// on a shutdown_request of ours.
+	if !in.isDead() && in.conn != nil && !in.isRemote() {
 		replied := false
 		if msg, err := jupyter.NewMessage(k.session, "shutdown_request", map[string]bool{"restart": false}); err == nil {
 			c := in.register(msg.Header.MsgID)

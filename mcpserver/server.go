@@ -122,6 +122,17 @@ type Options struct {
 	// refused (packages belong in the image). It excludes Sandbox. Nil
 	// means no container.
 	Container *ipybox.ContainerConfig
+	// Gateway, when set, runs every session's kernel on this Jupyter
+	// server (see ipybox.Options.Gateway and docs/gateway.md) instead of on
+	// this machine; Sandbox and Container must then be nil, and
+	// install_package installs into the workspace's virtualenv on this
+	// machine, which the gateway's kernels do not use. Nil means local
+	// kernels.
+	Gateway *ipybox.GatewayConfig
+	// ToolServerAddr is where the gateway's kernels reach each session's
+	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
+	// every session listens on a port of its own. Empty means 127.0.0.1.
+	ToolServerAddr string
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).
@@ -288,6 +299,9 @@ func New(opts *Options) (*Server, error) {
 	for _, name := range names {
 		s.regGen++
 		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
+	}
+	if o.Gateway != nil && (o.Sandbox != nil || o.Container != nil) {
+		return nil, errors.New("mcpserver: Options.Gateway runs kernels on the gateway, and Sandbox and Container confine local ones; leave them nil with a gateway")
 	}
 	if o.Sandbox != nil {
 		// A bind is a link in the workspace to a host directory; inside the

@@ -268,9 +268,9 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 // session it will serve (for OAuth sign-ins).
 func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
 	var py string
-	if s.opts.Container == nil {
-		// A container brings its own Python; the workspace's virtualenv
-		// is the host's.
+	if s.opts.Container == nil && s.opts.Gateway == nil {
+		// A container brings its own Python, a gateway's kernels theirs;
+		// the workspace's virtualenv is the host's.
 		var err error
 		if py, err = s.venvPython(ctx); err != nil {
 			return nil, nil, nil, err
@@ -305,7 +305,12 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
-	if s.sandbox == nil && o.Container == nil {
+	switch {
+	case s.opts.Gateway != nil:
+		g := *s.opts.Gateway
+		o.Gateway = &g
+		o.ToolServerAddr = s.opts.ToolServerAddr
+	case s.sandbox == nil && o.Container == nil:
 		o.Zygote = s.zygote(ctx, py)
 	}
 	ex, err := ipybox.Start(ctx, &o)

@@ -13,6 +13,8 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 pkgs=(
   python3-ipykernel python3-matplotlib python3-pydantic python3-numpy
   python3-jupyter-client   # the benchmark anchor (Python's jupyter_client)
+  python3-jupyter-server   # the remote-kernel (gateway) tests' Jupyter Server
+  python3-websocket        # the gateway benchmark's Python websocket anchor
   python3-venv python3-pip # the kernel's virtualenv and install_package
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests

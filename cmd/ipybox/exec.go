@@ -42,6 +42,7 @@ type execFlags struct {
 	shell     bool
 	sandbox   sandboxFlags
 	container containerFlags
+	gateway   gatewayFlags
 }
 
 func execCommand() *command {
@@ -63,6 +64,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	f.sandbox.register(fs, false)
 	f.container.register(fs)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
+	f.gateway.register(fs)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -84,6 +86,15 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 			return exitUsage
 		}
+	}
+	gw, err := f.gateway.config(env)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	if gw != nil && (policy != nil || ctr != nil) {
+		fmt.Fprintf(env.stderr, "ipybox exec: --sandbox and --container confine a local kernel; a gateway kernel is confined by its gateway: drop one of them or --gateway-url\n")
+		return exitUsage
 	}
 	if err := checkApprovalMode(f.approval); err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
@@ -122,6 +133,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Sandbox:              policy,
 		Container:            ctr,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
+		Gateway:              gw,
+		ToolServerAddr:       f.gateway.toolAddr,
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)

@@ -58,6 +58,7 @@ type mcpFlags struct {
 	sandbox             sandboxFlags
 	container           containerFlags
 	sandboxExplicit     bool // set by mcpOptions
+	gateway             gatewayFlags
 }
 
 func mcpCommand() *command {
@@ -90,6 +91,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
 	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most HTTP sessions with a kernel at once (`N`; -1: no limit); one more gets a JSON-RPC error")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
+	f.gateway.register(fs)
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
 	f.sandbox.register(fs, true)
 	f.container.register(fs)
@@ -334,6 +336,12 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	if o.Container, err = f.container.config(&f.sandbox); err != nil {
 		return nil, err
 	}
+	if o.Gateway, err = f.gateway.config(env); err != nil {
+		return nil, err
+	}
+	if o.Gateway != nil && o.Container != nil {
+		return nil, errors.New("--container runs kernels in a local container and --gateway-url on a gateway; drop one of them")
+	}
 	if o.Container != nil {
 		if len(o.Binds) > 0 {
 			return nil, errors.New("--bind makes links to host paths, which a container cannot follow; use --container-bind HOST:REL (mounted at /app/REL)")
@@ -349,5 +357,12 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	}
 	o.Sandbox = policy
 	f.sandboxExplicit = explicit
+	if o.Gateway != nil {
+		if explicit {
+			return nil, errors.New("--sandbox confines local kernels; gateway kernels are confined by their gateway: drop one of --sandbox and --gateway-url")
+		}
+		o.Sandbox = nil // the default sandbox is for local kernels
+		o.ToolServerAddr = f.gateway.toolAddr
+	}
 	return o, nil
 }

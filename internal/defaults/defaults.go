@@ -16,6 +16,7 @@ const (
 	KernelStart       = 60 * time.Second // a kernel start or restart
 	InterruptGrace    = 3 * time.Second  // an interrupted cell's time to stop
 	IdleGrace         = 2 * time.Second  // the final status after the reply
+	GatewayIdleGrace  = 10 * time.Second // the same through a gateway, which may relay iopub well behind the reply
 	ShutdownGrace     = 2 * time.Second  // each step of a kernel's Close
 	HeartbeatInterval = 2 * time.Second
 	HeartbeatMisses   = 3

@@ -58,7 +58,14 @@ func badRequest(format string, args ...any) *apiError {
 // the request.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	if !hostAllowed(r) {
+	if r.TLS != nil {
+		// A ListenTLS listener: the Host must be the address it serves.
+		if !s.tlsHostAllowed(r.Host) {
+			s.writeError(w, r, start, &apiError{status: http.StatusForbidden, kind: kindForbidden,
+				message: fmt.Sprintf("Host header %q is not accepted; use the address in $%s", r.Host, EnvURL)})
+			return
+		}
+	} else if !hostAllowed(r) {
 		s.writeError(w, r, start, &apiError{status: http.StatusForbidden, kind: kindForbidden,
 			message: fmt.Sprintf("Host header %q is not accepted; use localhost (unix socket) or 127.0.0.1:PORT of this server", r.Host)})
 		return

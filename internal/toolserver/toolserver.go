@@ -124,9 +124,10 @@ type Server struct {
 	cancel context.CancelFunc
 	http   *http.Server
 
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup // one per Serve goroutine
+	mu       sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup  // one per Serve goroutine
+	tlsHosts map[string]bool // HOST:PORT of the ListenTLS listeners
 
 	closeOnce sync.Once
 	closeErr  error

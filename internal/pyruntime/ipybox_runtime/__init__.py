@@ -47,6 +47,7 @@ __all__ = [
 ENV_URL = "IPYBOX_TOOL_URL"
 ENV_TOKEN = "IPYBOX_TOOL_TOKEN"
 ENV_TIMEOUT = "IPYBOX_TOOL_TIMEOUT"
+ENV_CERT_SHA256 = "IPYBOX_TOOL_CERT_SHA256"
 DEFAULT_TIMEOUT = 900.0
 
 # Async calls run in threads of their own pool, so that many concurrent calls
@@ -267,6 +268,36 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to a tool server on another host, whose self-signed
+    certificate must have the SHA-256 fingerprint the host pinned: the
+    token goes to that server and no other."""
+
+    def __init__(self, host, port, pin, timeout):
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the pin below is the check
+        super().__init__(host, port, timeout=timeout, context=ctx)
+        self._pin = pin.lower()
+
+    def connect(self):
+        import hashlib
+        import hmac
+
+        super().connect()
+        der = self.sock.getpeercert(binary_form=True) or b""
+        if not hmac.compare_digest(hashlib.sha256(der).hexdigest(), self._pin):
+            self.close()
+            raise ToolServerError(
+                "the tool server at %s:%s presented a certificate whose fingerprint is not the one "
+                "ipybox pinned (%s); the request was not sent" % (self.host, self.port, ENV_CERT_SHA256),
+                kind="not_configured",
+            )
+
+
 def _config(timeout):
     url = os.environ.get(ENV_URL, "")
     token = os.environ.get(ENV_TOKEN, "")
@@ -302,6 +333,17 @@ def _connection(url, timeout):
                 "%s=%r: use http://127.0.0.1:PORT or unix:///path" % (ENV_URL, url), kind="not_configured"
             )
         return http.client.HTTPConnection(host, int(port), timeout=timeout)
+    if url.startswith("https://"):
+        hostport = url[len("https://"):].rstrip("/")
+        host, sep, port = hostport.rpartition(":")
+        pin = os.environ.get(ENV_CERT_SHA256, "")
+        if not sep or not host or not port.isdigit() or len(pin) != 64:
+            raise ToolServerError(
+                "%s=%r: an https URL needs HOST:PORT and %s, the certificate's fingerprint"
+                % (ENV_URL, url, ENV_CERT_SHA256),
+                kind="not_configured",
+            )
+        return _PinnedHTTPSConnection(host.strip("[]"), int(port), pin, timeout)
     raise ToolServerError("%s=%r: use unix:///path or http://127.0.0.1:PORT" % (ENV_URL, url), kind="not_configured")
 
 
@@ -313,11 +355,13 @@ def _pooled(url, timeout, fresh=False):
     reused), creating it when needed. One connection per thread keeps
     concurrent calls from threads independent."""
     conn = getattr(_local, "conn", None)
-    if fresh or conn is None or getattr(_local, "url", None) != url:
+    # A changed pin is a different server, as a changed URL is.
+    key = (url, os.environ.get(ENV_CERT_SHA256, ""))
+    if fresh or conn is None or getattr(_local, "key", None) != key:
         if conn is not None:
             conn.close()
         conn = _connection(url, timeout)
-        _local.conn, _local.url = conn, url
+        _local.conn, _local.key = conn, key
         return conn, False
     conn.timeout = timeout
     if conn.sock is not None:

@@ -1,0 +1,105 @@
+//go:build unix
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// gwAnchor runs a gateway mode of bench/anchor.py against j; the token
+// goes through the environment, as ipybox's does.
+func gwAnchor(b *testing.B, j *testenv.Jupyter, args ...string) map[string]any {
+	b.Helper()
+	py := "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import websocket").CombinedOutput(); err != nil {
+		testenv.Missing(b, "python3-websocket for the gateway anchor (scripts/setup.sh): %s", out)
+	}
+	cmd := exec.Command(py, append([]string{"anchor.py"}, args...)...)
+	cmd.Env = append(os.Environ(), "JUPYTER_GATEWAY_AUTH_TOKEN="+j.Token)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("anchor %v: %v", args, err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		b.Fatalf("anchor %v: %q: %v", args, out, err)
+	}
+	return v
+}
+
+// BenchmarkGatewayPass is the `pass` round trip of an Executor whose
+// kernel lives on a Jupyter Server on loopback, beside a Python websocket
+// client on a kernel of the same server and jupyter_client's
+// BlockingKernelClient on a local kernel, in the same run. Target: within
+// 1.5 ms of the local round trip.
+func BenchmarkGatewayPass(b *testing.B) {
+	j := testenv.JupyterServer(b, nil)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	for range 20 {
+		ex.Execute(ctx, "pass", nil)
+	}
+	n := max(b.N, 200)
+	times := make([]time.Duration, 0, n)
+	b.ResetTimer()
+	for range n {
+		t0 := time.Now()
+		if _, err := ex.Execute(ctx, "pass", nil); err != nil {
+			b.Fatal(err)
+		}
+		times = append(times, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	ours := float64(times[len(times)/2].Microseconds()) / 1000
+	ws := gwAnchor(b, j, "gw-roundtrip", j.URL, strconv.Itoa(n))["p50_ms"].(float64)
+	local := anchor(b, "roundtrip", strconv.Itoa(n))["p50_ms"].(float64)
+	b.ReportMetric(ours, "p50-ms")
+	b.ReportMetric(ws, "anchor-ws-p50-ms")
+	b.ReportMetric(local, "anchor-local-p50-ms")
+	b.ReportMetric(ours/ws, "ratio-ws")
+	b.ReportMetric(ours-local, "over-local-ms")
+	b.Logf("pass round trip p50: ipybox over the gateway %.2f ms; Python websocket client on the same server %.2f ms (ratio %.2f); jupyter_client on a local kernel %.2f ms (ipybox +%.2f ms, target <= 1.5)",
+		ours, ws, ours/ws, local, ours-local)
+}
+
+// BenchmarkGatewayStart is start to first result through the gateway
+// (POST /api/kernels, channels, init, execute "1"), beside the Python
+// websocket client doing the same against the same server.
+func BenchmarkGatewayStart(b *testing.B) {
+	j := testenv.JupyterServer(b, nil)
+	ctx := context.Background()
+	var ours, theirs []float64
+	for range b.N {
+		t0 := time.Now()
+		ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ex.Execute(ctx, "1", nil); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, ms(time.Since(t0)))
+		ex.Close()
+		theirs = append(theirs, gwAnchor(b, j, "gw-start", j.URL)["ms"].(float64))
+	}
+	o, a := median(ours), median(theirs)
+	b.ReportMetric(o, "ms")
+	b.ReportMetric(a, "anchor-ms")
+	b.ReportMetric(o/a, "ratio")
+	b.Logf("start to first result through the gateway (median of %d): ipybox %.0f ms, Python websocket client %.0f ms, ratio %.2f", b.N, o, a, o/a)
+}

@@ -1,0 +1,139 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/procattr"
+)
+
+// JupyterServerOptions configures JupyterServer.
+type JupyterServerOptions struct {
+	// Legacy forces the legacy websocket protocol
+	// (ServerApp.kernel_ws_protocol=""): the server does not pick the v1
+	// subprotocol when a client offers it.
+	Legacy bool
+}
+
+// Jupyter is a Jupyter Server a test started.
+type Jupyter struct {
+	URL   string // http://127.0.0.1:PORT
+	Token string
+	Dir   string // the server's root directory
+	Log   *Buffer
+	cmd   *exec.Cmd
+	once  sync.Once
+}
+
+// Stop kills the server (its process group) and waits for it.
+func (j *Jupyter) Stop() {
+	j.once.Do(func() {
+		procattr.SignalGroup(j.cmd.Process.Pid, syscall.SIGKILL)
+		j.cmd.Wait()
+	})
+}
+
+// JupyterServer starts Debian's Jupyter Server (python3-jupyter-server) on
+// 127.0.0.1, a free port and a random token, with the interpreter the
+// kernel discovery finds, and stops it when t ends. It skips locally and
+// fails in CI when it is missing.
+func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
+	t.Helper()
+	py := NeedsPython(t)
+	if err := exec.Command(py, "-c", "import jupyter_server").Run(); err != nil {
+		Missing(t, "%s cannot import jupyter_server (%v); run scripts/setup.sh", py, err)
+	}
+	var o JupyterServerOptions
+	if opts != nil {
+		o = *opts
+	}
+	var tb [16]byte
+	rand.Read(tb[:])
+	j := &Jupyter{Token: hex.EncodeToString(tb[:]), Dir: t.TempDir(), Log: &Buffer{}}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	state := t.TempDir()
+	args := []string{"-m", "jupyter_server",
+		"--ServerApp.ip=127.0.0.1",
+		"--ServerApp.port=" + strconv.Itoa(port),
+		"--ServerApp.port_retries=0",
+		"--ServerApp.token=" + j.Token,
+		"--ServerApp.root_dir=" + j.Dir,
+		"--ServerApp.open_browser=False",
+		"--ServerApp.allow_root=True",
+		// The tests print megabytes; the default limit drops output.
+		"--ServerApp.iopub_data_rate_limit=0",
+		"--ServerApp.iopub_msg_rate_limit=0",
+	}
+	if o.Legacy {
+		args = append(args, "--ServerApp.kernel_ws_protocol=")
+	}
+	j.cmd = exec.Command(py, args...)
+	j.cmd.Dir = j.Dir
+	j.cmd.Env = []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + state,
+		"LANG=C.UTF-8",
+		"JUPYTER_CONFIG_DIR=" + filepath.Join(state, "config"),
+		"JUPYTER_DATA_DIR=" + filepath.Join(state, "data"),
+		"JUPYTER_RUNTIME_DIR=" + filepath.Join(state, "runtime"),
+		"IPYTHONDIR=" + filepath.Join(state, "ipython"),
+	}
+	j.cmd.Stdout, j.cmd.Stderr = j.Log, j.Log
+	j.cmd.SysProcAttr = procattr.Group() // its kernels die with it
+	if err := j.cmd.Start(); err != nil {
+		t.Fatalf("start jupyter server: %v", err)
+	}
+	t.Cleanup(j.Stop)
+	exited := make(chan struct{})
+	go func() {
+		// Wait is Stop's; watch the process through its pid instead.
+		for Alive(j.cmd.Process.Pid) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(exited)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", j.URL+"/api/status", nil)
+		req.Header.Set("Authorization", "token "+j.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return j
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("jupyter server exited before it was ready:\n%s", j.Log)
+		case <-ctx.Done():
+			t.Fatalf("jupyter server not ready within 60s:\n%s", j.Log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,280 @@
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/gateway"
+	"github.com/ipybox/ipybox/internal/jupyter"
+)
+
+// GatewayProtocol chooses the framing of a gateway kernel's websocket.
+type GatewayProtocol int
+
+const (
+	// GatewayProtocolAuto (the zero value) offers the
+	// v1.kernel.websocket.jupyter.org subprotocol and speaks the legacy
+	// JSON frames when the server does not pick it.
+	GatewayProtocolAuto GatewayProtocol = iota
+	// GatewayProtocolLegacy offers no subprotocol: legacy JSON frames.
+	GatewayProtocolLegacy
+)
+
+// GatewayConfig runs the kernel on a Jupyter server (Jupyter Server,
+// Kernel Gateway or Enterprise Gateway) through its kernels API instead of
+// as a local process. See docs/gateway.md.
+type GatewayConfig struct {
+	// URL is the server's base URL, http:// or https:// (https checks the
+	// certificate against the system's roots). Required.
+	URL string
+	// Token authenticates to the server ("Authorization: token ..."). It
+	// is never logged, put in an error, or passed to the kernel. Empty
+	// sends none.
+	Token string
+	// KernelName is the kernelspec to start. Empty means "python3".
+	KernelName string
+	// Protocol chooses the websocket framing. The zero value negotiates.
+	Protocol GatewayProtocol
+}
+
+// remote is the gateway side of a Kernel.
+type remote struct {
+	c      *gateway.Client
+	legacy bool
+}
+
+func newRemote(g *GatewayConfig) (*remote, error) {
+	switch g.Protocol {
+	case GatewayProtocolAuto, GatewayProtocolLegacy:
+	default:
+		return nil, fmt.Errorf("kernel: GatewayConfig.Protocol %d is unknown; use GatewayProtocolAuto or GatewayProtocolLegacy", g.Protocol)
+	}
+	c, err := gateway.New(gateway.Config{URL: g.URL, Token: g.Token, KernelName: g.KernelName})
+	if err != nil {
+		return nil, err
+	}
+	return &remote{c: c, legacy: g.Protocol == GatewayProtocolLegacy}, nil
+}
+
+// remoteProcess is a gateway kernel seen as a Process: SIGINT is a REST
+// interrupt, Kill is a DELETE, Wait returns once the kernel is deleted.
+type remoteProcess struct {
+	c     *gateway.Client
+	id    string
+	grace time.Duration
+	log   func(msg string, args ...any)
+
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+func (p *remoteProcess) Pid() int { return 0 }
+
+func (p *remoteProcess) Signal(sig syscall.Signal) error {
+	if sig != syscall.SIGINT {
+		return p.Kill()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*p.grace)
+	defer cancel()
+	return p.c.Interrupt(ctx, p.id)
+}
+
+// Kill deletes the kernel on the server, bounded; a second Kill waits for
+// the first.
+func (p *remoteProcess) Kill() error {
+	p.once.Do(func() {
+		// A server that is restarting the kernel (after it died) answers
+		// 500 until the restart is over: retry, bounded.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*p.grace)
+		defer cancel()
+		for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+			p.err = p.c.Delete(ctx, p.id)
+			var he *gateway.HTTPError
+			if !errors.As(p.err, &he) || he.Status < 500 {
+				break // done, or an answer a retry will not change
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+				continue
+			}
+			break
+		}
+		if p.err != nil {
+			p.log("could not delete the gateway kernel", "kernel", p.id, "err", p.err)
+		}
+		close(p.done)
+	})
+	<-p.done
+	return p.err
+}
+
+func (p *remoteProcess) Wait() error {
+	<-p.done
+	return nil
+}
+
+// kernelVars are the KERNEL_* entries of env: what Enterprise Gateway
+// passes to a kernel (and uses to place it) without an allow-list.
+func kernelVars(env []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "KERNEL_") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// envCode sets env in the kernel process's os.environ, silently, so that
+// the session's environment reaches the kernel whatever the gateway
+// forwards.
+func envCode(env []string) string {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	if len(m) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(m)
+	q, _ := json.Marshal(string(b))
+	return fmt.Sprintf("__import__('os').environ.update(__import__('json').loads(%s))\n", q)
+}
+
+// spawnRemote starts a kernel on the gateway and connects to it. A start
+// that fails or is cancelled deletes the kernel it created, even when the
+// POST answers only after the caller gave up.
+func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.opts.StartTimeout)
+	defer cancel()
+	type started struct {
+		id  string
+		err error
+	}
+	// The POST runs on its own bounded context: a caller that gives up
+	// does not lose track of a kernel the server is creating.
+	// Exactly one of taken and abandoned is closed, by the caller.
+	res := make(chan started, 1)
+	taken, abandoned := make(chan struct{}), make(chan struct{})
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		pctx, pcancel := context.WithTimeout(context.Background(), k.opts.StartTimeout)
+		defer pcancel()
+		id, err := k.remote.c.StartKernel(pctx, &gateway.StartRequest{Env: kernelVars(k.opts.Env)})
+		res <- started{id, err}
+		select {
+		case <-taken:
+			return
+		case <-abandoned:
+		}
+		// Nobody took it: delete what was created.
+		if err == nil {
+			dctx, dcancel := context.WithTimeout(context.Background(), 2*k.opts.ShutdownGrace)
+			k.remote.c.Delete(dctx, id)
+			dcancel()
+		}
+	}()
+	var s started
+	select {
+	case s = <-res:
+		close(taken)
+	case <-ctx.Done():
+		close(abandoned)
+		return nil, fmt.Errorf("kernel start on the gateway gave up (the caller's context ended, or StartTimeout %v passed): %w", k.opts.StartTimeout, context.Cause(ctx))
+	}
+	if s.err != nil {
+		return nil, fmt.Errorf("kernel failed to start on the gateway: %w", s.err)
+	}
+	log := k.opts.Logger
+	proc := &remoteProcess{c: k.remote.c, id: s.id, grace: k.opts.ShutdownGrace, done: make(chan struct{}), log: log.Warn}
+	in := &instance{
+		k: k, proc: proc,
+		calls:  map[string]*call{},
+		dead:   make(chan struct{}),
+		exited: make(chan struct{}),
+		stopHB: make(chan struct{}),
+	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		proc.Wait()
+		in.exitCause = "the gateway kernel was deleted"
+		close(in.exited)
+		in.markDead(in.exitCause)
+	}()
+	conn, err := k.remote.c.Connect(ctx, s.id, in.handle, &gateway.ConnOptions{
+		Legacy:    k.remote.legacy,
+		SessionID: k.session,
+		OnLost:    func(cause string) { in.markDead(cause) },
+		OnDropped: func(err error) { log.Warn("dropped kernel message", "err", err) },
+	})
+	if err != nil {
+		k.kill(in)
+		return nil, fmt.Errorf("kernel failed to start on the gateway: %w", err)
+	}
+	in.conn = conn
+	log.Debug("gateway kernel started", "kernel", s.id, "protocol", conn.Protocol())
+	if err := in.handshake(ctx); err != nil {
+		k.kill(in)
+		return nil, err
+	}
+	k.wg.Add(1)
+	go in.heartbeat()
+	init := envCode(k.opts.Env) + k.opts.InitCode
+	if init != "" {
+		if _, err := in.execute(ctx, init, &ExecOptions{Silent: true}); err != nil {
+			k.kill(in)
+			return nil, fmt.Errorf("kernel init code failed: %w", err)
+		}
+	}
+	return in, nil
+}
+
+// RemoteID returns the gateway's id of the current kernel, or "" for a
+// local kernel or none.
+func (k *Kernel) RemoteID() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil {
+		return ""
+	}
+	if p, ok := k.cur.proc.(*remoteProcess); ok {
+		return p.id
+	}
+	return ""
+}
+
+func (in *instance) isRemote() bool {
+	_, ok := in.proc.(*remoteProcess)
+	return ok
+}
+
+// transport is a kernel's message connection: ZeroMQ sockets for a local
+// kernel (jupyter.Conn), a websocket for a gateway kernel (gateway.Conn).
+// It is the seam between the engine and where the kernel runs.
+type transport interface {
+	// Send sends a message on a channel.
+	Send(ch jupyter.Channel, m *jupyter.Message) error
+	// Ping checks that the kernel is there (heartbeat; websocket ping).
+	Ping(ctx context.Context) error
+	// Backlog counts messages received and not yet handed over.
+	Backlog(ch jupyter.Channel) int
+	// Close ends the connection, bounded, and waits for its readers.
+	Close() error
+}
+
+var (
+	_ transport = (*jupyter.Conn)(nil)
+	_ transport = (*gateway.Conn)(nil)
+)
