@@ -320,13 +320,7 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &instance{
-		k: k, proc: proc,
-		calls:  map[string]*call{},
-		dead:   make(chan struct{}),
-		exited: make(chan struct{}),
-		stopHB: make(chan struct{}),
-	}
+	in := newInstance(k, proc)
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
@@ -868,5 +862,17 @@ func (c *call) waitShutdown(in *instance, grace time.Duration) bool {
 		case <-t.C:
 			return false
 		}
+	}
+}
+
+// newInstance is a started kernel process, local or remote, before its
+// connection is made.
+func newInstance(k *Kernel, proc Process) *instance {
+	return &instance{
+		k: k, proc: proc,
+		calls:  map[string]*call{},
+		dead:   make(chan struct{}),
+		exited: make(chan struct{}),
+		stopHB: make(chan struct{}),
 	}
 }

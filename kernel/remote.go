@@ -198,13 +198,7 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	}
 	log := k.opts.Logger
 	proc := &remoteProcess{c: k.remote.c, id: s.id, grace: k.opts.ShutdownGrace, done: make(chan struct{}), log: log.Warn}
-	in := &instance{
-		k: k, proc: proc,
-		calls:  map[string]*call{},
-		dead:   make(chan struct{}),
-		exited: make(chan struct{}),
-		stopHB: make(chan struct{}),
-	}
+	in := newInstance(k, proc)
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()

@@ -60,19 +60,10 @@ func (s *Sandbox) logFeatures() {
 // Start runs Probe first and returns its error: it never runs the process
 // unsandboxed.
 func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
-	if err := s.Probe(ctx); err != nil {
+	runDir, err := s.checkStart(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	if !filepath.IsAbs(spec.Path) {
-		return nil, fmt.Errorf("sandbox: interpreter path %q: want an absolute path", spec.Path)
-	}
-	if spec.RunDir == "" || !filepath.IsAbs(spec.RunDir) {
-		return nil, fmt.Errorf("sandbox: run directory %q: want an absolute path", spec.RunDir)
-	}
-	runDir := filepath.Clean(spec.RunDir)
 	if fi, err := os.Stat(runDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox: run directory %s does not exist", runDir)
 	}

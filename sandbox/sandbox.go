@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/ipybox/ipybox/kernel"
 )
 
 // ignoredWarned holds the settings keys already warned about.
@@ -347,4 +349,22 @@ func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) 
 		return "", fmt.Errorf("sandbox: %w", err)
 	}
 	return path, nil
+}
+
+// checkStart checks that the sandbox can run a kernel (Start) and that
+// spec names absolute paths; it returns the clean run directory.
+func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, error) {
+	if err := s.Probe(ctx); err != nil {
+		return "", err
+	}
+	if s.isClosed() {
+		return "", ErrClosed
+	}
+	if !filepath.IsAbs(spec.Path) {
+		return "", fmt.Errorf("sandbox: interpreter path %q: want an absolute path", spec.Path)
+	}
+	if spec.RunDir == "" || !filepath.IsAbs(spec.RunDir) {
+		return "", fmt.Errorf("sandbox: run directory %q: want an absolute path", spec.RunDir)
+	}
+	return filepath.Clean(spec.RunDir), nil
 }

@@ -88,19 +88,10 @@ func probeSeatbelt(ctx context.Context) error {
 // with a lifeline like a direct kernel. It runs Probe first and never runs
 // the process unsandboxed.
 func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
-	if err := s.Probe(ctx); err != nil {
+	runDir, err := s.checkStart(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
-	if s.isClosed() {
-		return nil, ErrClosed
-	}
-	if !filepath.IsAbs(spec.Path) {
-		return nil, fmt.Errorf("sandbox: interpreter path %q: want an absolute path", spec.Path)
-	}
-	if spec.RunDir == "" || !filepath.IsAbs(spec.RunDir) {
-		return nil, fmt.Errorf("sandbox: run directory %q: want an absolute path", spec.RunDir)
-	}
-	runDir := filepath.Clean(spec.RunDir)
 	socketDir := runDir
 	if spec.SocketDir != "" {
 		socketDir = filepath.Clean(spec.SocketDir)
