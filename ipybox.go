@@ -135,7 +135,7 @@ type Options struct {
 
 	// Gateway, when set, runs the kernel on a Jupyter server (Jupyter
 	// Server, Kernel Gateway, Enterprise Gateway) through its kernels API
-	// instead of on this machine: see docs/gateway.md for what reaches
+	// instead of on this machine: see docs/scale.md for what reaches
 	// the kernel and how it reaches the tool server. It excludes Sandbox,
 	// Container and Zygote. Nil means a local kernel.
 	Gateway *GatewayConfig
@@ -348,7 +348,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if o.Gateway != nil {
 		// The kernel may not share this file system: the runtime travels
 		// as code over the channel, and the working directory is the
-		// gateway's (see docs/gateway.md).
+		// gateway's (see docs/scale.md).
 		g := *o.Gateway
 		gw = &g
 		init.SysPath = []string{ws}

@@ -71,7 +71,7 @@ func (e *Executor) startTools() error {
 	case e.opts.Gateway != nil:
 		// A gateway kernel cannot reach a unix socket of this host: it
 		// reaches the tool server on loopback TCP, with the same token
-		// and the Host check (docs/gateway.md).
+		// and the Host check (docs/scale.md).
 		e.toolURL, err = ts.ListenTCP()
 		return err
 	}

@@ -77,7 +77,7 @@ type Options struct {
 	// Gateway, when set, runs the kernel on a Jupyter server through its
 	// kernels API instead of as a local process: Python, Launcher,
 	// PythonPath and RunDir are then unused, Env reaches the kernel as
-	// described in docs/gateway.md, and Pid is 0. Nil means a local
+	// described in docs/scale.md, and Pid is 0. Nil means a local
 	// kernel.
 	Gateway *GatewayConfig
 

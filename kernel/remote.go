@@ -28,7 +28,7 @@ const (
 
 // GatewayConfig runs the kernel on a Jupyter server (Jupyter Server,
 // Kernel Gateway or Enterprise Gateway) through its kernels API instead of
-// as a local process. See docs/gateway.md.
+// as a local process. See docs/scale.md.
 type GatewayConfig struct {
 	// URL is the server's base URL, http:// or https:// (https checks the
 	// certificate against the system's roots). Required.

@@ -123,7 +123,7 @@ type Options struct {
 	// means no container.
 	Container *ipybox.ContainerConfig
 	// Gateway, when set, runs every session's kernel on this Jupyter
-	// server (see ipybox.Options.Gateway and docs/gateway.md) instead of on
+	// server (see ipybox.Options.Gateway and docs/scale.md) instead of on
 	// this machine; Sandbox and Container must then be nil, and
 	// install_package installs into the workspace's virtualenv on this
 	// machine, which the gateway's kernels do not use. Nil means local

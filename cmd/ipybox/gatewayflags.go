@@ -23,7 +23,7 @@ type gatewayFlags struct {
 }
 
 func (f *gatewayFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "gateway-url", "", "run the kernel on this Jupyter Server, Kernel Gateway or Enterprise Gateway `URL` (default $JUPYTER_GATEWAY_URL; see docs/gateway.md)")
+	fs.StringVar(&f.url, "gateway-url", "", "run the kernel on this Jupyter Server, Kernel Gateway or Enterprise Gateway `URL` (default $JUPYTER_GATEWAY_URL; see docs/scale.md)")
 	fs.StringVar(&f.tokenFile, "gateway-token-file", "", "read the gateway's token from `FILE` (default $JUPYTER_GATEWAY_AUTH_TOKEN)")
 	fs.StringVar(&f.token, "gateway-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --gateway-token-file")
 	fs.StringVar(&f.kernelName, "gateway-kernel-name", "python3", "the kernelspec `NAME` the gateway starts")
