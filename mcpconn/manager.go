@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/waitgroup"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -100,7 +101,7 @@ type Manager struct {
 	mu      sync.Mutex
 	closed  bool
 	entries map[string]*entry
-	bg      sync.WaitGroup // session closes running in the background
+	bg      waitgroup.Group // session closes running in the background
 
 	closeOnce sync.Once
 	closeErr  error
@@ -377,7 +378,7 @@ func (m *Manager) drop(name string, s *session) {
 // must not have run yet (bg is waited for once).
 func (m *Manager) closeLocked(s *session) <-chan struct{} {
 	done := make(chan struct{})
-	m.bg.Add(1)
+	m.bg.Add()
 	go func() {
 		defer m.bg.Done()
 		defer close(done)
@@ -461,12 +462,7 @@ func (m *Manager) Close() error {
 		}
 		m.mu.Unlock()
 		m.cancel()
-		done := make(chan struct{})
-		go func() { m.bg.Wait(); close(done) }()
-		bound := m.closeBound()
-		select {
-		case <-done:
-		case <-time.After(bound):
+		if bound := m.closeBound(); !m.bg.Wait(bound) {
 			m.closeErr = fmt.Errorf("mcpconn: close: some servers did not stop within %v", bound)
 		}
 		m.http.CloseIdleConnections()

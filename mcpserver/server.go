@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/waitgroup"
 	"github.com/ipybox/ipybox/internal/warm"
 )
 
@@ -170,7 +171,7 @@ type Server struct {
 
 	ctx    context.Context // ends at Close; bounds background kernel starts
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the goroutines of sessions
+	wg     waitgroup.Group // the goroutines of sessions
 
 	// sandbox is the policy of kernels and pip (nil: none): Options.Sandbox
 	// with the bound directories added as writable paths.
@@ -422,11 +423,7 @@ func (s *Server) Close() error {
 	for _, ss := range all {
 		ss.Close()
 	}
-	waited := make(chan struct{})
-	go func() { s.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(30 * time.Second):
+	if !s.wg.Wait(30 * time.Second) {
 		errs = append(errs, errors.New("sessions did not end within 30s"))
 	}
 	// Last: the kernels it forked are closed.
@@ -462,7 +459,8 @@ func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
 	x := newSession(s, ss)
 	s.sessions[ss] = x
 	s.live[ss] = struct{}{}
-	s.wg.Add(2)
+	s.wg.Add()
+	s.wg.Add()
 	go func() {
 		defer s.wg.Done()
 		x.start()
