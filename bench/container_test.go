@@ -3,10 +3,8 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
@@ -50,26 +48,5 @@ func BenchmarkContainerStart(b *testing.B) {
 func BenchmarkContainerPoolStart(b *testing.B) {
 	testenv.NeedsDocker(b)
 	ws := b.TempDir()
-	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: ws, Container: containerOptions(ws)})
-	defer pool.Close()
-	ctx := context.Background()
-	var times []float64
-	for range b.N {
-		for pool.Ready() == 0 { // measure the warm path only
-			time.Sleep(10 * time.Millisecond)
-		}
-		t0 := time.Now()
-		ex, err := pool.Get(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := ex.Execute(ctx, "1", nil); err != nil {
-			b.Fatal(err)
-		}
-		times = append(times, float64(time.Since(t0).Microseconds())/1000)
-		ex.Close()
-	}
-	m := median(times)
-	b.ReportMetric(m, "warm-ms")
-	b.Logf("container start to first result from a warm pool (median of %d): %.1f ms (target < 50 ms)", b.N, m)
+	benchWarmPool(b, "container ", &ipybox.Options{WorkDir: ws, Container: containerOptions(ws)})
 }

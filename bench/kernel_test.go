@@ -170,7 +170,13 @@ func BenchmarkColdStart(b *testing.B) {
 // the first Execute. Target (docs/design.md): under 50 ms.
 func BenchmarkPoolStart(b *testing.B) {
 	py := testenv.NeedsPython(b)
-	pool := ipybox.NewPool(1, &ipybox.Options{Python: py, WorkDir: b.TempDir()})
+	benchWarmPool(b, "", &ipybox.Options{Python: py, WorkDir: b.TempDir()})
+}
+
+// benchWarmPool times a session's first result from a warm pool of
+// executors started with opts; what names the backend in the log.
+func benchWarmPool(b *testing.B, what string, opts *ipybox.Options) {
+	pool := ipybox.NewPool(1, opts)
 	defer pool.Close()
 	ctx := context.Background()
 	var times []float64
@@ -191,7 +197,7 @@ func BenchmarkPoolStart(b *testing.B) {
 	}
 	m := median(times)
 	b.ReportMetric(m, "warm-ms")
-	b.Logf("start to first result from a warm pool (median of %d): %.1f ms (target < 50 ms)", b.N, m)
+	b.Logf("%sstart to first result from a warm pool (median of %d): %.1f ms (target < 50 ms)", what, b.N, m)
 }
 
 // BenchmarkSandboxStart is start to first result with the kernel in the
