@@ -233,3 +233,29 @@ print(bad, repr(open('.env.local').read()), repr(open('sa-key.json').read()))`)
 		t.Errorf(".git/config was changed: %s", b)
 	}
 }
+
+// TestAttackContainerPlantedIpyboxLink: .ipybox is bound read-only into
+// the container from the kernel-writable workspace; a link planted there
+// (to a host folder the kernel must not see) stops the start instead of
+// being followed by Docker. The registry loader refuses the link first
+// (safefs); the launcher refuses it again before it binds the folder.
+func TestAttackContainerPlantedIpyboxLink(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerWorkspace(t)
+	secret := t.TempDir()
+	os.WriteFile(filepath.Join(secret, "host-only"), []byte("host"), 0o644)
+	if err := os.Symlink(secret, filepath.Join(ws, ".ipybox")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Container: &ipybox.ContainerConfig{Image: img}})
+	if err == nil {
+		defer ex.Close()
+		res, _ := ex.Execute(ctx, "import os\nprint(os.listdir('.ipybox'))", nil)
+		t.Fatalf("a container started with .ipybox linked to a host folder; the kernel sees %q", res.Text)
+	}
+	if !strings.Contains(err.Error(), ".ipybox") {
+		t.Errorf("error %q, want one naming .ipybox", err)
+	}
+}

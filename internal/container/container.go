@@ -254,6 +254,11 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return nil, fmt.Errorf("container: %w", err)
 		}
+		// The workspace is kernel-writable: Docker would follow a link
+		// planted here and show its target to the kernel.
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("container: %s is not a directory (a symbolic link?); remove it", p)
+		}
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
 	}
 	if l.cfg.Guard != nil {
