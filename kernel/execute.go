@@ -347,7 +347,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	c := in.register(id)
 	defer in.unregister(id)
 	if err := in.conn.Send(jupyter.Shell, msg); err != nil {
-		return nil, err
+		return nil, in.sendErr(err)
 	}
 
 	var calls <-chan cellctl.Call

@@ -277,6 +277,21 @@ func (in *instance) deathErr() error {
 
 func (in *instance) isDead() bool { return isClosed(in.dead) }
 
+// sendErr is what a call whose request could not be sent returns. A send
+// fails most often because the kernel has just died (a broken pipe races the
+// host's view of the exit), so it waits a moment for the death and reports
+// that instead.
+func (in *instance) sendErr(err error) error {
+	t := time.NewTimer(3 * time.Second)
+	defer t.Stop()
+	select {
+	case <-in.dead:
+		return in.deathErr()
+	case <-t.C:
+		return err
+	}
+}
+
 // spawn starts a process, connects and performs the ready handshake.
 func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	if k.remote != nil {
