@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ipybox/ipybox"
 )
@@ -196,4 +197,32 @@ func ExampleGatewayConfig() {
 		return
 	}
 	fmt.Println("ran on", res.Text)
+}
+
+// UploadFile and DownloadFile move files between the host and the kernel's
+// working directory over the kernel's channel: they work the same for a
+// local, sandboxed, container or gateway kernel.
+func ExampleExecutor_UploadFile() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ex.Close()
+
+	if _, err := ex.UploadFile(ctx, "data/in.csv", strings.NewReader("a,b\n1,2\n")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ex.Execute(ctx, "import csv\nrows = list(csv.reader(open('data/in.csv')))\nopen('out.txt', 'w').write(f'{len(rows)} rows')", nil)
+	var out strings.Builder
+	if _, err := ex.DownloadFile(ctx, "out.txt", &out); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(out.String())
+	// Output: 2 rows
 }

@@ -218,10 +218,13 @@ func keepText(opts *ExecOptions) int {
 type Executor struct {
 	opts      Options
 	workspace string
-	runDir    string
-	k         *kernel.Kernel
-	sem       chan struct{}
-	log       *slog.Logger
+	// kernelWorkspace is the workspace as the kernel sees it; "" for a
+	// gateway kernel, whose working directory is the gateway's.
+	kernelWorkspace string
+	runDir          string
+	k               *kernel.Kernel
+	sem             chan struct{}
+	log             *slog.Logger
 
 	registry *mcpconn.Registry
 	mcp      *mcpconn.Manager
@@ -351,10 +354,13 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		// gateway's (see docs/scale.md).
 		g := *o.Gateway
 		gw = &g
-		init.SysPath = []string{ws}
+		init.SysPath = nil
 		init.WorkDir = ""
+		init.Remote = true
 		initCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
 		pythonPath = nil
+	} else {
+		e.kernelWorkspace = kws
 	}
 	e.k, err = kernel.Start(ctx, &kernel.Options{
 		Gateway:        gw,

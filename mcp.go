@@ -48,6 +48,12 @@ func (e *Executor) startTools() error {
 	}); err != nil {
 		return err
 	}
+	var modules func(string) ([]byte, bool, error)
+	if e.opts.Gateway != nil {
+		// The kernel may not share this disk: it imports mcptools from
+		// the tool server.
+		modules = toolModules(e.workspace)
+	}
 	ts, err := toolserver.New(e.mcp, &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
@@ -57,6 +63,7 @@ func (e *Executor) startTools() error {
 		},
 		CallTimeout:     e.toolCallTimeout(),
 		ApprovalTimeout: e.approvalTimeout(),
+		Modules:         modules,
 		Logger:          e.log,
 	})
 	if err != nil {

@@ -180,6 +180,32 @@ def main():
         k.close()
         print(json.dumps({"ms": ms}))
         return
+    if mode == "gw-contents":
+        # The same file up and down through the Jupyter contents API, as a
+        # thin client would (base64 in one JSON body each way).
+        import base64
+        import os
+        import urllib.request
+
+        url, mb = sys.argv[2].rstrip("/"), int(sys.argv[3])
+        token = os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"]
+        data = os.urandom(mb << 20)
+
+        def rest(method, path, body=None):
+            req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                         headers={"Authorization": "token " + token, "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                return json.loads(r.read())
+
+        t0 = time.perf_counter()
+        rest("PUT", "/api/contents/anchor.bin", {"type": "file", "format": "base64", "content": base64.b64encode(data).decode()})
+        up = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got = base64.b64decode(rest("GET", "/api/contents/anchor.bin?content=1&format=base64&type=file")["content"])
+        down = time.perf_counter() - t0
+        assert got == data
+        print(json.dumps({"up_ms": up * 1000, "down_ms": down * 1000}))
+        return
     if mode == "lifecycle":
         print(json.dumps(lifecycle(int(sys.argv[2]))))
         return

@@ -3,7 +3,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -87,4 +89,45 @@ func BenchmarkGatewayStart(b *testing.B) {
 	b.ReportMetric(a, "anchor-ms")
 	b.ReportMetric(o/a, "ratio")
 	b.Logf("start to first result through the gateway (median of %d): ipybox %.0f ms, Python websocket client %.0f ms, ratio %.2f", b.N, o, a, o/a)
+}
+
+// BenchmarkGatewayTransfer moves 64 MiB up to a gateway kernel and back
+// with Executor.UploadFile and DownloadFile (silent cells over the
+// channel), beside a Python client moving the same amount through the
+// server's contents API, in the same run.
+func BenchmarkGatewayTransfer(b *testing.B) {
+	const mb = 64
+	j := testenv.JupyterServer(b, nil)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	data := make([]byte, mb<<20)
+	rand.Read(data)
+	var ups, downs, aups, adowns []float64
+	for range max(b.N, 3) {
+		t0 := time.Now()
+		if _, err := ex.UploadFile(ctx, "bench.bin", bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+		ups = append(ups, ms(time.Since(t0)))
+		var buf bytes.Buffer
+		t0 = time.Now()
+		if _, err := ex.DownloadFile(ctx, "bench.bin", &buf); err != nil || !bytes.Equal(buf.Bytes(), data) {
+			b.Fatalf("download: %v (equal %v)", err, bytes.Equal(buf.Bytes(), data))
+		}
+		downs = append(downs, ms(time.Since(t0)))
+		a := gwAnchor(b, j, "gw-contents", j.URL, strconv.Itoa(mb))
+		aups = append(aups, a["up_ms"].(float64))
+		adowns = append(adowns, a["down_ms"].(float64))
+	}
+	u, d, au, ad := median(ups), median(downs), median(aups), median(adowns)
+	b.ReportMetric(u, "up-ms")
+	b.ReportMetric(d, "down-ms")
+	b.ReportMetric(au, "anchor-up-ms")
+	b.ReportMetric(ad, "anchor-down-ms")
+	b.Logf("%d MiB through the gateway (median of %d): upload %.0f ms, download %.0f ms; Python through the contents API: up %.0f ms, down %.0f ms (ratios %.2f, %.2f)",
+		mb, len(ups), u, d, au, ad, u/au, d/ad)
 }

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
 
@@ -158,46 +160,14 @@ func (s *Server) allowedRoot(p string) (dirFS, string, error) {
 // destination's parent directories created, no link followed on either
 // side. srcName and dstName name the two ends in errors.
 func copyFile(sr dirFS, src, srcName string, dr dirFS, dst, dstName string) (int64, error) {
-	// O_NONBLOCK: opening a FIFO (which kernel code can make in the
-	// workspace) must not hang the call; it is refused below.
-	in, err := sr.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	in, err := openSource(sr, src, srcName)
 	if err != nil {
-		return 0, describe(err, srcName)
+		return 0, err
 	}
 	defer in.Close()
-	st, err := in.Stat()
+	out, err := createDest(dr, dst, dstName)
 	if err != nil {
-		return 0, describe(err, srcName)
-	}
-	if st.IsDir() {
-		return 0, fmt.Errorf("%s is a directory; give a file (directories are not copied)", srcName)
-	}
-	if !st.Mode().IsRegular() {
-		return 0, fmt.Errorf("%s is not a regular file", srcName)
-	}
-	if dir := filepath.Dir(dst); dir != "." {
-		if err := dr.MkdirAll(dir, 0o755); err != nil {
-			return 0, describe(err, dstName)
-		}
-	}
-	// Refuse what is not a regular file before truncating anything.
-	if cur, err := dr.OpenFile(dst, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
-		cst, serr := cur.Stat()
-		cur.Close()
-		switch {
-		case serr != nil:
-			return 0, describe(serr, dstName)
-		case cst.IsDir():
-			return 0, fmt.Errorf("%s is a directory; give the file's path, including its name", dstName)
-		case !cst.Mode().IsRegular():
-			return 0, fmt.Errorf("%s exists and is not a regular file", dstName)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return 0, describe(err, dstName)
-	}
-	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
-	if err != nil {
-		return 0, describe(err, dstName)
+		return 0, err
 	}
 	n, err := io.Copy(out, in)
 	if cerr := out.Close(); err == nil {
@@ -205,6 +175,99 @@ func copyFile(sr dirFS, src, srcName string, dr dirFS, dst, dstName string) (int
 	}
 	if err != nil {
 		return n, fmt.Errorf("copy to %s: %w", dstName, err)
+	}
+	return n, nil
+}
+
+// openSource opens the regular file src in sr for reading, without
+// following a link.
+func openSource(sr dirFS, src, srcName string) (*os.File, error) {
+	// O_NONBLOCK: opening a FIFO (which kernel code can make in the
+	// workspace) must not hang the call; it is refused below.
+	in, err := sr.OpenFile(src, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, describe(err, srcName)
+	}
+	st, err := in.Stat()
+	switch {
+	case err != nil:
+		err = describe(err, srcName)
+	case st.IsDir():
+		err = fmt.Errorf("%s is a directory; give a file (directories are not copied)", srcName)
+	case !st.Mode().IsRegular():
+		err = fmt.Errorf("%s is not a regular file", srcName)
+	}
+	if err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// createDest creates (or truncates) the regular file dst in dr, with its
+// parent directories, without following a link; what is there and is not
+// a regular file is refused before anything is truncated.
+func createDest(dr dirFS, dst, dstName string) (*os.File, error) {
+	if err := destOK(dr, dst, dstName); err != nil {
+		return nil, err
+	}
+	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		return nil, describe(err, dstName)
+	}
+	return out, nil
+}
+
+// destOK creates dst's parent directories in dr and refuses a dst that
+// exists and is not a regular file.
+func destOK(dr dirFS, dst, dstName string) error {
+	if dir := filepath.Dir(dst); dir != "." {
+		if err := dr.MkdirAll(dir, 0o755); err != nil {
+			return describe(err, dstName)
+		}
+	}
+	cur, err := dr.OpenFile(dst, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return describe(err, dstName)
+	}
+	cst, serr := cur.Stat()
+	cur.Close()
+	switch {
+	case serr != nil:
+		return describe(serr, dstName)
+	case cst.IsDir():
+		return fmt.Errorf("%s is a directory; give the file's path, including its name", dstName)
+	case !cst.Mode().IsRegular():
+		return fmt.Errorf("%s exists and is not a regular file", dstName)
+	}
+	return nil
+}
+
+// downloadFrom copies the file rel of a gateway kernel's working directory
+// to dst in dr. It is written beside dst and renamed into place once
+// whole, so that a transfer that fails leaves dst as it was.
+func downloadFrom(ctx context.Context, ex *ipybox.Executor, rel string, dr dirFS, dst, dstName string) (int64, error) {
+	if err := destOK(dr, dst, dstName); err != nil {
+		return 0, err
+	}
+	part := dst + ".ipybox-part"
+	out, err := createDest(dr, part, dstName+".ipybox-part")
+	if err != nil {
+		return 0, err
+	}
+	n, err := ex.DownloadFile(ctx, rel, out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = safefs.Rename(dr.base, part, dst)
+	}
+	if err != nil {
+		safefs.Remove(dr.base, part)
+		return n, err
 	}
 	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/sandbox"
 )
 
@@ -141,7 +142,7 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "install_package",
 		Title: "Install a Python package",
-		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. The environment is a virtualenv in the workspace (.ipybox/venv) that also sees the system's packages; !pip install in a cell installs into the same place, and installed packages persist across reset.
+		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. ` + installWhere(s.opts.Gateway != nil) + `
 
 package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.`,
 		InputSchema: schema(`{
@@ -192,6 +193,14 @@ local_path must be absolute and lie inside a directory ipybox allows (by default
 		InputSchema: fileSchema("The file to copy, relative to the workspace (the kernel's working directory), such as results/summary.csv.", "Absolute destination path on the host."),
 		Annotations: &mcp.ToolAnnotations{Title: "Download a file", IdempotentHint: true},
 	}, s.downloadTool)
+}
+
+// installWhere says where install_package installs.
+func installWhere(gateway bool) string {
+	if gateway {
+		return "pip runs in the kernel (on the gateway's machine) and installs into .ipybox/prefix in the kernel's working directory, which stays importable across reset."
+	}
+	return "The environment is a virtualenv in the workspace (.ipybox/venv) that also sees the system's packages; !pip install in a cell installs into the same place, and installed packages persist across reset."
 }
 
 // ModulesMetaKey is the key, in the _meta of a register_mcp_server result,
@@ -394,6 +403,9 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 		return nil, nil, err
 	}
 	defer done()
+	if s.opts.Gateway != nil {
+		return s.installRemote(ctx, ex, name)
+	}
 	out, err := s.runPip(ctx, "install", name)
 	text := truncate(strings.TrimSpace(string(out)), maxPipOutput)
 	if err != nil {
@@ -405,6 +417,23 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 		s.log.Warn("invalidating import caches", "err", err)
 	}
 	return textResult("%s", text), nil, nil
+}
+
+// installRemote runs pip in a gateway kernel: its interpreter and disk
+// are the gateway's, not this host's. Packages go to .ipybox/prefix in the
+// kernel's working directory, which stays on its sys.path across resets.
+func (s *Server) installRemote(ctx context.Context, ex *ipybox.Executor, name string) (*mcp.CallToolResult, any, error) {
+	code := fmt.Sprintf("__import__('ipybox_runtime._remote', fromlist=['_']).pip_install(%s, %d)", pyruntime.Quote(name), int(pipTimeout.Seconds()))
+	res, err := ex.Execute(ctx, code, &ipybox.ExecOptions{Timeout: pipTimeout + time.Minute})
+	var pe *ipybox.PythonError
+	switch {
+	case errors.As(err, &pe):
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+			Text: truncate(pe.Value, maxPipOutput)}}}, nil, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("install_package %s: %w", quote(name), err)
+	}
+	return textResult("%s", truncate(strings.TrimSpace(res.Text), maxPipOutput)), nil, nil
 }
 
 func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
@@ -428,6 +457,25 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.opts.Gateway != nil {
+		// The kernel's disk is the gateway's: the file goes over its
+		// channel.
+		in, err := openSource(sr, src, "local_path "+local)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer in.Close()
+		_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer done()
+		n, err := ex.UploadFile(ctx, rel, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		return textResult("Copied %d bytes from %s to %s in the kernel's working directory.", n, local, rel), nil, nil
+	}
 	dr, dst, err := s.workspaceRoot(rel)
 	if err != nil {
 		return nil, nil, err
@@ -447,15 +495,27 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 	if err != nil {
 		return nil, nil, err
 	}
-	sr, src, err := s.workspaceRoot(rel)
-	if err != nil {
-		return nil, nil, err
-	}
 	dr, dst, err := s.allowedRoot(local)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := notHostConfig("local_path", local, dst); err != nil {
+		return nil, nil, err
+	}
+	if s.opts.Gateway != nil {
+		_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer done()
+		n, err := downloadFrom(ctx, ex, rel, dr, dst, "local_path "+local)
+		if err != nil {
+			return nil, nil, err
+		}
+		return textResult("Copied %d bytes from %s in the kernel's working directory to %s.", n, rel, local), nil, nil
+	}
+	sr, src, err := s.workspaceRoot(rel)
+	if err != nil {
 		return nil, nil, err
 	}
 	n, err := copyFile(sr, src, "relpath "+rel, dr, dst, "local_path "+local)

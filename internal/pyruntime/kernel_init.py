@@ -39,6 +39,11 @@ def setup(config):
         if p not in sys.path:
             sys.path.insert(0, p)
 
+    if config.get("remote"):
+        from ipybox_runtime import _remote
+
+        _remote.setup()
+
     if config.get("shell_approval") or config.get("require_shell_escape"):
         _install_shell_hooks(ip, config)
 

@@ -30,17 +30,19 @@ type InitConfig struct {
 	ShellApproval bool `json:"shell_approval,omitempty"`
 	// RequireShellEscape installs the Python-level process guards.
 	RequireShellEscape bool `json:"require_shell_escape,omitempty"`
+	// Remote is set for a kernel that does not share the host's disk: it
+	// imports mcptools from the tool server, and file transfers and
+	// install_package work from the directory it started in.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // InitCode returns the Python source to run silently in a fresh kernel. It
 // defines nothing in the user's namespace.
 func InitCode(cfg InitConfig) string {
-	src, _ := json.Marshal(initSource)
 	args, _ := json.Marshal(cfg)
-	quoted, _ := json.Marshal(string(args))
 	// A JSON string literal is a valid Python string literal, so the
 	// source and the config travel without any Python-side escaping.
-	return fmt.Sprintf("(lambda __g: (exec(%s, __g), __g['setup'](__import__('json').loads(%s))))({'get_ipython': get_ipython})\n", src, quoted)
+	return fmt.Sprintf("(lambda __g: (exec(%s, __g), __g['setup'](__import__('json').loads(%s))))({'get_ipython': get_ipython})\n", Quote(initSource), Quote(string(args)))
 }
 
 // Install writes the ipybox_runtime package into dir (dir/ipybox_runtime)
@@ -85,8 +87,13 @@ func InstallCode() string {
 		return err
 	})
 	src, _ := json.Marshal(files)
-	quoted, _ := json.Marshal(string(src))
 	// A JSON string literal is a valid Python string literal.
 	return fmt.Sprintf(`(lambda os, sys, files, d: ([(os.makedirs(os.path.dirname(os.path.join(d, p)), mode=0o700, exist_ok=True), open(os.path.join(d, p), "w", encoding="utf-8").write(s)) for p, s in files.items()], sys.path.insert(0, d)))(__import__("os"), __import__("sys"), __import__("json").loads(%s), __import__("tempfile").mkdtemp(prefix="ipybox-runtime-"))
-`, quoted)
+`, Quote(string(src)))
+}
+
+// Quote returns s as a Python string literal: a JSON string literal is one.
+func Quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

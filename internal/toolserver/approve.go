@@ -58,6 +58,11 @@ var (
 	// mcpconn's, so that a Manager is a Caller as it is.
 	ErrUnknownServer = mcpconn.ErrUnknownServer
 
+	// ErrNoModule is what Options.Modules returns (or wraps) for a name it
+	// does not serve; the kernel's import then fails as for a missing
+	// module.
+	ErrNoModule = errors.New("no such module")
+
 	// ErrClosed is returned by the Listen methods after Close.
 	ErrClosed = errors.New("toolserver: closed")
 )

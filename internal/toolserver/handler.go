@@ -32,6 +32,7 @@ const (
 	kindTimeout         = "timeout"          // 504: CallTimeout expired
 	kindUnavailable     = "unavailable"      // 503: the server is closing
 	kindInternal        = "internal"         // 500
+	kindNoModule        = "no_module"        // 404: /v1/modules/get
 )
 
 // maxNameBytes bounds server and tool names. MCP tool names are at most
@@ -85,6 +86,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		route = s.handleShell
 	case "/v1/health":
 		route, method = s.handleHealth, http.MethodGet
+	case "/v1/modules/get":
+		if s.opts.Modules != nil {
+			route = s.handleModule
+			break
+		}
+		fallthrough
 	default:
 		s.writeError(w, r, start, &apiError{status: http.StatusNotFound, kind: kindBadRequest,
 			message: fmt.Sprintf("no endpoint %q; use /v1/tools/call, /v1/shell/approve or /v1/health", r.URL.Path)})
@@ -302,6 +309,39 @@ func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.
 	}
 	s.log.Debug("toolserver: shell approved", "command_bytes", len(cmd), "dur", time.Since(start))
 	writeJSON(w, http.StatusOK, []byte(`{"approved":true}`))
+	return nil
+}
+
+type moduleRequest struct {
+	Name string `json:"name"`
+}
+
+// handleModule serves a module's source from Options.Modules.
+func (s *Server) handleModule(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+	var req moduleRequest
+	if _, aerr := s.readJSON(r, &req); aerr != nil {
+		return aerr
+	}
+	if aerr := checkName("module", req.Name); aerr != nil {
+		return aerr
+	}
+	src, pkg, err := s.opts.Modules(req.Name)
+	switch {
+	case errors.Is(err, ErrNoModule):
+		return &apiError{status: http.StatusNotFound, kind: kindNoModule, message: fmt.Sprintf("no module %q", req.Name)}
+	case err != nil:
+		s.log.Warn("toolserver: module source", "module", req.Name, "err", err)
+		return &apiError{status: http.StatusInternalServerError, kind: kindInternal, message: fmt.Sprintf("module %q cannot be read; see the host's log", req.Name)}
+	}
+	body, err := json.Marshal(struct {
+		Source  string `json:"source"`
+		Package bool   `json:"package"`
+	}{string(src), pkg})
+	if err != nil {
+		return &apiError{status: http.StatusInternalServerError, kind: kindInternal, message: err.Error()}
+	}
+	s.log.Debug("toolserver: module served", "module", req.Name, "bytes", len(src), "dur", time.Since(start))
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 

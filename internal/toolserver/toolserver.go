@@ -106,6 +106,14 @@ type Options struct {
 	// (16 MiB); negative is an error.
 	MaxBodyBytes int64
 
+	// Modules, when set, serves the source of Python modules at
+	// /v1/modules/get, for a kernel that does not share the host's disk: it
+	// returns a module's source and whether it is a package, or an error
+	// that wraps ErrNoModule. It is asked for any name the kernel sends
+	// (at most 256 bytes, no control characters): it must check the name
+	// itself. Nil means no such endpoint (404).
+	Modules func(name string) (source []byte, pkg bool, err error)
+
 	// Logger receives one record per request. Nil discards. Arguments and
 	// commands are never logged, only names, sizes and outcomes.
 	Logger *slog.Logger
