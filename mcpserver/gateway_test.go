@@ -96,6 +96,9 @@ func TestGatewayFileTools(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "up")); err == nil {
 		t.Error("the upload went to the host's workspace")
 	}
+	if res := call(t, cs, "upload_file", map[string]any{"relpath": ".git/hooks/pre-commit", "local_path": src}); !res.IsError || !strings.Contains(text(res), ".git") {
+		t.Errorf("upload into .git/hooks: %q", text(res))
+	}
 	if got := run(t, cs, "print(len(open('up/in.bin', 'rb').read()))"); got != "4194304" {
 		t.Errorf("the kernel reads %q bytes", got)
 	}

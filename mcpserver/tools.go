@@ -459,7 +459,11 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 	}
 	if s.opts.Gateway != nil {
 		// The kernel's disk is the gateway's: the file goes over its
-		// channel.
+		// channel. The same names are refused as on this host (with
+		// Jupyter Server beside ipybox, it is this host's disk).
+		if err := notHostConfig("relpath", rel, rel); err != nil {
+			return nil, nil, err
+		}
 		in, err := openSource(sr, src, "local_path "+local)
 		if err != nil {
 			return nil, nil, err
