@@ -4,7 +4,10 @@
 #   docker run -i --rm -v "$PWD":/app/workspace ipybox            # MCP over stdio
 #   docker run --rm -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
 #     -v "$PWD/token":/run/token:ro ipybox \
-#     mcp --workspace /app/workspace --http 0.0.0.0:8080 --auth-token-file /run/token
+#     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /run/token
+#
+# --no-sandbox: the container is the boundary (the image has no bwrap, and
+# a sandbox inside a container needs privileges it should not have).
 #
 # BASE is a Debian bookworm image and GO_IMAGE one with Go on PATH. Where no
 # public registry is reachable, scripts/image.sh makes both locally from
@@ -39,4 +42,4 @@ ENV LANG=C.UTF-8 HOME=/home/ipybox
 LABEL org.opencontainers.image.title="ipybox" \
       org.opencontainers.image.description="ipybox MCP server and Python runtime"
 ENTRYPOINT ["ipybox"]
-CMD ["mcp", "--workspace", "/app/workspace"]
+CMD ["mcp", "--workspace", "/app/workspace", "--no-sandbox"]

@@ -306,7 +306,7 @@ func TestImageServesHTTP(t *testing.T) {
 	defer cancel()
 	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "-p", "127.0.0.1::8080",
 		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
-		"mcp", "--workspace", "/app/workspace", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
+		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
 	stderr, _ := run.StderrPipe()
 	logs := &lockedBuffer{}
 	if err := run.Start(); err != nil {
@@ -349,5 +349,8 @@ func TestImageServesHTTP(t *testing.T) {
 	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: testenv.Bearer{Token: tok}}}, nil)
 	if got := runCell(t, cs, "print(6 * 7)"); got != "42" {
 		t.Errorf("cell over HTTP: %q", got)
+	}
+	if strings.Contains(logs.String(), "UNSANDBOXED") {
+		t.Errorf("the image warns that kernels run unsandboxed, where the container is the boundary:\n%s", logs)
 	}
 }
