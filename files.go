@@ -39,11 +39,8 @@ const chunkMIME = "application/x-ipybox-chunk+json"
 // relpath is relative and slash-separated, without "..". It waits for a
 // running cell, as Execute does, and returns the bytes copied.
 func (e *Executor) UploadFile(ctx context.Context, relpath string, r io.Reader) (int64, error) {
-	rel, err := checkTransferPath(relpath)
+	rel, err := e.startTransfer(ctx, relpath)
 	if err != nil {
-		return 0, err
-	}
-	if err := e.acquire(ctx); err != nil {
 		return 0, err
 	}
 	defer e.release()
@@ -83,11 +80,8 @@ func (e *Executor) UploadFile(ctx context.Context, relpath string, r io.Reader) 
 // copied. A file over MaxDownload bytes is refused. It waits for a running
 // cell, as Execute does.
 func (e *Executor) DownloadFile(ctx context.Context, relpath string, w io.Writer) (int64, error) {
-	rel, err := checkTransferPath(relpath)
+	rel, err := e.startTransfer(ctx, relpath)
 	if err != nil {
-		return 0, err
-	}
-	if err := e.acquire(ctx); err != nil {
 		return 0, err
 	}
 	defer e.release()
@@ -125,6 +119,19 @@ func (e *Executor) DownloadFile(ctx context.Context, relpath string, w io.Writer
 			return total, nil
 		}
 	}
+}
+
+// startTransfer checks relpath and waits for the kernel (a running cell);
+// on success the caller releases it.
+func (e *Executor) startTransfer(ctx context.Context, relpath string) (string, error) {
+	rel, err := checkTransferPath(relpath)
+	if err != nil {
+		return "", err
+	}
+	if err := e.acquire(ctx); err != nil {
+		return "", err
+	}
+	return rel, nil
 }
 
 // chunkOf finds a download chunk's display in res: the file's size and the

@@ -38,19 +38,26 @@ func gwAnchor(b *testing.B, j *testenv.Jupyter, args ...string) map[string]any {
 	return v
 }
 
+// gatewayExecutor starts a Jupyter Server and an Executor whose kernel
+// lives on it, closed when b ends.
+func gatewayExecutor(b *testing.B) (*testenv.Jupyter, *ipybox.Executor) {
+	j := testenv.JupyterServer(b, nil)
+	ex, err := ipybox.Start(context.Background(), &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ex.Close() })
+	return j, ex
+}
+
 // BenchmarkGatewayPass is the `pass` round trip of an Executor whose
 // kernel lives on a Jupyter Server on loopback, beside a Python websocket
 // client on a kernel of the same server and jupyter_client's
 // BlockingKernelClient on a local kernel, in the same run. Target: within
 // 1.5 ms of the local round trip.
 func BenchmarkGatewayPass(b *testing.B) {
-	j := testenv.JupyterServer(b, nil)
+	j, ex := gatewayExecutor(b)
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
 	n := max(b.N, 200)
 	ours := passP50(b, ctx, ex, n)
 	ws := gwAnchor(b, j, "gw-roundtrip", j.URL, strconv.Itoa(n))["p50_ms"].(float64)
@@ -97,13 +104,8 @@ func BenchmarkGatewayStart(b *testing.B) {
 // server's contents API, in the same run.
 func BenchmarkGatewayTransfer(b *testing.B) {
 	const mb = 64
-	j := testenv.JupyterServer(b, nil)
+	j, ex := gatewayExecutor(b)
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir(), Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ex.Close()
 	data := make([]byte, mb<<20)
 	rand.Read(data)
 	var ups, downs, aups, adowns []float64
