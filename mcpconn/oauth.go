@@ -159,6 +159,12 @@ type oauthHandler struct {
 	forcedFor string            // the access token a 401 already forced a refresh of
 	current   *redirectListener // the listener of the sign-in in progress
 	pending   *signInSource     // the source inner's last exchange made
+	// failedAt and failErr are the last sign-in that failed (declined,
+	// unanswered, refused): for defaults.SignInRetry the next one fails at
+	// once instead of asking the user again (a cell that calls a tool in
+	// a loop would ask at every call).
+	failedAt time.Time
+	failErr  error
 }
 
 var _ auth.OAuthHandler = (*oauthHandler)(nil)
@@ -348,6 +354,30 @@ func (h *oauthHandler) clientCredentials(ctx context.Context, req *http.Request,
 }
 
 func (h *oauthHandler) authorizationCode(ctx context.Context, req *http.Request, resp *http.Response) error {
+	h.mu.Lock()
+	at, ferr := h.failedAt, h.failErr
+	h.mu.Unlock()
+	if ago := time.Since(at); ferr != nil && ago < defaults.SignInRetry {
+		discard(resp)
+		return &LoginRequiredError{Server: h.server, Err: ferr,
+			Reason: fmt.Sprintf("a sign-in failed %v ago, and ipybox asks again only %v after a failure", ago.Round(time.Second), defaults.SignInRetry)}
+	}
+	err := h.signIn(ctx, req, resp)
+	h.mu.Lock()
+	switch {
+	case err == nil:
+		h.failErr = nil
+	case ctx.Err() == nil && !errors.Is(err, ErrClosed):
+		// Not a caller that gave up: the sign-in itself failed.
+		h.failedAt, h.failErr = time.Now(), h.wrap(err)
+	}
+	h.mu.Unlock()
+	return err
+}
+
+// signIn runs the authorization code flow: the application gets the URL,
+// and the browser comes back to a loopback listener.
+func (h *oauthHandler) signIn(ctx context.Context, req *http.Request, resp *http.Response) error {
 	port := h.cfg.RedirectPort
 	if port == 0 {
 		port = h.lastPort

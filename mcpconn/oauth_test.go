@@ -458,3 +458,30 @@ func TestOAuthCloseDuringSignIn(t *testing.T) {
 		t.Errorf("Close took %v", d)
 	}
 }
+
+// TestOAuthDeclinedSignInNotRepeated: after a declined sign-in, the next
+// calls fail at once with why, instead of asking the user at every call
+// of a cell that loops.
+func TestOAuthDeclinedSignInNotRepeated(t *testing.T) {
+	s := oauthServer(t, nil)
+	var asked atomic.Int32
+	declined := func(context.Context, string, string) error {
+		asked.Add(1)
+		return errors.New("the user declined the sign-in")
+	}
+	m, _ := oauthManager(t, Config{URL: s.URL}, t.TempDir(), &Options{OAuthURL: declined})
+	for i := range 3 {
+		t0 := time.Now()
+		_, err := m.ListTools(ctxT(t), "srv")
+		if err == nil || !strings.Contains(err.Error(), "declined") {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		var lre *LoginRequiredError
+		if i > 0 && (!errors.As(err, &lre) || !strings.Contains(err.Error(), "asks again") || time.Since(t0) > 5*time.Second) {
+			t.Errorf("call %d after a declined sign-in: %v after %v", i, err, time.Since(t0))
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the user was asked %d times, want 1", n)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	MCPConnect        = 30 * time.Second // an MCP server's start and initialize
 	MCPStopGrace      = 2 * time.Second  // each step of stopping a stdio server
 	Authorize         = 5 * time.Minute  // a person signing in to an MCP server (OAuth)
+	SignInRetry       = 30 * time.Second // after a failed or declined sign-in, before ipybox asks again
 	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
 	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
 )
