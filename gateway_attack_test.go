@@ -87,7 +87,9 @@ func TestGatewayAttackModules(t *testing.T) {
 	} {
 		begin := time.Now()
 		code, answer := getModule(t, base, token, name)
-		if code != 404 || strings.Contains(answer, "hunter2") {
+		// 404 for a name or a link; a FIFO, a directory or a file past
+		// the limit is a 500 that names no content.
+		if code < 400 || strings.Contains(answer, "hunter2") {
 			t.Errorf("module %q: %d %.200q", name, code, answer)
 		}
 		if d := time.Since(begin); d > 5*time.Second {
