@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"regexp"
 	"strings"
@@ -115,8 +116,15 @@ func (e *Executor) DownloadFile(ctx context.Context, relpath string, w io.Writer
 			}
 			total += int64(len(data))
 		}
-		if total >= size || len(data) == 0 {
+		if total >= size {
 			return total, nil
+		}
+		// Short of the size, a chunk is whole: a read of a regular file
+		// is short only at its end. Else the file shrank while it was
+		// read (the copy would be cut and called complete), or kernel
+		// code sends a byte per cell to hold the host for 2^30 cells.
+		if len(data) < transferChunk {
+			return total, fmt.Errorf("ipybox: download %s: the file changed while it was read: %d of %d bytes came, then a chunk of %d", relpath, total, size, len(data))
 		}
 	}
 }
@@ -144,7 +152,7 @@ func chunkOf(res *kernel.Result) (int64, []byte, error) {
 		}
 		size, ok := v["size"].(float64)
 		enc, ok2 := v["data"].(string)
-		if !ok || !ok2 || size < 0 || size > 1<<53 || base64.StdEncoding.DecodedLen(len(enc)) > transferChunk+3 {
+		if !ok || !ok2 || size < 0 || size > 1<<53 || size != math.Trunc(size) || base64.StdEncoding.DecodedLen(len(enc)) > transferChunk+3 {
 			return 0, nil, errors.New("the kernel sent a malformed chunk")
 		}
 		b, err := base64.StdEncoding.DecodeString(enc)

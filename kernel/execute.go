@@ -33,7 +33,11 @@ type ExecOptions struct {
 	// return then (its answer is dropped).
 	Input func(ctx context.Context, prompt string, password bool) (string, error)
 	// Silent runs the code without output events, history or an execution
-	// count (for housekeeping code).
+	// count (for housekeeping code). What a silent cell outputs is kernel
+	// code's to choose (it can replace what the housekeeping code calls)
+	// and nobody reads it, so a silent cell saves no image and keeps at
+	// most SilentKeepText bytes of text and of displays, as KeepText does,
+	// unless KeepText says less.
 	Silent bool
 	// KeepText bounds the text the Result keeps: its first and last
 	// KeepText/2 bytes; Result.Omitted says how much was left out. It
@@ -45,6 +49,11 @@ type ExecOptions struct {
 }
 
 const sigint = syscall.SIGINT
+
+// SilentKeepText bounds what a silent cell's Result keeps (see
+// ExecOptions.Silent): room for one display of a few MiB, such as a file
+// transfer's chunk, and no more.
+const SilentKeepText = 8 << 20
 
 // Execute runs code as one cell and returns when the cell is done: when both
 // the execute_reply and the final status: idle have arrived.
@@ -220,6 +229,8 @@ type cellState struct {
 	gotReply bool
 	gotIdle  bool
 
+	silent bool // ExecOptions.Silent: no image is saved
+
 	synced  map[string]bool // sync markers seen
 	waiting []waitingCall   // calls held for their marker
 
@@ -360,7 +371,10 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	}
 	cellCtx, endCell := context.WithCancel(ctx)
 	defer endCell() // ends a pending Input
-	st := &cellState{k: in.k, ctx: cellCtx}
+	st := &cellState{k: in.k, ctx: cellCtx, silent: o.Silent}
+	if o.Silent && (o.KeepText <= 0 || o.KeepText > SilentKeepText) {
+		o.KeepText = SilentKeepText
+	}
 	if o.KeepText > 0 {
 		st.capped = &headTail{half: max(o.KeepText/2, 1)}
 		st.keepDisplays = o.KeepText
@@ -649,6 +663,11 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 			continue
 		}
 		delete(raw.Data, mime)
+		if st.silent {
+			// Housekeeping code shows no image: one here is kernel
+			// code's, and would fill the host's disk.
+			continue
+		}
 		var s string
 		if json.Unmarshal(v, &s) != nil {
 			continue
