@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/sandbox"
 )
@@ -469,14 +470,14 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 			return nil, nil, err
 		}
 		defer in.Close()
-		_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+		ex, ctx, done, err := s.transferExecutor(ctx, req)
 		if err != nil {
 			return nil, nil, err
 		}
 		defer done()
 		n, err := ex.UploadFile(ctx, rel, in)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, transferTimeout(ctx, err)
 		}
 		return textResult("Copied %d bytes from %s to %s in the kernel's working directory.", n, local, rel), nil, nil
 	}
@@ -494,6 +495,26 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 	return textResult("Copied %d bytes from %s to %s in the workspace.", n, local, rel), nil, nil
 }
 
+// transferExecutor is sessionExecutor for a file transfer with a gateway
+// kernel, bounded by defaults.Transfer: kernel code answers each step, and
+// one that never does must not hold the session.
+func (s *Server) transferExecutor(ctx context.Context, req *mcp.CallToolRequest) (*ipybox.Executor, context.Context, func(), error) {
+	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, defaults.Transfer)
+	return ex, ctx, func() { cancel(); done() }, nil
+}
+
+// transferTimeout words a transfer that ran out of time.
+func transferTimeout(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("the transfer did not end within %v, and was stopped (the kernel did not answer, or the file is too large to move this way): %w", defaults.Transfer, err)
+	}
+	return err
+}
+
 func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a fileArgs) (*mcp.CallToolResult, any, error) {
 	rel, local, err := checkFileArgs(a)
 	if err != nil {
@@ -507,14 +528,14 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 		return nil, nil, err
 	}
 	if s.opts.Gateway != nil {
-		_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+		ex, ctx, done, err := s.transferExecutor(ctx, req)
 		if err != nil {
 			return nil, nil, err
 		}
 		defer done()
 		n, err := downloadFrom(ctx, ex, rel, dr, dst, "local_path "+local)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, transferTimeout(ctx, err)
 		}
 		return textResult("Copied %d bytes from %s in the kernel's working directory to %s.", n, rel, local), nil, nil
 	}

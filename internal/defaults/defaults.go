@@ -26,6 +26,7 @@ const (
 	MCPStopGrace      = 2 * time.Second  // each step of stopping a stdio server
 	Authorize         = 5 * time.Minute  // a person signing in to an MCP server (OAuth)
 	SignInRetry       = 30 * time.Second // after a failed or declined sign-in, before ipybox asks again
+	Transfer          = 10 * time.Minute // one upload_file or download_file with a gateway kernel
 	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
 	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
 )
