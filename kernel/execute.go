@@ -50,6 +50,11 @@ type ExecOptions struct {
 
 const sigint = syscall.SIGINT
 
+// maxCellImageBytes bounds the bytes of images one cell saves to the
+// images directory; past it, an image is dropped and the display's text
+// says so. A variable for the tests.
+var maxCellImageBytes = 256 << 20
+
 // SilentKeepText bounds what a silent cell's Result keeps (see
 // ExecOptions.Silent): room for one display of a few MiB, such as a file
 // transfer's chunk, and no more.
@@ -230,6 +235,8 @@ type cellState struct {
 	gotIdle  bool
 
 	silent bool // ExecOptions.Silent: no image is saved
+
+	imageBytes int // bytes of images saved for this cell (maxCellImageBytes)
 
 	synced  map[string]bool // sync markers seen
 	waiting []waitingCall   // calls held for their marker
@@ -682,6 +689,14 @@ func (st *cellState) display(m *jupyter.Message) *Display {
 				continue
 			}
 		}
+		if st.imageBytes+len(b) > maxCellImageBytes {
+			// The images directory is on the host's disk, and a kernel
+			// (on a gateway, in a container) may not be: it is not
+			// filled without bound.
+			saveErrs = append(saveErrs, fmt.Sprintf("[ipybox: a %s image of %d bytes was not saved: this cell's images passed %d MiB]", mime, len(b), maxCellImageBytes>>20))
+			continue
+		}
+		st.imageBytes += len(b)
 		path, err := st.k.saveImage(b, imageExt[mime])
 		if err != nil {
 			// Nothing is lost: the image stays in Data, and the text

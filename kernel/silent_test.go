@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,31 @@ func TestSilentCellBounded(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(images); len(ents) > 0 {
 		t.Errorf("%d images were saved", len(ents))
+	}
+}
+
+// TestCellImageBudget: one cell saves a bounded amount of images (256 MiB;
+// 1 MiB here); past that, images are dropped, and the text says so.
+func TestCellImageBudget(t *testing.T) {
+	defer kernel.SetMaxCellImageBytes(1 << 20)()
+	images := filepath.Join(t.TempDir(), "images")
+	k := startKernel(t, &kernel.Options{ImagesDir: images})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := k.Execute(ctx, "import base64\nfrom IPython.display import publish_display_data as p\n"+
+		"s = base64.b64encode(b'\\x89PNG' + b'x' * 300000).decode()\nfor i in range(5):\n    p({'image/png': s})\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(images); len(ents) != 3 || len(res.Images) != 3 {
+		t.Errorf("%d images saved (%d in the result), want 3", len(ents), len(res.Images))
+	}
+	if !strings.Contains(res.Text, "was not saved: this cell's images passed 1 MiB") {
+		t.Errorf("text does not say why: %q", res.Text)
+	}
+	// The next cell has a budget of its own.
+	res, err = k.Execute(ctx, "p({'image/png': s})", nil)
+	if err != nil || len(res.Images) != 1 {
+		t.Errorf("the next cell: %v, %v", err, res.Images)
 	}
 }
