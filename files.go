@@ -53,7 +53,10 @@ func (e *Executor) UploadFile(ctx context.Context, relpath string, r io.Reader) 
 	var total atomic.Int64
 	var readErr atomic.Pointer[error]
 	buf := make([]byte, transferChunk)
-	input := func(context.Context, string, bool) (string, error) {
+	input := func(ctx context.Context, _ string, _ bool) (string, error) {
+		if err := ctx.Err(); err != nil {
+			return "", err // the cell is over: r is the caller's again
+		}
 		n, err := io.ReadFull(r, buf)
 		total.Add(int64(n))
 		switch {
