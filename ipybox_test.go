@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -613,6 +614,12 @@ func TestRegisterErrorsNameServerOnce(t *testing.T) {
 		}},
 		{"RegisterMCPServer bad config", func() error {
 			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{})
+			return err
+		}},
+		{"RegisterMCPServer that needs a sign-in", func() error {
+			s := mcptest.NewOAuthServer(nil)
+			defer s.Close()
+			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{URL: s.URL})
 			return err
 		}},
 	}

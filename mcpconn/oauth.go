@@ -806,10 +806,10 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 	exp, values, err := re.cfg.expand(m.lookup)
 	m.secrets.add(values...)
 	if err != nil {
-		return fmt.Errorf("mcpconn: server %q: %w", server, err)
+		return fmt.Errorf("MCP server %q: %w", server, err)
 	}
 	if t, err := exp.Transport(); err != nil || t != StreamableHTTP {
-		return fmt.Errorf("mcpconn: server %q is not a streamable HTTP server (transport %s); only those can sign in with OAuth", server, t)
+		return fmt.Errorf("MCP server %q is not a streamable HTTP server (transport %s); only those can sign in with OAuth", server, t)
 	}
 	if _, err := m.store.remove(exp.URL); err != nil {
 		return err
@@ -845,7 +845,7 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 	} else if s != nil {
 		return nil
 	}
-	return fmt.Errorf("mcpconn: server %q did not ask for an OAuth sign-in (it answered without a 401); there is nothing to sign in to", server)
+	return fmt.Errorf("MCP server %q did not ask for an OAuth sign-in (it answered without a 401); there is nothing to sign in to", server)
 }
 
 // tokenSourceSet reports whether the handler holds a token source.

@@ -188,7 +188,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		}
 		var lre *LoginRequiredError
 		if errors.As(err, &lre) {
-			return nil, false, fmt.Errorf("mcpconn: %w", lre)
+			return nil, false, lre // it names the server and the fix
 		}
 		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
 			return nil, false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
