@@ -210,11 +210,17 @@ func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) er
 
 // cellState accumulates a cell's outputs.
 type cellState struct {
-	k        *Kernel
-	ctx      context.Context // ends when the cell does
-	outputs  []any           // *textSeg or *Display, in order, after clear_output
-	clearAt  bool            // a clear_output(wait=True) is pending
-	pyErr    *PythonError
+	k       *Kernel
+	ctx     context.Context // ends when the cell does
+	outputs []any           // *textSeg or *Display, in order, after clear_output
+	clearAt bool            // a clear_output(wait=True) is pending
+	pyErr   *PythonError
+	// replyErr is the exception the execute_reply names, for when the
+	// iopub error message never came: IPython sends none when formatting
+	// the traceback fails, as it can for a KeyboardInterrupt that lands
+	// between two statements of a cell (it then prints "Unexpected
+	// exception formatting exception" to stdout instead).
+	replyErr *PythonError
 	count    int
 	aborted  bool
 	gotReply bool
@@ -455,6 +461,9 @@ func (st *cellState) finalErr(stopErr error) error {
 	if st.pyErr != nil {
 		return st.pyErr
 	}
+	if st.replyErr != nil {
+		return st.replyErr
+	}
 	if st.aborted {
 		return errAborted
 	}
@@ -515,13 +524,23 @@ func (st *cellState) handle(in *instance, r routed, o *ExecOptions) {
 			return
 		}
 		var rep struct {
-			Status         string `json:"status"`
-			ExecutionCount int    `json:"execution_count"`
+			Status         string   `json:"status"`
+			ExecutionCount int      `json:"execution_count"`
+			Name           string   `json:"ename"`
+			Value          string   `json:"evalue"`
+			Traceback      []string `json:"traceback"`
 		}
 		json.Unmarshal(m.Content, &rep)
 		st.gotReply = true
 		st.aborted = rep.Status == "aborted"
 		st.count = rep.ExecutionCount
+		if rep.Status == "error" {
+			name := rep.Name
+			if name == "" {
+				name = "Exception" // a reply that says error without naming it
+			}
+			st.replyErr = &PythonError{Name: name, Value: stripANSI(rep.Value), Traceback: cleanTraceback(rep.Traceback)}
+		}
 	case jupyter.Stdin:
 		st.handleInput(in, m, o)
 	case jupyter.IOPub:
