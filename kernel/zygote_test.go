@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,12 +66,16 @@ func TestZygoteKernels(t *testing.T) {
 		t.Errorf("kernels %d and %d do not lead process groups of their own (%d, %d)", a.Pid(), b.Pid(), ga, gb)
 	}
 
-	// Interrupt reaches the cell; state survives.
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		a.Interrupt()
-	}()
-	_, err = a.Execute(ctx, "import time\ntime.sleep(20)", nil)
+	// Interrupt reaches the cell; state survives. The interrupt waits for
+	// the cell to run: one sent before is ignored, and the cell sleeps on.
+	var once sync.Once
+	_, err = a.Execute(ctx, sleepCell, &kernel.ExecOptions{
+		OnEvent: func(e kernel.Event) {
+			if o, ok := e.(*kernel.Output); ok && strings.Contains(o.Text, "sleeping") {
+				once.Do(func() { a.Interrupt() })
+			}
+		},
+	})
 	var pe *kernel.PythonError
 	if !errors.As(err, &pe) || pe.Name != "KeyboardInterrupt" {
 		t.Fatalf("interrupt: %v", err)
