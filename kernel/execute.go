@@ -225,6 +225,10 @@ type cellState struct {
 	aborted  bool
 	gotReply bool
 	gotIdle  bool
+	// running: the kernel runs the cell's handler, so SIGINT raises
+	// KeyboardInterrupt in it. Before, ipykernel ignores SIGINT: an
+	// interrupt sent then is lost, and the cell runs on.
+	running bool
 
 	synced  map[string]bool // sync markers seen
 	waiting []waitingCall   // calls held for their marker
@@ -372,9 +376,11 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		st.keepDisplays = o.KeepText
 	}
 	var idleTimer <-chan time.Time
-	var interruptedAt time.Time // zero until we interrupted
-	var stopErr error           // why we interrupted
+	var interruptedAt time.Time // zero until we decided to interrupt
+	var stopErr error           // why we interrupt
 	var graceTimer <-chan time.Time
+	signalPending := false // decided, not sent: the cell has not started
+	var noReplyTimer <-chan time.Time
 
 	for {
 		batch := c.drain()
@@ -383,6 +389,21 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		}
 		if st.gotReply && st.gotIdle {
 			break
+		}
+		if signalPending && st.running {
+			// The interrupt waited for the cell to start; its grace
+			// counts from now.
+			signalPending = false
+			in.proc.Signal(sigint)
+			graceTimer = time.After(in.k.opts.InterruptGrace)
+		}
+		if st.gotIdle && !st.gotReply && !interruptedAt.IsZero() && !signalPending && noReplyTimer == nil {
+			// Idle without a reply: the interrupt landed in ipykernel's
+			// handler before the cell's code ran, and ipykernel ended the
+			// handler without a reply. The kernel is idle and keeps its
+			// state: no restart. A reply on its way has IdleGrace.
+			noReplyTimer = time.After(in.k.opts.IdleGrace)
+			graceTimer = nil
 		}
 		// The grace for the final idle counts from the last message, not
 		// from the reply: output still arriving (and being written to a
@@ -412,6 +433,8 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		case now := <-syncTimer:
 			st.release(now)
 			continue
+		case <-noReplyTimer:
+			return st.result(false), st.finalErr(stopErr)
 		case <-idleTimer:
 			if in.conn.Backlog(jupyter.IOPub) > 0 {
 				// Output received and still being decoded: not a kernel
@@ -444,9 +467,16 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			}
 			return res, stopErr
 		}
-		// Interrupt once, then give the cell InterruptGrace to stop.
+		// Interrupt once, then give the cell InterruptGrace to stop. A
+		// cell that has not started yet (a loaded machine, a timeout of
+		// a few milliseconds) is interrupted when it starts: the grace
+		// then bounds the wait for the start too.
 		interruptedAt = time.Now()
-		in.proc.Signal(sigint)
+		if st.running || st.gotReply {
+			in.proc.Signal(sigint)
+		} else {
+			signalPending = true
+		}
 		graceTimer = time.After(in.k.opts.InterruptGrace)
 	}
 	return st.result(false), st.finalErr(stopErr)
@@ -555,9 +585,17 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 			State string `json:"execution_state"`
 		}
 		json.Unmarshal(m.Content, &s)
-		if s.State == "idle" {
+		switch {
+		case s.State == "idle":
 			st.gotIdle = true
+		case s.State == "busy" && o.Silent:
+			// A silent cell has no execute_input; busy comes just
+			// before the handler.
+			st.running = true
 		}
+	case "execute_input":
+		// Published by the handler itself.
+		st.running = true
 	case "stream":
 		name, text, err := decodeStream(m.Content)
 		if err != nil {
