@@ -542,8 +542,18 @@ func TestInterrupt(t *testing.T) {
 	t.Parallel()
 	ex := start(t, nil)
 	run(t, ex, "kept = 'yes'")
-	time.AfterFunc(400*time.Millisecond, func() { ex.Interrupt() })
-	_, err := ex.Execute(context.Background(), "import time\ntime.sleep(30)", nil)
+	// Interrupt once the cell sleeps: an interrupt sent before the cell
+	// runs is ignored. The print is not flushed, so it arrives while the
+	// cell sleeps; one statement, so the interrupt does not fall between two.
+	var err error
+	for ev, e := range ex.Stream(context.Background(), "import time\ndef nap():\n    print('sleeping')\n    time.sleep(30)\nnap()", nil) {
+		if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "sleeping") {
+			ex.Interrupt()
+		}
+		if e != nil {
+			err = e
+		}
+	}
 	var pe *ipybox.PythonError
 	if !errors.As(err, &pe) || pe.Name != "KeyboardInterrupt" {
 		t.Fatalf("err = %v, want KeyboardInterrupt", err)

@@ -247,20 +247,23 @@ func TestTimeoutBudgetAndApproval(t *testing.T) {
 	register(t, ex, "go", testmcpStdio(t))
 	run(t, ex, "from mcptools.go.tool_2 import Params, run\nimport time")
 
-	// A 1.5 s budget survives a 1.0 s approval wait and a 0.8 s sleep:
-	// the wait is not counted (it is bounded by the time left, though).
+	// A 4 s budget survives a 2.5 s approval wait and a 2 s sleep: the
+	// wait is not counted (it is bounded by the time left, though). The
+	// cell has 1.5 s to reach the approval, ample on a loaded machine.
 	// (ApprovalTimeout is 0.7 s here, so this case gets its own executor.)
 	ex2 := start(t, nil)
 	register(t, ex2, "go", testmcpStdio(t))
 	run(t, ex2, "from mcptools.go.tool_2 import Params, run\nimport time")
-	slow := func(r *ipybox.ApprovalRequest) { time.AfterFunc(time.Second, func() { r.Accept() }) }
-	if _, _, err := collect(t, ex2, "run(Params())\ntime.sleep(0.8)", &ipybox.ExecOptions{Timeout: 1500 * time.Millisecond}, slow); err != nil {
-		t.Errorf("1.5 s budget with a 1.0 s approval and a 0.8 s sleep: %v", err)
+	slow := func(r *ipybox.ApprovalRequest) { time.AfterFunc(2500*time.Millisecond, func() { r.Accept() }) }
+	if _, _, err := collect(t, ex2, "run(Params())\ntime.sleep(2)", &ipybox.ExecOptions{Timeout: 4 * time.Second}, slow); err != nil {
+		t.Errorf("4 s budget with a 2.5 s approval and a 2 s sleep: %v", err)
 	}
-	// An approval cannot outlast what is left of the budget.
-	slower := func(r *ipybox.ApprovalRequest) { time.AfterFunc(3*time.Second, func() { r.Accept() }) }
-	if _, _, err := collect(t, ex2, "run(Params())", &ipybox.ExecOptions{Timeout: time.Second}, slower); err == nil || !strings.Contains(err.Error(), "ApprovalTimeoutError") {
-		t.Errorf("1.0 s budget with a 3 s approval: err = %v, want ApprovalTimeoutError", err)
+	// An approval cannot outlast what is left of the budget: a 5 s
+	// budget, an approval never answered (whatever time the cell took to
+	// ask counts: the budget is not meant to expire before it asks).
+	unanswered := func(*ipybox.ApprovalRequest) {}
+	if _, _, err := collect(t, ex2, "run(Params())", &ipybox.ExecOptions{Timeout: 5 * time.Second}, unanswered); err == nil || !strings.Contains(err.Error(), "ApprovalTimeoutError") {
+		t.Errorf("5 s budget with an unanswered approval: err = %v, want ApprovalTimeoutError", err)
 	}
 
 	// A 0.2 s budget fails after an instant approval and sleep(0.5).

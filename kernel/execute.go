@@ -224,15 +224,25 @@ func (c *call) waitInfo(ctx context.Context, in *instance, per time.Duration) er
 
 // cellState accumulates a cell's outputs.
 type cellState struct {
-	k        *Kernel
-	ctx      context.Context // ends when the cell does
-	outputs  []any           // *textSeg or *Display, in order, after clear_output
-	clearAt  bool            // a clear_output(wait=True) is pending
-	pyErr    *PythonError
+	k       *Kernel
+	ctx     context.Context // ends when the cell does
+	outputs []any           // *textSeg or *Display, in order, after clear_output
+	clearAt bool            // a clear_output(wait=True) is pending
+	pyErr   *PythonError
+	// replyErr is the exception the execute_reply names, for when the
+	// iopub error message never came: IPython sends none when formatting
+	// the traceback fails, as it can for a KeyboardInterrupt that lands
+	// between two statements of a cell (it then prints "Unexpected
+	// exception formatting exception" to stdout instead).
+	replyErr *PythonError
 	count    int
 	aborted  bool
 	gotReply bool
 	gotIdle  bool
+	// running: the kernel runs the cell's handler, so SIGINT raises
+	// KeyboardInterrupt in it. Before, ipykernel ignores SIGINT: an
+	// interrupt sent then is lost, and the cell runs on.
+	running bool
 
 	silent bool // ExecOptions.Silent: no image is saved
 
@@ -387,9 +397,11 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		st.keepDisplays = o.KeepText
 	}
 	var idleTimer <-chan time.Time
-	var interruptedAt time.Time // zero until we interrupted
-	var stopErr error           // why we interrupted
+	var interruptedAt time.Time // zero until we decided to interrupt
+	var stopErr error           // why we interrupt
 	var graceTimer <-chan time.Time
+	signalPending := false // decided, not sent: the cell has not started
+	var noReplyTimer <-chan time.Time
 
 	for {
 		batch := c.drain()
@@ -398,6 +410,21 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		}
 		if st.gotReply && st.gotIdle {
 			break
+		}
+		if signalPending && st.running {
+			// The interrupt waited for the cell to start; its grace
+			// counts from now.
+			signalPending = false
+			in.proc.Signal(sigint)
+			graceTimer = time.After(in.k.opts.InterruptGrace)
+		}
+		if st.gotIdle && !st.gotReply && !interruptedAt.IsZero() && !signalPending && noReplyTimer == nil {
+			// Idle without a reply: the interrupt landed in ipykernel's
+			// handler before the cell's code ran, and ipykernel ended the
+			// handler without a reply. The kernel is idle and keeps its
+			// state: no restart. A reply on its way has IdleGrace.
+			noReplyTimer = time.After(in.k.opts.IdleGrace)
+			graceTimer = nil
 		}
 		// The grace for the final idle counts from the last message, not
 		// from the reply: output still arriving (and being written to a
@@ -427,6 +454,8 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		case now := <-syncTimer:
 			st.release(now)
 			continue
+		case <-noReplyTimer:
+			return st.result(false), st.finalErr(stopErr)
 		case <-idleTimer:
 			if in.conn.Backlog(jupyter.IOPub) > 0 {
 				// Output received and still being decoded: not a kernel
@@ -459,9 +488,16 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			}
 			return res, stopErr
 		}
-		// Interrupt once, then give the cell InterruptGrace to stop.
+		// Interrupt once, then give the cell InterruptGrace to stop. A
+		// cell that has not started yet (a loaded machine, a timeout of
+		// a few milliseconds) is interrupted when it starts: the grace
+		// then bounds the wait for the start too.
 		interruptedAt = time.Now()
-		in.proc.Signal(sigint)
+		if st.running || st.gotReply {
+			in.proc.Signal(sigint)
+		} else {
+			signalPending = true
+		}
 		graceTimer = time.After(in.k.opts.InterruptGrace)
 	}
 	return st.result(false), st.finalErr(stopErr)
@@ -475,6 +511,9 @@ func (st *cellState) finalErr(stopErr error) error {
 	}
 	if st.pyErr != nil {
 		return st.pyErr
+	}
+	if st.replyErr != nil {
+		return st.replyErr
 	}
 	if st.aborted {
 		return errAborted
@@ -536,13 +575,23 @@ func (st *cellState) handle(in *instance, r routed, o *ExecOptions) {
 			return
 		}
 		var rep struct {
-			Status         string `json:"status"`
-			ExecutionCount int    `json:"execution_count"`
+			Status         string   `json:"status"`
+			ExecutionCount int      `json:"execution_count"`
+			Name           string   `json:"ename"`
+			Value          string   `json:"evalue"`
+			Traceback      []string `json:"traceback"`
 		}
 		json.Unmarshal(m.Content, &rep)
 		st.gotReply = true
 		st.aborted = rep.Status == "aborted"
 		st.count = rep.ExecutionCount
+		if rep.Status == "error" {
+			name := rep.Name
+			if name == "" {
+				name = "Exception" // a reply that says error without naming it
+			}
+			st.replyErr = &PythonError{Name: name, Value: stripANSI(rep.Value), Traceback: cleanTraceback(rep.Traceback)}
+		}
 	case jupyter.Stdin:
 		st.handleInput(in, m, o)
 	case jupyter.IOPub:
@@ -557,9 +606,17 @@ func (st *cellState) handleIOPub(m *jupyter.Message, o *ExecOptions) {
 			State string `json:"execution_state"`
 		}
 		json.Unmarshal(m.Content, &s)
-		if s.State == "idle" {
+		switch {
+		case s.State == "idle":
 			st.gotIdle = true
+		case s.State == "busy" && o.Silent:
+			// A silent cell has no execute_input; busy comes just
+			// before the handler.
+			st.running = true
 		}
+	case "execute_input":
+		// Published by the handler itself.
+		st.running = true
 	case "stream":
 		name, text, err := decodeStream(m.Content)
 		if err != nil {

@@ -23,8 +23,10 @@ var gatewayKinds = []struct {
 	legacy bool
 }{{"v1", false}, {"legacy", true}}
 
-// remoteKernels lists the server's kernels.
-func remoteKernels(t *testing.T, j *testenv.Jupyter) []gateway.KernelModel {
+// remoteKernels lists the server's kernels. Jupyter Server can fail the
+// list with a 500 while a kernel is being started or removed (as after a
+// cancelled start); the callers poll, so a failed list counts as not yet.
+func remoteKernels(t *testing.T, j *testenv.Jupyter) ([]gateway.KernelModel, error) {
 	t.Helper()
 	c, err := gateway.New(gateway.Config{URL: j.URL, Token: j.Token})
 	if err != nil {
@@ -32,23 +34,31 @@ func remoteKernels(t *testing.T, j *testenv.Jupyter) []gateway.KernelModel {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ks, err := c.Kernels(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ks
+	return c.Kernels(ctx)
 }
 
 // waitNoKernels fails t unless the server has no kernel left, soon.
 func waitNoKernels(t *testing.T, j *testenv.Jupyter, when string) {
 	t.Helper()
+	waitKernelCount(t, j, 0, when+": the server still has kernels")
+}
+
+// waitKernelCount waits until the server lists n kernels, and fails t with
+// what if it does not within 20 s.
+func waitKernelCount(t *testing.T, j *testenv.Jupyter, n int, what string) {
+	t.Helper()
 	var ks []gateway.KernelModel
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if ks = remoteKernels(t, j); len(ks) == 0 {
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ks, err = remoteKernels(t, j); err == nil && len(ks) == n {
 			return
 		}
 	}
-	t.Errorf("%s: the server still has kernels %+v", when, ks)
+	if err != nil {
+		t.Errorf("%s: listing the kernels: %v\nserver log:\n%s", what, err, j.Log)
+		return
+	}
+	t.Errorf("%s: %d kernels %+v, want %d", what, len(ks), ks, n)
 }
 
 func startGatewayKernel(t *testing.T, j *testenv.Jupyter, o kernel.Options) *kernel.Kernel {
@@ -260,13 +270,7 @@ func TestGatewayKernel(t *testing.T) {
 // may still be under way).
 func waitKernels(t *testing.T, j *testenv.Jupyter, n int) {
 	t.Helper()
-	var ks []gateway.KernelModel
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if ks = remoteKernels(t, j); len(ks) == n {
-			return
-		}
-	}
-	t.Errorf("the server has %d kernels, want %d: an old kernel was left behind", len(ks), n)
+	waitKernelCount(t, j, n, "an old kernel was left behind")
 }
 
 func pyStr(s string) string { return "'" + s + "'" }

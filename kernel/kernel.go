@@ -476,17 +476,25 @@ const boundStreams = `def _ipybox_bound_streams():
         return
     chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
     orig_buffer, orig_flush = OutStream._flush_buffer, OutStream._flush
+    # The buffer's text and how far it was sent: an offset, because
+    # slicing off the rest after each chunk copies it again and again (a
+    # 200 MB write took a minute and more, past ipykernel's flush timeout:
+    # its status: idle then overtook its output).
     def _flush_buffer(self):
-        data = self._ipybox_rest or orig_buffer(self)
-        self._ipybox_rest = data[chunk:]
-        return data[:chunk]
+        data, off = self._ipybox_rest, self._ipybox_off
+        if off >= len(data):
+            data, off = orig_buffer(self), 0
+        self._ipybox_rest, self._ipybox_off = data, off + chunk
+        return data[off:off + chunk]
     def _flush(self):
         orig_flush(self)
-        while self._ipybox_rest:
+        while self._ipybox_off < len(self._ipybox_rest):
             orig_flush(self)
+        self._ipybox_rest, self._ipybox_off = "", 0
     OutStream._flush_buffer = _flush_buffer
     OutStream._flush = _flush
     OutStream._ipybox_rest = ""
+    OutStream._ipybox_off = 0
 _ipybox_bound_streams()
 del _ipybox_bound_streams
 `

@@ -35,6 +35,16 @@ func startKernel(t *testing.T, opts *kernel.Options) *kernel.Kernel {
 	return k
 }
 
+// sleepCell prints "sleeping" and sleeps for 30 s: a cell to interrupt
+// when its "sleeping" arrives, which is while it sleeps. The print is not
+// flushed: ipykernel sends it from its IO thread 0.2 s later, when the cell
+// is in time.sleep. (A flush waits for the IO thread; an interrupt landing
+// in that wait can surface as "RuntimeError: release unlocked lock".) And the
+// print and the sleep are one statement, a call, so the interrupt cannot
+// fall between two statements, where IPython can fail to format the
+// KeyboardInterrupt.
+const sleepCell = "import time\ndef _sleep():\n    print('sleeping')\n    time.sleep(30)\n_sleep()"
+
 func TestSmoke(t *testing.T) {
 	start := time.Now()
 	k := startKernel(t, nil)
@@ -53,6 +63,14 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Log(pe.TracebackText())
+
+	// IPython sends no error message when it cannot format the traceback
+	// (as with a KeyboardInterrupt that lands between two statements); the
+	// execute_reply still names the exception.
+	_, err = k.Execute(ctx, "class Unshown(Exception):\n    def _render_traceback_(self):\n        raise ValueError('no')\nraise Unshown('boom')", nil)
+	if !errors.As(err, &pe) || pe.Name != "Unshown" || pe.Value != "boom" {
+		t.Fatalf("an exception IPython cannot format: err = %v, want Unshown: boom", err)
+	}
 }
 
 // TestHeartbeatDetectsHang: a stopped kernel keeps its process and sockets,

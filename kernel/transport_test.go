@@ -52,7 +52,7 @@ func TestTCPTransport(t *testing.T) {
 	errc := make(chan error, 1)
 	var once sync.Once
 	go func() {
-		_, err := k.Execute(ctx, "import time\nprint('sleeping', flush=True)\ntime.sleep(30)", &kernel.ExecOptions{
+		_, err := k.Execute(ctx, sleepCell, &kernel.ExecOptions{
 			OnEvent: func(e kernel.Event) {
 				if s, ok := e.(*kernel.Output); ok && strings.Contains(s.Text, "sleeping") {
 					once.Do(func() { k.Interrupt() })
