@@ -717,7 +717,13 @@ func TestCloseAbortsConnect(t *testing.T) {
 		_, err := m.ListTools(context.Background(), "hang")
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the server is up and ignoring initialize
+	// Close once the server is up (and ignoring initialize): before, it
+	// would test a Close that beats the start instead.
+	for deadline := time.Now().Add(30 * time.Second); !hasChild(os.Getpid(), "--hang-initialize"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not start within 30 s")
+		}
+	}
 	start := time.Now()
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
@@ -733,6 +739,16 @@ func TestCloseAbortsConnect(t *testing.T) {
 	if d := time.Since(start); d > m.closeBound() {
 		t.Errorf("took %v", d)
 	}
+}
+
+// hasChild reports whether a child of pid has arg in its command line.
+func hasChild(pid int, arg string) bool {
+	for _, p := range testenv.Processes() {
+		if p.PPid == pid && strings.Contains(p.Cmdline, arg) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestCallerCancelsConnect(t *testing.T) {
