@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestGatewaySessions: with Options.Gateway, each HTTP session gets its
@@ -52,6 +53,19 @@ func TestGatewaySessions(t *testing.T) {
 	}
 }
 
+// gatewaySession starts a Jupyter Server, an ipybox mcp server whose
+// kernels live on it (workspace ws), and one HTTP session of it.
+func gatewaySession(t *testing.T) (*testenv.Jupyter, string, *mcp.ClientSession) {
+	t.Helper()
+	j := testenv.JupyterServer(t, nil)
+	ws := t.TempDir()
+	srv := newServer(t, &Options{
+		Workspace: ws,
+		Gateway:   &ipybox.GatewayConfig{URL: j.URL, Token: j.Token},
+	})
+	return j, ws, connectHTTP(t, serveHTTP(t, srv), nil)
+}
+
 func gatewayKernels(t *testing.T, j *testenv.Jupyter) []map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -76,13 +90,7 @@ func gatewayKernels(t *testing.T, j *testenv.Jupyter) []map[string]any {
 // leaves the host's file as it was, and install_package installs into the
 // kernel's interpreter, for good across a reset.
 func TestGatewayFileTools(t *testing.T) {
-	j := testenv.JupyterServer(t, nil)
-	ws := t.TempDir()
-	srv := newServer(t, &Options{
-		Workspace: ws,
-		Gateway:   &ipybox.GatewayConfig{URL: j.URL, Token: j.Token},
-	})
-	cs := connectHTTP(t, serveHTTP(t, srv), nil)
+	j, ws, cs := gatewaySession(t)
 	host := t.TempDir()
 	src := filepath.Join(host, "in.bin")
 	data := bytes.Repeat([]byte{0, 1, 2, 255}, 1<<20)
