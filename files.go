@@ -217,13 +217,6 @@ func transferErr(op, rel string, err error) error {
 	return fmt.Errorf("ipybox: %s %s: %w", op, rel, executorErr(err))
 }
 
-func pyBool(b bool) string {
-	if b {
-		return "True"
-	}
-	return "False"
-}
-
 // moduleNameRE is one part of a generated module's name: pygen writes
 // ASCII identifiers only.
 var moduleNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
