@@ -741,10 +741,11 @@ func TestCloseAbortsConnect(t *testing.T) {
 	}
 }
 
-// hasChild reports whether a child of pid has arg in its command line.
+// hasChild reports whether a descendant of pid has arg in its command
+// line.
 func hasChild(pid int, arg string) bool {
-	for _, p := range testenv.Processes() {
-		if p.PPid == pid && strings.Contains(p.Cmdline, arg) {
+	for _, p := range testenv.Descendants(pid) {
+		if strings.Contains(p.Cmdline, arg) {
 			return true
 		}
 	}
