@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
@@ -238,7 +239,7 @@ func (e *Executor) forgetPending(ctx context.Context) {
 	e.forget = nil
 	e.forgetMu.Unlock()
 	for _, name := range names {
-		code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %q)`, "mcptools."+name)
+		code := fmt.Sprintf(`(lambda sys, il, p: ([sys.modules.pop(m) for m in list(sys.modules) if m == p or m.startswith(p + ".")], il.invalidate_caches()))(__import__("sys"), __import__("importlib"), %s)`, pyruntime.Quote("mcptools."+name))
 		if _, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true}); err != nil {
 			e.log.Warn("the kernel may still import the old modules of a re-registered server; Reset it to be sure",
 				"server", name, "err", err)
