@@ -7,13 +7,27 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 )
 
+// bwrapWorks holds, for this process, the bwrap paths whose probe passed,
+// keyed by what was asked for (bwrapKey): each new Sandbox (each session
+// of the MCP server, each ipybox.Start) would otherwise pay one more bwrap
+// run and prep step, about a tenth of its start. A failure is not kept, so
+// a fixed host is seen at the next Probe.
+var bwrapWorks sync.Map // bwrapKey -> resolved path
+
+type bwrapKey struct {
+	bwrap  string // as configured; "" means bwrap on PATH
+	mapped bool   // through the prep step, as MappedID
+}
+
 // Probe checks that the sandbox can run here: bwrap exists, and it can
 // create the user, pid and network namespaces with the options Start uses.
-// It runs bwrap once per Sandbox and caches the answer (a failure caused by
-// ctx is not cached). Errors are *ProbeError values that name the cause and
+// It caches the answer per Sandbox (a failure caused by ctx is not cached),
+// and runs bwrap only when no Sandbox of this process has probed the same
+// bwrap the same way with success. Errors are *ProbeError values that name the cause and
 // the fix.
 func (s *Sandbox) Probe(ctx context.Context) error {
 	s.probeMu.Lock()
@@ -24,7 +38,12 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	err := checkInit(ctx, s.initBinary)
 	var path string
 	if err == nil {
-		path, err = probeBwrap(ctx, s.bwrap, s.probeWrap)
+		key := bwrapKey{s.bwrap, s.mapped}
+		if p, ok := bwrapWorks.Load(key); ok {
+			path = p.(string)
+		} else if path, err = probeBwrap(ctx, s.bwrap, s.probeWrap); err == nil {
+			bwrapWorks.Store(key, path)
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -934,6 +935,54 @@ func TestProbeFailsClosed(t *testing.T) {
 	calls, _ := os.ReadFile(log)
 	if n := strings.Count(string(calls), "\n"); n != 1 || strings.Contains(string(calls), "print") || strings.Contains(string(calls), InitCommand) {
 		t.Errorf("the fake bwrap ran %d times with %q; want the probe once, never the program", n, calls)
+	}
+}
+
+// TestProbeKeptAcrossSandboxes: a bwrap that passed the probe is not
+// probed again by the next Sandbox of the process (each MCP session makes
+// one), while one that failed is.
+func TestProbeKeptAcrossSandboxes(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := t.TempDir()
+	logDir, err := os.MkdirTemp("", "ipybox-probe-") // writable by MappedID, as in TestProbeFailsClosed
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(logDir) })
+	if err := os.Chmod(logDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(logDir, "calls")
+	good, bad := filepath.Join(dir, "good-bwrap"), filepath.Join(dir, "bad-bwrap")
+	writeFile(t, good, fmt.Sprintf("#!/bin/sh\necho good >> %s\nexec %s \"$@\"\n", log, real))
+	writeFile(t, bad, fmt.Sprintf("#!/bin/sh\necho bad >> %s\necho 'bwrap: no' >&2\nexit 1\n", log))
+	for _, f := range []string{good, bad} {
+		if err := os.Chmod(f, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := func(bwrap string) error {
+		s, err := New(nil, &Options{Workspace: t.TempDir(), Bwrap: bwrap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return s.Probe(context.Background())
+	}
+	for i := range 2 {
+		if err := probe(good); err != nil {
+			t.Fatalf("probe %d of the working bwrap: %v", i, err)
+		}
+		if err := probe(bad); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("probe %d of the failing bwrap = %v, want ErrUnavailable", i, err)
+		}
+	}
+	calls, _ := os.ReadFile(log)
+	if got := strings.Fields(string(calls)); !slices.Equal(got, []string{"good", "bad", "bad"}) {
+		t.Errorf("bwrap runs %q; want the working one probed once and the failing one each time", got)
 	}
 }
 
