@@ -1,6 +1,7 @@
 package ipybox_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -631,27 +632,36 @@ func TestRegisterErrorsNameServerOnce(t *testing.T) {
 	ex := start(t, nil)
 	missing := ipybox.ServerConfig{Command: "/nonexistent/ipybox-test-server"}
 	cases := []struct {
-		name string
-		call func() error
+		name   string
+		call   func() error
+		server string // as the error should quote it; "gone" when empty
 	}{
 		{"RegisterMCPServer", func() error {
 			_, err := ex.RegisterMCPServer(context.Background(), "gone", missing)
 			return err
-		}},
+		}, ""},
 		{"GenerateToolModules", func() error {
 			_, err := ipybox.GenerateToolModules(context.Background(), "gone", missing, t.TempDir(), nil)
 			return err
-		}},
+		}, ""},
 		{"RegisterMCPServer bad config", func() error {
 			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{})
 			return err
-		}},
+		}, ""},
 		{"RegisterMCPServer that needs a sign-in", func() error {
 			s := mcptest.NewOAuthServer(nil)
 			defer s.Close()
 			_, err := ex.RegisterMCPServer(context.Background(), "gone", ipybox.ServerConfig{URL: s.URL})
 			return err
-		}},
+		}, ""},
+		{"RegisterMCPServer bad name", func() error {
+			_, err := ex.RegisterMCPServer(context.Background(), "9gone", missing)
+			return err
+		}, "9gone"},
+		{"GenerateToolModules bad name", func() error {
+			_, err := ipybox.GenerateToolModules(context.Background(), "9gone", missing, t.TempDir(), nil)
+			return err
+		}, "9gone"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -660,10 +670,11 @@ func TestRegisterErrorsNameServerOnce(t *testing.T) {
 				t.Fatal("no error for a server that cannot start")
 			}
 			msg := err.Error()
-			if n := strings.Count(msg, `"gone"`); n != 1 {
+			server := cmp.Or(c.server, "gone")
+			if n := strings.Count(msg, strconv.Quote(server)); n != 1 {
 				t.Errorf("the error names the server %d times, want once: %s", n, msg)
 			}
-			if strings.Count(msg, "ipybox:") != 1 || strings.Contains(msg, "mcpconn:") {
+			if strings.Count(msg, "ipybox:") != 1 || strings.Contains(msg, "mcpconn:") || strings.Contains(msg, "pygen:") {
 				t.Errorf("the error's prefixes stutter: %s", msg)
 			}
 		})

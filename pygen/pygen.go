@@ -68,7 +68,7 @@ func ValidServerName(name string) error {
 	switch {
 	case !serverNameRE.MatchString(name), len(name) > maxServerNameLen, pyKeywords[name],
 		strings.HasPrefix(name, "__"):
-		return fmt.Errorf("pygen: invalid server name %q: %s; try %q", name, rule, suggestServerName(name))
+		return fmt.Errorf("invalid server name %q: %s; try %q", name, rule, suggestServerName(name))
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func loadMCPConfig(path string) ([]namedServer, error) {
 	var out []namedServer
 	for name, raw := range file.Servers {
 		if err := mcpconn.ValidName(name); err != nil {
-			return nil, fmt.Errorf("--mcp-config %s: server %q: %w", path, name, err)
+			return nil, fmt.Errorf("--mcp-config %s: %w", path, err) // it names the server
 		}
 		cfg, err := mcpconn.ParseConfig(raw)
 		if err != nil {

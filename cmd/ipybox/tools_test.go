@@ -65,6 +65,9 @@ func TestExecMCPConfigErrors(t *testing.T) {
 		if !strings.Contains(out.String(), tc.want) {
 			t.Errorf("%s: %q does not mention %q", tc.content, out.String(), tc.want)
 		}
+		if strings.Count(out.String(), tc.want) > 1 || strings.Contains(out.String(), "pygen:") {
+			t.Errorf("%s: %q stutters", tc.content, out.String())
+		}
 	}
 }
 
