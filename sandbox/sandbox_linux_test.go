@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -935,6 +936,33 @@ func TestProbeFailsClosed(t *testing.T) {
 	calls, _ := os.ReadFile(log)
 	if n := strings.Count(string(calls), "\n"); n != 1 || strings.Contains(string(calls), "print") || strings.Contains(string(calls), InitCommand) {
 		t.Errorf("the fake bwrap ran %d times with %q; want the probe once, never the program", n, calls)
+	}
+}
+
+// TestIgnoredKeysWarned: each settings key that has no effect is named in
+// one warning at the default level, once per process (keys no other
+// test uses, since the once is per process).
+func TestIgnoredKeysWarned(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "settings.json")
+	writeFile(t, p, `{"ipyboxTestTop": true, "filesystem": {"ipyboxTestKey": 1}}`)
+	cfg, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil)) // Info: the default level
+	for range 2 {
+		s, err := New(cfg, &Options{Workspace: t.TempDir(), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	for _, key := range []string{"ipyboxTestTop", "filesystem.ipyboxTestKey"} {
+		line := "level=WARN msg=\"sandbox: settings key has no effect here; ignored\" key=" + key + "\n"
+		if n := strings.Count(buf.String(), line); n != 1 {
+			t.Errorf("warned %d times about %s, want once; log:\n%s", n, key, buf.String())
+		}
 	}
 }
 
