@@ -873,18 +873,24 @@ func TestParentSIGKILLRemovesSandbox(t *testing.T) {
 	}
 }
 
-func TestProbeFailsClosed(t *testing.T) {
-	dir := t.TempDir()
-	// As root, bwrap runs as MappedID: it must be able to log its calls.
-	logDir, err := os.MkdirTemp("", "ipybox-probe-")
+// callLog returns the path of a file a fake bwrap can append its calls
+// to: as root, bwrap runs as MappedID, so the directory is open to all.
+func callLog(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ipybox-probe-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(logDir) })
-	if err := os.Chmod(logDir, 0o777); err != nil {
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	log := filepath.Join(logDir, "calls")
+	return filepath.Join(dir, "calls")
+}
+
+func TestProbeFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	log := callLog(t)
 	fake := filepath.Join(dir, "bwrap")
 	writeFile(t, fake, fmt.Sprintf("#!/bin/sh\necho \"$@\" >> %s\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n", log))
 	if err := os.Chmod(fake, 0o755); err != nil {
@@ -975,15 +981,7 @@ func TestProbeKeptAcrossSandboxes(t *testing.T) {
 		t.Skip("no bwrap")
 	}
 	dir := t.TempDir()
-	logDir, err := os.MkdirTemp("", "ipybox-probe-") // writable by MappedID, as in TestProbeFailsClosed
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(logDir) })
-	if err := os.Chmod(logDir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	log := filepath.Join(logDir, "calls")
+	log := callLog(t)
 	good, bad := filepath.Join(dir, "good-bwrap"), filepath.Join(dir, "bad-bwrap")
 	writeFile(t, good, fmt.Sprintf("#!/bin/sh\necho good >> %s\nexec %s \"$@\"\n", log, real))
 	writeFile(t, bad, fmt.Sprintf("#!/bin/sh\necho bad >> %s\necho 'bwrap: no' >&2\nexit 1\n", log))
