@@ -223,6 +223,7 @@ func TestGoServerAllTransports(t *testing.T) {
 }
 
 func TestEverythingAllTransports(t *testing.T) {
+	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	servers := map[string]Config{
 		"stdio": {Command: bin, Args: []string{"stdio"}},
@@ -406,6 +407,7 @@ func TestStdioEnvironment(t *testing.T) {
 }
 
 func TestMissingVariable(t *testing.T) {
+	t.Parallel()
 	cfg := Config{URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer ${IPYBOX_NO_SUCH_VAR}"}}
 	m := newManager(t, map[string]Config{"gh": cfg}, nil)
 	_, err := m.ListTools(ctxT(t), "gh")
@@ -562,6 +564,7 @@ func TestCallTimeout(t *testing.T) {
 }
 
 func TestUnknownServer(t *testing.T) {
+	t.Parallel()
 	m := newManager(t, map[string]Config{"known": {URL: "http://127.0.0.1:1/mcp"}}, nil)
 	_, err := m.CallTool(ctxT(t), "nope", "x", nil)
 	if !errors.Is(err, ErrUnknownServer) || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "known") {
@@ -696,6 +699,7 @@ func TestStdioCommandHook(t *testing.T) {
 }
 
 func TestCommandNotFound(t *testing.T) {
+	t.Parallel()
 	m := newManager(t, map[string]Config{"missing": {Command: "ipybox-no-such-command"}}, nil)
 	_, err := m.ListTools(ctxT(t), "missing")
 	if err == nil || !strings.Contains(err.Error(), "ipybox-no-such-command") || !strings.Contains(err.Error(), `"missing"`) {
@@ -704,6 +708,7 @@ func TestCommandNotFound(t *testing.T) {
 }
 
 func TestStderrGoesToLogger(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
