@@ -82,6 +82,11 @@ func startGatewayKernel(t *testing.T, j *testenv.Jupyter, o kernel.Options) *ker
 func TestGatewayKernel(t *testing.T) {
 	for _, kind := range gatewayKinds {
 		t.Run(kind.name, func(t *testing.T) {
+			// The framings run side by side, each with a server and a
+			// kernel of its own, and nothing else beside them: the test
+			// itself is not parallel, because "streaming" measures how
+			// soon output arrives.
+			t.Parallel()
 			j := testenv.JupyterServer(t, &testenv.JupyterServerOptions{Legacy: kind.legacy})
 			ctx := context.Background()
 			images := t.TempDir()

@@ -13,6 +13,7 @@ import (
 // TestKeepText: with KeepText, the Result keeps the head and the tail of
 // the output and counts the rest; every byte still reaches OnEvent.
 func TestKeepText(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, nil)
 	var streamed strings.Builder
 	res, err := k.Execute(context.Background(), "import sys\nfor i in range(1000):\n    sys.stdout.write('%04d\\n' % i)\nprint('display')", &kernel.ExecOptions{
@@ -46,6 +47,7 @@ func TestKeepText(t *testing.T) {
 // a consumer slower than IdleGrace, is not cut off: the grace counts from
 // the last message, not from the reply.
 func TestSlowConsumerLosesNothing(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, &kernel.Options{IdleGrace: 100 * time.Millisecond})
 	// Tens of megabytes: the last messages are still being decoded when
 	// the (small) reply has arrived.
@@ -71,6 +73,7 @@ func TestSlowConsumerLosesNothing(t *testing.T) {
 // (jupyter.MaxMessage) arrives whole, in messages the host accepts, and the
 // kernel lives on.
 func TestOneHugeWrite(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, nil)
 	const n = 200 << 20
 	var got, biggest int
@@ -99,6 +102,7 @@ func TestOneHugeWrite(t *testing.T) {
 // an HTML part the Result would hold) cannot make the host keep them all:
 // past KeepText bytes, displays are streamed but not kept, and counted.
 func TestKeepTextBoundsDisplays(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, nil)
 	streamed := 0
 	code := "from IPython.display import display, HTML\n" +

@@ -46,6 +46,7 @@ func startKernel(t *testing.T, opts *kernel.Options) *kernel.Kernel {
 const sleepCell = "import time\ndef _sleep():\n    print('sleeping')\n    time.sleep(30)\n_sleep()"
 
 func TestSmoke(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	k := startKernel(t, nil)
 	t.Logf("start: %v", time.Since(start))
@@ -76,6 +77,7 @@ func TestSmoke(t *testing.T) {
 // TestHeartbeatDetectsHang: a stopped kernel keeps its process and sockets,
 // so only the heartbeat can tell it is gone.
 func TestHeartbeatDetectsHang(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, &kernel.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatMisses: 3})
 	ctx := context.Background()
 	pid := k.Pid()

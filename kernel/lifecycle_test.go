@@ -27,6 +27,7 @@ func waitDead(t *testing.T, k *kernel.Kernel) {
 // once, with when and why; a death a call already returned is not
 // reported again; an explicit Restart reports nothing.
 func TestDeathBetweenCallsIsReported(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, &kernel.Options{HeartbeatInterval: 200 * time.Millisecond})
 	ctx := context.Background()
 	run := func(code string) *kernel.Result {
@@ -88,6 +89,7 @@ func TestDeathBetweenCallsIsReported(t *testing.T) {
 // start kept out (IPython.terminal.embed, debugpy's absence is not a
 // block, jedi), directly and from a forked kernel.
 func TestImportGuardLifted(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	z, err := kernel.NewZygote(context.Background(), py, nil, nil)
 	if err != nil {

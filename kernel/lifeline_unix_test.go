@@ -101,6 +101,7 @@ func kernelHost(launcher string) int {
 // watch of its control socket. "plain" (no lifeline) is the control: there
 // the kernel outlives its host, so the check can fail.
 func TestKernelDiesWithHost(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	for _, tc := range []struct {
 		launcher string

@@ -8,6 +8,7 @@ import (
 // TestPythonCandidates: each system's discovery order, from a fake PATH
 // and file system.
 func TestPythonCandidates(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, goos, path string
 		files            []string

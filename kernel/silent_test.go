@@ -16,6 +16,7 @@ import (
 // Result keeps at most SilentKeepText of text and of displays, and none
 // of its images reaches the disk.
 func TestSilentCellBounded(t *testing.T) {
+	t.Parallel()
 	images := filepath.Join(t.TempDir(), "images")
 	k := startKernel(t, &kernel.Options{ImagesDir: images})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -18,6 +18,7 @@ import (
 // Windows uses, here where ipc would be the default: execute, interrupt a
 // running cell, and restart.
 func TestTCPTransport(t *testing.T) {
+	t.Parallel()
 	var o kernel.Options
 	kernel.UseTCP(&o)
 	o.InterruptGrace = 10 * time.Second

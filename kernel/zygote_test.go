@@ -97,6 +97,7 @@ func TestZygoteKernels(t *testing.T) {
 // TestZygoteDeath: kernels die with their zygote, and the zygote comes back
 // for the next start.
 func TestZygoteDeath(t *testing.T) {
+	t.Parallel()
 	z, py := startZygote(t)
 	ctx := context.Background()
 	k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir(), Launcher: z})

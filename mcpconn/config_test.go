@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		json     string
@@ -94,6 +95,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestSandboxRequested(t *testing.T) {
+	t.Parallel()
 	for raw, want := range map[string]bool{"": false, "false": false, "null": false, "true": true, `{}`: true, `{"a":1}`: true} {
 		if got := (Config{Command: "x", Sandbox: []byte(raw)}).SandboxRequested(); got != want {
 			t.Errorf("SandboxRequested(%q) = %v, want %v", raw, got, want)
@@ -102,6 +104,7 @@ func TestSandboxRequested(t *testing.T) {
 }
 
 func TestExpand(t *testing.T) {
+	t.Parallel()
 	vars := map[string]string{"TOKEN": "s3cret", "HOST": "127.0.0.1", "EMPTY": "", "DIR": "/srv"}
 	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 	c := Config{

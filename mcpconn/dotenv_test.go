@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseDotEnv(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, src string
 		want      map[string]string
@@ -54,6 +55,7 @@ func TestParseDotEnv(t *testing.T) {
 }
 
 func TestLoadDotEnv(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, ".env")
 	if err := os.WriteFile(p, []byte("export TOKEN='abc'\n"), 0o600); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,6 +70,18 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// logWatcher passes each log record to w and shows it to seen first (a
+// slog.TextHandler writes one record per Write).
+type logWatcher struct {
+	w    tWriter
+	seen func(record string)
+}
+
+func (s logWatcher) Write(p []byte) (int, error) {
+	s.seen(string(p))
+	return s.w.Write(p)
 }
 
 // testmcpStdio returns the config of the Go test server over stdio.
@@ -210,6 +223,7 @@ func TestGoServerAllTransports(t *testing.T) {
 }
 
 func TestEverythingAllTransports(t *testing.T) {
+	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	servers := map[string]Config{
 		"stdio": {Command: bin, Args: []string{"stdio"}},
@@ -393,6 +407,7 @@ func TestStdioEnvironment(t *testing.T) {
 }
 
 func TestMissingVariable(t *testing.T) {
+	t.Parallel()
 	cfg := Config{URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer ${IPYBOX_NO_SUCH_VAR}"}}
 	m := newManager(t, map[string]Config{"gh": cfg}, nil)
 	_, err := m.ListTools(ctxT(t), "gh")
@@ -451,17 +466,40 @@ func TestStopEndsProcessGroup(t *testing.T) {
 
 func TestCloseIsBoundedWithCallsInFlight(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	servers := goServers(t, nil)
+	// Each server says when a call of tool_2 begins its sleep: the ones in
+	// process through Options.Sleeping, the stdio one on its stderr, which
+	// the Manager logs.
+	arrived := make(chan string, 16)
+	arrive := func(name string) {
+		select {
+		case arrived <- name:
+		default: // more than the test waits for: nobody is counting
+		}
+	}
+	sleepingOpts := func(name string) *mcptest.Options {
+		return &mcptest.Options{Sleeping: func() { arrive(name) }}
+	}
+	servers := map[string]Config{
+		"stdio": testmcpStdio(t),
+		"http":  {URL: mcptest.StartHTTP(t, "http", sleepingOpts("http"))},
+		"sse":   {URL: mcptest.StartHTTP(t, "sse", sleepingOpts("sse"))},
+	}
 	reg := NewRegistry()
 	for name, c := range servers {
 		if err := reg.Add(name, c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: testLogger(t)})
+	log := slog.New(slog.NewTextHandler(logWatcher{tWriter{t}, func(line string) {
+		if strings.Contains(line, `line="testmcp: tool_2 sleeping"`) && strings.Contains(line, "server=stdio") {
+			arrive("stdio")
+		}
+	}}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m, err := New(reg, &Options{StopGrace: 300 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { m.Close() }) // when the test fails before its own Close
 	var wg sync.WaitGroup
 	errs := make(chan error, len(servers))
 	for name := range servers {
@@ -475,7 +513,19 @@ func TestCloseIsBoundedWithCallsInFlight(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // let the calls reach the servers
+	// Close while every call is in its server, not before it got there.
+	waiting := map[string]bool{}
+	for name := range servers {
+		waiting[name] = true
+	}
+	for timeout := time.After(30 * time.Second); len(waiting) > 0; {
+		select {
+		case name := <-arrived:
+			delete(waiting, name)
+		case <-timeout:
+			t.Fatalf("the calls to %v did not reach their servers within 30 s", slices.Sorted(maps.Keys(waiting)))
+		}
+	}
 	start := time.Now()
 	if err := m.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -514,6 +564,7 @@ func TestCallTimeout(t *testing.T) {
 }
 
 func TestUnknownServer(t *testing.T) {
+	t.Parallel()
 	m := newManager(t, map[string]Config{"known": {URL: "http://127.0.0.1:1/mcp"}}, nil)
 	_, err := m.CallTool(ctxT(t), "nope", "x", nil)
 	if !errors.Is(err, ErrUnknownServer) || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "known") {
@@ -648,6 +699,7 @@ func TestStdioCommandHook(t *testing.T) {
 }
 
 func TestCommandNotFound(t *testing.T) {
+	t.Parallel()
 	m := newManager(t, map[string]Config{"missing": {Command: "ipybox-no-such-command"}}, nil)
 	_, err := m.ListTools(ctxT(t), "missing")
 	if err == nil || !strings.Contains(err.Error(), "ipybox-no-such-command") || !strings.Contains(err.Error(), `"missing"`) {
@@ -656,6 +708,7 @@ func TestCommandNotFound(t *testing.T) {
 }
 
 func TestStderrGoesToLogger(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))

@@ -21,6 +21,7 @@ import (
 // the 14 scenarios of the auth suite with 229 checks; so must we, and the
 // extension scenario of the client credentials grant too.
 func TestOAuthConformance(t *testing.T) {
+	t.Parallel()
 	node := testenv.NPMBin(t, "node")
 	conf := testenv.NPMBin(t, "conformance")
 	client := filepath.Join(t.TempDir(), "conformance-client")

@@ -506,6 +506,9 @@ func TestRedteamHostileMetadataBounded(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// The cases mostly wait out their timeouts, each against a
+			// server of its own; the leak check runs after all of them.
+			t.Parallel()
 			h := newHostileAS(t)
 			c.set(h)
 			m, _ := oauthManager(t, Config{URL: h.URL}, t.TempDir(), &Options{OAuthURL: newBrowser().open, ConnectTimeout: 3 * time.Second, CallTimeout: 5 * time.Second, AuthorizeTimeout: 3 * time.Second})
@@ -618,6 +621,7 @@ func TestRedteamTokenInflationBricksStore(t *testing.T) {
 // symbolic links at the token file and at its lock file. ipybox neither
 // reads through nor writes through them.
 func TestRedteamTokenFileSymlinks(t *testing.T) {
+	t.Parallel()
 	for _, which := range []string{"tokens.json", ".oauth-tokens.json.lock"} {
 		t.Run(which, func(t *testing.T) {
 			dir := t.TempDir()
@@ -650,6 +654,7 @@ func TestRedteamTokenFileSymlinks(t *testing.T) {
 // TestRedteamTokenFileLooseMode: a token file that others may read (a
 // file another program or user created 0644) is refused, with the fix.
 func TestRedteamTokenFileLooseMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens.json")
 	os.WriteFile(file, []byte(`{"version":1,"servers":{"https://e.example/mcp":{"clientId":"c","accessToken":"planted","tokenUrl":"https://e.example/t"}}}`), 0o644)
@@ -665,6 +670,7 @@ func TestRedteamTokenFileLooseMode(t *testing.T) {
 // remove sign-ins at once: the file stays valid JSON with mode 0600, and
 // every save that was not removed is there.
 func TestRedteamTokenFileConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens.json")
 	var wg sync.WaitGroup
@@ -724,6 +730,7 @@ func TestRedteamTokenFileConcurrentWriters(t *testing.T) {
 // tool call to an OAuth server must still end within its context's
 // deadline rather than block forever in flock(2).
 func TestRedteamTokenLockHeld(t *testing.T) {
+	t.Parallel()
 	s := oauthServer(t, nil)
 	dir := t.TempDir()
 	lock := filepath.Join(dir, "."+tokenFileName+".lock")

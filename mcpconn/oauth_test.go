@@ -392,6 +392,7 @@ func TestOAuthSignInTimeouts(t *testing.T) {
 // TestOAuthTokenFileMode: a token file others may read is refused with
 // the fix.
 func TestOAuthTokenFileMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f := filepath.Join(dir, "tokens.json")
 	os.WriteFile(f, []byte(`{"version":1,"servers":{}}`), 0o644)
@@ -463,6 +464,7 @@ func TestOAuthCloseDuringSignIn(t *testing.T) {
 // calls fail at once with why, instead of asking the user at every call
 // of a cell that loops.
 func TestOAuthDeclinedSignInNotRepeated(t *testing.T) {
+	t.Parallel()
 	s := oauthServer(t, nil)
 	var asked atomic.Int32
 	declined := func(context.Context, string, string) error {

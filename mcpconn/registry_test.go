@@ -11,6 +11,7 @@ import (
 )
 
 func TestValidName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -53,6 +54,7 @@ func TestValidName(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
+	t.Parallel()
 	r := NewRegistry()
 	if err := r.Add("bad-name", Config{Command: "x"}); err == nil {
 		t.Error("Add accepted an invalid name")
@@ -153,6 +155,7 @@ func TestRegistrySaveLoad(t *testing.T) {
 }
 
 func TestLoadRegistryErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r, err := LoadRegistry(filepath.Join(dir, "missing.json"))
 	if err != nil || len(r.Names()) != 0 {

@@ -20,6 +20,7 @@ var hiding = []struct{ raw string }{{"\r"}, {"\x1b[2K"}, {"\x1b[8m"}, {"\u202e"}
 // code chose reach the person, in the client's elicitation dialog, with
 // every hiding character made visible.
 func TestAttackElicitationText(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, &Options{
 		Workspace: t.TempDir(),
 		Approval:  ApprovalElicit,

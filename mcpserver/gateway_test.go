@@ -20,6 +20,7 @@ import (
 // own kernel on the Jupyter Server, state stays per session, and Close
 // leaves no kernel on the server.
 func TestGatewaySessions(t *testing.T) {
+	t.Parallel()
 	j := testenv.JupyterServer(t, nil)
 	srv := newServer(t, &Options{
 		Workspace: t.TempDir(),
@@ -90,6 +91,7 @@ func gatewayKernels(t *testing.T, j *testenv.Jupyter) []map[string]any {
 // leaves the host's file as it was, and install_package installs into the
 // kernel's interpreter, for good across a reset.
 func TestGatewayFileTools(t *testing.T) {
+	t.Parallel()
 	j, ws, cs := gatewaySession(t)
 	host := t.TempDir()
 	src := filepath.Join(host, "in.bin")

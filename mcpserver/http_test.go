@@ -208,6 +208,7 @@ func TestIdleSessionTimeout(t *testing.T) {
 
 // TestAuthAndHost checks the bearer token and DNS-rebinding protection.
 func TestAuthAndHost(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, &Options{Workspace: t.TempDir(), AuthToken: "s3cret"})
 	url := serveHTTP(t, srv)
 	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`

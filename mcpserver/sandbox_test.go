@@ -15,6 +15,7 @@ import (
 // under the sandbox (a local wheel installs; an index is unreachable unless
 // allowed, and the error says how to allow it).
 func TestSandboxedSession(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	ws, host := t.TempDir(), t.TempDir()

@@ -59,6 +59,7 @@ func TestWarmPoolAndForkServer(t *testing.T) {
 // TestMaxSessions: one session past the limit gets a JSON-RPC error that
 // says why, not a hang; when a session ends, a new one is accepted.
 func TestMaxSessions(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	srv := newServer(t, &Options{Workspace: t.TempDir(), MaxSessions: 2})
 	url := serveHTTP(t, srv)
@@ -91,6 +92,7 @@ func TestMaxSessions(t *testing.T) {
 // TestElicitationBoundedByCell: an unanswered approval question waits no
 // longer than the cell's timeout.
 func TestElicitationBoundedByCell(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	srv := newServer(t, &Options{Workspace: t.TempDir(), Approval: ApprovalElicit,
 		Servers: map[string]ipybox.ServerConfig{"go": {Command: mcptest.Build(t)}}})

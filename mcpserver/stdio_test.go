@@ -10,6 +10,7 @@ import (
 )
 
 func TestLimitRequests(t *testing.T) {
+	t.Parallel()
 	big := strings.Repeat("x", 200)
 	first := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"code":"` + big + `","id":99}}`
 	last := `{"method":"tools/call","params":{"code":"` + big + `","id":99},"jsonrpc":"2.0","id":"a\"b"}` + "\r"
@@ -43,6 +44,7 @@ func TestLimitRequests(t *testing.T) {
 // TestLimitRequestsMemory: a 64 MiB line is read through without being
 // held.
 func TestLimitRequestsMemory(t *testing.T) {
+	t.Parallel()
 	line := append(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"s":"`), bytes.Repeat([]byte("z"), 64<<20)...), "\"}}\n"...)
 	l := LimitRequests(bytes.NewReader(line), 1<<20).(*requestLimiter)
 	got, err := io.ReadAll(l)

@@ -189,6 +189,7 @@ func TestStructuredResults(t *testing.T) {
 
 // TestApprovalMeta checks the structured form of both kinds of request.
 func TestApprovalMeta(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		r    *ipybox.ApprovalRequest
 		want map[string]any

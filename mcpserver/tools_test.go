@@ -20,6 +20,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // TestToolsGolden snapshots the tool list that clients see: names,
 // descriptions and schemas. CI refuses to create the snapshot itself.
 func TestToolsGolden(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, &Options{Workspace: t.TempDir(), Python: "/nonexistent/python3"})
 	cs := connect(t, srv, nil)
 	res, err := cs.ListTools(t.Context(), nil)
@@ -157,6 +158,7 @@ func args(a any) string {
 }
 
 func TestTruncate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		max  int
@@ -200,6 +202,7 @@ func FuzzTruncate(f *testing.F) {
 }
 
 func TestCheckHTTPAddr(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		addr   string
 		noAuth bool
@@ -224,6 +227,7 @@ func TestCheckHTTPAddr(t *testing.T) {
 }
 
 func TestAllowPatterns(t *testing.T) {
+	t.Parallel()
 	s := &Server{}
 	var err error
 	if s.allow, err = parseAllowPatterns([]string{"fs.read_*", "github.*", "m?.x"}); err != nil {
@@ -252,6 +256,7 @@ func TestAllowPatterns(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	file := filepath.Join(ws, "file")
 	os.WriteFile(file, nil, 0o600)
@@ -276,6 +281,7 @@ func TestNewErrors(t *testing.T) {
 // TestBinds checks that a bound host directory appears in the workspace and
 // that the file tools reach it through its relpath.
 func TestBinds(t *testing.T) {
+	t.Parallel()
 	ws, hostDir, tmp := t.TempDir(), t.TempDir(), t.TempDir()
 	srv, err := New(&Options{Workspace: ws, Binds: []Bind{{HostPath: hostDir, RelPath: "data/host"}}, AllowedDirs: []string{tmp}})
 	if err != nil {
@@ -310,6 +316,7 @@ func TestBinds(t *testing.T) {
 }
 
 func TestLocalRequirementInside(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	os.MkdirAll(filepath.Join(ws, "proj"), 0o755)
 	os.Symlink("/etc", filepath.Join(ws, "out"))

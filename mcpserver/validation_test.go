@@ -3,6 +3,7 @@ package mcpserver
 import "testing"
 
 func TestPlainValidation(t *testing.T) {
+	t.Parallel()
 	const p = `validating "arguments": validating root: `
 	tests := []struct{ in, want string }{
 		{p + `validating /properties/timeout: type: abc has type "string", want "number"`,

@@ -36,6 +36,7 @@ func plantVenv(t *testing.T, ws, mark string) {
 // Now the host never runs the venv's interpreter: sandboxed, venv and pip
 // run inside the sandbox; unsandboxed, with the base interpreter, isolated.
 func TestAttackVenvPth(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	for _, sandboxed := range []bool{true, false} {
 		t.Run(fmt.Sprint("sandboxed=", sandboxed), func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // forever and held the control socket, so a cancelled Start never
 // returned and `ipybox mcp` hung at shutdown.)
 func TestAbortedStartsLeaveNothing(t *testing.T) {
+	t.Parallel()
 	x := newSbx(t, DefaultConfig(), nil)
 	marker := "abort-marker-" + randHex(8)
 	var wg sync.WaitGroup

@@ -9,6 +9,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		json    string
@@ -80,6 +81,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestLoadConfigNamesFile(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "srt-settings.json")
 	if err := os.WriteFile(p, []byte(`{"rootMode": "x"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,6 +96,7 @@ func TestLoadConfigNamesFile(t *testing.T) {
 }
 
 func TestAllowDomains(t *testing.T) {
+	t.Parallel()
 	c := DefaultConfig()
 	if err := c.AllowDomains("pypi.org", "*.pythonhosted.org", "pypi.org"); err != nil {
 		t.Fatal(err)
@@ -110,6 +113,7 @@ func TestAllowDomains(t *testing.T) {
 }
 
 func TestExpandPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in, want, wantErr string
 	}{
@@ -138,6 +142,7 @@ func TestExpandPath(t *testing.T) {
 }
 
 func TestExpandGlob(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	for _, f := range []string{"a/.env", "a/b/.env", "a/b/c/.env", "a/b/c/key.pem", "x.pem", ".env.local", "link/.env"} {
 		p := filepath.Join(root, f)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseHostRule(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		denied  bool
@@ -62,6 +63,7 @@ func TestParseHostRule(t *testing.T) {
 // explicit IP or range (never "*" or a name) passes the private-address
 // guard for that range only.
 func TestCIDRRules(t *testing.T) {
+	t.Parallel()
 	r, err := newRules(NetworkConfig{AllowedDomains: []string{"*", "example.com", "10.1.0.0/16", "127.0.0.1", "2001:db8::/32"}})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +91,7 @@ func TestCIDRRules(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	r, err := newRules(NetworkConfig{
 		AllowedDomains: []string{"pypi.org", "*.github.com", "api.example.com:443", "192.0.2.7", "[2001:db8::7]", "*.corp.example"},
 		DeniedDomains:  []string{"evil.github.com", "*.internal.corp.example"},
@@ -143,6 +146,7 @@ func TestDecide(t *testing.T) {
 // TestAnyPublicDomain: "*" allows every name, no IP literal, and denied
 // entries still win.
 func TestAnyPublicDomain(t *testing.T) {
+	t.Parallel()
 	r, err := newRules(NetworkConfig{AllowedDomains: []string{AnyPublicDomain}, DeniedDomains: []string{"*.evil.example"}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +167,7 @@ func TestAnyPublicDomain(t *testing.T) {
 }
 
 func TestPublicAddr(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		addr string
 		want bool

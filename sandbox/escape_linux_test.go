@@ -26,6 +26,7 @@ import (
 // TestAttackHostGlobalKnobs: host-global kernel knobs must not be writable,
 // and uid 0 inside must not be host root.
 func TestAttackHostGlobalKnobs(t *testing.T) {
+	t.Parallel()
 	corePattern, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
 	for _, mode := range []RootMode{RootMinimal, RootHost} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -57,6 +58,7 @@ func TestAttackHostGlobalKnobs(t *testing.T) {
 // TestMappedUID: when ipybox runs as root, nothing of the sandbox runs as
 // host root, and what it writes lands with the workspace owner's ids.
 func TestMappedUID(t *testing.T) {
+	t.Parallel()
 	if !runsAsRoot() {
 		t.Skip("the mapping applies when ipybox runs as root")
 	}
@@ -114,6 +116,7 @@ time.sleep(60)  # stay until killed
 // TestAttackHostMetadata: the host's later tools must not run commands that
 // kernel code planted in the workspace (git, shells, editors, Claude Code).
 func TestAttackHostMetadata(t *testing.T) {
+	t.Parallel()
 	git := testenv.NeedsTool(t, "git")
 	ws := t.TempDir()
 	mark := filepath.Join(t.TempDir(), "fsmonitor-ran")
@@ -175,6 +178,7 @@ func TestAttackHostMetadata(t *testing.T) {
 // TestAttackSymlinkedMetadata: a link at a protected name cannot be
 // protected, so the sandbox refuses to start rather than run unprotected.
 func TestAttackSymlinkedMetadata(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{".git", ".claude", ".mcp.json", ".env"} {
 		t.Run(name, func(t *testing.T) {
 			ws := t.TempDir()
@@ -201,6 +205,7 @@ func TestAttackSymlinkedMetadata(t *testing.T) {
 // a sandbox of the workspace is open, and go with the last one; what the
 // workspace had stays.
 func TestPlaceholders(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, ".claude", "settings.json"), "{}")
@@ -245,6 +250,7 @@ func TestPlaceholders(t *testing.T) {
 // TestAttackSecretReads: the secrets of the workspace cannot be read from
 // inside, however they are reached.
 func TestAttackSecretReads(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	secret := "SECRET-" + randHex(8)
 	ws := t.TempDir()
@@ -370,6 +376,7 @@ attempt("raise-limit", lambda: resource.setrlimit(resource.RLIMIT_NPROC, (1000, 
 
 // TestLimitsConfig: limits are parsed, defaulted and validated.
 func TestLimitsConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		json       string
 		mem        int64
@@ -414,6 +421,7 @@ func TestLimitsConfig(t *testing.T) {
 // that resolve to loopback or private addresses are refused with 403, not
 // tried (a 502 would mean the guard let them through to a dial).
 func TestAttackProxyIPForms(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	if err := cfg.AllowDomains(AnyPublicDomain); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestUnsafeGitKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, cfg, want string }{
 		{"git init", "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n", ""},
 		{"clone", "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = https://example.com/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n", ""},
@@ -37,6 +38,7 @@ func TestUnsafeGitKey(t *testing.T) {
 // reach, and git no longer takes them; plain new ones, and the ones there
 // before, are left alone.
 func TestQuarantineGit(t *testing.T) {
+	t.Parallel()
 	git, err := exec.LookPath("git")
 	if err != nil {
 		t.Skip("no git")

@@ -15,6 +15,7 @@ import (
 // ProbeError that says how to fix main, within the check's bound; the test
 // binary, whose TestMain dispatches, passes.
 func TestCheckInit(t *testing.T) {
+	t.Parallel()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -235,6 +235,7 @@ func hostCanary(t testing.TB, dir string) string {
 }
 
 func TestAttackReads(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, "ok.txt"), "fine")
 	writeFile(t, filepath.Join(ws, "secret.txt"), "TOPSECRET")
@@ -270,6 +271,7 @@ func TestAttackReads(t *testing.T) {
 }
 
 func TestAttackWrites(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, ".env"), "A=1\n")
 	writeFile(t, filepath.Join(ws, ".env.local"), "B=2\n")
@@ -334,6 +336,7 @@ func TestAttackWrites(t *testing.T) {
 }
 
 func TestProtectedPathsCreated(t *testing.T) {
+	t.Parallel()
 	// A workspace without .env or .ipybox: both are created (empty), so
 	// that the sandbox cannot create them with content the host would read.
 	ws := t.TempDir()
@@ -355,6 +358,7 @@ func TestProtectedPathsCreated(t *testing.T) {
 }
 
 func TestAttackEscapes(t *testing.T) {
+	t.Parallel()
 	x := newSbx(t, nil, nil)
 	x.attempts(t, "", []check{
 		{"true", `run("true")`, true, ""},
@@ -395,6 +399,7 @@ func unixEcho(t *testing.T, greeting string) string {
 }
 
 func TestAttackNetwork(t *testing.T) {
+	t.Parallel()
 	// A listener on the host's loopback must stay unreachable.
 	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -457,6 +462,7 @@ def abstract(name):
 }
 
 func TestAttackProxy(t *testing.T) {
+	t.Parallel()
 	fixture := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "fixture-ok %s", r.URL.Path)
 	}))
@@ -520,6 +526,7 @@ def connect(host, port):
 }
 
 func TestAttackSyscalls(t *testing.T) {
+	t.Parallel()
 	if auditArch != 0xc000003e { // the syscall numbers below are amd64's
 		t.Skip("amd64 syscall numbers")
 	}
@@ -675,6 +682,7 @@ except KeyboardInterrupt:
 }
 
 func TestExitStatus(t *testing.T) {
+	t.Parallel()
 	x := newSbx(t, nil, nil)
 	var errb bytes.Buffer
 	p := x.start(t, nil, &errb, python, "-c", "import sys; sys.exit(7)")
@@ -691,6 +699,7 @@ func TestExitStatus(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	x := newSbx(t, nil, nil)
 	ctx := context.Background()
 	tests := []struct {
@@ -1013,6 +1022,7 @@ func TestProbeKeptAcrossSandboxes(t *testing.T) {
 }
 
 func TestCommandStdio(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.BlockUnixSockets = true
 	x := newSbx(t, cfg, nil)
@@ -1058,6 +1068,7 @@ for line in sys.stdin:
 }
 
 func TestLandlock(t *testing.T) {
+	t.Parallel()
 	if landlockABI() < 1 {
 		testenv.Missing(t, "Landlock (kernel ABI 0)")
 	}
@@ -1098,6 +1109,7 @@ attempt("run", lambda: write(os.environ["RUN"] + "/f"))
 }
 
 func TestHostRootMode(t *testing.T) {
+	t.Parallel()
 	parent := t.TempDir()
 	ws := filepath.Join(parent, "ws")
 	writeFile(t, filepath.Join(ws, "ok.txt"), "fine")
@@ -1147,6 +1159,7 @@ func worldReadableDir(t testing.TB) string {
 }
 
 func TestPythonPrefixes(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	// A pyenv shim (a shell script that needs pyenv) is replaced by the
 	// interpreter it runs, and its prefix outside /usr is bound.

@@ -20,6 +20,7 @@ import (
 //     protected names are write-denied anywhere, and the home is hidden in
 //     the minimal root mode only, the interpreter's prefix excepted.
 func TestSeatbeltPolicy(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	realWS := filepath.Join(base, "real-ws")
 	for _, d := range []string{realWS, filepath.Join(realWS, ".ipybox", "venv"), filepath.Join(base, "home", ".pyenv", "versions", "3.12", "bin"), filepath.Join(base, "run", "kernel")} {

@@ -68,6 +68,7 @@ var seatbeltCases = []struct {
 // testdata/seatbelt/<case>.sb. Run "go test ./sandbox -run Seatbelt
 // -update" to accept changes; in CI a missing or stale file fails.
 func TestSeatbeltGolden(t *testing.T) {
+	t.Parallel()
 	if *update && testenv.InCI() {
 		t.Fatal("-update is refused in CI: golden files change only by a reviewed commit")
 	}
@@ -107,6 +108,7 @@ func TestSeatbeltGolden(t *testing.T) {
 // whose paths are plain, and every string decodes to the path (or the
 // regex of the glob) it came from.
 func TestSeatbeltNoInjection(t *testing.T) {
+	t.Parallel()
 	for _, c := range seatbeltCases {
 		if c.wantErr != "" {
 			continue

@@ -18,6 +18,7 @@ const unprivilegedEnv = "IPYBOX_SANDBOX_TEST_UNPRIVILEGED"
 // (bwrap as the user, binds by path, --ro-bind-fd for protected paths), and
 // it must hold as well.
 func TestUnprivileged(t *testing.T) {
+	t.Parallel()
 	needSandbox(t)
 	if !runsAsRoot() || os.Getenv(unprivilegedEnv) != "" {
 		t.Skip("runs as root only, once")

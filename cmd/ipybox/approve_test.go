@@ -10,6 +10,7 @@ import (
 // TestPromptEscapes: the terminal prompt shows kernel-chosen text with every
 // character that could hide the real command made visible.
 func TestPromptEscapes(t *testing.T) {
+	t.Parallel()
 	payload := "echo safe\r\x1b[2K\x1b[1G\x1b[8mrm -rf ~\u202e\u2066\x9b\u200b"
 	for _, r := range []*ipybox.ApprovalRequest{
 		{Kind: "shell", Command: payload},

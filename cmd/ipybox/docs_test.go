@@ -22,6 +22,7 @@ import (
 // the docs with this binary. A line whose comment names an error
 // ("# PermissionError") must fail with it; the others must succeed.
 func TestDocCommands(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	bin := filepath.Join(t.TempDir(), "bin")
@@ -69,6 +70,7 @@ func TestDocCommands(t *testing.T) {
 
 // TestDocSandboxSettings parses the JSON examples of docs/sandbox.md.
 func TestDocSandboxSettings(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../docs/sandbox.md")
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +101,7 @@ func TestDocSandboxSettings(t *testing.T) {
 // TestDocClientConfigs parses every mcpServers example of the README and
 // docs/mcp.md with the loader --mcp-config uses.
 func TestDocClientConfigs(t *testing.T) {
+	t.Parallel()
 	n := 0
 	for _, doc := range []string{"../../README.md", "../../docs/mcp.md"} {
 		b, err := os.ReadFile(doc)
@@ -126,6 +129,7 @@ func TestDocClientConfigs(t *testing.T) {
 // TestDocJSONEvents: the README's table of `exec --json` events lists
 // exactly the event types exec writes.
 func TestDocJSONEvents(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

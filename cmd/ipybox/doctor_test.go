@@ -11,6 +11,7 @@ import (
 // TestSandboxCheck: doctor names what the sandbox needs on each system,
 // and how to get it.
 func TestSandboxCheck(t *testing.T) {
+	t.Parallel()
 	found := func(name string) (string, error) { return "/usr/bin/" + name, nil }
 	missing := func(name string) (string, error) { return "", exec.ErrNotFound }
 	works := func(context.Context) error { return nil }

@@ -12,6 +12,7 @@ import (
 // TestPrinterEscapes: on a terminal, every kind of text the kernel sends
 // reaches it escaped, and ipybox's own messages follow a colour reset.
 func TestPrinterEscapes(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	env := &cliEnv{stdout: escape.NewWriter(&out), stderr: escape.NewWriter(&errOut)}
 	p := newPrinter(env, false)

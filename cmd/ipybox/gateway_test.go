@@ -41,6 +41,7 @@ func TestExecGateway(t *testing.T) {
 }
 
 func TestGatewayFlagErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

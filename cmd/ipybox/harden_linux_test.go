@@ -15,6 +15,7 @@ import (
 // (unprivileged) user, such as an unsandboxed kernel, cannot read its
 // environment, where a token from $IPYBOX_MCP_AUTH_TOKEN lives.
 func TestHardenHidesEnviron(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run both sides as an unprivileged user")
 	}

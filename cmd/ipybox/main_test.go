@@ -74,6 +74,7 @@ func golden(t *testing.T, name, got string) {
 }
 
 func TestHelpGolden(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: os.Getenv}
 	if code := run(context.Background(), env, []string{"help"}); code != 0 {
@@ -90,6 +91,7 @@ func TestHelpGolden(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -112,6 +114,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestExecBinary(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
 	// Cells run in order in one kernel; stderr stays on stderr.
@@ -141,6 +144,7 @@ func TestExecBinary(t *testing.T) {
 }
 
 func TestExecJSONAndImages(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	ws, imgs := t.TempDir(), t.TempDir()
 	out, _, code := runBinary(t, "", "exec", "--json", "--workspace", ws, "--images-dir", imgs,
@@ -180,6 +184,7 @@ func TestExecJSONAndImages(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	out, _, code := runBinary(t, "", "doctor")
 	if code != 0 || !strings.Contains(out, "ipykernel") {
@@ -193,6 +198,7 @@ func TestDoctor(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	out, _, code := runBinary(t, "", "version")
 	if code != 0 || !strings.HasPrefix(out, "ipybox ") {
 		t.Errorf("version: exit %d, %q", code, out)

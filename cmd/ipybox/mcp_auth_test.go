@@ -21,6 +21,7 @@ import (
 // token cannot be read from the server's environment. Sandboxed (the
 // default), the server's address is not even reachable.
 func TestAttackHTTPSessionFromKernel(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	const token = "attack-test-token-4f1c9a7e2b"
 	for _, mode := range []string{"--no-sandbox", "sandboxed"} {
@@ -87,6 +88,7 @@ except OSError as e:
 // removes the file at exit; a link planted at the token directory is not
 // followed.
 func TestGeneratedToken(t *testing.T) {
+	t.Parallel()
 	runtime := t.TempDir()
 	cmd := exec.Command(os.Args[0], "mcp", "--http", "127.0.0.1:0", "--workspace", t.TempDir(), "--no-sandbox")
 	srv := startHTTPCmd(t, cmd, "XDG_RUNTIME_DIR="+runtime, "IPYBOX_MCP_AUTH_TOKEN=")
@@ -139,6 +141,7 @@ func TestGeneratedToken(t *testing.T) {
 // ${IPYBOX_MCP_AUTH_TOKEN} finds it unset (else the server's env tool
 // would hand it to kernel code), and the kernel's environment lacks it.
 func TestEnvTokenNotExpanded(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	const token = "env-token-7d2e9c41b05a"
 	cmd := exec.Command(os.Args[0], "mcp", "--http", "127.0.0.1:0", "--workspace", t.TempDir(), "--no-sandbox")

@@ -18,6 +18,7 @@ import (
 // JSON-RPC error that says so, and the session and its kernel's state
 // survive it. (The go-sdk alone ends the connection.)
 func TestMCPOversizedStdioRequest(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	cmd := exec.Command(os.Args[0], "mcp", "--workspace", t.TempDir(), "--no-sandbox")
 	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")

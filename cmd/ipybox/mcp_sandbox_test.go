@@ -31,6 +31,7 @@ print(socket.gethostname() == "ipybox", os.environ.get("HTTPS_PROXY", "none"))`
 // not to, with public network through the egress proxy; --sandbox keeps
 // sandbox-runtime's semantics (no network).
 func TestMCPSandboxedByDefault(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	for _, tc := range []struct {
@@ -52,6 +53,7 @@ func TestMCPSandboxedByDefault(t *testing.T) {
 // to an unsandboxed kernel with one warning, and an explicit --sandbox
 // fails.
 func TestMCPNoSandboxHere(t *testing.T) {
+	t.Parallel()
 	py := testenv.NeedsPython(t)
 	// A PATH with Python but no bwrap.
 	bin := t.TempDir()

@@ -274,6 +274,7 @@ func TestMCPConformance(t *testing.T) {
 // workspace's .env, --kernel-env, --mcp-config, and registrations that
 // persist across a restart.
 func TestMCPBinarySession(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, ".env"), []byte("KERNEL_ENV_IPYBOX_X=from-dotenv\nPLAIN_DOTENV_Y=secret\nGO_ARG=from-dotenv-arg\n"), 0o600)
@@ -396,6 +397,7 @@ func TestMCPShutdown(t *testing.T) {
 }
 
 func TestMCPUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

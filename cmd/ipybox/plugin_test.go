@@ -50,6 +50,7 @@ type clientResult struct {
 
 // TestPluginSkillCopies: the unsandboxed plugin carries the same skill.
 func TestPluginSkillCopies(t *testing.T) {
+	t.Parallel()
 	a, err := os.ReadFile("../../plugin/skills/codeact/SKILL.md")
 	if err != nil {
 		t.Fatal(err)

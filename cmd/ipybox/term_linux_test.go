@@ -37,6 +37,7 @@ func openPTY(t *testing.T) *os.File {
 // TestTerminalEnv: exec escapes its streams where they are terminals, and
 // only there: a pipe, a file and stdout under --json stay raw.
 func TestTerminalEnv(t *testing.T) {
+	t.Parallel()
 	tty := openPTY(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {

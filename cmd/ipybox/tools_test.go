@@ -24,6 +24,7 @@ func writeMCPConfig(t *testing.T, servers map[string]any) string {
 }
 
 func TestExecWithMCPConfig(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	cfg := writeMCPConfig(t, map[string]any{"go": map[string]any{"command": mcptest.Build(t)}})
 	code := "from mcptools.go.tool_1 import Params, run\nprint(run(Params(s='cli')))"
@@ -48,6 +49,7 @@ func TestExecWithMCPConfig(t *testing.T) {
 }
 
 func TestExecMCPConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ content, want string }{
 		{`{}`, `no "mcpServers" object`},
 		{`{"mcpServers": {"bad-name": {"command": "x"}}}`, `"bad-name"`},
@@ -81,6 +83,7 @@ func (f *fakeTTY) Write(p []byte) (int, error) { return f.out.Write(p) }
 func (f *fakeTTY) Close() error                { return nil }
 
 func TestPromptDecider(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		answer string
 		accept bool
@@ -144,6 +147,7 @@ func sharedExecutor(t *testing.T) *ipybox.Executor {
 }
 
 func TestApigen(t *testing.T) {
+	t.Parallel()
 	bin := mcptest.Build(t)
 	out := filepath.Join(t.TempDir(), "tools")
 	server, _ := json.Marshal(map[string]any{"command": bin})
@@ -194,6 +198,7 @@ func TestApigen(t *testing.T) {
 }
 
 func TestExecSandbox(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	ws := t.TempDir()
@@ -216,6 +221,7 @@ func TestExecSandbox(t *testing.T) {
 }
 
 func TestMCPSandboxFailsClosedAtStart(t *testing.T) {
+	t.Parallel()
 	for _, flag := range []string{"--sandbox", "--allowed-domain=example.com"} {
 		cmd := exec.Command(os.Args[0], "mcp", "--workspace", t.TempDir(), flag)
 		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "PATH="+t.TempDir())

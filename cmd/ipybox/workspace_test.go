@@ -12,6 +12,7 @@ import (
 // TestWorkspaceCreated: a missing --workspace is created (with its
 // parents) and the cell runs in it; a file in its place is an error.
 func TestWorkspaceCreated(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := filepath.Join(t.TempDir(), "a", "ws")
 	out, errOut, code := runBinary(t, "", "exec", "--workspace", ws, "-c", "import os; print(os.getcwd())")
@@ -30,6 +31,7 @@ func TestWorkspaceCreated(t *testing.T) {
 // that cannot run kernels fails at once, naming it, instead of retrying in
 // the background.
 func TestMCPBadPythonFailsAtStart(t *testing.T) {
+	t.Parallel()
 	for _, py := range []string{"/nonexistent/python3", "/usr/bin/false"} {
 		_, errOut, code := runBinary(t, "", "mcp", "--workspace", t.TempDir(), "--python", py)
 		if code != exitUsage || !strings.Contains(errOut, py) {

@@ -1,6 +1,8 @@
 package mcptest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -93,7 +95,10 @@ var build struct {
 // path. It fails t when the build fails.
 //
 // The binary lives in a per-user folder under the system temp directory and
-// is replaced atomically, so concurrent test processes do not collide.
+// is replaced atomically, so concurrent test processes do not collide. Its
+// name holds a hash of the module root: test processes of another checkout
+// (a git worktree, whose testmcp may differ) build a binary of their own
+// instead of replacing this one.
 func Build(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -125,7 +130,8 @@ func buildBinary(root string) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./internal/mcptest/cmd/testmcp: %v\n%s", err, strings.TrimSpace(string(out)))
 	}
-	final := filepath.Join(dir, "testmcp")
+	sum := sha256.Sum256([]byte(root))
+	final := filepath.Join(dir, "testmcp-"+hex.EncodeToString(sum[:6]))
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return "", fmt.Errorf("building testmcp: %w", err)
 	}

@@ -6,6 +6,7 @@
 //
 //   - tool-1 (a hyphenated name): takes {"s": string}, returns the text "tool-1: " + s.
 //   - tool_2: takes an optional {"delay": seconds}, sleeps that long, returns the text "tool_2 done".
+//     Options.Sleeping tells a test that a call with a delay has begun its sleep.
 //   - tool_3: takes {"name": string, "count": int}, returns structured content
 //     with a nested object ({"name", "inner": {"count", "tags"}}) and has an output schema.
 //   - env: takes {"name": string}, returns the server process's value of that
@@ -54,6 +55,11 @@ type Options struct {
 	// handlers. Nil means they end only with their request. Handler and
 	// StartHTTP set it when it is nil.
 	Done <-chan struct{}
+	// Sleeping, when set, is called as a tool_2 call with a delay begins
+	// its sleep: a test then knows that the call has reached the server,
+	// and need not guess how long that takes. The binary prints
+	// "testmcp: tool_2 sleeping" to stderr. Nil calls nothing.
+	Sleeping func()
 }
 
 // Tool1Args are the arguments of tool-1.
@@ -114,6 +120,9 @@ func NewServer(opts *Options) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "tool_2", Description: "Sleeps delay seconds, then answers."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in Tool2Args) (*mcp.CallToolResult, any, error) {
 			if in.Delay > 0 {
+				if o.Sleeping != nil {
+					o.Sleeping()
+				}
 				select {
 				case <-time.After(time.Duration(in.Delay * float64(time.Second))):
 				case <-ctx.Done():

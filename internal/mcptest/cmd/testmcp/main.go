@@ -7,7 +7,9 @@
 //
 // For http and sse, the first line on stdout is the server's URL (ending in
 // /mcp or /sse); the server then runs until SIGINT or SIGTERM. Logs go to
-// stderr. The tool "crash" makes the process exit with status 3.
+// stderr, as does "testmcp: tool_2 sleeping" when a call of tool_2 with a
+// delay begins its sleep. The tool "crash" makes the process exit with
+// status 3.
 package main
 
 import (
@@ -42,7 +44,8 @@ func run() error {
 	hang := flag.Bool("hang-initialize", false, "never answer initialize")
 	flag.Parse()
 
-	opts := &mcptest.Options{ExtraTools: *extra, PageSize: *pageSize, HangInitialize: *hang, Exit: os.Exit}
+	opts := &mcptest.Options{ExtraTools: *extra, PageSize: *pageSize, HangInitialize: *hang, Exit: os.Exit,
+		Sleeping: func() { fmt.Fprintln(os.Stderr, "testmcp: tool_2 sleeping") }}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
