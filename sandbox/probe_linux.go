@@ -19,7 +19,7 @@ import (
 var bwrapWorks sync.Map // bwrapKey -> resolved path
 
 type bwrapKey struct {
-	bwrap  string // as configured; "" means bwrap on PATH
+	bwrap  string // as configured, or as found on PATH when not configured
 	mapped bool   // through the prep step, as MappedID
 }
 
@@ -27,8 +27,8 @@ type bwrapKey struct {
 // create the user, pid and network namespaces with the options Start uses.
 // It caches the answer per Sandbox (a failure caused by ctx is not cached),
 // and runs bwrap only when no Sandbox of this process has probed the same
-// bwrap the same way with success. Errors are *ProbeError values that name the cause and
-// the fix.
+// bwrap the same way with success. Errors are *ProbeError values that name
+// the cause and the fix.
 func (s *Sandbox) Probe(ctx context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
@@ -39,7 +39,10 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	var path string
 	if err == nil {
 		key := bwrapKey{s.bwrap, s.mapped}
-		if p, ok := bwrapWorks.Load(key); ok {
+		if key.bwrap == "" {
+			key.bwrap, _ = exec.LookPath("bwrap") // as probeBwrap would: PATH may have changed
+		}
+		if p, ok := bwrapWorks.Load(key); ok && key.bwrap != "" {
 			path = p.(string)
 		} else if path, err = probeBwrap(ctx, s.bwrap, s.probeWrap); err == nil {
 			bwrapWorks.Store(key, path)

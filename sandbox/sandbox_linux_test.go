@@ -1019,6 +1019,15 @@ func TestProbeKeptAcrossSandboxes(t *testing.T) {
 	if got := strings.Fields(string(calls)); !slices.Equal(got, []string{"good", "bad", "bad"}) {
 		t.Errorf("bwrap runs %q; want the working one probed once and the failing one each time", got)
 	}
+	// What is kept for "bwrap on PATH" is the bwrap found there: once PATH
+	// has none, the probe says so.
+	if err := probe(""); err != nil {
+		t.Fatalf("probe of bwrap on PATH: %v", err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if err := probe(""); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not found on PATH") {
+		t.Errorf("probe with no bwrap on PATH = %v, want ErrUnavailable saying so", err)
+	}
 }
 
 func TestCommandStdio(t *testing.T) {
