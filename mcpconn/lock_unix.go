@@ -3,11 +3,12 @@
 package mcpconn
 
 import (
-	"errors"
-	"fmt"
+	"context"
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/flock"
 )
 
 // lockFile takes an advisory lock on path (created if missing): exclusive
@@ -21,26 +22,11 @@ func lockFile(path string, exclusive bool) (func(), error) {
 		}
 		return nil, err
 	}
-	how := syscall.LOCK_SH
-	if exclusive {
-		how = syscall.LOCK_EX
-	}
 	// Bounded: any process of the user can hold the lock, and a connect
 	// must not hang behind it.
-	deadline := time.Now().Add(lockWait)
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, fmt.Errorf("%s is locked by another process for more than %v", path, lockWait)
-			}
-			return nil, err
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := flock.Lock(context.Background(), f, exclusive, lockWait); err != nil {
+		f.Close()
+		return nil, err
 	}
 	return func() { f.Close() }, nil // closing releases the lock
 }
