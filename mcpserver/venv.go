@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ipybox/ipybox/internal/procattr"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/flock"
+	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
 
@@ -50,6 +51,11 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	if s.venvPy != "" {
 		return s.venvPy, nil
 	}
+	unlock, err := s.lockVenv(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	dir := venvDir(s.workspace)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
@@ -75,6 +81,29 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
 	s.venvBase, s.venvPy = base, py
 	return py, nil
+}
+
+// lockVenv takes the workspace's venv lock (.ipybox/venv.lock), which
+// another ipybox mcp on the same workspace (say, a second client's stdio
+// server) holds while it makes the venv: without it, one took the other's
+// half-made venv for a broken one and moved it aside. The wait is bounded
+// by the time a venv may take to make; kernel code, which can write the
+// workspace, can hold the lock too, and then delays only this workspace's
+// venv. The lock is advisory, and there is none on Windows.
+func (s *Server) lockVenv(ctx context.Context) (unlock func(), err error) {
+	const name = "venv.lock"
+	if err := safefs.MkdirAll(s.workspace, ".ipybox", 0o755); err != nil {
+		return nil, fmt.Errorf("lock the virtualenv: %w", err)
+	}
+	f, err := safefs.OpenFile(s.workspace, filepath.Join(".ipybox", name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the virtualenv: %w", err)
+	}
+	if err := flock.Lock(ctx, f, true, venvTimeout); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the virtualenv of %s is being made by another process: %w", s.workspace, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // moveAsideBrokenVenv renames a venv without bin/python out of the way.
