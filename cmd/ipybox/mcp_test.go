@@ -295,7 +295,15 @@ func TestMCPBinarySession(t *testing.T) {
 	// Writes to the kernel's own file descriptors do not reach the
 	// protocol's standard output.
 	runCell(t, cs, "import os, sys\nos.system('echo to-fd-1; echo to-fd-2 >&2')\nsys.__stdout__.write('raw\\n'); sys.__stdout__.flush()")
-	if got := runCell(t, cs, "from mcptools.startgo.tool_1 import Params, run\nprint(run(Params(s='cfg')))"); got != "tool-1: cfg" {
+	// ipykernel forwards what reaches fd 1 from a thread of its own, so
+	// under load those lines may come after the cell's end, with the next
+	// cell's output: that is all that may precede the tool's answer.
+	got = runCell(t, cs, "from mcptools.startgo.tool_1 import Params, run\nprint(run(Params(s='cfg')))")
+	stray, ok := strings.CutSuffix(got, "tool-1: cfg")
+	for _, line := range strings.Split(strings.TrimSpace(stray), "\n") {
+		ok = ok && (line == "" || line == "to-fd-1" || line == "raw")
+	}
+	if !ok {
 		t.Errorf("server from --mcp-config: %q", got)
 	}
 	// ${VAR} from .env in a registered server's config.
