@@ -2,16 +2,17 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/flock"
 )
 
 // Placeholders are shared between processes too: two ipybox processes on
@@ -59,22 +60,10 @@ func openLock(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 }
 
-// flockWait takes how (LOCK_SH or LOCK_EX) on f, waiting up to wsLockWait.
-func flockWait(f *os.File, how int) error {
-	deadline := time.Now().Add(wsLockWait)
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is locked by another process for more than %v", f.Name(), wsLockWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// flockWait takes a lock on f, exclusive or shared, waiting up to
+// wsLockWait.
+func flockWait(f *os.File, exclusive bool) error {
+	return flock.Lock(context.Background(), f, exclusive, wsLockWait)
 }
 
 // holdWorkspace takes the shared hold of ws for this process.
@@ -87,7 +76,7 @@ func holdWorkspace(ws string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := flockWait(f, syscall.LOCK_SH); err != nil {
+	if err := flockWait(f, false); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -105,7 +94,7 @@ func journalAdd(ws string, p placeholderFile) error {
 		return err
 	}
 	defer f.Close()
-	if err := flockWait(f, syscall.LOCK_EX); err != nil {
+	if err := flockWait(f, true); err != nil {
 		return err
 	}
 	line, _ := json.Marshal(journalEntry{p.name, p.dir, p.dev, p.ino})
@@ -150,7 +139,7 @@ func releaseWorkspace(ws string, hold *os.File) (last bool, made []placeholderFi
 	}
 	j, err := openLock(journal)
 	if err == nil {
-		if flockWait(j, syscall.LOCK_EX) == nil {
+		if flockWait(j, true) == nil {
 			sc := bufio.NewScanner(j)
 			for sc.Scan() {
 				var e journalEntry
