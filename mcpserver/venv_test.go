@@ -24,11 +24,7 @@ func TestVenvMadeOnceByTwoServers(t *testing.T) {
 		errs := make([]error, len(servers))
 		var wg sync.WaitGroup
 		for i, s := range servers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pys[i], errs[i] = s.venvPython(context.Background())
-			}()
+			wg.Go(func() { pys[i], errs[i] = s.venvPython(context.Background()) })
 		}
 		wg.Wait()
 		for i, err := range errs {
