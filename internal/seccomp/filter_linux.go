@@ -8,8 +8,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Options says what the filter adds to its fixed rules.
+// Options says what the filter adds to its fixed rules, which every
+// process ipybox starts gets: a foreign architecture is killed, x32 calls
+// and io_uring (which would carry out calls the filter never sees) fail,
+// openat2 is unavailable, and no mode may carry S_ISUID or S_ISGID.
 type Options struct {
+	// Confine adds the sandbox's rules: the kernel keyrings (shared with
+	// the host user) and AF_VSOCK sockets fail with EPERM, memfd_create
+	// and System V shared memory with ENOSYS, and shared anonymous
+	// mappings with EPERM (memory held that way escapes RLIMIT_DATA).
+	Confine bool
 	// DenyUnix makes socket(AF_UNIX, …) fail with EPERM.
 	DenyUnix bool
 	// Guard hands the path-changing system calls to a guard (see
@@ -98,18 +106,20 @@ const setugid = unix.S_ISUID | unix.S_ISGID
 const writeFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC
 
 // unavailableCalls fail with ENOSYS, as on a kernel without them, so that
-// programs fall back: memory they would hand out is bounded by nothing
-// (memfd_create, System V shared memory in the sandbox's own IPC
-// namespace), and openat2's mode is behind a pointer the filter cannot
-// read (glibc's open and Python's never use it).
-var unavailableCalls = []uintptr{
-	unix.SYS_MEMFD_CREATE, unix.SYS_MEMFD_SECRET, unix.SYS_SHMGET, unix.SYS_OPENAT2,
-}
+// programs fall back: openat2's mode is behind a pointer the filter
+// cannot read (glibc's open and Python's never use it); with Confine,
+// memory that memfd_create and System V shared memory (in the sandbox's
+// own IPC namespace) hand out is bounded by nothing, while the files in
+// /dev/shm and /tmp, where the fallbacks go, are.
+var unavailableCalls = []uintptr{unix.SYS_OPENAT2}
 
-var deniedCalls = []uintptr{
-	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
-	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
-}
+var confinedUnavailable = []uintptr{unix.SYS_MEMFD_CREATE, unix.SYS_MEMFD_SECRET, unix.SYS_SHMGET}
+
+// deniedCalls fail with EPERM: io_uring carries out opens and chmods that
+// the filter would never see.
+var deniedCalls = []uintptr{unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER}
+
+var confinedDenied = []uintptr{unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY}
 
 // ErrUnsupported is returned by Program on an architecture without a
 // filter.
@@ -138,14 +148,23 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	if hasX32 {
 		a.jump(unix.BPF_JSET, x32Bit, "eperm", "")
 	}
-	for _, nr := range deniedCalls {
+	denied, unavailable := deniedCalls, unavailableCalls
+	if o.Confine {
+		denied = slices.Concat(denied, confinedDenied)
+		unavailable = slices.Concat(unavailable, confinedUnavailable)
+	}
+	for _, nr := range denied {
 		a.jump(unix.BPF_JEQ, uint32(nr), "eperm", "")
 	}
-	for _, nr := range unavailableCalls {
+	for _, nr := range unavailable {
 		a.jump(unix.BPF_JEQ, uint32(nr), "enosys", "")
 	}
-	a.jump(unix.BPF_JEQ, uint32(unix.SYS_MMAP), "mmap", "")
-	a.jump(unix.BPF_JEQ, uint32(unix.SYS_SOCKET), "socket", "")
+	if o.Confine {
+		a.jump(unix.BPF_JEQ, uint32(unix.SYS_MMAP), "mmap", "")
+	}
+	if o.Confine || o.DenyUnix {
+		a.jump(unix.BPF_JEQ, uint32(unix.SYS_SOCKET), "socket", "")
+	}
 	cs := calls()
 	for _, c := range cs {
 		a.jump(unix.BPF_JEQ, uint32(c.nr), fmt.Sprintf("sys%d", c.nr), "")
@@ -178,7 +197,9 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	a.stmt(ret, allow)
 	a.label("socket")
 	a.stmt(ld, argLow(0))
-	a.jump(unix.BPF_JEQ, unix.AF_VSOCK, "eperm", "")
+	if o.Confine {
+		a.jump(unix.BPF_JEQ, unix.AF_VSOCK, "eperm", "")
+	}
 	if o.DenyUnix {
 		a.jump(unix.BPF_JEQ, unix.AF_UNIX, "eperm", "")
 	}

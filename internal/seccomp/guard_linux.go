@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,31 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Policy is what a Guard protects. Paths are as the guarded program sees
-// them.
-type Policy struct {
-	// Roots are the folders the program may write that host programs see
-	// too: the workspace, allowWrite folders, a container's binds. Below
-	// each, hostpaths' list holds. Elsewhere (a private /tmp) the guard
-	// lets every change through.
-	Roots []string `json:"roots"`
-	// Workspace is the root where hostpaths' Root entries (ipybox's
-	// state, the home directory's files) apply. It is one of Roots.
-	Workspace string `json:"workspace"`
-	// Protected are more absolute paths that may not change: what the
-	// host's own git configuration names (a global core.hooksPath).
-	Protected []string `json:"protected,omitempty"`
-	// Open are folders below a root where the list does not hold: the
-	// shared virtualenv, for the approved install_package helper only.
-	Open []string `json:"open,omitempty"`
-	// GitRelative are paths relative to every repository's working tree
-	// that may not change: a global core.hooksPath given as a relative
-	// path applies to each repository.
-	GitRelative []string `json:"git_relative,omitempty"`
-	// Home is the user's home, for "~" in git configs. Empty: unknown.
-	Home string `json:"home,omitempty"`
-}
 
 // The guard carries out each call it allows itself, on the path it read
 // and resolved, and hands an opened file to the caller with ADDFD: a
@@ -102,9 +76,9 @@ func NewGuard(fd int, pol Policy, log func(string)) *Guard {
 const guardWorkers = 4
 
 // Serve answers calls until the listener fails (every guarded process has
-// exited, or the listener was closed). It starts its workers on threads of
-// their own, each with its own file-system context: their umask is 0, so
-// that the caller's umask, applied by the guard, is the only one.
+// exited, or the listener was closed). The guard applies the caller's own
+// umask to what it creates; Start sets the guarding process's umask to 0
+// once the program runs.
 func (g *Guard) Serve() error {
 	work := make(chan *notif)
 	ready := make(chan error, guardWorkers)
@@ -143,12 +117,6 @@ func (g *Guard) Serve() error {
 }
 
 func (g *Guard) worker(work <-chan *notif, ready chan<- error) {
-	runtime.LockOSThread() // never unlocked: the thread's fs context is its own
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		ready <- fmt.Errorf("guard: unshare(CLONE_FS): %w", err)
-		return
-	}
-	unix.Umask(0)
 	ready <- nil
 	for n := range work {
 		g.answer(n)
@@ -777,9 +745,7 @@ func readString(c *caller, addr uint64) (string, error) {
 	for len(out) < unix.PathMax {
 		n := page - int(addr%page) // up to the end of the page
 		buf := make([]byte, n)
-		got, err := unix.ProcessVMReadv(c.tid,
-			[]unix.Iovec{{Base: &buf[0], Len: uint64(n)}},
-			[]unix.RemoteIovec{{Base: uintptr(addr), Len: n}}, 0)
+		got, err := readMem(c.tid, buf, addr)
 		if err != nil {
 			if errors.Is(err, unix.ESRCH) {
 				return "", unix.ESRCH
@@ -796,6 +762,22 @@ func readString(c *caller, addr uint64) (string, error) {
 		}
 	}
 	return "", unix.ENAMETOOLONG
+}
+
+// readMem reads the caller's memory at addr: process_vm_readv, or its
+// /proc/<tid>/mem where a container's filter refuses that call.
+func readMem(tid int, buf []byte, addr uint64) (int, error) {
+	n, err := unix.ProcessVMReadv(tid, []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}, 0)
+	if err == nil || !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOSYS) {
+		return n, err
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", tid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.ReadAt(buf, int64(addr))
 }
 
 func indexByte(b []byte, c byte) int {

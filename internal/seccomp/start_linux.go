@@ -1,9 +1,11 @@
 package seccomp
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,9 +22,25 @@ type StartOptions struct {
 	Before func() error
 	// Log receives the guard's refusals. Nil: none.
 	Log func(string)
+	// Rlimits are set on the program before its first instruction: it
+	// starts traced, stops at its exec, gets its limits, and goes on.
+	// Where ptrace is not allowed (Yama's ptrace_scope 2 or 3), Start
+	// fails with ErrNoTrace and sets nothing. Nil: none.
+	Rlimits []Rlimit
 }
 
+// Rlimit is one resource limit (soft and hard) for the program.
+type Rlimit struct {
+	Resource int
+	Value    uint64
+}
+
+// ErrNoTrace is returned by Start when the program could not be started
+// traced, to get its Rlimits.
+var ErrNoTrace = errors.New("seccomp: the program cannot be started traced to set its resource limits")
+
 // Start starts cmd with no_new_privs and the filter applied to it alone,
+// and, with a guard, sets the calling process's umask to 0 once cmd runs,
 // and, with a guard, serves the guard until cmd and what it started have
 // exited. No_new_privs, Landlock and seccomp filters belong to a thread,
 // and a child inherits those of the thread that forked it: so a goroutine
@@ -53,7 +71,7 @@ func Start(cmd *exec.Cmd, o StartOptions) error {
 		}
 		// The guard already serves: cmd.Start's own calls (opening
 		// /dev/null for writing) reach it too.
-		started <- cmd.Start()
+		started <- startLimited(cmd, o.Rlimits)
 	})
 	r := <-ready
 	if r.err != nil {
@@ -70,7 +88,13 @@ func Start(cmd *exec.Cmd, o StartOptions) error {
 		}()
 	}
 	proceed <- true
-	return <-started
+	err = <-started
+	if err == nil && r.listener >= 0 {
+		// The program inherited the umask; the guard applies the
+		// program's own to what it creates (see Guard).
+		unix.Umask(0)
+	}
+	return err
 }
 
 // onRetiredThread runs f on a goroutine locked to a thread that is not
@@ -96,6 +120,55 @@ func onRetiredThread(f func()) {
 		<-done
 		runtime.UnlockOSThread()
 	}()
+}
+
+// startLimited starts cmd; with limits, traced, so that they are set at
+// its exec, before the program runs. It runs on the thread that forks: a
+// ptrace stop is reported to that thread's process, and only the tracer
+// thread may detach.
+func startLimited(cmd *exec.Cmd, limits []Rlimit) error {
+	if len(limits) == 0 {
+		return cmd.Start()
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Ptrace = true
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+			return fmt.Errorf("%w: %v", ErrNoTrace, err)
+		}
+		return err
+	}
+	pid := cmd.Process.Pid
+	fail := func(err error) error {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fail(fmt.Errorf("wait for the program's exec: %w", err))
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return fail(fmt.Errorf("the program did not stop at its exec (status %v)", ws))
+	}
+	for _, l := range limits {
+		if err := unix.Prlimit(pid, l.Resource, &unix.Rlimit{Cur: l.Value, Max: l.Value}, nil); err != nil {
+			return fail(fmt.Errorf("set resource limit %d to %d: %w", l.Resource, l.Value, err))
+		}
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		return fail(fmt.Errorf("ptrace detach: %w", err))
+	}
+	return nil
 }
 
 // restrict runs on the thread that will start the program.
