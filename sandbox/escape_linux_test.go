@@ -3,9 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -141,26 +139,28 @@ func TestAttackHostMetadata(t *testing.T) {
 	x := newSbx(t, nil, &Options{Workspace: ws})
 	fsmon := fmt.Sprintf(`b"[core]\n\tfsmonitor = touch %s\n"`, mark)
 	x.attempts(t, "", []check{
-		{"git-config", `write(".git/config", ` + fsmon + `)`, false, "EROFS"},
+		{"git-config", `write(".git/config", ` + fsmon + `)`, false, "EACCES"},
 		{"git-config-append", `open(".git/config", "a").write("x")`, false, ""},
-		{"git-hook", `write(".git/hooks/pre-commit", b"#!/bin/sh\ntouch /tmp/x")`, false, "EROFS"},
-		{"git-commondir", `write(".git/commondir", b"../evil-git")`, false, "EROFS"},
-		{"git-info", `write(".git/info/attributes", b"* filter=evil")`, false, "EROFS"},
-		{"git-rename", `os.rename(".git", "old-git")`, false, "EBUSY"},
+		{"git-hook", `write(".git/hooks/pre-commit", b"#!/bin/sh\ntouch /tmp/x")`, false, "EACCES"},
+		{"git-commondir", `write(".git/commondir", b"../evil-git")`, false, "EACCES"},
+		{"git-info", `write(".git/info/attributes", b"* filter=evil")`, false, "EACCES"},
+		{"git-rename", `os.rename(".git", "old-git")`, false, "EACCES"},
 		{"git-rmdir", `os.rmdir(".git")`, false, ""},
 		{"git-replace-by-file", `os.replace("some-file", ".git")`, false, ""},
-		{"git-nested-config", `write("sub/.git/config", ` + fsmon + `)`, false, "EROFS"},
-		{"git-nested-rename", `os.rename("sub/.git", "sub/old")`, false, "EBUSY"},
-		{"claude-settings", `write(".claude/settings.json", b'{"hooks": {}}')`, false, "EROFS"},
-		{"claude-commands", `os.makedirs(".claude/commands")`, false, "EROFS"},
-		{"claude-rename", `os.rename(".claude", "x")`, false, "EBUSY"},
-		{"vscode-tasks", `write(".vscode/tasks.json", b"{}")`, false, "EROFS"},
-		{"vscode-existing", `write(".vscode/settings.json", b"{}")`, false, "EROFS"},
-		{"idea", `write(".idea/workspace.xml", b"x")`, false, "EROFS"},
-		{"mcp-json", `write(".mcp.json", b'{"mcpServers": {"evil": {"command": "touch"}}}')`, false, "EROFS"},
-		{"gitmodules", `write(".gitmodules", b"x")`, false, "EROFS"},
-		{"gitconfig", `write(".gitconfig", b"x")`, false, "EROFS"},
-		{"ripgreprc", `write(".ripgreprc", b"--pre=evil")`, false, "EROFS"},
+		{"git-nested-config", `write("sub/.git/config", ` + fsmon + `)`, false, "EACCES"},
+		{"git-nested-rename", `os.rename("sub/.git", "sub/old")`, false, "EACCES"},
+		{"claude-settings", `(os.makedirs(".claude", exist_ok=True), write(".claude/settings.json", b'{"hooks": {}}'))`, false, "EACCES"},
+		{"claude-commands", `os.makedirs(".claude/commands")`, false, "EACCES"},
+		{"claude-rename", `os.rename(".claude", "x")`, false, "EACCES"},
+		{"vscode-tasks", `write(".vscode/tasks.json", b"{}")`, false, "EACCES"},
+		{"vscode-existing", `write(".vscode/settings.json", b"{}")`, false, "EACCES"},
+		{"idea", `os.makedirs(".idea/x")`, false, "EACCES"},
+		{"git-deep", `os.makedirs("a/b/c/d/e/f/g/.git/hooks")`, false, "EACCES"},
+		{"vscode-deep", `os.makedirs("a/b/c/d/e/f/g/h/.vscode")`, false, "EACCES"},
+		{"mcp-json", `write(".mcp.json", b'{"mcpServers": {"evil": {"command": "touch"}}}')`, false, "EACCES"},
+		{"gitmodules", `write(".gitmodules", b"x")`, false, "EACCES"},
+		{"gitconfig", `write(".gitconfig", b"x")`, false, "EACCES"},
+		{"ripgreprc", `write(".ripgreprc", b"--pre=evil")`, false, "EACCES"},
 		// Controls: ordinary files are writable.
 		{"ordinary", `write("some-file", b"x")`, true, ""},
 		{"ordinary-sub", `write("sub/file.txt", b"x")`, true, ""},
@@ -198,52 +198,6 @@ func TestAttackSymlinkedMetadata(t *testing.T) {
 				t.Fatalf("Start = %v, want an error naming the link %s", err, name)
 			}
 		})
-	}
-}
-
-// TestPlaceholders: the placeholders of missing protected names exist while
-// a sandbox of the workspace is open, and go with the last one; what the
-// workspace had stays.
-func TestPlaceholders(t *testing.T) {
-	t.Parallel()
-	needSandbox(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, ".claude", "settings.json"), "{}")
-	run := t.TempDir()
-	start := func(s *Sandbox) {
-		p, err := s.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: run})
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, p, 30*time.Second)
-	}
-	a, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(a)
-	start(b)
-	for _, n := range []string{".git", ".vscode", ".idea", ".mcp.json", ".env", ".gitmodules"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
-			t.Errorf("placeholder %s missing while sandboxes are open: %v", n, err)
-		}
-	}
-	a.Close()
-	if _, err := os.Lstat(filepath.Join(ws, ".git")); err != nil {
-		t.Errorf("a placeholder went while another sandbox still has it: %v", err)
-	}
-	b.Close()
-	for _, n := range []string{".git", ".vscode", ".idea", ".mcp.json", ".env", ".gitmodules"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("placeholder %s left after the last Close: %v", n, err)
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(ws, ".claude", "settings.json")); err != nil || string(b) != "{}" {
-		t.Errorf("the workspace's own .claude was touched: %q %v", b, err)
 	}
 }
 
@@ -464,78 +418,4 @@ def raw_connect(host):
 def raw_get(host):
     return _ask("GET http://%s:80/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n" % host)
 `, checks)
-}
-
-// TestPlaceholdersAcrossProcesses: another process's sandbox on the same
-// workspace keeps the placeholders in place when this process's last
-// sandbox closes (removing them would detach that sandbox's protection:
-// its kernel could then write .mcp.json or .vscode), and the next process
-// whose sandbox closes last removes those left behind.
-func TestPlaceholdersAcrossProcesses(t *testing.T) {
-	needSandbox(t)
-	flock := testenv.NeedsTool(t, "flock")
-	dir := t.TempDir()
-	orig := wsLockDir
-	wsLockDir = func() (string, error) { return dir, nil }
-	t.Cleanup(func() { wsLockDir = orig })
-
-	ws := t.TempDir()
-	run := t.TempDir()
-	holders, _, err := wsFiles(ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The other process: it holds the workspace as an ipybox would.
-	// (--close: sleep does not inherit the lock, so killing flock ends it.)
-	other := exec.Command(flock, "--shared", "--close", holders, "sleep", "120")
-	other.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(-other.Process.Pid, syscall.SIGKILL); other.Wait() })
-	held := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		f, err := openLock(holders)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		f.Close()
-		if err != nil {
-			held = true
-			break
-		}
-	}
-	if !held {
-		t.Fatal("the other process did not take its hold within 10s")
-	}
-
-	a, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := a.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, p, 30*time.Second)
-	a.Close()
-	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
-			t.Errorf("placeholder %s removed while another process holds the workspace: %v", n, err)
-		}
-	}
-
-	syscall.Kill(-other.Process.Pid, syscall.SIGKILL) // its hold goes with it, as a killed ipybox's does
-	other.Wait()
-	b, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("placeholder %s left after the last process's last Close: %v", n, err)
-		}
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipybox/ipybox/internal/linelog"
+	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -32,7 +33,7 @@ const (
 var _ kernel.Launcher = (*Sandbox)(nil)
 
 func platformSupported() error {
-	if auditArch == 0 {
+	if !seccomp.Supported() {
 		return &ProbeError{Cause: "the seccomp filter is not implemented for this CPU architecture",
 			Fix: "run ipybox on amd64 or arm64, or run without the sandbox"}
 	}
@@ -239,7 +240,7 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
-		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit}
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}
