@@ -113,8 +113,8 @@ func TestRedteamNamedSecretFileGaps(t *testing.T) {
 // other names host tools act on), but git does not need a directory named
 // .git: a directory that itself holds HEAD, objects/ and refs/ is a git
 // directory, and git uses it (with its config) when it runs there. Kernel
-// code plants one at the workspace root (not a repository: the .git
-// placeholder is empty, then removed at Close) and one in src/, a
+// code plants one at the workspace root (not a repository) and one in
+// src/, a
 // directory the user made before the session. Any git command the user
 // (or a shell prompt, an editor, an agent) runs there afterwards runs
 // core.fsmonitor from the planted config, on the host.
@@ -133,8 +133,11 @@ def plant(d, worktree):
     os.makedirs(os.path.join(d, "refs"), exist_ok=True)
     open(os.path.join(d, "HEAD"), "w").write("ref: refs/heads/main\n")
     open(os.path.join(d, "config"), "w").write("[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = " + worktree + "\n\tfsmonitor = \"touch `+marker+`" + os.path.basename(worktree) + "; false\"\n")
-plant(".", os.getcwd())
-plant("src", os.path.join(os.getcwd(), "src"))`)
+for d, wt in ((".", os.getcwd()), ("src", os.path.join(os.getcwd(), "src"))):
+    try:
+        plant(d, wt)
+    except PermissionError:
+        pass`)
 	if err := ex.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,12 +349,19 @@ try:
     os.rename("proj", "proj-old")
 except OSError as e:
     print("rename refused", e)
-for d in ("objects", "refs"):
-    os.makedirs("proj/.git/" + d, exist_ok=True)
-open("proj/.git/HEAD", "w").write("ref: refs/heads/main\n")
-open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch `+marker+`; false\"\n")`)
+try:
+    for d in ("objects", "refs"):
+        os.makedirs("proj/.git/" + d, exist_ok=True)
+    open("proj/.git/HEAD", "w").write("ref: refs/heads/main\n")
+    open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch `+marker+`; false\"\n")
+    print("PLANTED")
+except OSError as e:
+    print("plant refused", e)`)
 	if !strings.Contains(res.Text, "protected") {
 		t.Fatalf("proj/.git is not even protected: %q", res.Text)
+	}
+	if strings.Contains(res.Text, "PLANTED") {
+		t.Errorf("a new proj/.git was planted: %q", res.Text)
 	}
 	ex.Close()
 	cmd := exec.Command("git", "status", "--short")

@@ -134,7 +134,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	// control socket instead, whose other end only this process holds, and
 	// at EOF kills every kernel's group and exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	err = startFiltered(cmd) // its kernels inherit the filter
 	child.Close()
 	if err != nil {
 		ctl.Close()

@@ -38,6 +38,12 @@ def setup(config):
     for p in reversed(config.get("sys_path") or []):
         if p not in sys.path:
             sys.path.insert(0, p)
+    end = config.get("sys_path_end")
+    if end:
+        for p in [""] + end:
+            while p in sys.path:
+                sys.path.remove(p)
+        sys.path.extend(end + [""])
 
     if config.get("remote"):
         from ipybox_runtime import _remote
