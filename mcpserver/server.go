@@ -42,6 +42,11 @@ const (
 	DefaultMaxSessions = 32
 	// DefaultApprovalTimeout bounds one approval question.
 	DefaultApprovalTimeout = defaults.Approval
+	// DefaultSpillCellBytes and DefaultSpillWorkspaceBytes bound the files
+	// of ipybox-outputs: kernel code printing without end wrote 839 MB in
+	// 21 s.
+	DefaultSpillCellBytes      = 32 << 20
+	DefaultSpillWorkspaceBytes = 256 << 20
 )
 
 // Bind makes a host directory visible inside the workspace, at RelPath.
@@ -150,6 +155,16 @@ type Options struct {
 	// in cells without a timeout of their own; a cell's remaining time
 	// bounds it otherwise. Zero means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
+	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
+	// folder that keeps one cell's whole output when it is too long for
+	// the result; what is printed past it is dropped, and the result says
+	// how much. Zero means DefaultSpillCellBytes; negative keeps no file.
+	SpillCellBytes int64
+	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
+	// cell's file stops where the folder would pass it (its files are
+	// counted when the file is made), and the result says to delete old
+	// ones. Zero means DefaultSpillWorkspaceBytes; negative keeps no file.
+	SpillWorkspaceBytes int64
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
@@ -245,6 +260,12 @@ func New(opts *Options) (*Server, error) {
 	allow, err := parseAllowPatterns(o.AllowTools)
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	if o.SpillCellBytes == 0 {
+		o.SpillCellBytes = DefaultSpillCellBytes
+	}
+	if o.SpillWorkspaceBytes == 0 {
+		o.SpillWorkspaceBytes = DefaultSpillWorkspaceBytes
 	}
 	ws := o.Workspace
 	if ws == "" {

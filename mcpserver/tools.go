@@ -296,7 +296,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(s.workspace, keep)
+	sp := newSpill(s.workspace, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout, KeepText: keep}) {
 		if err != nil {
 			cellErr = err

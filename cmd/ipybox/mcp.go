@@ -123,8 +123,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		// Read once, then gone from the environment: a server config that
 		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
 		// no child inherits it.
-		f.authToken = env.getenv("IPYBOX_MCP_AUTH_TOKEN")
-		os.Unsetenv("IPYBOX_MCP_AUTH_TOKEN")
+		f.authToken = takeEnv(env, "IPYBOX_MCP_AUTH_TOKEN")
 		if f.authToken == "" {
 			f.authToken, f.generatedToken = newToken(), true
 		}
