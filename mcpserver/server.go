@@ -177,6 +177,10 @@ type Options struct {
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
 type Server struct {
+	// pkgDirs maps each Executor to its package folder (see
+	// closeExecutor).
+	pkgDirs sync.Map
+
 	opts      Options
 	workspace string
 	allowed   []string // real paths of the allowed directories
