@@ -51,6 +51,7 @@ import (
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // Options configures an Executor. A nil *Options means the defaults; Start
@@ -256,9 +257,11 @@ type Executor struct {
 	forgetMu sync.Mutex
 	forget   []string
 
-	sandboxes  sandboxSet
-	container  *container.Launcher // the container backend, when Options.Container is set
-	stopEgress func() error        // the container's egress proxy, when it has one
+	sandboxes sandboxSet
+	container *container.Launcher // the container backend, when Options.Container is set
+	// kernelSandbox is the kernel's sandbox, when Options.Sandbox is set.
+	kernelSandbox *sandbox.Sandbox
+	stopEgress    func() error // the container's egress proxy, when it has one
 
 	closeOnce sync.Once
 	closeErr  error

@@ -158,6 +158,9 @@ type Sandbox struct {
 	pyMu sync.Mutex
 	py   map[string]*pyInfo
 
+	fpMu      sync.Mutex
+	startedFP string // see StartedFingerprint
+
 	// writableState are the folders below the workspace's .ipybox that
 	// this sandbox's processes may write (Options.Writable).
 	writableState []string

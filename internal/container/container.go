@@ -142,6 +142,15 @@ type Launcher struct {
 	owner  string
 	seq    atomic.Int64
 	closed atomic.Bool
+
+	startedFP atomic.Value // string: the last start's protection (see StartedFingerprint)
+}
+
+// StartedFingerprint identifies the workspace protection the last kernel
+// started by l got ("" before the first, or without Protect).
+func (l *Launcher) StartedFingerprint() string {
+	s, _ := l.startedFP.Load().(string)
+	return s
 }
 
 // New checks the daemon and the image, reaps containers whose owner is
@@ -286,6 +295,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		if prot, err = l.cfg.Protect(); err != nil {
 			return nil, fmt.Errorf("container: %w", err)
 		}
+		l.startedFP.Store(prot.Fingerprint())
 		empty := filepath.Join(spec.RunDir, "masked")
 		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
 			if err := os.WriteFile(empty, nil, 0o444); err != nil {
