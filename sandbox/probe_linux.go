@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/seccomp"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -36,6 +38,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 		return s.probeErr
 	}
 	err := checkInit(ctx, s.initBinary)
+	if err == nil {
+		if gerr := seccomp.GuardSupported(); gerr != nil {
+			err = &ProbeError{Cause: gerr.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}
+		}
+	}
 	var path string
 	if err == nil {
 		key := bwrapKey{s.bwrap, s.mapped}

@@ -274,3 +274,18 @@ print("all ok")
 		t.Fatalf("data.csv = %q (the link and the truncate share it)", b)
 	}
 }
+
+func TestKernelVersion(t *testing.T) {
+	for in, want := range map[string][2]int{"6.18.44-fc-v657": {6, 18}, "5.14.0-427.el9.x86_64": {5, 14}, "4.19.0+": {4, 19}} {
+		ma, mi, ok := kernelVersion(in)
+		if !ok || ma != want[0] || mi != want[1] {
+			t.Errorf("kernelVersion(%q) = %d, %d, %v", in, ma, mi, ok)
+		}
+	}
+	if _, _, ok := kernelVersion("weird"); ok {
+		t.Error("kernelVersion(weird) ok")
+	}
+	if err := GuardSupported(); err != nil {
+		t.Logf("this host cannot run the guard: %v", err)
+	}
+}
