@@ -45,9 +45,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	}
 	e.sandboxes.add(sb)
 	e.kernelSandbox = sb
-	if err := probe(ctx, sb); err != nil {
-		return nil, err
-	}
+	// No probe here: the kernel's start is the probe, and a failed start
+	// explains itself with the probe's cause and fix (sandbox.ProbeError).
 	// Inside, the runtime reaches the tool server through the forwarder
 	// (Linux), or by its socket, which the profile allows (macOS).
 	e.toolURL = sb.ForwardURL(tool)

@@ -365,7 +365,7 @@ func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) 
 // checkStart checks that the sandbox can run a kernel (Start) and that
 // spec names absolute paths; it returns the clean run directory.
 func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, error) {
-	if err := s.Probe(ctx); err != nil {
+	if err := s.quickCheck(); err != nil {
 		return "", err
 	}
 	if s.isClosed() {
