@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/egress"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -420,12 +422,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.pids %d: too small for a kernel (it runs several threads); want at least 16, or -1 for no limit", p)
 	}
 	for _, d := range c.Network.AllowedDomains {
-		if _, err := parseHostRule(d, false); err != nil {
+		if err := egress.CheckPattern(d, false); err != nil {
 			return fmt.Errorf("network.allowedDomains: %w", err)
 		}
 	}
 	for _, d := range c.Network.DeniedDomains {
-		if _, err := parseHostRule(d, true); err != nil {
+		if err := egress.CheckPattern(d, true); err != nil {
 			return fmt.Errorf("network.deniedDomains: %w", err)
 		}
 	}
@@ -453,7 +455,7 @@ func validPattern(p string) error {
 // added.
 func (c *Config) AllowDomains(patterns ...string) error {
 	for _, p := range patterns {
-		if _, err := parseHostRule(p, false); err != nil {
+		if err := egress.CheckPattern(p, false); err != nil {
 			return fmt.Errorf("allowed domain: %w", err)
 		}
 	}

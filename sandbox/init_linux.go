@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/egress"
 	"github.com/ipybox/ipybox/internal/seccomp"
 )
 
@@ -426,10 +427,10 @@ func relay(c net.Conn, sock string) {
 	done := make(chan struct{})
 	go func() {
 		io.Copy(u, c)
-		closeWrite(u)
+		egress.CloseWrite(u)
 		close(done)
 	}()
 	io.Copy(c, u)
-	closeWrite(c)
+	egress.CloseWrite(c)
 	<-done
 }

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/egress"
+
 	"context"
 	"errors"
 	"fmt"
@@ -127,7 +129,7 @@ type Options struct {
 	// proxy holds the egress proxy's test hooks (this package's tests
 	// only). Nil means the real resolver and dialer, and the SSRF guard
 	// with no exception.
-	proxy *proxyOptions
+	proxy *egress.Options
 }
 
 // Sandbox launches processes inside a bubblewrap sandbox. It implements
@@ -142,13 +144,13 @@ type Sandbox struct {
 	initBinary string
 	bwrap      string
 	forwards   []Forward
-	proxyOpts  *proxyOptions
+	proxyOpts  *egress.Options
 	secrets    func() []string
 
 	privDir    string // host-only: proxy socket, mask file
 	maskFile   string
 	etcSecrets []secretPath
-	proxy      *proxy
+	proxy      *egress.Proxy
 	proxyAddr  net.Addr // where the proxy listens on the host
 
 	probeMu  sync.Mutex
@@ -267,7 +269,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	}
 	s.etcSecrets = scanEtc("/etc")
 	if proxyOn {
-		r, err := newRules(s.cfg.Network)
+		r, err := egress.NewRules(egress.Lists{AllowedDomains: s.cfg.Network.AllowedDomains, DeniedDomains: s.cfg.Network.DeniedDomains})
 		if err != nil { // Validate passed, so this cannot happen
 			os.RemoveAll(s.privDir)
 			return nil, err
@@ -278,8 +280,8 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox egress proxy: %w", err)
 		}
 		s.proxyAddr = ln.Addr()
-		s.proxy = newProxy(r, s.proxyOpts, s.log)
-		s.proxy.serve(ln)
+		s.proxy = egress.New(r, s.proxyOpts, s.log)
+		s.proxy.Serve(ln)
 	}
 	for _, w := range o.Writable {
 		w = filepath.Clean(w)
@@ -316,7 +318,7 @@ func (s *Sandbox) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		if s.proxy != nil {
-			s.closeErr = s.proxy.close()
+			s.closeErr = s.proxy.Close()
 		}
 		if err := os.RemoveAll(s.privDir); err != nil && s.closeErr == nil {
 			s.closeErr = err
@@ -365,7 +367,7 @@ func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) 
 // checkStart checks that the sandbox can run a kernel (Start) and that
 // spec names absolute paths; it returns the clean run directory.
 func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, error) {
-	if err := s.quickCheck(); err != nil {
+	if err := s.quickCheck(ctx); err != nil {
 		return "", err
 	}
 	if s.isClosed() {
