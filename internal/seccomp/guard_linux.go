@@ -226,7 +226,6 @@ func (g *Guard) sendFD(c *caller, fd int, call call) {
 // do carries out one allowed call, or says why not. fd >= 0 is a file to
 // hand to the caller as the call's result.
 func (g *Guard) do(c *caller, call call) (fd int, val int64, errno unix.Errno) {
-	fd = -1
 	flags := call.fixedFlags
 	if call.flags >= 0 {
 		flags = c.args[call.flags]
@@ -242,150 +241,171 @@ func (g *Guard) do(c *caller, call call) (fd int, val int64, errno unix.Errno) {
 	case opOpen:
 		return g.doOpen(c, call, int(flags), mode)
 	case opMkdir, opMknod, opSymlink:
-		var target string
-		if call.op == opSymlink {
-			t, err := readString(c, c.args[call.target])
-			if err != nil {
-				return -1, 0, errnoOf(err)
-			}
-			target = t
-		}
-		p, err := g.resolve(c, call.dirfd, call.path, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if p.obj >= 0 || p.dot {
-			return -1, 0, unix.EEXIST
-		}
-		if e := g.check(c, p, true); e != 0 {
-			return -1, 0, e
-		}
-		um := callerUmask(c)
-		err = g.create(p, func() error {
-			switch call.op {
-			case opMkdir:
-				return unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777)
-			case opMknod:
-				dev := 0
-				if call.dev >= 0 {
-					dev = int(c.args[call.dev])
-				}
-				return unix.Mknodat(p.dir, p.name, mode&^(um&0o777), dev)
-			default:
-				return unix.Symlinkat(target, p.dir, p.name)
-			}
-		})
-		return -1, 0, errnoOf(err)
+		return -1, 0, g.doCreate(c, call, mode)
 	case opUnlink:
-		p, err := g.resolve(c, call.dirfd, call.path, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if p.obj >= 0 {
-			return -1, 0, unix.EACCES
-		}
-		if p.dot {
-			if flags&unix.AT_REMOVEDIR != 0 {
-				return -1, 0, unix.EINVAL
-			}
-			return -1, 0, unix.EISDIR
-		}
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(unix.Unlinkat(p.dir, p.opName(), int(flags&unix.AT_REMOVEDIR)))
+		return -1, 0, g.doUnlink(c, call, flags)
 	case opRename, opLink:
-		follow := call.op == opLink && flags&unix.AT_SYMLINK_FOLLOW != 0
-		var from *resolved
-		var err error
-		if call.op == opLink && flags&unix.AT_EMPTY_PATH != 0 {
-			from, err = g.resolveEmpty(c, call.dirfd, call.path)
-		} else {
-			from, err = g.resolve(c, call.dirfd, call.path, follow)
-		}
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer from.close()
-		to, err := g.resolve(c, call.dirfd2, call.path2, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer to.close()
-		if to.obj >= 0 || to.dot || from.dot || call.op == opRename && from.obj >= 0 {
-			return -1, 0, unix.EBUSY
-		}
-		if e := g.check(c, from, false); e != 0 {
-			return -1, 0, e
-		}
-		if e := g.check(c, to, true); e != 0 {
-			return -1, 0, e
-		}
-		if call.op == opRename && flags&unix.RENAME_EXCHANGE != 0 {
-			// The destination moves to the source's place: it must be
-			// allowed there too, and its own path is checked above.
-			if e := g.check(c, &resolved{dir: from.dir, name: to.name, obj: -1}, true); e != 0 {
-				return -1, 0, e
-			}
-		}
-		var undo []func()
-		if call.op == opRename {
-			undo = append(undo, func() { unix.Renameat2(to.dir, to.name, from.dir, from.name, unix.RENAME_NOREPLACE) })
-		}
-		err = g.create(to, func() error {
-			if call.op == opRename {
-				return unix.Renameat2(from.dir, from.opName(), to.dir, to.opName(), uint(flags))
-			}
-			if from.obj >= 0 {
-				return unix.Linkat(unix.AT_FDCWD, selfFD(from.obj), to.dir, to.name, unix.AT_SYMLINK_FOLLOW)
-			}
-			return unix.Linkat(from.dir, from.name, to.dir, to.name, 0)
-		}, undo...)
-		return -1, 0, errnoOf(err)
+		return -1, 0, g.doMove(c, call, flags)
 	case opTruncate:
-		p, err := g.resolve(c, call.dirfd, call.path, true)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		f, err := p.open(unix.O_WRONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer unix.Close(f)
-		return -1, 0, errnoOf(unix.Ftruncate(f, int64(c.args[1])))
-	case opChmod:
-		follow := flags&unix.AT_SYMLINK_NOFOLLOW == 0
-		p, err := g.resolve(c, call.dirfd, call.path, follow)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(p.chmod(mode))
-	case opFchmod:
-		obj, err := openCallerFD(c, int(int32(c.args[call.fd])))
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		p := &resolved{dir: -1, obj: obj}
-		defer p.close()
-		if !g.valid(c) {
-			return -1, 0, unix.ESRCH
-		}
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(p.chmod(mode))
+		return -1, 0, g.doTruncate(c, call)
+	case opChmod, opFchmod:
+		return -1, 0, g.doChmod(c, call, flags, mode)
 	}
 	return -1, 0, unix.ENOSYS
+}
+
+// doCreate makes a folder, a node or a symbolic link.
+func (g *Guard) doCreate(c *caller, call call, mode uint32) unix.Errno {
+	var target string
+	if call.op == opSymlink {
+		t, err := readString(c, c.args[call.target])
+		if err != nil {
+			return errnoOf(err)
+		}
+		target = t
+	}
+	p, err := g.resolve(c, call.dirfd, call.path, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	if p.obj >= 0 || p.dot {
+		return unix.EEXIST
+	}
+	if e := g.check(c, p, true); e != 0 {
+		return e
+	}
+	um := callerUmask(c)
+	return errnoOf(g.create(p, func() error {
+		switch call.op {
+		case opMkdir:
+			return unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777)
+		case opMknod:
+			dev := 0
+			if call.dev >= 0 {
+				dev = int(c.args[call.dev])
+			}
+			return unix.Mknodat(p.dir, p.name, mode&^(um&0o777), dev)
+		default:
+			return unix.Symlinkat(target, p.dir, p.name)
+		}
+	}))
+}
+
+// doUnlink removes a name.
+func (g *Guard) doUnlink(c *caller, call call, flags uint64) unix.Errno {
+	p, err := g.resolve(c, call.dirfd, call.path, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	switch {
+	case p.obj >= 0:
+		return unix.EACCES
+	case p.dot && flags&unix.AT_REMOVEDIR != 0:
+		return unix.EINVAL
+	case p.dot:
+		return unix.EISDIR
+	}
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	return errnoOf(unix.Unlinkat(p.dir, p.opName(), int(flags&unix.AT_REMOVEDIR)))
+}
+
+// doMove renames a name, or makes a second name of a file: both the
+// source and the destination must be allowed.
+func (g *Guard) doMove(c *caller, call call, flags uint64) unix.Errno {
+	follow := call.op == opLink && flags&unix.AT_SYMLINK_FOLLOW != 0
+	var from *resolved
+	var err error
+	if call.op == opLink && flags&unix.AT_EMPTY_PATH != 0 {
+		from, err = g.resolveEmpty(c, call.dirfd, call.path)
+	} else {
+		from, err = g.resolve(c, call.dirfd, call.path, follow)
+	}
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer from.close()
+	to, err := g.resolve(c, call.dirfd2, call.path2, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer to.close()
+	if to.obj >= 0 || to.dot || from.dot || call.op == opRename && from.obj >= 0 {
+		return unix.EBUSY
+	}
+	if e := g.check(c, from, false); e != 0 {
+		return e
+	}
+	if e := g.check(c, to, true); e != 0 {
+		return e
+	}
+	if call.op == opRename && flags&unix.RENAME_EXCHANGE != 0 {
+		// The destination moves to the source's place: it must be allowed
+		// there too, and its own path is checked above.
+		if e := g.check(c, &resolved{dir: from.dir, name: to.name, obj: -1}, true); e != 0 {
+			return e
+		}
+	}
+	var undo []func()
+	if call.op == opRename {
+		undo = append(undo, func() { unix.Renameat2(to.dir, to.name, from.dir, from.name, unix.RENAME_NOREPLACE) })
+	}
+	return errnoOf(g.create(to, func() error {
+		if call.op == opRename {
+			return unix.Renameat2(from.dir, from.opName(), to.dir, to.opName(), uint(flags))
+		}
+		if from.obj >= 0 {
+			return unix.Linkat(unix.AT_FDCWD, selfFD(from.obj), to.dir, to.name, unix.AT_SYMLINK_FOLLOW)
+		}
+		return unix.Linkat(from.dir, from.name, to.dir, to.name, 0)
+	}, undo...))
+}
+
+// doTruncate changes a file's length.
+func (g *Guard) doTruncate(c *caller, call call) unix.Errno {
+	p, err := g.resolve(c, call.dirfd, call.path, true)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	f, err := p.open(unix.O_WRONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(f)
+	return errnoOf(unix.Ftruncate(f, int64(c.args[1])))
+}
+
+// doChmod changes a file's mode, by path or by the caller's descriptor.
+func (g *Guard) doChmod(c *caller, call call, flags uint64, mode uint32) unix.Errno {
+	var p *resolved
+	if call.op == opFchmod {
+		obj, err := openCallerFD(c, int(int32(c.args[call.fd])))
+		if err != nil {
+			return errnoOf(err)
+		}
+		p = &resolved{dir: -1, obj: obj}
+		if !g.valid(c) {
+			p.close()
+			return unix.ESRCH
+		}
+	} else {
+		var err error
+		if p, err = g.resolve(c, call.dirfd, call.path, flags&unix.AT_SYMLINK_NOFOLLOW == 0); err != nil {
+			return errnoOf(err)
+		}
+	}
+	defer p.close()
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	return errnoOf(p.chmod(mode))
 }
 
 func (g *Guard) doOpen(c *caller, call call, flags int, mode uint32) (int, int64, unix.Errno) {
