@@ -355,8 +355,9 @@ func (st *cellState) nextDeadline() <-chan time.Time {
 	return time.After(time.Until(d))
 }
 
-func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
-	content := map[string]any{
+// executeRequest builds the execute_request of a cell.
+func (in *instance) executeRequest(code string, o *ExecOptions) (*jupyter.Message, error) {
+	return jupyter.NewMessage(in.k.session, "execute_request", map[string]any{
 		"code":             code,
 		"silent":           o.Silent,
 		"store_history":    !o.Silent,
@@ -366,8 +367,43 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		// abort; with stop_on_error ipykernel would abort a request that
 		// arrives right after an error (its abort window is call_later(0)).
 		"stop_on_error": false,
+	})
+}
+
+// restartIgnored restarts the kernel of a cell that ignored the interrupt
+// for stopErr's reason, and says so in the error it returns.
+func (in *instance) restartIgnored(stopErr error) error {
+	rctx, cancel := context.WithTimeout(context.Background(), in.k.opts.StartTimeout)
+	rerr := in.k.restartAfter(rctx, in)
+	cancel()
+	var te *TimeoutError
+	if errors.As(stopErr, &te) {
+		te.Restarted = true
+	} else {
+		stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
 	}
-	msg, err := jupyter.NewMessage(in.k.session, "execute_request", content)
+	if rerr != nil {
+		stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
+	}
+	return stopErr
+}
+
+// newCellState is the state of one cell with options o (a silent cell
+// keeps at most SilentKeepText).
+func newCellState(k *Kernel, ctx context.Context, o *ExecOptions) *cellState {
+	st := &cellState{k: k, ctx: ctx, silent: o.Silent}
+	if o.Silent && (o.KeepText <= 0 || o.KeepText > SilentKeepText) {
+		o.KeepText = SilentKeepText
+	}
+	if o.KeepText > 0 {
+		st.capped = &headTail{half: max(o.KeepText/2, 1)}
+		st.keepDisplays = o.KeepText
+	}
+	return st
+}
+
+func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
+	msg, err := in.executeRequest(code, o)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +413,6 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	if err := in.conn.Send(jupyter.Shell, msg); err != nil {
 		return nil, in.sendErr(err)
 	}
-
 	var calls <-chan cellctl.Call
 	var budget *cellctl.Budget
 	if h := cellctl.From(ctx); h != nil {
@@ -388,14 +423,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	}
 	cellCtx, endCell := context.WithCancel(ctx)
 	defer endCell() // ends a pending Input
-	st := &cellState{k: in.k, ctx: cellCtx, silent: o.Silent}
-	if o.Silent && (o.KeepText <= 0 || o.KeepText > SilentKeepText) {
-		o.KeepText = SilentKeepText
-	}
-	if o.KeepText > 0 {
-		st.capped = &headTail{half: max(o.KeepText/2, 1)}
-		st.keepDisplays = o.KeepText
-	}
+	st := newCellState(in.k, cellCtx, o)
 	var idleTimer <-chan time.Time
 	var interruptedAt time.Time // zero until we decided to interrupt
 	var stopErr error           // why we interrupt
@@ -474,19 +502,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		case <-graceTimer:
 			// The cell ignored SIGINT: only a restart stops it.
 			res := st.result(false)
-			rctx, cancel := context.WithTimeout(context.Background(), in.k.opts.StartTimeout)
-			rerr := in.k.restartAfter(rctx, in)
-			cancel()
-			var te *TimeoutError
-			if errors.As(stopErr, &te) {
-				te.Restarted = true
-			} else {
-				stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
-			}
-			if rerr != nil {
-				stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
-			}
-			return res, stopErr
+			return res, in.restartIgnored(stopErr)
 		}
 		// Interrupt once, then give the cell InterruptGrace to stop. A
 		// cell that has not started yet (a loaded machine, a timeout of
