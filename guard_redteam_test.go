@@ -8,12 +8,43 @@ import (
 	"testing"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // hostGitStatus runs `git status` on the host in dir, as a user would (or a
 // shell prompt, or an agent that checks the tree when it starts), with no
 // global or system config and with the walk up stopped at stop's parent.
+// guardBackends are the launchers whose kernels run under the workspace
+// guard: bwrap and the container (GuardMain).
+var guardBackends = []struct {
+	name  string
+	start func(t *testing.T, ws string) *ipybox.Executor
+}{
+	{"bwrap", func(t *testing.T, ws string) *ipybox.Executor { return startSandboxed(t, &ipybox.Options{WorkDir: ws}) }},
+	{"container", func(t *testing.T, ws string) *ipybox.Executor {
+		testenv.NeedsDocker(t)
+		chownTree(t, ws, container.MappedID)
+		return startContainer(t, nil, &ipybox.Options{WorkDir: ws})
+	}},
+}
+
+// chownTree gives ws and everything in it to id, when the test runs as
+// root: the container's user is container.MappedID, and what the workspace
+// holds is its owner's.
+func chownTree(t *testing.T, ws string, id int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	filepath.Walk(ws, func(p string, _ os.FileInfo, err error) error {
+		if err == nil {
+			err = os.Lchown(p, id, id)
+		}
+		return err
+	})
+}
+
 func hostGitStatus(t *testing.T, dir, stop string) string {
 	t.Helper()
 	git := testenv.NeedsTool(t, "git")
@@ -45,8 +76,16 @@ func hostGitStatus(t *testing.T, dir, stop string) string {
 func TestRedteamBareLayoutFromSockets(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsTool(t, "git")
-	ws := t.TempDir()
-	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ex := b.start(t, t.TempDir())
+			testBareLayoutFromSockets(t, ex, ex.Workspace())
+		})
+	}
+}
+
+func testBareLayoutFromSockets(t *testing.T, ex *ipybox.Executor, ws string) {
 	for _, at := range []string{"evil", "."} { // a folder, and the workspace root itself
 		marker := filepath.Join(t.TempDir(), "host-ran-fsmonitor")
 		got := run(t, ex, `import os, socket
@@ -72,4 +111,75 @@ print(" ".join(out))`).Text
 				"the folder became a bare repository through sockets bound at objects and refs (%s)", at, strings.TrimSpace(got))
 		}
 	}
+}
+
+// TestRedteamACLChmodsProtectedPaths: the guard refuses chmod* on the paths
+// host programs run or obey, but setxattr(system.posix_acl_access) changes
+// the same mode bits (a minimal ACL is the mode) and is not refused. Kernel
+// code makes a nested repository's .git, .git/config and .git/hooks
+// world-writable; every other local user can then write core.fsmonitor or
+// a hook, which the workspace owner's git runs (as root, when ipybox runs
+// as root). The root repository's .git is mounted read-only, so the test
+// uses a nested one, as a workspace with several clones has.
+//
+// It fails while the mode of a protected path changes; it would pass if
+// setxattr/lsetxattr/fsetxattr/setxattrat (and removexattr) of
+// system.posix_acl_* were handed to the guard and refused there as chmod
+// is.
+func TestRedteamACLChmodsProtectedPaths(t *testing.T) {
+	t.Parallel()
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testACLChmod(t, b.start, t.TempDir())
+		})
+	}
+}
+
+func testACLChmod(t *testing.T, start func(*testing.T, string) *ipybox.Executor, ws string) {
+	git := testenv.NeedsTool(t, "git")
+	if out, err := exec.Command(git, "init", "-q", filepath.Join(ws, "sub")).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	paths := []string{"sub/.git", "sub/.git/config", "sub/.git/hooks"}
+	before := map[string]os.FileMode{}
+	for _, p := range paths {
+		fi, err := os.Stat(filepath.Join(ws, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[p] = fi.Mode()
+	}
+	ex := start(t, ws)
+	got := run(t, ex, `import os, struct
+def acl(perm):  # USER_OBJ, GROUP_OBJ, OTHER: a minimal ACL is a mode
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, 0xffffffff) for tag in (1, 4, 0x20))
+out = []
+for p in `+pyList(paths)+`:
+    try:
+        os.chmod(p, 0o777); out.append(p + " chmod:ok")
+    except OSError as e:
+        out.append(p + " chmod:" + e.strerror)
+    try:
+        os.setxattr(p, "system.posix_acl_access", acl(7)); out.append(p + " acl:ok")
+    except OSError as e:
+        out.append(p + " acl:" + e.strerror)
+print("; ".join(out))`).Text
+	for _, p := range paths {
+		fi, err := os.Stat(filepath.Join(ws, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != before[p] {
+			t.Errorf("kernel code changed the mode of %s from %v to %v (%s)", p, before[p], fi.Mode(), strings.TrimSpace(got))
+		}
+	}
+}
+
+func pyList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = pyStr(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
