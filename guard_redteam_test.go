@@ -183,3 +183,59 @@ func pyList(ss []string) string {
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }
+
+// TestRedteamDeepPathFailsOpen: the guard judges the full path of a call,
+// and a path longer than PATH_MAX (4096) is one it cannot judge: there it
+// lets the call through. Kernel code makes 25 levels of 200-byte folder
+// names (relative chdirs, each call short), makes a repository there
+// (.git with HEAD, objects, refs and a config naming core.fsmonitor), then
+// renames the long folders from the top down to "a", each rename a short
+// path that names no protected component. The repository ends up at
+// deep/a/a/.../proj, and `git status` there on the host runs the command.
+//
+// It fails while a .git made by kernel code exists in the workspace; it
+// would pass if the guard refused (fail closed) what it cannot resolve, or
+// judged the call from the descriptor of the folder it lands in.
+func TestRedteamDeepPathFailsOpen(t *testing.T) {
+	t.Parallel()
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ex := b.start(t, t.TempDir())
+			ws := ex.Workspace()
+			marker := filepath.Join(t.TempDir(), "host-ran-fsmonitor")
+			got := run(t, ex, `import os
+ws = os.getcwd()
+LONG = "d" * 200
+os.mkdir("deep"); os.chdir("deep")
+for i in range(25):
+    os.mkdir(LONG); os.chdir(LONG)
+try:
+    os.makedirs("proj/sub"); os.mkdir("proj/.git")
+    for d in ("objects", "refs", "refs/heads"):
+        os.mkdir("proj/.git/" + d)
+    open("proj/.git/HEAD", "w").write("ref: refs/heads/main\n")
+    open("proj/.git/config", "w").write('[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch `+marker+`; false"\n')
+    made = "made"
+except OSError as e:
+    made = "refused: " + e.strerror
+os.chdir(ws)
+p = "deep"
+for i in range(25):
+    os.rename(p + "/" + LONG, p + "/a"); p += "/a"
+print(made, p + "/proj")`).Text
+			fields := strings.Fields(got)
+			repo := filepath.Join(ws, fields[len(fields)-1])
+			if _, err := os.Stat(filepath.Join(repo, ".git", "config")); err != nil {
+				t.Logf("stopped: %s", got)
+				return
+			}
+			msg := "kernel code made a repository at " + repo + " through paths longer than PATH_MAX"
+			hostGitStatus(t, filepath.Join(repo, "sub"), ws)
+			if _, err := os.Stat(marker); err == nil {
+				msg += ", and git status there on the host ran its core.fsmonitor"
+			}
+			t.Error(msg)
+		})
+	}
+}
