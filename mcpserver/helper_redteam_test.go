@@ -73,4 +73,3 @@ for p in glob.glob("leak.txt") + glob.glob(".ipybox/venv/leak.txt") + glob.glob(
 		t.Errorf("install_package's result (shown to the agent) carries a masked secret: %s", short(out))
 	}
 }
-
