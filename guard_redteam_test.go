@@ -239,3 +239,52 @@ print(made, p + "/proj")`).Text
 		})
 	}
 }
+
+// TestRedteamDeletedSuffixFolder: the guard takes the path of a folder from
+// readlink(/proc/self/fd/N), and treats a link that ends in " (deleted)"
+// as a deleted folder, where nothing can be made, so it allows the call.
+// A live folder may be named "x (deleted)". Kernel code makes one, lays
+// out a repository in it (HEAD, objects, refs, a config with
+// core.fsmonitor: none of it is checked), moves it to proj/.git (the
+// destination's folder is another "(deleted)" one) and renames that
+// folder to proj. `git status` in proj on the host runs the command.
+//
+// It fails while the repository is made; it would pass if the guard told
+// a deleted folder by its link count (fstat st_nlink == 0), not by its
+// name, or refused what it cannot name.
+func TestRedteamDeletedSuffixFolder(t *testing.T) {
+	t.Parallel()
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ex := b.start(t, t.TempDir())
+			ws := ex.Workspace()
+			marker := filepath.Join(t.TempDir(), "host-ran-fsmonitor")
+			got := run(t, ex, `import os
+try:
+    os.mkdir("g (deleted)")
+    for d in ("objects", "refs", "refs/heads"):
+        os.mkdir("g (deleted)/" + d)
+    open("g (deleted)/HEAD", "w").write("ref: refs/heads/main\n")
+    open("g (deleted)/config", "w").write('[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch `+marker+`; false"\n')
+    os.mkdir("x (deleted)")
+    os.rename("g (deleted)", "x (deleted)/.git")
+    open("x (deleted)/.envrc", "w").write("echo from the kernel\n")
+    os.rename("x (deleted)", "proj")
+    os.mkdir("proj/sub")
+    print("made", sorted(os.listdir("proj")))
+except OSError as e:
+    print("refused:", e)`).Text
+			if _, err := os.Stat(filepath.Join(ws, "proj", ".git", "config")); err != nil {
+				t.Logf("stopped: %s", got)
+				return
+			}
+			msg := "kernel code made proj/.git and proj/.envrc through folders named \"... (deleted)\": " + strings.TrimSpace(got)
+			hostGitStatus(t, filepath.Join(ws, "proj", "sub"), ws)
+			if _, err := os.Stat(marker); err == nil {
+				msg += "; git status in proj/sub on the host ran its core.fsmonitor"
+			}
+			t.Error(msg)
+		})
+	}
+}
