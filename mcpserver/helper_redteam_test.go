@@ -73,3 +73,67 @@ for p in glob.glob("leak.txt") + glob.glob(".ipybox/venv/leak.txt") + glob.glob(
 		t.Errorf("install_package's result (shown to the agent) carries a masked secret: %s", short(out))
 	}
 }
+
+// TestRedteamInstallHelperWrites: the same kernel-written build backend,
+// in pip's helper (the one process that may write the shared virtualenv),
+// tries to leave a setuid file or file capabilities in the virtualenv, and
+// to write what the kernel may not: mcptools/, the registry, a .git (also
+// through a "... (deleted)" folder). It fails if any of that lands.
+func TestRedteamInstallHelperWrites(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	cs := connect(t, srv, nil)
+	run(t, cs, `import os
+os.makedirs("evilpkg", exist_ok=True)
+open("evilpkg/pyproject.toml", "w").write('[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n[project]\nname = "evilpkg"\nversion = "0.1"\n')
+open("evilpkg/backend.py", "w").write('''
+import os, glob, struct, shutil, sys
+WS = `+pyQuote(ws)+`
+def _try(name, fn, out):
+    try:
+        fn(); out.append(name + ":ok")
+    except Exception as e:
+        out.append(name + ":" + type(e).__name__)
+def _go():
+    out = []
+    venv = WS + "/.ipybox/venv"
+    f = venv + "/suid"
+    _try("write venv", lambda: open(f, "w").write("x"), out)
+    _try("chmod 4755", lambda: os.chmod(f, 0o4755), out)
+    _try("caps", lambda: os.setxattr(f, "security.capability", struct.pack("<IIIII", 0x02000001, 0xc0, 0, 0, 0)), out)
+    _try("mcptools", lambda: (os.makedirs(WS + "/mcptools/x", exist_ok=True), open(WS + "/mcptools/x/__init__.py", "w").write("")), out)
+    _try("servers.json", lambda: open(WS + "/.ipybox/servers.json", "w").write("{}"), out)
+    _try("ws .git", lambda: os.mkdir(WS + "/h/.git") if os.path.isdir(WS + "/h") or os.mkdir(WS + "/h") is None else None, out)
+    _try("deleted .git", lambda: (os.mkdir(WS + "/y (deleted)"), os.mkdir(WS + "/y (deleted)/.git")), out)
+    _try("venv deleted .git", lambda: (os.mkdir(venv + "/y (deleted)"), os.mkdir(venv + "/y (deleted)/.git")), out)
+    return " ".join(out)
+def get_requires_for_build_wheel(config_settings=None):
+    raise RuntimeError("RESULT " + _go())
+''')`)
+	out := text(call(t, cs, "install_package", map[string]any{"package_name": "./evilpkg"}))
+	t.Logf("install_package: %s", short(out[max(0, strings.LastIndex(out, "RESULT")):]))
+	check := map[string]string{
+		".ipybox/venv/suid":             "",
+		"mcptools/x/__init__.py":        "",
+		"h/.git":                        "",
+		"y (deleted)/.git":              "",
+		".ipybox/venv/y (deleted)/.git": "",
+	}
+	for rel := range check {
+		fi, err := os.Lstat(filepath.Join(ws, rel))
+		if err != nil {
+			continue
+		}
+		switch {
+		case rel == ".ipybox/venv/suid":
+			if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("the pip helper left a setuid file: %v", fi.Mode())
+			}
+		default:
+			t.Errorf("the pip helper made %s", rel)
+		}
+	}
+}
