@@ -1,6 +1,7 @@
 package ipybox_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,6 +286,60 @@ except OSError as e:
 				msg += "; git status in proj/sub on the host ran its core.fsmonitor"
 			}
 			t.Error(msg)
+		})
+	}
+}
+
+// TestRedteamChmodParentOfProtectedNames: the guard refuses changes to the
+// names host programs run or obey, and chmod of those names, but not chmod
+// of the folders that hold them: the workspace root itself (an empty
+// relative path is allowed) and a nested repository's working tree. Kernel
+// code makes both world-writable (0777); then any local user can create
+// .claude/settings.json (hooks the owner's Claude Code runs), .mcp.json,
+// .envrc or .vscode/ at the root, or move a repository's .git aside and
+// put another in its place. When ipybox runs as root, that user's commands
+// run as root.
+//
+// It fails while a folder holding host-read names gains write bits for
+// group or others; it would pass if the guard refused chmod (and ACLs)
+// that open a workspace folder to other users.
+func TestRedteamChmodParentOfProtectedNames(t *testing.T) {
+	t.Parallel()
+	git := testenv.NeedsTool(t, "git")
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			if out, err := exec.Command(git, "init", "-q", filepath.Join(ws, "sub")).CombinedOutput(); err != nil {
+				t.Fatalf("git init: %v %s", err, out)
+			}
+			ex := b.start(t, ws)
+			ws = ex.Workspace()
+			got := run(t, ex, `import os
+for p in (".", "sub"):
+    try:
+        os.chmod(p, 0o777); print(p, "chmod ok")
+    except OSError as e:
+        print(p, "chmod", e.strerror)`).Text
+			for _, rel := range []string{".", "sub"} {
+				fi, err := os.Stat(filepath.Join(ws, rel))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm()&0o022 != 0 {
+					msg := fmt.Sprintf("kernel code made %s (which holds .git or the root's host-read names) writable by others: %v (%s)", rel, fi.Mode(), strings.TrimSpace(got))
+					if setpriv, err := exec.LookPath("setpriv"); err == nil && os.Geteuid() == 0 && rel == "." {
+						os.Chmod(filepath.Dir(ws), 0o755)
+						out, err := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "mkdir", filepath.Join(ws, ".claude")).CombinedOutput()
+						if err == nil {
+							msg += "; uid 65534 then made " + filepath.Join(ws, ".claude")
+						} else {
+							msg += "; uid 65534 could not make .claude: " + strings.TrimSpace(string(out))
+						}
+					}
+					t.Error(msg)
+				}
+			}
 		})
 	}
 }
