@@ -121,3 +121,82 @@ print(r.returncode, r.stderr[-300:])`).Text
 		t.Errorf("an unsandboxed kernel had the Docker daemon leave a setuid file in the workspace: %v (%s)", st.Mode(), strings.TrimSpace(out))
 	}
 }
+
+// setuidCode tries every way to a setuid or setgid file in the workspace
+// that does not go through a deputy: the chmod family (with the mode's
+// high bits set too, which the kernel ignores), open/creat/mknod/mkdir
+// with such a mode, O_TMPFILE then linkat, openat2, tar extraction,
+// install -m and cp -p of a setuid program.
+const setuidCode = `import os, ctypes, io, tarfile, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def t(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+open("f", "w").write("x")
+t(lambda: os.chmod("f", 0o4755))
+t(lambda: os.chmod("f", 0o2755 | 0o10000000))
+t(lambda: os.fchmod(os.open("f", os.O_RDONLY), 0o4755))
+t(lambda: libc.syscall(268, -100, b"f", 0o4755, 0))          # fchmodat
+t(lambda: libc.syscall(452, -100, b"f", 0o6755, 0))          # fchmodat2
+t(lambda: libc.syscall(452, os.open("f", os.O_PATH), b"", 0o4755, 0x1000))
+t(lambda: os.open("o", os.O_CREAT | os.O_WRONLY, 0o4755))
+t(lambda: libc.syscall(85, b"c", 0o6755))                    # creat
+t(lambda: libc.syscall(259, -100, b"n", 0o100000 | 0o4755, 0))  # mknodat
+t(lambda: libc.syscall(133, b"n2", 0o100000 | 0o2755, 0))    # mknod
+t(lambda: os.mkdir("d", 0o2755))
+def tmpfile():
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o4755)
+    libc.linkat(fd, b"", -100, b"tmpf", 0x1000)
+t(tmpfile)
+class OH(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+t(lambda: libc.syscall(437, -100, b"oa2", ctypes.byref(OH(os.O_CREAT | os.O_WRONLY, 0o4755, 0)), 24))
+def tarx():
+    b = io.BytesIO(); tf = tarfile.open(fileobj=b, mode="w")
+    ti = tarfile.TarInfo("tarred"); ti.size = 1; ti.mode = 0o4755; tf.addfile(ti, io.BytesIO(b"x")); tf.close(); b.seek(0)
+    tarfile.open(fileobj=b).extractall(".")
+t(tarx)
+t(lambda: subprocess.run(["install", "-m", "4755", "/dev/null", "installed"], capture_output=True))
+t(lambda: subprocess.run(["cp", "-p", "/usr/bin/su", "su-copy"], capture_output=True))
+print(sorted(os.listdir(".")))`
+
+// TestRedteamSetuidModeBits: setuidCode on every backend; it fails if a
+// file or folder of the workspace ends with S_ISUID or S_ISGID.
+func TestRedteamSetuidModeBits(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T, ws string) *ipybox.Executor
+	}{
+		{"unsandboxed", func(t *testing.T, ws string) *ipybox.Executor { return start(t, &ipybox.Options{WorkDir: ws}) }},
+		{"zygote", func(t *testing.T, ws string) *ipybox.Executor {
+			z, err := ipybox.NewZygote(context.Background(), py, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { z.Close() })
+			return start(t, &ipybox.Options{WorkDir: ws, Zygote: z})
+		}},
+		{"bwrap", func(t *testing.T, ws string) *ipybox.Executor { return startSandboxed(t, &ipybox.Options{WorkDir: ws}) }},
+		{"container", func(t *testing.T, ws string) *ipybox.Executor {
+			testenv.NeedsDocker(t)
+			return startContainer(t, nil, &ipybox.Options{WorkDir: containerWorkspace(t)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ex := tc.start(t, t.TempDir())
+			out := run(t, ex, setuidCode).Text
+			filepath.Walk(ex.Workspace(), func(p string, fi os.FileInfo, err error) error {
+				if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+					t.Errorf("%s: %v", p, fi.Mode())
+				}
+				return nil
+			})
+			t.Logf("made %s", strings.TrimSpace(out))
+		})
+	}
+}
