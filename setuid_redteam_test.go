@@ -200,3 +200,27 @@ func TestRedteamSetuidModeBits(t *testing.T) {
 		})
 	}
 }
+
+// TestRedteamSetgidInheritedFolder: in a workspace whose folder is setgid
+// (a team's shared folder, chmod g+s), every folder that kernel code makes
+// inherits S_ISGID from its parent: the kernel does it, no mode asks for
+// it, so no filter sees it. Harmless as far as known (a setgid folder only
+// gives new files its group), but it contradicts "no file that kernel code
+// makes carries setuid or setgid bits". It fails while the made folder is
+// setgid.
+func TestRedteamSetgidInheritedFolder(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o2775); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	run(t, ex, "import os\nos.mkdir('made')")
+	fi, err := os.Stat(filepath.Join(ws, "made"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSetgid != 0 {
+		t.Errorf("a folder that kernel code made is setgid (inherited from the workspace): %v", fi.Mode())
+	}
+}
