@@ -211,11 +211,11 @@ func TestRedteamSetuidModeBits(t *testing.T) {
 func TestRedteamSetgidInheritedFolder(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	if err := os.Chmod(ws, 0o2775); err != nil {
+	if err := os.Chmod(ws, os.ModeSetgid|0o775); err != nil {
 		t.Fatal(err)
 	}
 	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
-	run(t, ex, "import os\nos.mkdir('made')")
+	t.Log(run(t, ex, "import os\nos.mkdir('made')\nprint(oct(os.stat('.').st_mode), oct(os.stat('made').st_mode))").Text)
 	fi, err := os.Stat(filepath.Join(ws, "made"))
 	if err != nil {
 		t.Fatal(err)
