@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestRedteamBareLayoutRace: the guard refuses the name that would
@@ -92,5 +94,44 @@ for i in range(`+strconv.Itoa(n)+`):
 	}
 	if len(won) > 0 {
 		t.Errorf("racing callers completed a bare repository's layout in %s", strings.Join(won, ", "))
+	}
+}
+
+// TestRedteamSwapRaceIntoHooks: one thread swaps a real folder d with a
+// symbolic link s -> sub/.git/hooks (renameat2 RENAME_EXCHANGE, both
+// names unprotected), another creates d/pre-commit and s/pre-commit over
+// and over, for 10 s: a guard that checked one resolution and then wrote
+// by path would put a hook in the nested repository. It fails if the hook
+// appears.
+func TestRedteamSwapRaceIntoHooks(t *testing.T) {
+	t.Parallel()
+	git := testenv.NeedsTool(t, "git")
+	ws := t.TempDir()
+	if out, err := exec.Command(git, "init", "-q", filepath.Join(ws, "sub")).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	got := run(t, ex, `import os, ctypes, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs("d", exist_ok=True)
+os.symlink("sub/.git/hooks", "s")
+stop = False
+def flip():
+    while not stop:
+        libc.renameat2(-100, b"d", -100, b"s", 2)
+threading.Thread(target=flip, daemon=True).start()
+made = 0
+t0 = time.time()
+while time.time() - t0 < 10 and not os.path.exists("sub/.git/hooks/pre-commit"):
+    for name in ("d/pre-commit", "s/pre-commit"):
+        try:
+            fd = os.open(name, os.O_CREAT | os.O_WRONLY, 0o755); os.close(fd); made += 1
+            os.unlink(name)
+        except OSError:
+            pass
+stop = True
+print(made)`).Text
+	if _, err := os.Lstat(filepath.Join(ws, "sub", ".git", "hooks", "pre-commit")); err == nil {
+		t.Errorf("a racing swap put a hook in sub/.git/hooks (%s creates allowed)", strings.TrimSpace(got))
 	}
 }
