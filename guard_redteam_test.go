@@ -343,3 +343,33 @@ for p in (".", "sub"):
 		})
 	}
 }
+
+// TestRedteamSocketInProtectedFolder: bind(2) is not handed to the guard,
+// so kernel code makes names wherever a socket can go: inside a nested
+// repository's .git (index.lock: every later `git add` or `git commit`
+// there fails until a person removes it), and at protected names of a
+// folder (.envrc, .mcp.json). It fails while any of those names appears.
+func TestRedteamSocketInProtectedFolder(t *testing.T) {
+	t.Parallel()
+	git := testenv.NeedsTool(t, "git")
+	ws := t.TempDir()
+	if out, err := exec.Command(git, "init", "-q", filepath.Join(ws, "sub")).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	names := []string{"sub/.git/index.lock", "sub/.envrc", "sub/.mcp.json", "sub/.git/hooks/pre-commit"}
+	got := run(t, ex, `import socket
+for p in `+pyList(names)+`:
+    try:
+        socket.socket(socket.AF_UNIX).bind(p); print(p, "bound")
+    except OSError as e:
+        print(p, e.strerror)`).Text
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(ws, n)); err == nil {
+			t.Errorf("kernel code made %s (a socket): %s", n, strings.TrimSpace(got))
+		}
+	}
+	if out, err := exec.Command(git, "-C", filepath.Join(ws, "sub"), "commit", "--allow-empty", "-q", "-m", "x").CombinedOutput(); err != nil {
+		t.Logf("host git commit in sub: %v %s", err, strings.TrimSpace(string(out)))
+	}
+}
