@@ -132,3 +132,31 @@ os.chdir(`+pyStr(ws)+`)`).Text)
 		t.Errorf("a hard link deeper than PATH_MAX, made before the registration, reads the key: %q", got)
 	}
 }
+
+// TestRedteamEnvWrittenWhileRunning: the host (a person, or a tool that
+// writes credentials) makes .env files while a sandboxed kernel runs: at
+// the root, where the docs promise a placeholder keeps one from appearing
+// unmasked, and in a folder (app/.env, app/.env.local), which exist only
+// after the kernel's start. It fails if the running kernel reads any.
+func TestRedteamEnvWrittenWhileRunning(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "app"), 0o755)
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	run(t, ex, "pass")
+	const secret = "sk-live-6666666666"
+	for _, rel := range []string{".env", "app/.env", "app/.env.local"} {
+		f, err := os.OpenFile(filepath.Join(ws, rel), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			t.Logf("host cannot write %s: %v", rel, err)
+			continue
+		}
+		f.WriteString("KEY=" + secret + "\n")
+		f.Close()
+	}
+	for _, rel := range []string{".env", "app/.env", "app/.env.local"} {
+		if got := readable(t, ex, rel); strings.Contains(got, secret) {
+			t.Errorf("the running kernel reads %s, written after its start: %q", rel, got)
+		}
+	}
+}
