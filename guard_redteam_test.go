@@ -373,3 +373,51 @@ for p in `+pyList(names)+`:
 		t.Logf("host git commit in sub: %v %s", err, strings.TrimSpace(string(out)))
 	}
 }
+
+// TestRedteamDeletedSuffixSwapsHostRepo: the "... (deleted)" blind spot
+// used on the host's own repository (a clone in the workspace, as the
+// person works in it): kernel code renames proj to "proj (deleted)", moves
+// its .git aside and a .git of its own in (both names are entries of the
+// blind folder), and renames the folder back. The person's next `git
+// status` in proj runs the kernel's core.fsmonitor. It fails while proj's
+// .git is replaced.
+func TestRedteamDeletedSuffixSwapsHostRepo(t *testing.T) {
+	t.Parallel()
+	git := testenv.NeedsTool(t, "git")
+	for _, b := range guardBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			if out, err := exec.Command(git, "init", "-q", filepath.Join(ws, "proj")).CombinedOutput(); err != nil {
+				t.Fatalf("git init: %v %s", err, out)
+			}
+			ex := b.start(t, ws)
+			ws = ex.Workspace()
+			marker := filepath.Join(t.TempDir(), "host-ran-fsmonitor")
+			got := run(t, ex, `import os, shutil
+try:
+    os.mkdir("g (deleted)")
+    for d in ("objects", "refs", "refs/heads"):
+        os.mkdir("g (deleted)/" + d)
+    open("g (deleted)/HEAD", "w").write("ref: refs/heads/main\n")
+    open("g (deleted)/config", "w").write('[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch `+marker+`; false"\n')
+    os.rename("proj", "proj (deleted)")
+    os.rename("proj (deleted)/.git", "proj (deleted)/.git-moved")
+    os.rename("g (deleted)", "proj (deleted)/.git")
+    os.rename("proj (deleted)", "proj")
+    print("swapped")
+except OSError as e:
+    print("refused:", e)`).Text
+			if _, err := os.Stat(filepath.Join(ws, "proj", ".git-moved")); err != nil {
+				t.Logf("stopped: %s", got)
+				return
+			}
+			msg := "kernel code replaced the .git of the host's repository proj: " + strings.TrimSpace(got)
+			hostGitStatus(t, filepath.Join(ws, "proj"), ws)
+			if _, err := os.Stat(marker); err == nil {
+				msg += "; git status in proj on the host ran its core.fsmonitor"
+			}
+			t.Error(msg)
+		})
+	}
+}
