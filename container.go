@@ -109,6 +109,7 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 	case c.Pids > 0:
 		cfg.Pids = int64(c.Pids)
 	}
+	cfg.FileSize = sandbox.DefaultFileSize
 	if len(c.AllowedDomains) > 0 {
 		if err := e.startEgress(c.AllowedDomains, &cfg); err != nil {
 			return nil, err

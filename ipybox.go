@@ -372,6 +372,13 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if e.packageDir != "" {
 		env = append(env, "PYTHONUSERBASE="+e.kernelPath(e.packageDir), "PIP_USER=1")
 	}
+	if o.Sandbox != nil || o.Container != nil {
+		// Bytecode goes to the kernel's private /tmp: the workspace's
+		// __pycache__ is the host's (the guard refuses it, see
+		// internal/hostpaths), or a .pyc there would run in place of the
+		// host's own module.
+		env = append(env, "PYTHONPYCACHEPREFIX=/tmp/ipybox-pycache")
+	}
 	initCode := pyruntime.InitCode(init)
 	pythonPath := []string{pyDir}
 	var gw *kernel.GatewayConfig

@@ -108,6 +108,8 @@ const (
 	DefaultMemory int64 = 2 << 30
 	// DefaultPids is the default Limits.Pids.
 	DefaultPids = 512
+	// DefaultFileSize is the default Limits.FileSize: 4 GiB.
+	DefaultFileSize int64 = 4 << 30
 )
 
 // Limits bounds the resources of sandboxed processes. They are resource
@@ -127,6 +129,24 @@ type Limits struct {
 	// beyond it fails with EAGAIN. Zero means DefaultPids; a negative
 	// value means no limit.
 	Pids int `json:"pids,omitempty"`
+	// FileSize is the largest file, in bytes, that a process may write or
+	// allocate (RLIMIT_FSIZE): a write beyond it fails with EFBIG. The
+	// workspace is the host's disk, and one fallocate would otherwise take
+	// all of it at once. Without quotas the total a kernel writes is not
+	// bounded, only each file. Zero means DefaultFileSize; a negative
+	// value means no limit.
+	FileSize int64 `json:"fileSize,omitempty"`
+}
+
+// fileSize returns the file size limit in force (0: none).
+func (l Limits) fileSize() int64 {
+	switch {
+	case l.FileSize == 0:
+		return DefaultFileSize
+	case l.FileSize < 0:
+		return 0
+	}
+	return l.FileSize
 }
 
 // memory returns the memory limit in force (0: none).
@@ -153,14 +173,17 @@ func (l Limits) pids() int {
 
 // String describes the limits in force, for logs and doctor.
 func (l Limits) String() string {
-	m, p := "unlimited", "unlimited"
+	m, p, f := "unlimited", "unlimited", "unlimited"
 	if v := l.memory(); v > 0 {
 		m = FormatSize(v)
 	}
 	if v := l.pids(); v > 0 {
 		p = strconv.Itoa(v)
 	}
-	return fmt.Sprintf("memory %s per process (RLIMIT_DATA), %s processes and threads (RLIMIT_NPROC)", m, p)
+	if v := l.fileSize(); v > 0 {
+		f = FormatSize(v)
+	}
+	return fmt.Sprintf("memory %s per process (RLIMIT_DATA), %s processes and threads (RLIMIT_NPROC), files up to %s (RLIMIT_FSIZE)", m, p, f)
 }
 
 // minMemory is the smallest memory limit accepted: below it Python cannot

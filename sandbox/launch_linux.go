@@ -271,7 +271,7 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
-		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit, Guard: v.guard}
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), FileSize: s.cfg.Limits.fileSize(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}

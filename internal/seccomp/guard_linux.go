@@ -276,10 +276,16 @@ func (g *Guard) doCreate(c *caller, call call, mode uint32) unix.Errno {
 		return e
 	}
 	um := callerUmask(c)
+	if g.inRoot(p) {
+		um |= unix.S_IWOTH // see worldWritable
+	}
 	return errnoOf(g.create(p, func() error {
 		switch call.op {
 		case opMkdir:
-			return unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777)
+			if err := unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777); err != nil {
+				return err
+			}
+			return g.noInheritedSetgid(p)
 		case opMknod:
 			dev := 0
 			if call.dev >= 0 {
@@ -342,6 +348,13 @@ func (g *Guard) doMove(c *caller, call call, flags uint64) unix.Errno {
 	if e := g.check(c, to, true); e != 0 {
 		return e
 	}
+	if call.op == opLink && g.inRoot(to) && !unnamed(from) {
+		// A second name of a file in the workspace would show its content
+		// after the file became a secret that a start masks by name. Only
+		// an unnamed file (O_TMPFILE) may get its first name this way.
+		g.log("guard: refused a hard link in the workspace")
+		return unix.EPERM
+	}
 	if call.op == opRename && flags&unix.RENAME_EXCHANGE != 0 {
 		// The destination moves to the source's place: it must be allowed
 		// there too, and its own path is checked above.
@@ -362,6 +375,18 @@ func (g *Guard) doMove(c *caller, call call, flags uint64) unix.Errno {
 		}
 		return unix.Linkat(from.dir, from.name, to.dir, to.name, 0)
 	}, undo...))
+}
+
+// unnamed reports whether r is a file without a name (made with O_TMPFILE).
+func unnamed(r *resolved) bool {
+	var st unix.Stat_t
+	var err error
+	if r.obj >= 0 {
+		err = unix.Fstat(r.obj, &st)
+	} else {
+		err = unix.Fstatat(r.dir, r.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return err == nil && st.Nlink == 0
 }
 
 // doTruncate changes a file's length.
@@ -405,7 +430,32 @@ func (g *Guard) doChmod(c *caller, call call, flags uint64, mode uint32) unix.Er
 	if e := g.check(c, p, false); e != 0 {
 		return e
 	}
+	if mode&unix.S_IWOTH != 0 && g.inRoot(p) {
+		g.log("guard: refused making a file or folder of the workspace writable by every user")
+		return unix.EACCES
+	}
 	return errnoOf(p.chmod(mode))
+}
+
+// The roots are where the host's programs work: a file or folder there
+// that every local user may write would let any of them plant what the
+// guard keeps kernel code from planting (a hook in a repository, a
+// .claude folder at the root). So the guard leaves S_IWOTH out of what
+// kernel code creates there, and refuses a chmod that adds it; ACLs are
+// refused for all (the filter refuses the xattr calls).
+
+// noInheritedSetgid takes off the S_ISGID bit a folder just made inherits
+// from a setgid parent: no file or folder kernel code makes carries a
+// setuid or setgid bit.
+func (g *Guard) noInheritedSetgid(p *resolved) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(p.dir, p.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil
+	}
+	if st.Mode&unix.S_ISGID == 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	return unix.Fchmodat(p.dir, p.name, st.Mode&0o1777, 0)
 }
 
 func (g *Guard) doOpen(c *caller, call call, flags int, mode uint32) (int, int64, unix.Errno) {
@@ -420,7 +470,11 @@ func (g *Guard) doOpen(c *caller, call call, flags int, mode uint32) (int, int64
 	if e := g.check(c, p, flags&unix.O_CREAT != 0); e != 0 {
 		return -1, 0, e
 	}
-	m := mode &^ callerUmask(c) & 0o7777
+	um := callerUmask(c)
+	if g.inRoot(p) {
+		um |= unix.S_IWOTH // see worldWritable
+	}
+	m := mode &^ um & 0o7777
 	fd := -1
 	err = g.create(p, func() error {
 		var err error
@@ -493,36 +547,53 @@ func (r *resolved) chmod(mode uint32) error {
 	return unix.Fchmodat(r.dir, r.name, mode, 0)
 }
 
-// path returns where the resolved path is, as the caller sees it ("" when
-// unknown: a deleted folder, a pipe).
-func (r *resolved) path() string {
+// path returns where the resolved path is, as the caller sees it: "" for
+// a descriptor that has no path (a pipe, a socket) or a folder that was
+// removed (nothing can be made in it). An error when the path cannot be
+// told (longer than PATH_MAX): the caller refuses the call.
+func (r *resolved) path() (string, error) {
 	if r.obj >= 0 {
 		return fdPath(r.obj)
 	}
 	d := r.dirPath
 	if d == "" {
-		d = fdPath(r.dir)
+		var err error
+		if d, err = fdPath(r.dir); err != nil || d == "" {
+			return "", err
+		}
 		r.dirPath = d
 	}
-	if d == "" {
-		return ""
-	}
 	if r.dot {
-		return d
+		return d, nil
 	}
-	return filepath.Join(d, r.name)
+	return filepath.Join(d, r.name), nil
 }
 
 func selfFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// fdPath is the path of one of the guard's descriptors, or "" for one
-// that has none (deleted, a pipe, a socket).
-func fdPath(fd int) string {
+// fdPath is the path of one of the guard's descriptors. The kernel writes
+// " (deleted)" after the path of a removed file or folder, and a name may
+// end so too: the link count tells which. A path longer than PATH_MAX is
+// an error (kernel code could build one deep down, then rename the
+// folders above it short).
+func fdPath(fd int) (string, error) {
 	p, err := os.Readlink(selfFD(fd))
-	if err != nil || !strings.HasPrefix(p, "/") || strings.HasSuffix(p, " (deleted)") {
-		return ""
+	if err != nil {
+		return "", err
 	}
-	return p
+	if !strings.HasPrefix(p, "/") {
+		return "", nil // a pipe, a socket, an anonymous inode
+	}
+	if strings.HasSuffix(p, " (deleted)") {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "", err
+		}
+		if st.Nlink == 0 {
+			return "", nil // removed: nothing can be made below it
+		}
+	}
+	return p, nil
 }
 
 // maxLinks is how many symbolic links a path may pass through, as in the
