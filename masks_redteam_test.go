@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,93 +52,80 @@ func TestRedteamPoolEnvAfterStart(t *testing.T) {
 }
 
 // TestRedteamHardLinkBeforeRegistration: kernel code makes a hard link to
-// a workspace file before a server naming it is registered (the file holds
-// nothing yet, or an old key). After registration the host puts the real
-// key in the file (in place), and the session is reset: the file is masked,
-// and so must be its other names. The host looks for them with a walk of
-// the workspace that gives up after 200,000 entries and cannot see past
-// PATH_MAX, and a link it does not find is only logged: a link beyond
-// either reads the key.
+// a file before a server that names the file as a secret is registered;
+// after the next start the file is masked, and its other name would show
+// the content. Kernel code cannot make the link (the guard refuses hard
+// links in the workspace), shallow or deeper than PATH_MAX.
 func TestRedteamHardLinkBeforeRegistration(t *testing.T) {
 	t.Parallel()
-	hardLinkBeforeRegistration(t, false)
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "sa-key.json"), []byte("placeholder"), 0o600)
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	got := run(t, ex, `import os
+def attempt(name, f):
+    try:
+        f(); print(name, "MADE")
+    except OSError as e:
+        print(name, "refused", type(e).__name__)
+attempt("shallow", lambda: os.link("sa-key.json", "notes.txt"))
+os.mkdir("deep"); os.chdir("deep")
+try:
+    for i in range(22):
+        os.mkdir("d" * 200); os.chdir("d" * 200)
+except OSError:
+    pass
+attempt("deep", lambda: os.link(os.path.join(`+pyStr(ws)+`, "sa-key.json"), "far.txt"))
+os.chdir(`+pyStr(ws)+`)`).Text
+	if strings.Contains(got, "MADE") {
+		t.Errorf("kernel code made a hard link in the workspace: %q", got)
+	}
 }
 
-// TestRedteamHardLinkPastWalkBudget: the same, in a workspace that kernel
-// code first filled with 200,001 names (sockets: bind makes names without
-// the guard, so quickly) that come before the links in the walk's order.
+// TestRedteamHardLinkPastWalkBudget: a hard link to a secret file that the
+// user made, out of the search's reach (past its 200,000 entries): the
+// sandbox refuses to start, saying which file has other names, rather than
+// start with one of them unmasked.
 func TestRedteamHardLinkPastWalkBudget(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("makes 200,001 names")
 	}
-	hardLinkBeforeRegistration(t, true)
-}
-
-func hardLinkBeforeRegistration(t *testing.T, inflate bool) {
 	ws := t.TempDir()
 	key := filepath.Join(ws, "sa-key.json")
-	os.WriteFile(key, []byte("placeholder"), 0o600)
-	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
-	if inflate {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		_, err := ex.Execute(ctx, `import os, socket
-for d in range(201):
-    os.makedirs("aaa/%03d" % d)
-    for i in range(1000):
-        s = socket.socket(socket.AF_UNIX); s.bind("aaa/%03d/%04d" % (d, i)); s.close()`, nil)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
+	os.WriteFile(key, []byte("sk-real-key-3333333333"), 0o600)
+	for d := range 201 {
+		dir := filepath.Join(ws, "aaa", fmt.Sprintf("%03d", d))
+		os.MkdirAll(dir, 0o755)
+		for i := range 1000 {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("%04d", i)), nil, 0o644)
 		}
 	}
-	run(t, ex, `import os
-os.link("sa-key.json", "notes.txt")
-os.mkdir("deep"); os.chdir("deep")
-for i in range(22):
-    os.mkdir("d" * 200); os.chdir("d" * 200)
-os.link(os.path.join(`+pyStr(ws)+`, "sa-key.json"), "far.txt")
-os.chdir(`+pyStr(ws)+`)`)
+	if err := os.Link(key, filepath.Join(ws, "zzz-notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
 	cfg := testmcpStdio(t)
 	cfg.Env = map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": "sa-key.json"}
 	register(t, ex, "creds", cfg)
-	const secret = "sk-real-key-3333333333"
-	f, err := os.OpenFile(key, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString(secret)
-	f.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := ex.Reset(ctx); err != nil {
-		t.Fatal(err)
+	err := ex.Reset(ctx)
+	if err == nil {
+		if got := readable(t, ex, "zzz-notes.txt"); strings.Contains(got, "sk-real-key") {
+			t.Fatalf("a hard link past the search's reach reads the key: %q", got)
+		}
+		return
 	}
-	if got := readable(t, ex, "sa-key.json"); strings.Contains(got, secret) {
-		t.Fatalf("the named file itself is readable: %q", got)
-	}
-	if got := readable(t, ex, "notes.txt"); strings.Contains(got, secret) {
-		t.Errorf("a hard link that kernel code made before the registration (inflated workspace: %v) reads the key: %q", inflate, got)
-	}
-	got := strings.TrimSpace(run(t, ex, `import os
-os.chdir("deep")
-for i in range(22):
-    os.chdir("d" * 200)
-try:
-    print(open("far.txt").read())
-except OSError as e:
-    print("DENIED", type(e).__name__)
-os.chdir(`+pyStr(ws)+`)`).Text)
-	if strings.Contains(got, secret) {
-		t.Errorf("a hard link deeper than PATH_MAX, made before the registration, reads the key: %q", got)
+	if !strings.Contains(err.Error(), "other name") {
+		t.Fatalf("Reset = %v; want a refusal that names the file's other names", err)
 	}
 }
 
 // TestRedteamEnvWrittenWhileRunning: the host (a person, or a tool that
 // writes credentials) makes .env files while a sandboxed kernel runs: at
-// the root, where the docs promise a placeholder keeps one from appearing
-// unmasked, and in a folder (app/.env, app/.env.local), which exist only
-// after the kernel's start. It fails if the running kernel reads any.
+// the root and in a folder (app/.env, app/.env.local). Masks are taken at
+// each start (docs/sandbox.md says so): the running kernel may read them,
+// the next start must not.
 func TestRedteamEnvWrittenWhileRunning(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
@@ -154,9 +142,14 @@ func TestRedteamEnvWrittenWhileRunning(t *testing.T) {
 		f.WriteString("KEY=" + secret + "\n")
 		f.Close()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := ex.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, rel := range []string{".env", "app/.env", "app/.env.local"} {
 		if got := readable(t, ex, rel); strings.Contains(got, secret) {
-			t.Errorf("the running kernel reads %s, written after its start: %q", rel, got)
+			t.Errorf("the kernel started after %s was written reads it: %q", rel, got)
 		}
 	}
 }

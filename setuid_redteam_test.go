@@ -93,32 +93,38 @@ func TestRedteamFileCapabilities(t *testing.T) {
 	}
 }
 
-// TestRedteamSetuidThroughDeputy: an unsandboxed kernel's filter refuses
-// the setuid and setgid bits to the kernel's own calls, but not to a
-// process outside it that the kernel can ask: here the Docker daemon
-// (root, or a member of the docker group, can ask it), which runs chmod
-// 4755 on a workspace file in a container that mounts the workspace. Any
-// other deputy (systemd-run, cron, an ssh to localhost, a running tmux
-// server) does the same. It fails while the bit lands; there is no filter
-// fix: the claim holds only for kernels that cannot reach such a deputy
-// (the sandbox, the container).
+// TestRedteamSetuidThroughDeputy: the filter refuses the setuid and
+// setgid bits to the kernel's own calls, not to a process outside it that
+// the kernel can ask: the Docker daemon (root, or a member of the docker
+// group, can ask it) runs chmod 4755 on a workspace file in a container
+// that mounts the workspace. Any other deputy (systemd-run, cron, an ssh
+// to localhost, a running tmux server) would do the same. An unsandboxed
+// kernel has the user's rights and can ask them (docs/sandbox.md says so);
+// a sandboxed kernel cannot reach one: no Docker socket, no network.
 func TestRedteamSetuidThroughDeputy(t *testing.T) {
 	t.Parallel()
 	img := testenv.NeedsDocker(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the docker socket is root's here")
 	}
-	ex := start(t, &ipybox.Options{WorkDir: t.TempDir()})
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: t.TempDir()})
 	out := run(t, ex, `import os, subprocess
 open("f", "w").write("x")
+try:
+    import socket; socket.socket(socket.AF_UNIX).connect("/var/run/docker.sock"); print("REACHED the docker socket")
+except OSError as e:
+    print("no docker socket:", e)
 r = subprocess.run(["docker", "run", "--rm", "--user", "0", "--entrypoint", "chmod", "-v", os.getcwd() + ":/w", `+pyStr(img)+`, "4755", "/w/f"], capture_output=True, text=True)
 print(r.returncode, r.stderr[-300:])`).Text
 	st, err := os.Stat(filepath.Join(ex.Workspace(), "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(out, "REACHED") {
+		t.Errorf("a sandboxed kernel reached the Docker daemon: %s", strings.TrimSpace(out))
+	}
 	if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
-		t.Errorf("an unsandboxed kernel had the Docker daemon leave a setuid file in the workspace: %v (%s)", st.Mode(), strings.TrimSpace(out))
+		t.Errorf("a sandboxed kernel had the Docker daemon leave a setuid file in the workspace: %v (%s)", st.Mode(), strings.TrimSpace(out))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -335,6 +336,9 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		extra = append(append([]*os.File(nil), extra...), v.fds...)
 	}
 	var buf bytes.Buffer
+	if v.tmpDir != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }) {
+		env = append(slices.Clip(env), "TMPDIR="+v.tmpDir)
+	}
 	for _, a := range append(append([]string{}, args...), s.envArgs(env)...) {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: an option or environment value contains a NUL byte")

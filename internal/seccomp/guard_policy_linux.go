@@ -50,6 +50,14 @@ func (g *Guard) Refusal(full string) string {
 	}
 	for _, o := range g.pol.Open {
 		if under(full, o) {
+			// The shared state that this process may write (the
+			// virtualenv, for pip): the list holds below it all the same,
+			// but for the bytecode caches that pip writes there (which
+			// only kernels read; the host never runs the virtualenv).
+			rel := strings.TrimPrefix(strings.TrimPrefix(full, o), "/")
+			if e, ok := hostpaths.Match(rel); ok && e.Pattern != "__pycache__" {
+				return e.Pattern + " is read or run by the host: " + e.Who
+			}
 			return ""
 		}
 	}
