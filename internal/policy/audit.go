@@ -130,11 +130,13 @@ func (l *Log) open() error {
 
 // Write appends e as one line.
 func (l *Log) Write(e *Entry) error {
-	line, err := json.Marshal(e)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // one line, ending in a newline
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
 		return err
 	}
-	line = append(line, '\n')
+	line := buf.Bytes()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -159,7 +161,7 @@ func (l *Log) Write(e *Entry) error {
 			return err
 		}
 	}
-	_, err = l.f.Write(line)
+	_, err := l.f.Write(line)
 	return err
 }
 
