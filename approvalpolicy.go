@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
@@ -608,4 +609,29 @@ func (e *Executor) audit(entry *policy.Entry, r *ApprovalRequest, decision strin
 	if err := p.log.Write(entry); err != nil {
 		p.lg.Warn("could not write the approval audit log", "path", p.log.Path(), "err", err)
 	}
+}
+
+// RuleAsks reports whether an ask rule of the policy asked about the
+// call: a mode that lets calls run by default (`--approval auto`) must
+// still ask a person then, or refuse.
+func (r *ApprovalRequest) RuleAsks() bool { return r.askRule }
+
+// Facts returns what a person deciding on r is shown after the call
+// itself, one line each: why it is asked, and the rules that remembering
+// the answer would write (or why it can be answered only once). Kernel
+// code chose parts of them: they are escaped. Nil without an approval
+// policy. The terminal prompt and the MCP elicitation show these lines.
+func (r *ApprovalRequest) Facts() []string {
+	if r.Why == "" {
+		return nil
+	}
+	rules, err := policy.Narrow(r.call())
+	cannot := ""
+	switch {
+	case err != nil:
+		cannot = err.Error()
+	case r.exec == nil:
+		cannot = "the request was not made by an Executor"
+	}
+	return approvaltext.Facts(r.Why, rules, cannot)
 }

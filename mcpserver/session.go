@@ -316,6 +316,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		o.ApproveToolCalls = ipybox.Bool(false)
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
+	o.ApprovalPolicy = s.opts.ApprovalPolicy
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	switch {
