@@ -244,11 +244,20 @@ func (s *hostOnlySet) list() []string {
 // below a place kernel code can write (the workspace, a sandbox's
 // allowWrite paths, a container's binds): code could rewrite its rules,
 // or move the folder away and plant its own.
-func checkPolicyOutside(p *ApprovalPolicy, writable []string) error {
+//
+// exempt, when set, is a folder whose files pass: without a sandbox,
+// kernel code can write wherever the user can, so the check only catches
+// a policy put in the workspace by mistake, and the user's config folder,
+// where ipybox keeps the policy by default, passes also when the
+// workspace holds it (the home folder as the workspace).
+func checkPolicyOutside(p *ApprovalPolicy, writable []string, exempt string) error {
 	if p == nil {
 		return nil
 	}
 	for _, f := range p.paths() {
+		if exempt != "" && insideAny(f, []string{exempt}) != "" {
+			continue
+		}
 		if w := insideAny(filepath.Dir(f), writable); w != "" {
 			return fmt.Errorf("ipybox: the approval policy or log %s is inside %s, which kernel code can write: it could rewrite the rules or the log; "+
 				"keep them outside the workspace and the sandbox's writable folders (the default is %s)", f, w, defaultPolicyDir())
@@ -478,16 +487,16 @@ func newSessionID() string {
 // approve decides a request of kernel code: the policy first, then, when
 // it leaves the call to them, the application.
 func (e *Executor) approve(ctx context.Context, r *ApprovalRequest) error {
+	r.exec = e
 	p := e.opts.ApprovalPolicy
-	if p == nil {
+	e.sessMu.Lock()
+	sess := e.sessRules
+	e.sessMu.Unlock()
+	if p == nil && sess == nil {
 		err, _ := e.ask(ctx, r)
 		return err
 	}
 	start := time.Now()
-	r.exec = e
-	e.sessMu.Lock()
-	sess := e.sessRules
-	e.sessMu.Unlock()
 	rules, ferr := p.rules()
 	var d policy.Decision
 	if ferr != nil {
@@ -528,7 +537,9 @@ func (e *Executor) approve(ctx context.Context, r *ApprovalRequest) error {
 			e.audit(entry, r, "allow", start)
 			return nil
 		}
-		r.Why = d.Why()
+		if p != nil {
+			r.Why = d.Why()
+		}
 	}
 	entry.Rule, entry.By = nil, ""
 	entry.Asked = r.Why

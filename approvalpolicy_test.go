@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/policy"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // newPolicy writes text as a policy file outside any workspace and loads
@@ -518,5 +519,31 @@ func enterable(p string) bool {
 		if p == "/" {
 			return true
 		}
+	}
+}
+
+// TestDefaultPolicyInWorkspace: with the home folder as the workspace, the
+// default policy (in the user's config folder) is inside it. Unsandboxed,
+// kernel code can write there anyway, and Start goes on; sandboxed, the
+// workspace is writable and the config folder in it is refused.
+func TestDefaultPolicyInWorkspace(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	file, err := ipybox.DefaultApprovalPolicyFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, _ := ipybox.DefaultApprovalLogFile()
+	p, err := ipybox.LoadApprovalPolicy(file, &ipybox.ApprovalPolicyOptions{Log: logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ex := start(t, &ipybox.Options{WorkDir: home, ApprovalPolicy: p})
+	ex.Close()
+	testenv.NeedsTool(t, "bwrap")
+	_, err = ipybox.Start(context.Background(), &ipybox.Options{WorkDir: home, ApprovalPolicy: p, Sandbox: ipybox.DefaultSandbox()})
+	if err == nil || !strings.Contains(err.Error(), "can write") {
+		t.Errorf("sandboxed with the config folder in the workspace: %v", err)
 	}
 }

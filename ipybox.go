@@ -342,7 +342,11 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
 		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
 	}
-	if err := checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, &o)); err != nil {
+	exempt := ""
+	if o.Sandbox == nil && o.Container == nil {
+		exempt, _ = os.UserConfigDir()
+	}
+	if err := checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, &o), exempt); err != nil {
 		return nil, err
 	}
 	if err := e.startTools(); err != nil {
