@@ -231,8 +231,9 @@ func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
 // request, of what is asked in structured form, for programs such as the
 // Python API: {"kind": "tool", "server": ..., "tool": ..., "args": {...}}
 // or {"kind": "shell", "command": ...}, with "why" (why it asks),
-// "answers" (the values the form's "answer" field offers) and "rule" (the
-// narrow rule that remembering writes) when there is an approval policy.
+// "rule_asks" (an ask rule asked, whatever the mode), "answers" (the
+// values the form's "answer" field offers) and "rule" (the narrow rule
+// that remembering writes) when there is an approval policy.
 // The message says the same for a person.
 const ApprovalMetaKey = "ipybox/approval"
 
@@ -249,6 +250,7 @@ func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 	}
 	if r.Why != "" {
 		m["why"] = r.Why
+		m["rule_asks"] = r.RuleAsks()
 		m["answers"] = f.answers
 		if f.rule != "" {
 			m["rule"] = f.rule
