@@ -547,3 +547,48 @@ func TestDefaultPolicyInWorkspace(t *testing.T) {
 		t.Errorf("sandboxed with the config folder in the workspace: %v", err)
 	}
 }
+
+// TestAttackShellPolicyThroughKernel: kernel code tries to make a command
+// that the rule "allow shell echo hi *" allows run something else, through
+// IPython's own ways of building commands ($var and {expr} expansion,
+// aliases, script magics, the shell's methods). The policy sees the
+// expanded text that runs, so none is allowed: each is asked about (and
+// refused here), and the marker is never made.
+func TestAttackShellPolicyThroughKernel(t *testing.T) {
+	t.Parallel()
+	p, _, _ := newPolicy(t, "allow shell echo hi *\n")
+	ex := start(t, &ipybox.Options{ApprovalPolicy: p, ApproveShellCommands: true})
+	marker := filepath.Join(ex.Workspace(), "pwned")
+	m := pyStr(marker)
+	for _, tc := range []struct{ name, code string }{
+		{"bang list", "!echo hi; touch " + marker},
+		{"$var holds a separator", "x = '; touch ' + " + m + "\n!echo hi $x"},
+		{"{expr} holds a substitution", "x = '$(touch ' + " + m + " + ')'\n!echo hi {x}"},
+		{"{expr} holds a newline", "x = '\\ntouch ' + " + m + "\n!echo hi {x}"},
+		{"alias", "%alias e echo hi; touch " + marker + "\n%e"},
+		{"alias with arguments", "%alias e echo hi %s\n%e ; touch " + marker},
+		{"script magic", "%%bash\necho hi\ntouch " + marker},
+		{"system", "get_ipython().system('echo hi && touch ' + " + m + ")"},
+		{"sx pipe", "%sx echo hi | touch " + marker},
+		{"double bang", "!!echo hi; touch " + marker},
+		{"redirection", "!echo hi > " + marker},
+		{"assignment", "!X=1 echo hi; touch " + marker},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(marker)
+			reqs, _, _ := collect(t, ex, tc.code, nil, func(r *ipybox.ApprovalRequest) { r.Reject("not allowed") })
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatalf("the command ran")
+			}
+			if len(reqs) == 0 {
+				t.Fatalf("nothing was asked: the policy allowed it")
+			}
+			t.Logf("asked about %q: %s", reqs[0].Command, reqs[0].Why)
+		})
+	}
+	// The allowed command itself runs without asking.
+	reqs, events, err := collect(t, ex, "!echo hi there", nil, func(r *ipybox.ApprovalRequest) { r.Reject("not allowed") })
+	if err != nil || len(reqs) != 0 || !strings.Contains(resultText(events), "hi there") {
+		t.Errorf("allowed command: %v, %d requests, %q", err, len(reqs), resultText(events))
+	}
+}

@@ -258,7 +258,19 @@ func decideShellAllow(p *prepared, sets []*Rules) Decision {
 			}
 		}
 		if found == nil {
-			return Decision{}
+			if len(sh.plains) == 1 {
+				return Decision{}
+			}
+			// Say which command of the list no rule allows.
+			words := make([]string, len(cmd.words))
+			for i, w := range cmd.words {
+				words[i] = w.text
+			}
+			text := strings.Join(words, " ")
+			if r := []rune(text); len(r) > 80 {
+				text = string(r[:80]) + "..."
+			}
+			return Decision{NoAllow: fmt.Sprintf("no allow rule matches %q, one of the commands of the list", text)}
 		}
 		if !containsRule(rules, found) {
 			rules = append(rules, found)
