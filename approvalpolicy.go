@@ -589,9 +589,9 @@ func (e *Executor) approvalOn(kind ApprovalKind) bool {
 
 func (e *Executor) offSwitch(kind ApprovalKind) string {
 	if kind == KindShell {
-		return "shell approval off (Options.ApproveShellCommands)"
+		return "shell approval off (shell commands run unless a rule says otherwise)"
 	}
-	return "tool approval off (Options.ApproveToolCalls)"
+	return "tool approval off (tool calls run unless a rule says otherwise)"
 }
 
 // audit appends the decision on r to the audit log, if there is one.
