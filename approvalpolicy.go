@@ -28,7 +28,7 @@ import (
 // Before the application is asked about a tool call or a shell command,
 // the policy decides it: a deny rule refuses it and an allow rule lets it
 // run, without asking; an ask rule asks even where the application would
-// not ask; nothing matched leaves it to Options.ApproveToolCalls and
+// not ask; nothing matched leaves it to Options.NoToolApproval and
 // Options.ApproveShellCommands. Deny comes first, then ask, then allow.
 // An answer can be remembered for the session or, in the file, always
 // (ApprovalRequest.Answer). The file is read again when it changes, so
@@ -579,12 +579,12 @@ func (e *Executor) approve(ctx context.Context, r *ApprovalRequest) error {
 }
 
 // approvalOn reports whether calls of kind that no rule decides are
-// asked about (Options.ApproveToolCalls, Options.ApproveShellCommands).
+// asked about (Options.NoToolApproval, Options.ApproveShellCommands).
 func (e *Executor) approvalOn(kind ApprovalKind) bool {
 	if kind == KindShell {
 		return e.opts.ApproveShellCommands
 	}
-	return e.opts.ApproveToolCalls == nil || *e.opts.ApproveToolCalls
+	return !e.opts.NoToolApproval
 }
 
 func (e *Executor) offSwitch(kind ApprovalKind) string {

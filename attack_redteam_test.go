@@ -419,3 +419,38 @@ sys.stdout.buffer.write(out)`, bin, "exec", "--sandbox", "--python", py, "--work
 		}
 	}
 }
+
+// TestAttackStalePoolMasks: a warm pool kernel started before a server
+// that names a secret file was registered (by another Executor of the
+// workspace, which saves it to servers.json) is not handed out: the one
+// Get returns hides the file, as any start now would.
+func TestAttackStalePoolMasks(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsTool(t, "bwrap")
+	secret := "tok-" + strings.Repeat("7", 12)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "sa-key.json"), []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: ws, Sandbox: ipybox.DefaultSandbox()})
+	t.Cleanup(func() { pool.Close() })
+	for deadline := time.Now().Add(60 * time.Second); pool.Ready() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill within 60s")
+		}
+	}
+	other := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	cfg := testmcpStdio(t)
+	cfg.Env = map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": "sa-key.json"}
+	register(t, other, "creds", cfg)
+
+	ex, err := pool.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	res := run(t, ex, "try:\n    print('"+secret+"' in open('sa-key.json').read())\nexcept OSError as e:\n    print('DENIED', type(e).__name__)")
+	if strings.Contains(res.Text, "True") {
+		t.Errorf("the pooled kernel read a secret that a server registered after its start names: %q", res.Text)
+	}
+}

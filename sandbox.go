@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/sandbox"
@@ -43,9 +44,9 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		return nil, err
 	}
 	e.sandboxes.add(sb)
-	if err := probe(ctx, sb); err != nil {
-		return nil, err
-	}
+	e.kernelSandbox = sb
+	// No probe here: the kernel's start is the probe, and a failed start
+	// explains itself with the probe's cause and fix (sandbox.ProbeError).
 	// Inside, the runtime reaches the tool server through the forwarder
 	// (Linux), or by its socket, which the profile allows (macOS).
 	e.toolURL = sb.ForwardURL(tool)
@@ -60,6 +61,38 @@ func nonEmpty(s ...string) []string {
 		}
 	}
 	return out
+}
+
+// Stale reports whether the kernel started under another workspace
+// protection than a start now would get: a secret file that a server
+// registered since (in this Executor, or in the workspace's servers.json
+// by another session) names, or a .env made since, is not hidden from it.
+// A pool hands out no stale Executor. An unsandboxed or gateway kernel is
+// never stale: nothing is hidden from it.
+func (e *Executor) Stale() bool {
+	var started string
+	switch {
+	case e.container != nil:
+		started = e.container.StartedFingerprint()
+	case e.opts.Sandbox != nil && e.kernelSandbox != nil:
+		started = e.kernelSandbox.StartedFingerprint()
+	default:
+		return false
+	}
+	home, _ := os.UserHomeDir()
+	secrets := func() []string {
+		s := e.secretFiles()
+		if reg, err := mcpconn.LoadRegistry(registryPath(e.workspace)); err == nil {
+			for _, f := range registrySecrets(e.workspace, reg) {
+				if !slices.Contains(s, f) {
+					s = append(s, f)
+				}
+			}
+		}
+		return s
+	}
+	now, err := wsguard.Protect(wsguard.Input{Workspace: e.workspace, Home: home, Secrets: secrets})
+	return err != nil || now.Fingerprint() != started
 }
 
 // newWorkspaceSandbox is the one way ipybox makes a sandbox for a

@@ -151,6 +151,13 @@ type Options struct {
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).
 	Pool int
+	// PoolMax is how far the pool grows with demand: each session that
+	// finds it empty raises what it keeps ready by one, up to PoolMax, and
+	// every two quiet minutes it shrinks by one back to Pool. Each pooled
+	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
+	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// 4 (or Pool, if larger); below Pool means Pool.
+	PoolMax int
 	// NoZygote turns off the fork server that unsandboxed kernels are
 	// forked from (a fifth of a cold start). False means it is used
 	// whenever the kernels are not sandboxed.
@@ -184,6 +191,9 @@ type Options struct {
 // kernel in a shared workspace. Create it with New, serve it with Serve
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
+// defaultPoolMax is Options.PoolMax's default.
+const defaultPoolMax = 4
+
 type Server struct {
 	// pkgDirs maps each Executor to its package folder (see
 	// closeExecutor).
@@ -352,6 +362,13 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.warm = newWarmPool(s, o.Pool)
+	if o.Pool > 0 {
+		most := o.PoolMax
+		if most == 0 {
+			most = max(o.Pool, defaultPoolMax)
+		}
+		s.warm.Grow(most)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
 		Logger:             log,

@@ -240,7 +240,12 @@ func (x *session) close() error {
 // there is one, else one started now. The generations of the
 // registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	if w, ok := s.warm.Take(); ok {
+	if w, ok := s.warm.Take(); ok && w.ex.Stale() {
+		// It started before a server with a secret file was registered:
+		// its kernel would see what a start now hides.
+		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
+		s.closeExecutor(w.ex)
+	} else if ok {
 		w.owner.set(x.ss)
 		x.mu.Lock()
 		x.owner = w.owner
@@ -313,7 +318,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
-		o.ApproveToolCalls = ipybox.Bool(false)
+		o.NoToolApproval = true
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.ApprovalPolicy = s.opts.ApprovalPolicy

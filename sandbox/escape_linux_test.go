@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/egress"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -380,7 +381,7 @@ func TestAttackProxyIPForms(t *testing.T) {
 	if err := cfg.AllowDomains(AnyPublicDomain); err != nil {
 		t.Fatal(err)
 	}
-	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &egress.Options{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			switch host {
 			case "loopback.test":
@@ -418,4 +419,83 @@ def raw_connect(host):
 def raw_get(host):
     return _ask("GET http://%s:80/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n" % host)
 `, checks)
+}
+
+// TestAttackSetuidPlant: kernel code in the sandbox tries every way to
+// leave a setuid or setgid file in the workspace (with ipybox as root,
+// the file would be root's on the host). Each is refused; the workspace
+// and every other host path the sandbox writes are mounted nosuid and
+// nodev inside as well; and the file kernel code planted runs on the host,
+// as another user, as that user.
+func TestAttackSetuidPlant(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	extra := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.Filesystem.AllowWrite = []string{extra}
+	x := newSbx(t, cfg, &Options{Workspace: ws})
+	x.attempts(t, `
+import shutil, stat, tarfile, io
+shutil.copy("/usr/bin/id", "planted")
+def tar_extract():
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w") as tf:
+        i = tarfile.TarInfo("from-tar"); i.mode = 0o4755; i.size = 3; tf.addfile(i, io.BytesIO(b"abc"))
+    open("t.tar", "wb").write(b.getvalue())
+    run("tar", "-xpf", "t.tar")
+    if os.stat("from-tar").st_mode & 0o6000:
+        return "setuid kept"
+    raise OSError(errno.EPERM, "no setuid bit")
+mounts = read("/proc/self/mountinfo").decode()
+def mount_opts(path):
+    for line in mounts.splitlines():
+        f = line.split()
+        if f[4] == path:
+            return f[5]
+    raise OSError(errno.ENOENT, path)
+`, []check{
+		{"chmod", `os.chmod("planted", 0o4755)`, false, "EPERM"},
+		{"chmod-setgid", `os.chmod("planted", 0o2755)`, false, "EPERM"},
+		{"fchmod", `os.fchmod(os.open("planted", os.O_RDONLY), 0o4755)`, false, "EPERM"},
+		{"open-mode", `os.close(os.open("new", os.O_CREAT | os.O_WRONLY, 0o6755))`, false, "EPERM"},
+		{"mknod", `os.mknod("node", stat.S_IFREG | 0o4755)`, false, "EPERM"},
+		{"shell", `run("sh", "-c", "chmod u+s planted")`, false, ""},
+		{"install", `run("install", "-m", "4755", "planted", "installed")`, false, ""},
+		{"tar", `tar_extract()`, false, "Operation not permitted"},
+		{"fchmodat2", `libc.syscall(ctypes.c_long(452), ctypes.c_long(-100), ctypes.c_char_p(b"planted"), ctypes.c_long(0o4755), ctypes.c_long(0)) == 0 or 1/0`, false, "ZeroDivisionError"},
+		{"io-uring", `sys_call(425, 8, ctypes.addressof(ctypes.create_string_buffer(120)))`, false, "EPERM"},
+		{"ws-nosuid", `"nosuid" in mount_opts(os.getcwd()) and "nodev" in mount_opts(os.getcwd()) or 1/0`, true, ""},
+		{"extra-nosuid", fmt.Sprintf(`"nosuid" in mount_opts(%q) and "nodev" in mount_opts(%q) or 1/0`, extra, extra), true, ""},
+		{"chmod-plain", `os.chmod("planted", 0o755)`, true, ""},
+	})
+	if bad := setugidBelow(t, ws); len(bad) > 0 {
+		t.Fatalf("setuid or setgid files on the host: %v", bad)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	os.Chmod(ws, 0o755)
+	os.Chmod(filepath.Dir(ws), 0o755)
+	cmd := exec.Command(filepath.Join(ws, "planted"), "-u")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("run the planted file as nobody: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "65534" {
+		t.Fatalf("the planted file ran as uid %s for nobody", got)
+	}
+}
+
+// setugidBelow lists the files below dir with a setuid or setgid bit.
+func setugidBelow(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }

@@ -17,21 +17,28 @@ import (
 // exists. Secrets (.env, .env.*, files that server configs name) are also
 // masked.
 
-// protection computes the workspace's protection for one start.
+// protection computes the workspace's protection for one start, and
+// records what it was (see StartedFingerprint).
 func (s *Sandbox) protection() (*wsguard.Protection, error) {
-	return wsguard.Protect(wsguard.Input{Workspace: s.workspace, Home: s.home, Secrets: s.secrets, Log: s.log})
+	p, err := wsguard.Protect(wsguard.Input{Workspace: s.workspace, Home: s.home, Secrets: s.secrets, Log: s.log})
+	if err == nil {
+		s.fpMu.Lock()
+		s.startedFP = p.Fingerprint()
+		s.fpMu.Unlock()
+	}
+	return p, err
 }
 
-// Fingerprint identifies the workspace protection a process started now
-// would get. A process started under another one (a pool kernel started
-// before a server that names a secret file was registered) must not be
-// handed out.
-func (s *Sandbox) Fingerprint() (string, error) {
-	p, err := s.protection()
-	if err != nil {
-		return "", err
-	}
-	return p.Fingerprint(), nil
+// StartedFingerprint identifies the workspace protection the last process
+// started in this sandbox got (wsguard.Protection.Fingerprint): what it
+// hides and protects. A process started under another protection than a
+// start now would get (a pool kernel started before a server that names
+// a secret file was registered) must not be handed out. "" before the
+// first start.
+func (s *Sandbox) StartedFingerprint() string {
+	s.fpMu.Lock()
+	defer s.fpMu.Unlock()
+	return s.startedFP
 }
 
 // homeDotfiles lists the dot files and directories of the home directory,
@@ -57,4 +64,10 @@ func (s *Sandbox) homeDotfiles() []string {
 		out = append(out, filepath.Join(s.home, e.Name()))
 	}
 	return out
+}
+
+// Protections lists, for ipybox doctor, what protects the host from
+// kernel code in this sandbox on this host.
+func Protections() []string {
+	return protections()
 }
