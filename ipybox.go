@@ -46,6 +46,7 @@ import (
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/toolserver"
@@ -113,6 +114,16 @@ type Options struct {
 	// ApprovalTimeout bounds the wait for one decision; then the call
 	// raises ApprovalTimeoutError in the cell. Zero means 5 minutes.
 	ApprovalTimeout time.Duration
+	// ApprovalPolicy decides tool calls and shell commands by its rules
+	// before the application is asked (deny, then ask, then allow), keeps
+	// answers remembered "always", and logs every decision; see
+	// ApprovalPolicy. An ask rule asks even about calls that
+	// NoToolApproval or ApproveShellCommands would let run, and deny rules
+	// apply to them too. Nil means no rules and no audit log.
+	ApprovalPolicy *ApprovalPolicy
+	// SessionID names this Executor's session in the approval audit log.
+	// Empty means a random one.
+	SessionID string
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
@@ -249,6 +260,12 @@ type Executor struct {
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
 
+	// session names the Executor in the approval audit log; sessRules are
+	// the answers remembered for the session.
+	session   string
+	sessMu    sync.Mutex
+	sessRules *policy.Rules
+
 	// forget lists servers whose modules were regenerated: the kernel
 	// drops its imports of them before the next cell (see forgetModules).
 	forgetMu sync.Mutex
@@ -282,7 +299,10 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Executor{opts: o, sem: make(chan struct{}, 1), log: log}
+	e := &Executor{opts: o, sem: make(chan struct{}, 1), log: log, session: o.SessionID}
+	if e.session == "" {
+		e.session = newSessionID()
+	}
 	ws := o.WorkDir
 	if ws == "" {
 		var err error
@@ -322,6 +342,13 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
 		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
 	}
+	exempt := ""
+	if o.Sandbox == nil && o.Container == nil {
+		exempt, _ = os.UserConfigDir()
+	}
+	if err := checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, &o), exempt); err != nil {
+		return nil, err
+	}
 	if err := e.startTools(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
@@ -351,10 +378,13 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
+	// The policy's shell rules apply to commands that would otherwise run
+	// without asking too: they go through approval.
+	shellApproval := o.ApproveShellCommands || o.ApprovalPolicy.hasShellRules()
 	init := pyruntime.InitConfig{
 		SysPath:            []string{pyDir},
 		SysPathEnd:         []string{kws},
-		ShellApproval:      o.ApproveShellCommands,
+		ShellApproval:      shellApproval,
 		RequireShellEscape: o.RequireShellEscape,
 	}
 	if o.WorkDir != "" {
@@ -415,6 +445,31 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// kernelWritable lists the host places that the kernel of o can write:
+// the workspace, and a sandbox's allowWrite paths or a container's binds.
+func kernelWritable(ws string, o *Options) []string {
+	out := []string{ws}
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) && !strings.HasPrefix(p, "~") {
+			return filepath.Join(ws, p)
+		}
+		return p
+	}
+	if o.Sandbox != nil {
+		for _, w := range o.Sandbox.Filesystem.AllowWrite {
+			out = append(out, abs(w))
+		}
+	}
+	if o.Container != nil {
+		for _, b := range o.Container.Binds {
+			if p, err := filepath.Abs(b.HostPath); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // packageDir checks Options.PackageDir and creates it, without following
@@ -483,11 +538,11 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 			last = ev
 		case *ApprovalRequest:
 			if e.opts.Approver == nil {
-				ev.Reject(errNoApprover)
+				ev.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
 			} else if err := e.opts.Approver(ctx, ev); err != nil {
-				ev.Reject(err.Error())
+				ev.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
 			} else {
-				ev.Accept()
+				ev.Answer(Answer{Accept: true, Channel: "Options.Approver"})
 			}
 		}
 	}
@@ -539,7 +594,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 				stop()
 			}
 			if stopped {
-				r.Reject("the application stopped listening for approval requests")
+				r.abandon("the application stopped listening for approval requests")
 			}
 		}
 		e.cellMu.Lock()

@@ -122,6 +122,14 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 			policy = &p
 		}
 	}
+	// Approval policies and audit logs are hidden: kernel code must not
+	// read the rules that approve its calls, nor the record of them (Start
+	// refuses those that lie where the kernel writes).
+	if hidden := hostOnly.list(); len(hidden) > 0 {
+		p := *policy
+		p.Filesystem.DenyRead = append(slices.Clone(p.Filesystem.DenyRead), hidden...)
+		policy = &p
+	}
 	if secrets == nil {
 		secrets = func() []string {
 			reg, err := mcpconn.LoadRegistry(registryPath(ws))

@@ -97,9 +97,17 @@ type Options struct {
 	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
 	Approval ApprovalMode
 	// AllowTools are "server.tool" patterns (path.Match globs on each part)
-	// whose tool calls are approved without asking, in ApprovalElicit mode.
-	// Nil means none.
+	// whose tool calls are approved without asking, in ApprovalElicit mode
+	// (unless an ask rule of ApprovalPolicy asks). Nil means none.
 	AllowTools []string
+	// ApprovalPolicy decides the tool calls and shell commands of every
+	// session's cells by its rules before anyone is asked, and logs each
+	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
+	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
+	// when the client cannot be asked. The elicitation offers to remember
+	// an answer for the session or always. The caller closes it after the
+	// Server. Nil means no rules and no audit log.
+	ApprovalPolicy *ipybox.ApprovalPolicy
 	// SessionIdleTimeout ends an HTTP session (and stops its kernel) that
 	// received no request for this long. Zero means
 	// DefaultSessionIdleTimeout. (For every duration of Options, zero means

@@ -321,6 +321,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		o.NoToolApproval = true
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
+	o.ApprovalPolicy = s.opts.ApprovalPolicy
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	switch {

@@ -40,6 +40,7 @@ type execFlags struct {
 	mcpConfig string
 	approval  string
 	shell     bool
+	policy    policyFlags
 	sandbox   sandboxFlags
 	container containerFlags
 	gateway   gatewayFlags
@@ -64,6 +65,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	f.sandbox.register(fs, false)
 	f.container.register(fs)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
+	f.policy.register(fs)
 	f.gateway.register(fs)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
@@ -116,6 +118,14 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make ipybox non-dumpable", "err", err)
 	}
+	pol, err := f.policy.load(log)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	if pol != nil {
+		defer pol.Close()
+	}
 
 	if f.workspace != "" {
 		if err := ensureWorkspace(env, "ipybox exec", f.workspace); err != nil {
@@ -130,6 +140,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Logger:    log,
 
 		ApproveShellCommands: f.shell,
+		ApprovalPolicy:       pol,
 		Sandbox:              policy,
 		Container:            ctr,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
@@ -151,7 +162,11 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if f.approval == approvalAuto && len(ex.MCPServers()) > 0 {
 		// Explicit at the command line (the default), but said once, so
 		// that nobody mistakes it for a gate.
-		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)\n", strings.Join(ex.MCPServers(), ", "))
+		rules := ""
+		if f := pol.File(); f != "" {
+			rules = "; the deny and ask rules of " + f + " still apply"
+		}
+		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)%s\n", strings.Join(ex.MCPServers(), ", "), rules)
 	}
 	out := newPrinter(env, f.json)
 	out.decider = newDecider(f.approval)
@@ -270,6 +285,7 @@ type jsonEvent struct {
 	Tool      string          `json:"tool,omitempty"`
 	Args      json.RawMessage `json:"args,omitempty"`
 	Command   string          `json:"command,omitempty"`
+	Why       string          `json:"why,omitempty"`
 }
 
 // cell runs one cell and reports whether it succeeded.
@@ -303,7 +319,7 @@ func (p *printer) event(i int, ev ipybox.Event) {
 				j.Restarted = e.Restarted.Error()
 			}
 		case *ipybox.ApprovalRequest:
-			j = jsonEvent{Type: "approval", Kind: string(e.Kind), Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
+			j = jsonEvent{Type: "approval", Kind: string(e.Kind), Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command, Why: e.Why}
 		default:
 			return
 		}

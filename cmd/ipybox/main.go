@@ -45,6 +45,7 @@ func commands() []*command {
 		execCommand(),
 		apigenCommand(),
 		authCommand(),
+		approvalsCommand(),
 		mcpCommand(),
 		doctorCommand(),
 		versionCommand(),

@@ -27,7 +27,15 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	// The approval policy and its log default to the user's config folder:
+	// the tests, and the binaries they run, get one of their own.
+	cfg, err := os.MkdirTemp("", "ipybox-cmd-test-config-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_CONFIG_HOME", cfg)
 	code := m.Run()
+	os.RemoveAll(cfg)
 	if mcpWS.dir != "" {
 		os.RemoveAll(mcpWS.dir)
 	}

@@ -46,6 +46,7 @@ type mcpFlags struct {
 	mcpConfig                  string
 	approval                   string
 	allowTools                 stringList
+	policy                     policyFlags
 	httpAddr, authToken        string
 	authTokenFile              string
 	noAuth                     bool
@@ -81,6 +82,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
+	f.policy.register(fs)
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE` (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
@@ -177,6 +179,12 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	opts.Logger = log
 	if err := harden(); err != nil {
 		log.Warn("could not make the server non-dumpable; kernel code of this user could read its environment", "err", err)
+	}
+	if opts.ApprovalPolicy, err = f.policy.load(log); err != nil {
+		return fail(exitUsage, err)
+	}
+	if opts.ApprovalPolicy != nil {
+		defer opts.ApprovalPolicy.Close() // after the server's Close, deferred below
 	}
 	srv, err := mcpserver.New(opts)
 	if err != nil {

@@ -114,6 +114,18 @@ class ApprovalRequest:
     The consumer must ``await accept()`` or ``await reject()``; a rejected
     call raises ``ApprovalRejectedError`` in the cell. Until then the call
     waits, and the cell's timeout is paused.
+
+    With an approval policy (ipybox's own; see docs/approvals.md):
+        why: why it is asked: the ask rule of the policy that matched, or
+            "no rule matched" (None without a policy).
+        rule: the rule that remembering the answer writes, as narrow as
+            the call (None when the call cannot be named by one rule).
+        remember: the ways the answer can be remembered, as ("accept" or
+            "reject", "session" or "always") pairs.
+    ``accept(remember="session")``, ``accept(remember="always")`` and the
+    same for ``reject`` remember the answer for this executor's session or,
+    always, in the policy file; ``rule=`` widens it (it must still match
+    the call; if it does not, the answer counts once).
     """
 
     def __init__(
@@ -121,13 +133,29 @@ class ApprovalRequest:
         server_name: str,
         tool_name: str,
         tool_args: dict[str, Any],
-        respond: Callable[[bool], Any],
+        respond: Callable[..., Any],
+        *,
+        why: str | None = None,
+        rule: str | None = None,
+        answers: list[str] | None = None,
     ):
         self.server_name = server_name
         self.tool_name = tool_name
         self.tool_args = tool_args
+        self.why = why
+        self.rule = rule
+        self._answers = list(answers or [])
         self._respond = respond
         self._decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    @property
+    def remember(self) -> list[tuple[str, str]]:
+        out = []
+        for a in self._answers:
+            verb, _, how = a.partition("-")
+            if how:
+                out.append(("accept" if verb == "allow" else "reject", how))
+        return out
 
     def __str__(self) -> str:
         # Kernel code chose these strings: control characters and bidi
@@ -138,13 +166,14 @@ class ApprovalRequest:
     def __repr__(self) -> str:
         return f"ApprovalRequest({self})"
 
-    async def accept(self) -> None:
-        """Let the call run."""
-        await self._decide(True)
+    async def accept(self, *, remember: str = "once", rule: str | None = None) -> None:
+        """Let the call run; remember="session" or "always" remembers it."""
+        await self._decide(True, remember, rule)
 
-    async def reject(self) -> None:
-        """Refuse the call: the cell gets ``ApprovalRejectedError``."""
-        await self._decide(False)
+    async def reject(self, *, remember: str = "once", rule: str | None = None) -> None:
+        """Refuse the call: the cell gets ``ApprovalRejectedError``;
+        remember="session" or "always" refuses calls like it too."""
+        await self._decide(False, remember, rule)
 
     async def response(self) -> bool:
         """Wait for the decision and return it (True: accepted)."""
@@ -163,11 +192,27 @@ class ApprovalRequest:
 
         self._decision.add_done_callback(invoke)
 
-    async def _decide(self, accepted: bool) -> None:
+    async def _decide(self, accepted: bool, remember: str = "once", rule: str | None = None) -> None:
+        if remember not in ("once", "session", "always"):
+            raise ValueError(f"remember={remember!r}: want 'once', 'session' or 'always'")
+        content = None
+        if remember != "once":
+            if ("accept" if accepted else "reject", remember) not in self.remember:
+                raise ValueError(
+                    f"this answer cannot be remembered for {remember!r}"
+                    + (f" (an ask rule asks each time: {self.why})" if accepted and self.why and self.why.startswith("asked by") else "")
+                    + f"; the ways it can: {self.remember or 'none (no approval policy, or a call no rule can name)'}"
+                )
+            content = {"answer": ("allow-" if accepted else "deny-") + remember}
+            if rule is not None:
+                content["rule"] = rule
         if self._decision.done():
             return  # only the first decision counts
         self._decision.set_result(accepted)
-        await self._respond(accepted)
+        if content is None:
+            await self._respond(accepted)
+        else:
+            await self._respond(accepted, content)
 
 
 def _visible(s: str) -> str:
@@ -280,6 +325,13 @@ class CodeExecutor:
         require_shell_escape: guard subprocess and the like in the kernel,
             so that processes start through ! (a guard, not a boundary).
     Ours:
+        approval_policy: the file of allow, ask and deny rules that decide
+            tool calls and shell commands before an ApprovalRequest is
+            made, and where answers remembered "always" go (None: ipybox's
+            default, $XDG_CONFIG_HOME/ipybox/approvals.policy; "none": no
+            rules). Keep it outside working_dir: ipybox refuses it there.
+        approval_log: the audit log of every decision, JSON lines (None:
+            ipybox's default, approvals.jsonl beside the policy; "none").
         binary: the ipybox binary (else $IPYBOX_BIN, else the one this
             package installed, else PATH).
         mcp_servers: {name: server_params} registered at start.
@@ -303,6 +355,8 @@ class CodeExecutor:
         approve_tool_calls: bool = True,
         approve_shell_cmds: bool = False,
         require_shell_escape: bool = False,
+        approval_policy: str | os.PathLike[str] | None = None,
+        approval_log: str | os.PathLike[str] | None = None,
         binary: str | os.PathLike[str] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         python: str | os.PathLike[str] | None = None,
@@ -336,6 +390,8 @@ class CodeExecutor:
         self.approve_tool_calls = approve_tool_calls
         self.approve_shell_cmds = approve_shell_cmds
         self.require_shell_escape = require_shell_escape
+        self.approval_policy = approval_policy
+        self.approval_log = approval_log
         self.binary = binary
         self.mcp_servers = dict(mcp_servers or {})
         self.python = python
@@ -380,6 +436,10 @@ class CodeExecutor:
             argv += ["--approval", "auto"]
         if self.approval_timeout is not None:
             argv += ["--approval-timeout", f"{self.approval_timeout}s"]
+        for flag, value in (("--approval-policy", self.approval_policy), ("--approval-log", self.approval_log)):
+            if value is not None:
+                v = os.fspath(value)
+                argv += [flag, v if v == "none" else os.path.abspath(v)]
         if self.require_shell_escape:
             argv += ["--require-shell-escape"]
         if self.kernel_env:
@@ -476,24 +536,32 @@ class CodeExecutor:
         meta = (params.get("_meta") or {}).get("ipybox/approval")
         sink = self._sink
 
-        async def respond(accepted: bool) -> None:
-            await client.respond(rid, {"action": "accept", "content": {}} if accepted else {"action": "decline"})
+        async def respond(accepted: bool, content: dict[str, Any] | None = None) -> None:
+            if content is not None:
+                await client.respond(rid, {"action": "accept", "content": content})
+            else:
+                await client.respond(rid, {"action": "accept", "content": {}} if accepted else {"action": "decline"})
 
         if not isinstance(meta, dict) or sink is None:
             # Not an approval of a cell of ours: refuse rather than guess.
             asyncio.ensure_future(StdioClient._safe(respond(False)))
             return
+        why = meta.get("why") if isinstance(meta.get("why"), str) else None
+        rule = meta.get("rule") if isinstance(meta.get("rule"), str) else None
+        answers = [a for a in meta.get("answers") or [] if isinstance(a, str)]
+        extra = {"why": why, "rule": rule, "answers": answers}
         if meta.get("kind") == "shell":
             cmd = str(meta.get("command", ""))
-            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, respond)
-            if not self.approve_shell_cmds:
+            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, respond, **extra)
+            if not self.approve_shell_cmds and not meta.get("rule_asks"):
                 # The server asks about every shell command when it asks at
-                # all; without approve_shell_cmds they run.
+                # all; without approve_shell_cmds they run, unless an ask
+                # rule of the approval policy asks about this one.
                 asyncio.ensure_future(StdioClient._safe(req.accept()))
                 return
         else:
             args = meta.get("args")
-            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, respond)
+            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, respond, **extra)
         sink(("approval", req))
 
     # --- cells -----------------------------------------------------------------
