@@ -32,7 +32,7 @@ FROM ${BASE}
 # dependency: scipy would pull pythran, boost and a C++ compiler (+1 GB).
 RUN apt-get update -qq && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pydantic \
+      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pydantic python3-dill \
       python3-pip python3-venv python3-munkres ca-certificates >/dev/null && \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 # A fixed non-root user. The container backend runs kernels as the calling
