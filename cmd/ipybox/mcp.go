@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
 )
@@ -140,7 +141,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if f.python != "" {
 		// Kernels start with the sessions, in the background: a wrong
 		// interpreter would show only as retries in the log.
-		if _, err := ipybox.FindPython(ctx, f.python); err != nil {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
 			return fail(exitUsage, err)
 		}
 	}
