@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox"
@@ -201,7 +203,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFlags) int {
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", listenError(f.httpAddr, err))
 		return exitFail
 	}
 	if f.generatedToken {
@@ -240,6 +242,25 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	}
 	<-errc
 	return exitOK
+}
+
+// listenError says what to do when --http cannot listen on addr.
+func listenError(addr string, err error) error {
+	host, port, _ := net.SplitHostPort(addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		next := "8081"
+		if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
+			next = strconv.Itoa(n + 1)
+		}
+		return fmt.Errorf("--http %s: the address is in use, by another ipybox mcp or another server "+
+			"(`ss -ltnp 'sport = :%s'` shows which); stop it, or choose another port, as in --http %s", addr, port, net.JoinHostPort(host, next))
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("--http %s: %v; ports below 1024 need privileges: choose one above, as in --http %s", addr, err, net.JoinHostPort(host, "8080"))
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("--http %s: no interface of this machine has the address %s; use 127.0.0.1, or one that `ip addr` lists", addr, host)
+	}
+	return fmt.Errorf("--http %s: %w", addr, err)
 }
 
 // mcpOptions turns the flags into the server's options: the workspace's
