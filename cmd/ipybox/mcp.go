@@ -140,6 +140,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
 		return fail(exitUsage, err)
 	}
+	// Kernels start with the sessions, in the background: a workspace
+	// they cannot use would show only as retries in the log.
+	if err := ipybox.CheckWorkspace(f.workspace); err != nil {
+		return fail(exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err))
+	}
 	if f.python != "" {
 		// Kernels start with the sessions, in the background: a wrong
 		// interpreter would show only as retries in the log.
