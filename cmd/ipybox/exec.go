@@ -152,7 +152,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	defer ex.Close()
 	for _, s := range servers {
 		if _, err := ex.RegisterMCPServer(ctx, s.name, s.cfg); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
 			return exitFail
 		}
 	}
