@@ -227,6 +227,11 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	h := srv.Handler() // one handler: it holds the sessions
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
+	// Everything else, the OAuth endpoints that clients probe after a
+	// 401 among them, is not found, with the reason and the fix.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, mcpserver.NoOAuth, http.StatusNotFound)
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
