@@ -181,7 +181,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		}
 		switch {
 		case timedOut.Load():
-			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
+			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (the connect timeout); check that it is an MCP server speaking %s%s: %w",
 				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
 		case ctx.Err() != nil:
 			return nil, false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
