@@ -57,6 +57,12 @@ func main() {
 	if h := hiddenCommand(os.Args); h != nil {
 		os.Exit(h(os.Args[2:]))
 	}
+	// In the image, as root: no capabilities from here on (it re-executes
+	// this binary once).
+	if err := dropRoot(os.Getenv); err != nil {
+		fmt.Fprintf(os.Stderr, "ipybox: %v\n", err)
+		os.Exit(exitFail)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
 	stop()

@@ -117,7 +117,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	case f.noAuth && f.authTokenFile != "":
 		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
 	case f.authTokenFile != "":
-		tok, err := readTokenFile(f.authTokenFile)
+		tok, err := readTokenFile(env, f.authTokenFile)
 		if err != nil {
 			return fail(exitUsage, err)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,20 +216,112 @@ func TestContainerReapedAfterSIGKILL(t *testing.T) {
 	}
 }
 
-// TestImageServesStdio: the image's default command serves MCP over stdio
-// to the MCP Inspector's CLI, the workspace mounted at /app/workspace.
-func TestImageServesStdio(t *testing.T) {
+// readmeImageCommand returns the README's docker run command for the
+// image over stdio, with the image name replaced by img.
+func readmeImageCommand(t *testing.T, img string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "docker run -i --rm ") {
+			cmd, _, _ := strings.Cut(line, "#")
+			cmd = strings.TrimSpace(cmd)
+			if !strings.HasSuffix(cmd, " ipybox") {
+				t.Fatalf("README's docker run command does not end with the image name: %q", cmd)
+			}
+			return strings.TrimSuffix(cmd, "ipybox") + img
+		}
+	}
+	t.Fatal("README has no `docker run -i --rm ...` line")
+	return ""
+}
+
+// imageCell is a cell that writes a file and prints who runs it: uid,
+// gid, the capability sets and no-new-privileges.
+const imageCell = `import os
+open('made-in-container', 'w').write('x')
+st = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(os.getuid(), os.getgid(), st['CapEff'], st['CapBnd'].strip('0') or '0', st['NoNewPrivs'])`
+
+// TestImageREADMECommand: the README's command for the image, run as
+// written in a workspace owned by root (as root) and in one owned by uid
+// 1234 (its $(id -u):$(id -g) is that user's), serves MCP over stdio;
+// the kernel writes the workspace as its owner, with no capability, and
+// no-new-privileges. Before, only uid 1000 could write it, and every
+// cell failed.
+func TestImageREADMECommand(t *testing.T) {
 	img := testenv.NeedsDocker(t)
-	ws := containerDir(t, 1000) // the image's user
-	cfg := filepath.Join(t.TempDir(), "inspector.json")
-	b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"ipybox": map[string]any{
-		"command": "docker",
-		"args":    []string{"run", "-i", "--rm", "--network", "none", "-v", ws + ":/app/workspace", img},
-	}}})
-	os.WriteFile(cfg, b, 0o600)
-	list := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/list")
-	out := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
-	checkInspectorOutput(t, list, out)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a workspace owned by root, and one by uid 1234")
+	}
+	command := readmeImageCommand(t, img)
+	for _, owner := range []int{0, 1234} {
+		t.Run(strconv.Itoa(owner), func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			os.Chmod(ws, 0o755)
+			os.Chown(ws, owner, owner)
+			c := command
+			if owner != 0 {
+				// As that user would run it.
+				c = strings.ReplaceAll(c, `"$(id -u):$(id -g)"`, fmt.Sprintf("%d:%d", owner, owner))
+			}
+			cmd := exec.Command("sh", "-c", c)
+			cmd.Dir = ws
+			stderr := &lockedBuffer{}
+			cmd.Stderr = stderr
+			cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+			got := runCell(t, cs, imageCell)
+			// Root keeps uid 0 (only it may write what root owns) and loses
+			// every capability; another uid has none to lose.
+			want := fmt.Sprintf("%d %d 0000000000000000 0 1", owner, owner)
+			if owner != 0 {
+				want = fmt.Sprintf("%d %d 0000000000000000 ", owner, owner)
+			}
+			if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, " 1") {
+				t.Errorf("%s: cell printed %q, want %q… with no-new-privileges\n%s", c, got, want, stderr)
+			}
+			if uid, gid, ok := dirOwner(filepath.Join(ws, "made-in-container")); !ok || uid != owner || gid != owner {
+				t.Errorf("the kernel's file on the host: owner %d:%d (%v), want %d:%d", uid, gid, ok, owner, owner)
+			}
+		})
+	}
+}
+
+// TestImageWithoutUserFailsOnce: the image run without --user (as uid
+// 1000) on a workspace that uid cannot write exits at once, with one line
+// that gives the docker run command that fixes it; no retries, no
+// warning every 2 s.
+func TestImageWithoutUserFailsOnce(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 0)
+	if os.Geteuid() == 0 {
+		os.Chown(ws, 0, 0)
+		os.Chmod(ws, 0o755)
+	}
+	uid, gid, _ := dirOwner(ws)
+	if uid == 1000 {
+		t.Skip("the workspace belongs to uid 1000, the image's user")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", "run", "-i", "--rm", "-v", ws+":/app/workspace", img)
+	stdin, _ := cmd.StdinPipe() // left open, as a client would
+	defer stdin.Close()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t0 := time.Now()
+	err := cmd.Run()
+	want := fmt.Sprintf("ipybox mcp: /app/workspace: not writable by this process (which runs as 1000:1000; the directory belongs to %d:%d, mode 0755); "+
+		"run the container as the directory's owner: docker run -i --rm --user %d:%d -v \"$PWD\":/app/workspace ipybox\n", uid, gid, uid, gid)
+	if code := cmd.ProcessState.ExitCode(); code != exitFail || stderr.String() != want {
+		t.Errorf("exit %d (%v), stderr:\n%s\nwant:\n%s", code, err, stderr.String(), want)
+	}
+	if el := time.Since(t0); el > 30*time.Second {
+		t.Errorf("took %v to fail", el)
+	}
 }
 
 // TestExecContainerAllowedDomain: --allowed-domain with a container gives
@@ -293,20 +385,39 @@ func TestContainerRemovedOnSIGTERM(t *testing.T) {
 }
 
 // TestImageServesHTTP: the image serves streamable HTTP with a bearer
-// token, published on 127.0.0.1 only.
+// token, published on 127.0.0.1 only, run as documented: --user of the
+// owner of the workspace and of the token file, which is 0600 (here uid
+// 1234; before, the image's uid 1000 could not read such a file).
 func TestImageServesHTTP(t *testing.T) {
 	img := testenv.NeedsDocker(t)
-	ws := containerDir(t, 1000)
+	owner := 1234
+	if os.Geteuid() != 0 {
+		owner = os.Getuid() // files of another uid need root to make
+	}
+	ws := t.TempDir()
 	tokDir := t.TempDir()
-	os.Chmod(tokDir, 0o755)
 	tok := fmt.Sprintf("test-token-%d-%032x", os.Getpid(), time.Now().UnixNano())
-	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o644)
+	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o600)
+	for _, p := range []string{ws, tokDir, filepath.Join(tokDir, "token")} {
+		os.Chown(p, owner, owner)
+	}
+	os.Chmod(ws, 0o755)
 	name := fmt.Sprintf("ipybox-test-http-%d", os.Getpid())
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "-p", "127.0.0.1::8080",
-		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
-		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
+	if owner != 1000 {
+		// Without --user, the image's uid 1000 may not read the token: it
+		// says so at once, with the option that fixes it.
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
+			"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token").CombinedOutput()
+		want := fmt.Sprintf("ipybox mcp: --auth-token-file /run/token: this process (uid 1000) may not read it (it belongs to %d:%d); run the container as its owner: add --user %d:%d to the docker run command\n", owner, owner, owner, owner)
+		if err == nil || string(out) != want {
+			t.Errorf("without --user: %v\n%s\nwant:\n%s", err, out, want)
+		}
+	}
+	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "--user", fmt.Sprintf("%d:%d", owner, owner), "-p", "127.0.0.1::8080",
+		"-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
+		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token")
 	stderr, _ := run.StderrPipe()
 	logs := &lockedBuffer{}
 	if err := run.Start(); err != nil {
@@ -347,7 +458,7 @@ func TestImageServesHTTP(t *testing.T) {
 		t.Errorf("without the token: HTTP %d, want 401", resp.StatusCode)
 	}
 	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: testenv.Bearer{Token: tok}}}, nil)
-	if got := runCell(t, cs, "print(6 * 7)"); got != "42" {
+	if got := runCell(t, cs, "import os\nprint(6 * 7, os.getuid())"); got != fmt.Sprintf("42 %d", owner) {
 		t.Errorf("cell over HTTP: %q", got)
 	}
 	if strings.Contains(logs.String(), "UNSANDBOXED") {
