@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
@@ -159,6 +160,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if opts.Container != nil {
 		if err := containerProbe(ctx, opts.Container); err != nil {
 			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
+		}
+		// Whether the kernels' user can write the workspace, now, not as
+		// retries of every session.
+		if err := container.CheckUser(f.workspace); err != nil {
+			return fail(exitFail, err)
 		}
 	}
 	if opts.Sandbox != nil {

@@ -465,3 +465,87 @@ func TestImageServesHTTP(t *testing.T) {
 		t.Errorf("the image warns that kernels run unsandboxed, where the container is the boundary:\n%s", logs)
 	}
 }
+
+// idmapMounts lists the idmapped mounts that ipybox process pid attached
+// (their mount points, by name), and whether each is still mounted.
+func idmapMounts(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	ents, _ := os.ReadDir("/run/ipybox-idmap")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), strconv.Itoa(pid)+"-") {
+			out[e.Name()] = false
+		}
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], "/run/ipybox-idmap/"+strconv.Itoa(pid)+"-") {
+			out[filepath.Base(f[4])] = true
+		}
+	}
+	return out
+}
+
+// TestExecContainerRootOwnedWorkspace: ipybox exec --container-tag, run
+// by root on a workspace that root owns (as docs/container.md shows it:
+// the current directory), works: the kernel runs as the unprivileged
+// MappedID and writes the workspace through an idmapped mount, and its
+// files land on disk as root's. Before, it failed, saying to chown the
+// workspace. No mount is left after it, and the mounts of an ipybox
+// killed with SIGKILL are reaped by the next start.
+func TestExecContainerRootOwnedWorkspace(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	cell := "import os\nopen('f', 'w').write('x')\nos.mkdir('d')\nprint(os.getuid(), os.getcwd())"
+	cmd := exec.Command(os.Args[0], "exec", "--container-tag", img, "-c", cell)
+	cmd.Dir = ws
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if want := fmt.Sprintf("%d /app/workspace\n", container.MappedID); err != nil || string(out) != want {
+		t.Fatalf("exec: %v\n%s\nwant %q", err, out, want)
+	}
+	for _, name := range []string{"f", "d"} {
+		if uid, gid, ok := dirOwner(filepath.Join(ws, name)); !ok || uid != 0 || gid != 0 {
+			t.Errorf("%s on the host: owner %d:%d (%v), want root's", name, uid, gid, ok)
+		}
+	}
+	if left := idmapMounts(t, cmd.Process.Pid); len(left) != 0 {
+		t.Errorf("mounts left after exec: %v", left)
+	}
+
+	// SIGKILLed mid-cell: its mount stays until the next start reaps it.
+	killed := exec.Command(os.Args[0], "exec", "--workspace", ws, "--container-tag", img, "-c", "print('up', flush=True)\nimport time\ntime.sleep(120)")
+	killed.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	kout := &lockedBuffer{}
+	killed.Stdout, killed.Stderr = kout, kout
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(kout.String(), "up") && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	pid := killed.Process.Pid
+	mounts := idmapMounts(t, pid)
+	killed.Process.Kill()
+	killed.Wait()
+	if len(mounts) != 1 {
+		t.Fatalf("mounts of the running exec: %v\n%s", mounts, kout)
+	}
+	if m := idmapMounts(t, pid); len(m) != 1 {
+		t.Fatalf("after SIGKILL: %v (want the mount left behind)", m)
+	}
+	if stdout, stderr, code := runBinary(t, "", "exec", "--workspace", ws, "--container-tag", img, "-c", "print('next')"); code != 0 || stdout != "next\n" {
+		t.Fatalf("next exec: %d %q %q", code, stdout, stderr)
+	}
+	if m := idmapMounts(t, pid); len(m) != 0 {
+		t.Errorf("the next start did not reap the killed exec's mount: %v", m)
+	}
+}

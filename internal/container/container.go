@@ -141,6 +141,12 @@ type Launcher struct {
 	owner  string
 	seq    atomic.Int64
 	closed atomic.Bool
+	// wsSource is the workspace's bind source: the workspace, or its
+	// idmapped mount (see chooseUser); bindSources are those of binds
+	// that are idmapped, by index. idmaps are the mounts Close detaches.
+	wsSource    string
+	bindSources map[int]string
+	idmaps      []string
 }
 
 // New checks the daemon and the image, reaps containers whose owner is
@@ -184,21 +190,49 @@ func New(ctx context.Context, cfg Config) (*Launcher, error) {
 		}
 		return nil, fmt.Errorf("container: image %q: %w", cfg.Image, err)
 	}
-	if l.uid, l.gid, err = containerUser(cfg.Workspace); err != nil {
+	if os.Geteuid() == 0 {
+		reapIdmaps()
+	}
+	l.wsSource = cfg.Workspace
+	if err := l.chooseUser(); err != nil {
+		l.detachIdmaps()
 		c.Close()
 		return nil, err
 	}
+	l.idmapBinds()
 	Reap(actx, c, l.log)
 	return l, nil
 }
 
-// Close releases the client. Containers already started stop with their
-// kernels.
+// Close releases the client and detaches the idmapped mounts. Containers
+// already started stop with their kernels (they hold their own binds of
+// those mounts).
 func (l *Launcher) Close() error {
 	l.closed.Store(true)
 	l.life.close()
 	l.c.Close()
-	return nil
+	return l.detachIdmaps()
+}
+
+// detachIdmaps detaches the Launcher's idmapped mounts.
+func (l *Launcher) detachIdmaps() error {
+	var errs []error
+	for _, at := range l.idmaps {
+		if err := detachIdmap(at); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.idmaps = nil
+	return errors.Join(errs...)
+}
+
+// CheckUser reports, before any kernel starts, whether the kernels of
+// workspace can have a user that writes it (see chooseUser), so that a
+// server fails once at its start rather than at each session.
+func CheckUser(workspace string) error {
+	l := &Launcher{cfg: Config{Workspace: workspace}, log: slog.New(slog.DiscardHandler)}
+	defer l.detachIdmaps()
+	return l.chooseUser()
 }
 
 // Interpreter implements kernel.Interpreter: the image's Python.
@@ -257,7 +291,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		})
 	}
 	mounts := []docker.Mount{
-		{Type: "bind", Source: l.cfg.Workspace, Target: WorkspaceDir},
+		{Type: "bind", Source: l.wsSource, Target: WorkspaceDir},
 		{Type: "bind", Source: spec.RunDir, Target: spec.RunDir, ReadOnly: true},
 	}
 	if sockDir != spec.RunDir {
@@ -304,11 +338,15 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 			}
 		}
 	}
-	for _, b := range l.cfg.Binds {
+	for i, b := range l.cfg.Binds {
 		if err := os.MkdirAll(b.Host, 0o755); err != nil {
 			return nil, fmt.Errorf("container bind %s: %w", b.Host, err)
 		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: b.Host, Target: filepath.Join(BindRoot, b.Rel)})
+		src := b.Host
+		if at, ok := l.bindSources[i]; ok {
+			src = at
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(BindRoot, b.Rel)})
 	}
 	init := true
 	life, err := l.lifeline(spec.RunDir)
