@@ -69,20 +69,7 @@ func TestMCPUnwritableWorkspaceFailsOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run ipybox as one user on another's directory")
 	}
-	dir, err := os.MkdirTemp("", "ipybox-ws-check-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "ipybox")
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin := binaryForAll(t, 0o755)
 	ws := filepath.Join(dir, "ws")
 	os.Mkdir(ws, 0o755)
 	os.Chown(ws, 1234, 1234)
@@ -95,4 +82,26 @@ func TestMCPUnwritableWorkspaceFailsOnce(t *testing.T) {
 	if strings.Contains(stderr, "pool:") {
 		t.Error("the pool tried to start kernels")
 	}
+}
+
+// binaryForAll copies the test binary into a new directory of the given
+// mode outside t's (which other users cannot enter), so that another
+// user can run it, and returns both; they are removed when t ends.
+func binaryForAll(t *testing.T, mode os.FileMode) (dir, bin string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ipybox-test-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, mode)
+	bin = filepath.Join(dir, "ipybox")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, bin
 }

@@ -119,20 +119,28 @@ func hungDaemon(t *testing.T) string {
 	return "unix://" + sock
 }
 
+// hungProcess returns a kernel container's process whose daemon never
+// answers, its stop calls bounded by bound, its log stream started.
+func hungProcess(t *testing.T, bound time.Duration) *process {
+	t.Helper()
+	c, err := docker.New(hungDaemon(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p := newProcess(c, "0123456789ab", "ipybox-test-hung", bound, slog.New(slog.DiscardHandler))
+	p.followLogs(io.Discard, io.Discard)
+	return p
+}
+
 // TestStopBoundedOnHungDaemon: a kernel container's Signal, Kill and Wait
 // (which the kernel's Close makes) return within their bounds when the
 // daemon never answers, and the first timeout spares the later calls
 // their wait.
 func TestStopBoundedOnHungDaemon(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	c, err := docker.New(hungDaemon(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const bound = 300 * time.Millisecond
-	p := newProcess(c, "0123456789ab", "ipybox-test-hung", bound, slog.New(slog.DiscardHandler))
-	p.followLogs(io.Discard, io.Discard)
+	p := hungProcess(t, bound)
 	waited := make(chan error, 1)
 	go func() { waited <- p.Wait() }() // as the kernel does, from the start
 
@@ -170,14 +178,8 @@ func TestStopBoundedOnHungDaemon(t *testing.T) {
 // and the kill is never sent).
 func TestWaitBoundedAfterKill(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	c, err := docker.New(hungDaemon(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const bound = 300 * time.Millisecond
-	p := newProcess(c, "0123456789ab", "ipybox-test-hung", bound, slog.New(slog.DiscardHandler))
-	p.followLogs(io.Discard, io.Discard)
+	p := hungProcess(t, bound)
 	p.killedOnce.Do(func() { close(p.killed) })
 	t0 := time.Now()
 	if err := p.Wait(); !errors.Is(err, errDaemonHung) {
