@@ -21,14 +21,18 @@
 # Debian's packages and this machine's Go, and builds with them.
 ARG BASE=debian:bookworm-slim
 ARG GO_IMAGE=golang:1.26-bookworm
+# VERSION is ipybox's release (cmd/ipybox/version.go); scripts/image.sh
+# passes it, and it becomes `ipybox version` and the image's version label.
+ARG VERSION=devel
 
 FROM ${GO_IMAGE} AS build
+ARG VERSION
 WORKDIR /src
 COPY go.mod go.sum ./
 COPY . .
 # A vendor/ directory (scripts/image.sh adds one) builds without network.
 RUN if [ -d vendor ]; then mod=-mod=vendor; else mod=-mod=readonly; go mod download; fi && \
-    CGO_ENABLED=0 go build $mod -trimpath -ldflags='-s -w' -o /out/ipybox ./cmd/ipybox
+    CGO_ENABLED=0 go build $mod -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/ipybox ./cmd/ipybox
 
 FROM ${BASE}
 # python3-munkres is listed so that it answers fonttools' "scipy | munkres"
@@ -48,7 +52,14 @@ COPY --from=build /out/ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace
 ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1
+# The MCP registry checks the image's io.modelcontextprotocol.server.name
+# against server.json's name.
+ARG VERSION
 LABEL org.opencontainers.image.title="ipybox" \
-      org.opencontainers.image.description="ipybox MCP server and Python runtime"
+      org.opencontainers.image.description="ipybox MCP server and Python runtime" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/ipybox/ipybox" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.modelcontextprotocol.server.name="io.github.ipybox/ipybox"
 ENTRYPOINT ["ipybox"]
 CMD ["mcp", "--workspace", "/app/workspace", "--no-sandbox"]

@@ -1,13 +1,16 @@
 package ipybox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/cellctl"
+	"github.com/ipybox/ipybox/internal/escape"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 )
@@ -33,10 +36,15 @@ type ApprovalRequest struct {
 	// Kind is KindTool or KindShell.
 	Kind ApprovalKind
 	// Server, Tool and Args describe a tool call (Kind "tool"). Server is
-	// the registered name; Tool is the tool's original MCP name.
+	// the registered name; Tool is the tool's original MCP name. Args is
+	// the JSON object that kernel code sent, byte for byte as it goes to
+	// the MCP server; an application that looks inside decodes what it
+	// needs (json.Unmarshal into a struct), and must not modify it. It is
+	// not decoded for you: kernel code chooses it, up to 16 MiB, and as Go
+	// maps and slices that would take tens of times as much memory.
 	Server string
 	Tool   string
-	Args   map[string]any
+	Args   json.RawMessage
 	// Command is the exact shell command that will run (Kind "shell"),
 	// after IPython's expansion. Script magics carry their magic line:
 	// "%%bash --out x\n<script>".
@@ -102,12 +110,19 @@ func ApproveAll(context.Context, *ApprovalRequest) error { return nil }
 const errNoApprover = "no Options.Approver is set, so Execute rejects every call that needs approval; " +
 	"set Options.Approver (ipybox.ApproveAll to let every call run), or answer the requests through Stream"
 
-// String describes the request for a person deciding on it.
+// String describes the request for a person deciding on it: kernel code
+// chose the command and the arguments, so they are escaped, and a long or
+// many-lined one is summarised with its first and last lines and what is
+// left out between.
 func (r *ApprovalRequest) String() string {
 	if r.Kind == KindShell {
-		return "shell command: " + r.Command
+		return "shell command:\n" + approvaltext.Command(r.Command)
 	}
-	return fmt.Sprintf("tool call %s.%s(%v)", r.Server, r.Tool, r.Args)
+	call := escape.Text(r.Server) + "." + escape.Text(r.Tool)
+	if len(r.Args) <= 200 && !bytes.ContainsAny(r.Args, "\n\r") {
+		return "tool call " + call + "(" + escape.Text(string(r.Args)) + ")"
+	}
+	return "tool call " + call + " with arguments:\n" + approvaltext.Args(r.Args)
 }
 
 // cell is the execution that currently runs, as the approval path sees it.

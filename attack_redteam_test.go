@@ -113,8 +113,8 @@ func TestRedteamNamedSecretFileGaps(t *testing.T) {
 // other names host tools act on), but git does not need a directory named
 // .git: a directory that itself holds HEAD, objects/ and refs/ is a git
 // directory, and git uses it (with its config) when it runs there. Kernel
-// code plants one at the workspace root (not a repository: the .git
-// placeholder is empty, then removed at Close) and one in src/, a
+// code plants one at the workspace root (not a repository) and one in
+// src/, a
 // directory the user made before the session. Any git command the user
 // (or a shell prompt, an editor, an agent) runs there afterwards runs
 // core.fsmonitor from the planted config, on the host.
@@ -133,8 +133,11 @@ def plant(d, worktree):
     os.makedirs(os.path.join(d, "refs"), exist_ok=True)
     open(os.path.join(d, "HEAD"), "w").write("ref: refs/heads/main\n")
     open(os.path.join(d, "config"), "w").write("[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = " + worktree + "\n\tfsmonitor = \"touch `+marker+`" + os.path.basename(worktree) + "; false\"\n")
-plant(".", os.getcwd())
-plant("src", os.path.join(os.getcwd(), "src"))`)
+for d, wt in ((".", os.getcwd()), ("src", os.path.join(os.getcwd(), "src"))):
+    try:
+        plant(d, wt)
+    except PermissionError:
+        pass`)
 	if err := ex.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,12 +349,19 @@ try:
     os.rename("proj", "proj-old")
 except OSError as e:
     print("rename refused", e)
-for d in ("objects", "refs"):
-    os.makedirs("proj/.git/" + d, exist_ok=True)
-open("proj/.git/HEAD", "w").write("ref: refs/heads/main\n")
-open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch `+marker+`; false\"\n")`)
+try:
+    for d in ("objects", "refs"):
+        os.makedirs("proj/.git/" + d, exist_ok=True)
+    open("proj/.git/HEAD", "w").write("ref: refs/heads/main\n")
+    open("proj/.git/config", "w").write("[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch `+marker+`; false\"\n")
+    print("PLANTED")
+except OSError as e:
+    print("plant refused", e)`)
 	if !strings.Contains(res.Text, "protected") {
 		t.Fatalf("proj/.git is not even protected: %q", res.Text)
+	}
+	if strings.Contains(res.Text, "PLANTED") {
+		t.Errorf("a new proj/.git was planted: %q", res.Text)
 	}
 	ex.Close()
 	cmd := exec.Command("git", "status", "--short")
@@ -407,5 +417,40 @@ sys.stdout.buffer.write(out)`, bin, "exec", "--sandbox", "--python", py, "--work
 		if strings.Contains(string(out), raw) {
 			t.Errorf("kernel output reached the terminal with the raw control sequence %q: %q", raw, out)
 		}
+	}
+}
+
+// TestAttackStalePoolMasks: a warm pool kernel started before a server
+// that names a secret file was registered (by another Executor of the
+// workspace, which saves it to servers.json) is not handed out: the one
+// Get returns hides the file, as any start now would.
+func TestAttackStalePoolMasks(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsTool(t, "bwrap")
+	secret := "tok-" + strings.Repeat("7", 12)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "sa-key.json"), []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := ipybox.NewPool(1, &ipybox.Options{WorkDir: ws, Sandbox: ipybox.DefaultSandbox()})
+	t.Cleanup(func() { pool.Close() })
+	for deadline := time.Now().Add(60 * time.Second); pool.Ready() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill within 60s")
+		}
+	}
+	other := startSandboxed(t, &ipybox.Options{WorkDir: ws})
+	cfg := testmcpStdio(t)
+	cfg.Env = map[string]string{"GOOGLE_APPLICATION_CREDENTIALS": "sa-key.json"}
+	register(t, other, "creds", cfg)
+
+	ex, err := pool.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	res := run(t, ex, "try:\n    print('"+secret+"' in open('sa-key.json').read())\nexcept OSError as e:\n    print('DENIED', type(e).__name__)")
+	if strings.Contains(res.Text, "True") {
+		t.Errorf("the pooled kernel read a secret that a server registered after its start names: %q", res.Text)
 	}
 }

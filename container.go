@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/sandboxhook"
+	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/sandbox"
 )
@@ -112,15 +115,24 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 			return nil, err
 		}
 	}
-	if sandboxhook.NewGuard == nil {
+	if runtime.GOOS != "linux" {
 		return nil, errors.New("container: the container backend runs on Linux only (the run directory's unix sockets are shared with the container)")
 	}
-	g, err := sandboxhook.NewGuard(e.workspace, e.secretFiles, e.log)
+	// The kernel runs under ipybox's own binary in the container: the
+	// seccomp filter and the workspace guard, as in the sandbox.
+	init, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("container: %w", err)
+		return nil, fmt.Errorf("container: the ipybox binary, to run the kernel under its guard: %w", err)
 	}
-	e.guard = g
-	cfg.Guard = g
+	cfg.InitBinary = init
+	cfg.Protect = func() (*wsguard.Protection, error) {
+		home, _ := os.UserHomeDir()
+		return wsguard.Protect(wsguard.Input{Workspace: e.workspace, Home: home, Secrets: e.secretFiles, Log: e.log})
+	}
+	if e.packageDir != "" {
+		rel, _ := filepath.Rel(e.workspace, e.packageDir)
+		cfg.Writable = append(cfg.Writable, rel)
+	}
 	l, err := container.New(ctx, cfg)
 	if err != nil {
 		return nil, err

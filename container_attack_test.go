@@ -186,8 +186,9 @@ print(fetch('http://127.0.0.1:` + port + `/in'), '|', fetch('http://127.0.0.9:` 
 // whose tools read files there and act on them. From the container, kernel
 // code cannot plant a git hook or fsmonitor, an .mcp.json, Claude Code or
 // VS Code settings, nor read .env.* or a file a server config names as a
-// secret; a repository it makes with a dangerous config is moved aside at
-// Close.
+// secret, nor make a repository anywhere in the workspace (the guard in
+// the container refuses it, as the sandbox's does), nor leave a setuid
+// file.
 func TestAttackContainerHostReadFiles(t *testing.T) {
 	testenv.NeedsTool(t, "git")
 	ws := containerWorkspace(t)
@@ -216,9 +217,9 @@ attempt('.mcp.json', lambda: open('.mcp.json', 'w').write('{}'))
 attempt('.claude', lambda: open('.claude/settings.json', 'w').write('{}'))
 attempt('.vscode', lambda: open('.vscode/tasks.json', 'w').write('{}'))
 attempt('rename .git', lambda: os.rename('.git', 'git-moved'))
-os.makedirs('evil/.git/objects'); os.makedirs('evil/.git/refs')
-open('evil/.git/HEAD', 'w').write('ref: refs/heads/main\n')
-open('evil/.git/config', 'w').write('[core]\n\tpager = sh -c x\n')
+attempt('new repository', lambda: os.makedirs('evil/.git/objects'))
+attempt('deep vscode', lambda: os.makedirs('a/b/c/d/e/.vscode'))
+attempt('setuid', lambda: (open('s', 'w').close(), os.chmod('s', 0o4755)))
 print(bad, repr(open('.env.local').read()), repr(open('sa-key.json').read()))`)
 	if got != "[] '' ''" {
 		t.Errorf("got %q", got)

@@ -25,7 +25,7 @@ const signatures = "<!-- signatures, not a program -->"
 // docSnippetWant is what a snippet must print, by file and position.
 var docSnippetWant = map[string][]string{
 	"README.md#1":       {"12.566370614359172", "0\n1\n2\n", "images: []"},
-	"README.md#2":       {"approving tool call everything.echo(map[message:hi])", "Echo: hi"},
+	"README.md#2":       {`approving tool call everything.echo({"message": "hi"})`, "Echo: hi"},
 	"docs/sandbox.md#1": {"PermissionError", "/etc/shadow"},
 	"docs/tools.md#1":   {"from mcptools.everything.echo import Params, run"},
 }

@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"regexp"
@@ -36,7 +37,9 @@ func runDocExamples(t *testing.T, doc, rejectArg string, want []docExample) {
 		t.Fatalf("found %d python examples in %s, want %d: update the test with the doc", len(blocks), doc, len(want))
 	}
 	ex := start(t, &ipybox.Options{Approver: func(_ context.Context, r *ipybox.ApprovalRequest) error {
-		for _, v := range r.Args {
+		var args map[string]any
+		json.Unmarshal(r.Args, &args)
+		for _, v := range args {
 			if s, ok := v.(string); ok && s == rejectArg {
 				return errors.New("not this one")
 			}

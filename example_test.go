@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -113,7 +114,10 @@ func ExampleExecutor_RegisterMCPServer() {
 		}
 		switch ev := ev.(type) {
 		case *ipybox.ApprovalRequest:
-			fmt.Println("approve?", ev.Server, ev.Tool, ev.Args["message"])
+			// Args is the JSON kernel code sent: decode what you decide on.
+			var args struct{ Message string }
+			json.Unmarshal(ev.Args, &args)
+			fmt.Println("approve?", ev.Server, ev.Tool, args.Message)
 			ev.Accept()
 		case *ipybox.Result:
 			fmt.Println(ev.Text)

@@ -36,8 +36,10 @@ import (
 	"iter"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,10 +47,11 @@ import (
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/pyruntime"
-	"github.com/ipybox/ipybox/internal/sandboxhook"
+	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/toolserver"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // Options configures an Executor. A nil *Options means the defaults; Start
@@ -155,6 +158,17 @@ type Options struct {
 	// never runs the kernel unsandboxed instead. Nil means no sandbox.
 	Sandbox *SandboxConfig
 
+	// PackageDir is a folder inside the workspace's .ipybox where pip in
+	// the kernel installs packages for this Executor alone: the kernel
+	// gets PYTHONUSERBASE pointing there and PIP_USER=1, and a sandbox or
+	// a container lets it write that folder, while the shared virtualenv
+	// and the rest of ipybox's state stay read-only inside. Packages there
+	// survive Reset, and no other Executor's kernel imports them. It is
+	// created when missing. A system Python that Debian manages refuses
+	// user installs (PEP 668); a virtualenv made with
+	// --system-site-packages takes them. Empty means none.
+	PackageDir string
+
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
 	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
@@ -226,6 +240,9 @@ type Executor struct {
 	sem             chan struct{}
 	log             *slog.Logger
 
+	// packageDir is Options.PackageDir, absolute ("" for none).
+	packageDir string
+
 	registry *mcpconn.Registry
 	mcp      *mcpconn.Manager
 	tools    *toolserver.Server
@@ -240,10 +257,11 @@ type Executor struct {
 	forgetMu sync.Mutex
 	forget   []string
 
-	sandboxes  sandboxSet
-	container  *container.Launcher // the container backend, when Options.Container is set
-	stopEgress func() error        // the container's egress proxy, when it has one
-	guard      sandboxhook.Guard   // the container's workspace protection
+	sandboxes sandboxSet
+	container *container.Launcher // the container backend, when Options.Container is set
+	// kernelSandbox is the kernel's sandbox, when Options.Sandbox is set.
+	kernelSandbox *sandbox.Sandbox
+	stopEgress    func() error // the container's egress proxy, when it has one
 
 	closeOnce sync.Once
 	closeErr  error
@@ -283,6 +301,14 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: working directory %q is not a directory; create it or choose another WorkDir", ws)
 	}
 	e.workspace = ws
+	if o.PackageDir != "" {
+		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
+			return nil, err
+		}
+		if o.Gateway != nil {
+			return nil, errors.New("ipybox: Options.PackageDir is a folder of this machine's workspace; a gateway kernel installs on its own machine: leave it empty")
+		}
+	}
 
 	if e.runDir, err = kernel.NewRunDir(); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
@@ -329,7 +355,8 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	init := pyruntime.InitConfig{
-		SysPath:            []string{pyDir, kws},
+		SysPath:            []string{pyDir},
+		SysPathEnd:         []string{kws},
 		ShellApproval:      o.ApproveShellCommands,
 		RequireShellEscape: o.RequireShellEscape,
 	}
@@ -345,8 +372,11 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	env := envList(o.KernelEnv)
 	env = append(env, e.toolEnv()...)
+	if e.packageDir != "" {
+		env = append(env, "PYTHONUSERBASE="+e.kernelPath(e.packageDir), "PIP_USER=1")
+	}
 	initCode := pyruntime.InitCode(init)
-	pythonPath := []string{pyDir, kws}
+	pythonPath := []string{pyDir}
 	var gw *kernel.GatewayConfig
 	if o.Gateway != nil {
 		// The kernel may not share this file system: the runtime travels
@@ -354,7 +384,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		// gateway's (see docs/scale.md).
 		g := *o.Gateway
 		gw = &g
-		init.SysPath = nil
+		init.SysPath, init.SysPathEnd = nil, nil
 		init.WorkDir = ""
 		init.Remote = true
 		initCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
@@ -381,6 +411,36 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	ok = true
 	return e, nil
+}
+
+// packageDir checks Options.PackageDir and creates it, without following
+// a link.
+func packageDir(ws, dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(ws, dir)
+	}
+	dir = filepath.Clean(dir)
+	state := filepath.Join(ws, ".ipybox")
+	rel, err := filepath.Rel(ws, dir)
+	if err != nil || dir == state || !strings.HasPrefix(dir, state+string(filepath.Separator)) {
+		return "", fmt.Errorf("ipybox: Options.PackageDir %q must be a folder inside %s (ipybox's state, which kernels cannot otherwise write)", dir, state)
+	}
+	if err := safefs.MkdirAll(ws, rel, 0o700); err != nil {
+		return "", fmt.Errorf("ipybox: Options.PackageDir: %w", err)
+	}
+	return dir, nil
+}
+
+// kernelPath maps a host path in the workspace to the kernel's view.
+func (e *Executor) kernelPath(p string) string {
+	if e.opts.Container == nil {
+		return p
+	}
+	rel, err := filepath.Rel(e.workspace, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return path.Join(ContainerWorkspace, filepath.ToSlash(rel))
 }
 
 func envList(m map[string]string) []string {
@@ -570,9 +630,6 @@ func (e *Executor) closeParts() error {
 	}
 	if e.stopEgress != nil {
 		errs = append(errs, e.stopEgress())
-	}
-	if e.guard != nil {
-		errs = append(errs, e.guard.Close())
 	}
 	if e.runDir != "" {
 		errs = append(errs, os.RemoveAll(e.runDir))

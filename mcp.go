@@ -55,7 +55,9 @@ func (e *Executor) startTools() error {
 		// the tool server.
 		modules = toolModules(e.workspace)
 	}
-	ts, err := toolserver.New(e.mcp, &toolserver.Options{
+	ts, err := toolserver.New(toolserver.CallerFunc(func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
+		return e.mcp.CallTool(ctx, server, tool, args)
+	}), &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
 		KnownServer: func(name string) bool {

@@ -46,8 +46,16 @@ func (p *Pool) Get(ctx context.Context) (*Executor, error) {
 	if p.warm.Closed() {
 		return nil, ErrPoolClosed
 	}
-	if ex, ok := p.warm.Take(); ok {
-		return ex, nil
+	for {
+		ex, ok := p.warm.Take()
+		if !ok {
+			break
+		}
+		if !ex.Stale() {
+			return ex, nil
+		}
+		// It started before a secret it would have to hide existed.
+		ex.Close()
 	}
 	return Start(ctx, &p.opts)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/sandbox"
@@ -34,13 +35,82 @@ func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
-	policy := e.opts.Sandbox
+	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox, &sandbox.Options{
+		Forwards: []sandbox.Forward{tool},
+		Logger:   e.log,
+		Writable: nonEmpty(e.packageDir),
+	}, e.secretFiles)
+	if err != nil {
+		return nil, err
+	}
+	e.sandboxes.add(sb)
+	e.kernelSandbox = sb
+	// No probe here: the kernel's start is the probe, and a failed start
+	// explains itself with the probe's cause and fix (sandbox.ProbeError).
+	// Inside, the runtime reaches the tool server through the forwarder
+	// (Linux), or by its socket, which the profile allows (macOS).
+	e.toolURL = sb.ForwardURL(tool)
+	return sb, nil
+}
+
+func nonEmpty(s ...string) []string {
+	var out []string
+	for _, x := range s {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Stale reports whether the kernel started under another workspace
+// protection than a start now would get: a secret file that a server
+// registered since (in this Executor, or in the workspace's servers.json
+// by another session) names, or a .env made since, is not hidden from it.
+// A pool hands out no stale Executor. An unsandboxed or gateway kernel is
+// never stale: nothing is hidden from it.
+func (e *Executor) Stale() bool {
+	var started string
+	switch {
+	case e.container != nil:
+		started = e.container.StartedFingerprint()
+	case e.opts.Sandbox != nil && e.kernelSandbox != nil:
+		started = e.kernelSandbox.StartedFingerprint()
+	default:
+		return false
+	}
+	home, _ := os.UserHomeDir()
+	secrets := func() []string {
+		s := e.secretFiles()
+		if reg, err := mcpconn.LoadRegistry(registryPath(e.workspace)); err == nil {
+			for _, f := range registrySecrets(e.workspace, reg) {
+				if !slices.Contains(s, f) {
+					s = append(s, f)
+				}
+			}
+		}
+		return s
+	}
+	now, err := wsguard.Protect(wsguard.Input{Workspace: e.workspace, Home: home, Secrets: secrets})
+	return err != nil || now.Fingerprint() != started
+}
+
+// newWorkspaceSandbox is the one way ipybox makes a sandbox for a
+// workspace, for the kernel, a sandboxed stdio MCP server, and the pip and
+// virtualenv helpers alike, so that each gets every mask: the OAuth token
+// folder, and at each start .env files and the files that the registered
+// servers' configs name (secrets; nil: read them from the workspace's
+// registry at each start).
+func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, secrets func() []string) (*sandbox.Sandbox, error) {
+	if policy == nil {
+		policy = DefaultSandbox()
+	}
 	if f, err := mcpconn.DefaultTokenFile(); err == nil {
 		// A token folder that kernel code can write under (the workspace,
 		// an allowWrite path) cannot be protected: code could move its
 		// parent away and make a fresh one, or plant a link, and the host
 		// would write the next sign-in's tokens where the kernel reads.
-		if err := tokenDirOutside(filepath.Dir(f), append([]string{e.workspace}, policy.Filesystem.AllowWrite...)); err != nil {
+		if err := tokenDirOutside(filepath.Dir(f), append([]string{ws}, policy.Filesystem.AllowWrite...)); err != nil {
 			return nil, err
 		}
 		// The OAuth token folder is masked whatever the policy shows (a
@@ -52,22 +122,24 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 			policy = &p
 		}
 	}
-	sb, err := sandbox.New(policy, &sandbox.Options{
-		Workspace: e.workspace,
-		Forwards:  []sandbox.Forward{tool},
-		Logger:    e.log,
-		Secrets:   e.secretFiles,
-	})
+	if secrets == nil {
+		secrets = func() []string {
+			reg, err := mcpconn.LoadRegistry(registryPath(ws))
+			if err != nil {
+				return nil
+			}
+			return registrySecrets(ws, reg)
+		}
+	}
+	var opts sandbox.Options
+	if o != nil {
+		opts = *o
+	}
+	opts.Workspace, opts.Secrets = ws, secrets
+	sb, err := sandbox.New(policy, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	e.sandboxes.add(sb)
-	if err := probe(ctx, sb); err != nil {
-		return nil, err
-	}
-	// Inside, the runtime reaches the tool server through the forwarder
-	// (Linux), or by its socket, which the profile allows (macOS).
-	e.toolURL = sb.ForwardURL(tool)
 	return sb, nil
 }
 
@@ -79,14 +151,17 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 // an environment variable's value (CLOUDSDK_CONFIG, GNUPGHOME) or a flag
 // such as --credentials-dir; a directory a server simply works on (the
 // filesystem server's roots) stays visible.
-func (e *Executor) secretFiles() []string {
+func (e *Executor) secretFiles() []string { return registrySecrets(e.workspace, e.registry) }
+
+// registrySecrets is secretFiles for a workspace and its registry.
+func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
 	var out []string
-	for _, name := range e.registry.Names() {
-		cfg, ok := e.registry.Get(name)
+	for _, name := range reg.Names() {
+		cfg, ok := reg.Get(name)
 		if !ok {
 			continue
 		}
-		base := e.workspace
+		base := workspace
 		if cfg.Cwd != "" && filepath.IsAbs(cfg.Cwd) {
 			base = cfg.Cwd
 		}
@@ -113,7 +188,7 @@ func (e *Executor) secretFiles() []string {
 				p = filepath.Join(base, p)
 			}
 			p = filepath.Clean(p)
-			if p == e.workspace || !strings.HasPrefix(p, e.workspace+string(filepath.Separator)) {
+			if p == workspace || !strings.HasPrefix(p, workspace+string(filepath.Separator)) {
 				continue
 			}
 			fi, err := os.Stat(p)
@@ -211,7 +286,7 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return sandbox.New(policy, &sandbox.Options{Workspace: e.workspace, Logger: e.log})
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log}, e.secretFiles)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
@@ -250,6 +325,10 @@ type CommandOptions struct {
 	Sandbox *SandboxConfig
 	// Env is exactly the command's environment; nil means an empty one.
 	Env []string
+	// Writable are folders inside the workspace's .ipybox that the
+	// command may write (the shared virtualenv, for an approved install);
+	// nil means none: ipybox's state is read-only or hidden inside.
+	Writable []string
 }
 
 // SandboxedCommand prepares path with args to run inside a sandbox, with
@@ -262,11 +341,15 @@ func SandboxedCommand(ctx context.Context, workspace, path string, args []string
 	if opts != nil {
 		o = *opts
 	}
-	cfg, env := o.Sandbox, o.Env
-	sb, err := sandbox.New(cfg, &sandbox.Options{Workspace: workspace})
+	ws, err := filepath.Abs(workspace)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
+		return nil, nil, fmt.Errorf("sandbox workspace: %w", err)
 	}
+	sb, err := newWorkspaceSandbox(ws, o.Sandbox, &sandbox.Options{Writable: o.Writable}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := o.Env
 	if err := probe(ctx, sb); err != nil {
 		sb.Close()
 		return nil, nil, err

@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -99,7 +100,7 @@ print(type(r3).__name__, r3.name, r3.inner.count, r3.inner.tags, type(r3.inner).
 			if got, want := resultText(events), "str tool-1: hi\nResult n 2 ['a', 'b'] Inner"; got != want {
 				t.Errorf("text = %q, want %q", got, want)
 			}
-			if len(reqs) != 2 || reqs[0].Server != name || reqs[0].Tool != "tool-1" || reqs[0].Args["s"] != "hi" || reqs[1].Tool != "tool_3" {
+			if len(reqs) != 2 || reqs[0].Server != name || reqs[0].Tool != "tool-1" || argOf(reqs[0], "s") != "hi" || reqs[1].Tool != "tool_3" {
 				t.Errorf("approval requests = %+v", reqs)
 			}
 		})
@@ -126,7 +127,7 @@ func TestEverythingOverAllTransports(t *testing.T) {
 			if got, want := resultText(events), "Echo: via "+name+" Result True"; got != want {
 				t.Errorf("text = %q, want %q", got, want)
 			}
-			if len(reqs) != 2 || reqs[0].Server != name || reqs[0].Tool != "get-structured-content" || reqs[0].Args["location"] != "Chicago" {
+			if len(reqs) != 2 || reqs[0].Server != name || reqs[0].Tool != "get-structured-content" || argOf(reqs[0], "location") != "Chicago" {
 				t.Errorf("requests = %+v", reqs)
 			}
 		})
@@ -194,7 +195,7 @@ func TestApprovals(t *testing.T) {
 		case *ipybox.Output:
 			order = append(order, strings.TrimSpace(ev.Text))
 		case *ipybox.ApprovalRequest:
-			order = append(order, "approve:"+ev.Args["s"].(string))
+			order = append(order, "approve:"+argOf(ev, "s"))
 		}
 	}
 	if got := strings.Join(order, ","); got != "before,approve:1,between,approve:2,tool-1: 1 tool-1: 2" {
@@ -223,7 +224,7 @@ func TestExecuteUsesApprover(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Tool)
 		mu.Unlock()
-		if r.Args["s"] == "bad" {
+		if argOf(r, "s") == "bad" {
 			return errors.New("bad input")
 		}
 		return nil
@@ -469,4 +470,12 @@ func TestRegisterDoesNotWaitForACell(t *testing.T) {
 	if got := run(t, ex, "import mcptools.go.tool_1 as m1\nprint(m1 is first)").Text; got != "False" {
 		t.Errorf("after re-registering, the cached module was kept: %q", got)
 	}
+}
+
+// argOf returns the string argument name of a tool call's request, or "".
+func argOf(r *ipybox.ApprovalRequest, name string) string {
+	var args map[string]any
+	json.Unmarshal(r.Args, &args)
+	s, _ := args[name].(string)
+	return s
 }

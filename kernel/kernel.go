@@ -402,11 +402,22 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 }
 
 // launchShim starts ipykernel like `python -m ipykernel_launcher`, but
-// first watches the lifeline (see DirectLauncher), and keeps the imports a
-// kernel has no use for out while it starts (see importGuard).
-const launchShim = lifeline.WatchPython + importGuard + `sys.argv[0] = "ipykernel_launcher"
+// first takes the working directory off sys.path (see noCwdPath), watches
+// the lifeline (see DirectLauncher), and keeps the imports a kernel has no
+// use for out while it starts (see importGuard).
+const launchShim = noCwdPath + lifeline.WatchPython + importGuard + `sys.argv[0] = "ipykernel_launcher"
 from ipykernel import kernelapp as _app
 ` + importGuardEnd + boundStreams + `_app.launch_new_instance()
+`
+
+// noCwdPath takes the working directory ("", which `python -c` puts first)
+// off sys.path before anything is imported: the working directory is the
+// workspace, which other sessions write, and a threading.py left there
+// would otherwise run in this kernel as it starts. The kernel's init puts
+// the workspace back, at the end of sys.path (see pyruntime.InitConfig).
+const noCwdPath = `import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 `
 
 // importGuard keeps modules that an agent's kernel has no use for from

@@ -85,7 +85,7 @@ func (DirectLauncher) Start(ctx context.Context, spec *Spec) (Process, error) {
 	cmd.Dir = spec.Dir
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = spec.Stderr
-	p, err := lifeline.Start(cmd)
+	p, err := lifeline.Start(cmd, startFiltered)
 	if err != nil {
 		return nil, err
 	}

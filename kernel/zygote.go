@@ -145,7 +145,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	// control socket instead, whose other end only this process holds, and
 	// at EOF kills every kernel's group and exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	err = startFiltered(cmd) // its kernels inherit the filter
 	child.Close()
 	if err != nil {
 		ctl.Close()
@@ -385,7 +385,7 @@ func (k *zygoteKernel) Wait() error {
 // output; replies carry the pid or an error; exit reports carry a pid and
 // its wait status. The zygote stays single-threaded, so fork is safe.
 const zygoteScript = `# ipybox zygote
-import os, sys, json, socket, signal, select, ctypes, random
+` + noCwdPath + `import os, sys, json, socket, signal, select, ctypes, random
 ` + importGuard + `from ipykernel import kernelapp as _app
 import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
 ` + importGuardEnd + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
@@ -418,7 +418,7 @@ def _child(req, out):
     for kv in req["env"]:
         k, _, v = kv.partition("=")
         os.environ[k] = v
-    sys.path[:] = _base_path[:1] + list(req["pythonpath"] or []) + _base_path[1:]
+    sys.path[:] = list(req["pythonpath"] or []) + [p for p in _base_path if p]
     random.seed()
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])
     _app.launch_new_instance()

@@ -226,7 +226,12 @@ func (m *Manager) ListTools(ctx context.Context, server string) ([]*mcp.Tool, er
 // the result (IsError set): that is not a Go error. A Go error means the
 // call did not complete: unknown server, connection failure, timeout, or a
 // protocol error such as an unknown tool.
-func (m *Manager) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+//
+// args is what the tool's arguments encode from as JSON: a map[string]any,
+// a struct, or a json.RawMessage holding a JSON object, which is sent as it
+// is (the tool server passes kernel code's arguments on that way, without
+// decoding them). Nil sends {}.
+func (m *Manager) CallTool(ctx context.Context, server, tool string, args any) (*mcp.CallToolResult, error) {
 	var res *mcp.CallToolResult
 	err := m.do(ctx, server, fmt.Sprintf("calling tool %q", tool), false, func(ctx context.Context, s *session) error {
 		var err error

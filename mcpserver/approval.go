@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/escape"
 )
@@ -107,8 +108,8 @@ func approvalMeta(r *ipybox.ApprovalRequest) map[string]any {
 		return map[string]any{"kind": string(r.Kind), "command": r.Command}
 	}
 	args := r.Args
-	if args == nil {
-		args = map[string]any{}
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
 	}
 	return map[string]any{"kind": string(r.Kind), "server": r.Server, "tool": r.Tool, "args": args}
 }
@@ -116,14 +117,15 @@ func approvalMeta(r *ipybox.ApprovalRequest) map[string]any {
 // approvalMessage is what the user sees when asked. Kernel code chose the
 // command and the arguments: they are escaped, so that control characters
 // and bidi overrides cannot hide what would run in the client's dialog.
+//
+// The terminal prompt of `ipybox exec --approval prompt` shows the same
+// summary (internal/approvaltext): every line of a command numbered, runs
+// of blank lines counted, and a long one's first and last lines with what
+// is left out between, so that a line that runs cannot scroll out of view.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
 	if r.Kind == ipybox.KindShell {
-		return "ipybox: code run by the agent wants to run this shell command:\n\n" + escape.Text(r.Command) + "\n\nAccept to run it, decline to refuse."
-	}
-	args, err := json.MarshalIndent(r.Args, "", "  ")
-	if err != nil {
-		args = []byte(fmt.Sprint(r.Args))
+		return "ipybox: code run by the agent wants to run this shell command:\n\n" + approvaltext.Command(r.Command) + "\n\nAccept to run it, decline to refuse."
 	}
 	return fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s\n\nAccept to allow the call, decline to refuse it.",
-		escape.Text(r.Tool), escape.Text(r.Server), escape.Text(string(args)))
+		escape.Text(r.Tool), escape.Text(r.Server), approvaltext.Args(r.Args))
 }

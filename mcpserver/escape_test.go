@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -82,4 +83,35 @@ func pyQuote(s string) string {
 	}
 	b.WriteString(`"`)
 	return b.String()
+}
+
+// TestElicitationShowsEveryLine: a command whose first line would scroll
+// out of the client's dialog behind 120 blank lines, or behind thousands
+// of lines, is shown with every line that runs numbered and the blank ones
+// counted, or with its first and last lines and what is not shown; the
+// tool arguments likewise, within a bounded size. It is the summary that
+// the terminal prompt shows (approvaltext).
+func TestElicitationShowsEveryLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		r    *ipybox.ApprovalRequest
+		want []string
+	}{
+		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "touch /tmp/pwned" + strings.Repeat("\n", 121) + "ls"},
+			[]string{"1: touch /tmp/pwned\n2-121: (120 blank lines)\n122: ls\n[122 lines, 139 bytes]"}},
+		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "touch /tmp/pwned\n" + strings.Repeat(":\n", 5000) + "ls"},
+			[]string{"1: touch /tmp/pwned\n", "[... lines 13-4990 not shown ...]", "5002: ls\n[5002 lines, 10019 bytes]"}},
+		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: json.RawMessage(`{"a":"touch /tmp/pwned` + strings.Repeat(" ", 1<<20) + `ls"}`)},
+			[]string{`{"a":"touch /tmp/pwned`, "characters not shown", `ls"}`, "[1048602 bytes of JSON, shown in part]"}},
+	} {
+		msg := approvalMessage(tc.r)
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("the elicitation message lacks %q:\n%.3000s", w, msg)
+			}
+		}
+		if len(msg) > 16<<10 {
+			t.Errorf("the elicitation message is %d bytes", len(msg))
+		}
+	}
 }

@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -165,18 +167,7 @@ func copyFile(sr dirFS, src, srcName string, dr dirFS, dst, dstName string) (int
 		return 0, err
 	}
 	defer in.Close()
-	out, err := createDest(dr, dst, dstName)
-	if err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return n, fmt.Errorf("copy to %s: %w", dstName, err)
-	}
-	return n, nil
+	return writeNew(dr, dst, dstName, func(out *os.File) (int64, error) { return io.Copy(out, in) })
 }
 
 // openSource opens the regular file src in sr for reading, without
@@ -204,18 +195,42 @@ func openSource(sr dirFS, src, srcName string) (*os.File, error) {
 	return in, nil
 }
 
-// createDest creates (or truncates) the regular file dst in dr, with its
-// parent directories, without following a link; what is there and is not
-// a regular file is refused before anything is truncated.
-func createDest(dr dirFS, dst, dstName string) (*os.File, error) {
+// writeNew writes dst in dr as a new file: write fills a file created
+// beside it, under a name nobody can guess, which is renamed over dst once
+// whole. An existing dst is never opened for writing: in a shared folder
+// it may belong to another user, who would own what ipybox wrote (and a
+// hard link would carry the bytes to another name). A dst that another
+// user owns in a sticky folder cannot be replaced, and is refused; a
+// transfer that fails leaves dst as it was.
+func writeNew(dr dirFS, dst, dstName string, write func(*os.File) (int64, error)) (int64, error) {
 	if err := destOK(dr, dst, dstName); err != nil {
-		return nil, err
+		return 0, err
 	}
-	out, err := dr.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o644)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	base := filepath.Base(dst)
+	base = base[:min(len(base), 200)] // a name is at most 255 bytes
+	part := filepath.Join(filepath.Dir(dst), "."+base+".ipybox-"+hex.EncodeToString(rnd[:]))
+	out, err := safefs.CreateExclusive(dr.base, part, 0o644)
 	if err != nil {
-		return nil, describe(err, dstName)
+		return 0, describe(err, dstName)
 	}
-	return out, nil
+	n, err := write(out)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		safefs.Remove(dr.base, part)
+		return n, fmt.Errorf("copy to %s: %w", dstName, err)
+	}
+	if err := safefs.Rename(dr.base, part, dst); err != nil {
+		safefs.Remove(dr.base, part)
+		if errors.Is(err, fs.ErrPermission) {
+			return n, fmt.Errorf("%s exists and cannot be replaced (another user owns it in a shared folder, or the folder is not writable); choose another name", dstName)
+		}
+		return n, describe(err, dstName)
+	}
+	return n, nil
 }
 
 // destOK creates dst's parent directories in dr and refuses a dst that
@@ -247,29 +262,9 @@ func destOK(dr dirFS, dst, dstName string) error {
 }
 
 // downloadFrom copies the file rel of a gateway kernel's working directory
-// to dst in dr. It is written beside dst and renamed into place once
-// whole, so that a transfer that fails leaves dst as it was.
+// to dst in dr, as a new file (see writeNew).
 func downloadFrom(ctx context.Context, ex *ipybox.Executor, rel string, dr dirFS, dst, dstName string) (int64, error) {
-	if err := destOK(dr, dst, dstName); err != nil {
-		return 0, err
-	}
-	part := dst + ".ipybox-part"
-	out, err := createDest(dr, part, dstName+".ipybox-part")
-	if err != nil {
-		return 0, err
-	}
-	n, err := ex.DownloadFile(ctx, rel, out)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = safefs.Rename(dr.base, part, dst)
-	}
-	if err != nil {
-		safefs.Remove(dr.base, part)
-		return n, err
-	}
-	return n, nil
+	return writeNew(dr, dst, dstName, func(out *os.File) (int64, error) { return ex.DownloadFile(ctx, rel, out) })
 }
 
 // describe turns a file error into a sentence that names the path.

@@ -42,6 +42,11 @@ const (
 	DefaultMaxSessions = 32
 	// DefaultApprovalTimeout bounds one approval question.
 	DefaultApprovalTimeout = defaults.Approval
+	// DefaultSpillCellBytes and DefaultSpillWorkspaceBytes bound the files
+	// of ipybox-outputs: kernel code printing without end wrote 839 MB in
+	// 21 s.
+	DefaultSpillCellBytes      = 32 << 20
+	DefaultSpillWorkspaceBytes = 256 << 20
 )
 
 // Bind makes a host directory visible inside the workspace, at RelPath.
@@ -138,6 +143,13 @@ type Options struct {
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).
 	Pool int
+	// PoolMax is how far the pool grows with demand: each session that
+	// finds it empty raises what it keeps ready by one, up to PoolMax, and
+	// every two quiet minutes it shrinks by one back to Pool. Each pooled
+	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
+	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// 4 (or Pool, if larger); below Pool means Pool.
+	PoolMax int
 	// NoZygote turns off the fork server that unsandboxed kernels are
 	// forked from (a fifth of a cold start). False means it is used
 	// whenever the kernels are not sandboxed.
@@ -150,6 +162,16 @@ type Options struct {
 	// in cells without a timeout of their own; a cell's remaining time
 	// bounds it otherwise. Zero means DefaultApprovalTimeout.
 	ApprovalTimeout time.Duration
+	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
+	// folder that keeps one cell's whole output when it is too long for
+	// the result; what is printed past it is dropped, and the result says
+	// how much. Zero means DefaultSpillCellBytes; negative keeps no file.
+	SpillCellBytes int64
+	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
+	// cell's file stops where the folder would pass it (its files are
+	// counted when the file is made), and the result says to delete old
+	// ones. Zero means DefaultSpillWorkspaceBytes; negative keeps no file.
+	SpillWorkspaceBytes int64
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
@@ -161,7 +183,14 @@ type Options struct {
 // kernel in a shared workspace. Create it with New, serve it with Serve
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
+// defaultPoolMax is Options.PoolMax's default.
+const defaultPoolMax = 4
+
 type Server struct {
+	// pkgDirs maps each Executor to its package folder (see
+	// closeExecutor).
+	pkgDirs sync.Map
+
 	opts      Options
 	workspace string
 	allowed   []string // real paths of the allowed directories
@@ -246,6 +275,12 @@ func New(opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
+	if o.SpillCellBytes == 0 {
+		o.SpillCellBytes = DefaultSpillCellBytes
+	}
+	if o.SpillWorkspaceBytes == 0 {
+		o.SpillWorkspaceBytes = DefaultSpillWorkspaceBytes
+	}
 	ws := o.Workspace
 	if ws == "" {
 		ws = "."
@@ -324,6 +359,13 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.warm = newWarmPool(s, o.Pool)
+	if o.Pool > 0 {
+		most := o.PoolMax
+		if most == 0 {
+			most = max(o.Pool, defaultPoolMax)
+		}
+		s.warm.Grow(most)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
 		Logger:             log,

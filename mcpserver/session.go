@@ -2,9 +2,12 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -71,7 +74,7 @@ func (x *session) startLocked(ctx context.Context) {
 	x.mu.Lock()
 	if x.closed && ex != nil {
 		x.mu.Unlock()
-		ex.Close()
+		x.s.closeExecutor(ex)
 		return
 	}
 	x.ex, x.err = ex, err
@@ -244,7 +247,7 @@ func (x *session) close() error {
 	x.mu.Unlock()
 	x.startMu.Unlock()
 	if ex != nil {
-		x.closeErr = ex.Close()
+		x.closeErr = x.s.closeExecutor(ex)
 	}
 	return x.closeErr
 }
@@ -253,7 +256,12 @@ func (x *session) close() error {
 // there is one, else one started now. The generations of the
 // registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	if w, ok := s.warm.Take(); ok {
+	if w, ok := s.warm.Take(); ok && w.ex.Stale() {
+		// It started before a server with a secret file was registered:
+		// its kernel would see what a start now hides.
+		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
+		s.closeExecutor(w.ex)
+	} else if ok {
 		w.owner.set(x.ss)
 		x.mu.Lock()
 		x.owner = w.owner
@@ -302,14 +310,24 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	s.mu.Unlock()
 	owner := &oauthOwner{}
+	pkgDir := ""
+	if py != "" {
+		// Packages that this executor's kernel installs with pip go to a
+		// folder of its own: the shared virtualenv is read-only to
+		// kernels, so one session's install cannot replace code that
+		// another runs (install_package changes the shared one, with
+		// approval). They survive a reset, and go with the session.
+		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", rand.Text())
+	}
 	o := ipybox.Options{
-		Python:    py,
-		WorkDir:   s.workspace,
-		ImagesDir: s.opts.ImagesDir,
-		KernelEnv: s.opts.KernelEnv,
-		DotEnv:    s.opts.DotEnv,
-		Logger:    s.log,
-		OAuthURL:  owner.openURL,
+		PackageDir: pkgDir,
+		Python:     py,
+		WorkDir:    s.workspace,
+		ImagesDir:  s.opts.ImagesDir,
+		KernelEnv:  s.opts.KernelEnv,
+		DotEnv:     s.opts.DotEnv,
+		Logger:     s.log,
+		OAuthURL:   owner.openURL,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
 	}
@@ -331,7 +349,25 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	ex, err := ipybox.Start(ctx, &o)
 	if err != nil {
+		if pkgDir != "" {
+			os.RemoveAll(pkgDir)
+		}
 		return nil, nil, nil, err
 	}
+	if pkgDir != "" {
+		s.pkgDirs.Store(ex, pkgDir)
+	}
 	return ex, synced, owner, nil
+}
+
+// closeExecutor closes ex and removes its package folder (os.RemoveAll
+// removes a link planted there, not what it points to).
+func (s *Server) closeExecutor(ex *ipybox.Executor) error {
+	err := ex.Close()
+	if d, ok := s.pkgDirs.LoadAndDelete(ex); ok {
+		if rerr := os.RemoveAll(d.(string)); rerr != nil {
+			s.log.Warn("could not remove a session's package folder", "path", d, "err", rerr)
+		}
+	}
+	return err
 }

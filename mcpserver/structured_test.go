@@ -195,11 +195,18 @@ func TestApprovalMeta(t *testing.T) {
 		want map[string]any
 	}{
 		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t"}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{}}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: map[string]any{"a": 1.0}}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
+		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: json.RawMessage(`{"a":1.0}`)}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
 		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
 	} {
-		if got := approvalMeta(tc.r); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("approvalMeta(%v) = %v, want %v", tc.r, got, tc.want)
+		// As the client gets it: encoded.
+		b, err := json.Marshal(approvalMeta(tc.r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		json.Unmarshal(b, &got)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("approvalMeta(%v) = %s, want %v", tc.r, b, tc.want)
 		}
 	}
 }

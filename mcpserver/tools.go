@@ -15,8 +15,8 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/hostpaths"
 	"github.com/ipybox/ipybox/internal/pyruntime"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // Limits on tool arguments.
@@ -296,7 +296,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(s.workspace, keep)
+	sp := newSpill(s.workspace, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout, KeepText: keep}) {
 		if err != nil {
 			cellErr = err
@@ -556,19 +556,15 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 	return textResult("Copied %d bytes from %s in the workspace to %s.", n, rel, local), nil, nil
 }
 
-// notHostConfig refuses a destination in or at a name that host programs
-// act on (.git/hooks, .claude, .vscode, .mcp.json...): the file comes from
-// the workspace or an agent, and the host would run what it says. ipybox's
-// own state is such a name too: .ipybox (servers.json holds the commands
-// the host runs for a tool call, venv the interpreter it runs pip with)
-// and .env (the values of ${VAR} in server configs), which a sandbox or a
-// container keeps read-only or masked. inner is the path below the
-// destination's root directory.
+// notHostConfig refuses a destination in or at a path that host programs
+// act on (internal/hostpaths: .git, .claude, .vscode, .mcp.json, .env,
+// .ipybox...): the file comes from the workspace or an agent, and the
+// host would run what it says. inner is the path below the destination's
+// root directory.
 func notHostConfig(label, path, inner string) error {
-	for _, c := range strings.Split(filepath.ToSlash(inner), "/") {
-		if sandbox.HostConfigName(c) || c == ".ipybox" || c == ".env" {
-			return fmt.Errorf("%s %s is in %s, which host programs read and act on; ipybox does not write there (copy it yourself if you mean it)", label, quote(path), c)
-		}
+	if e, ok := hostpaths.Match(filepath.ToSlash(inner)); ok {
+		return fmt.Errorf("%s %s is in %s, which host programs read and act on (%s); ipybox does not write there (copy it yourself if you mean it)",
+			label, quote(path), e.Pattern, e.Who)
 	}
 	return nil
 }

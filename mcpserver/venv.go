@@ -154,13 +154,17 @@ func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
 
 // helper runs a venv or pip step: inside the sandbox when kernels are
 // sandboxed, on the host otherwise (only ever with the base interpreter).
+// Sandboxed, it is the one process that may write the shared virtualenv
+// (the kernels see it read-only): it makes the virtualenv, or installs an
+// approved package.
 func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
 	env := helperEnv(s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
 	if s.sandbox == nil {
 		return runCommand(ctx, s.workspace, env, path, args...)
 	}
-	cmd, release, err := ipybox.SandboxedCommand(ctx, s.workspace, path, args, &ipybox.CommandOptions{Sandbox: s.sandbox, Env: env})
+	cmd, release, err := ipybox.SandboxedCommand(ctx, s.workspace, path, args,
+		&ipybox.CommandOptions{Sandbox: s.sandbox, Env: env, Writable: []string{venvDir(s.workspace)}})
 	if err != nil {
 		return nil, err
 	}

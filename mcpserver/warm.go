@@ -31,11 +31,11 @@ func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
 	start := func(ctx context.Context) (warmExec, error) {
 		ex, synced, owner, err := s.newExecutor(ctx)
 		if err != nil && ex != nil {
-			ex.Close()
+			s.closeExecutor(ex)
 		}
 		return warmExec{ex, synced, owner}, err
 	}
-	return warm.New(size, start, func(w warmExec) error { return w.ex.Close() }, s.log)
+	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex) }, s.log)
 }
 
 // zygote returns the server's fork server for python, starting it once;

@@ -3,9 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -141,26 +139,28 @@ func TestAttackHostMetadata(t *testing.T) {
 	x := newSbx(t, nil, &Options{Workspace: ws})
 	fsmon := fmt.Sprintf(`b"[core]\n\tfsmonitor = touch %s\n"`, mark)
 	x.attempts(t, "", []check{
-		{"git-config", `write(".git/config", ` + fsmon + `)`, false, "EROFS"},
+		{"git-config", `write(".git/config", ` + fsmon + `)`, false, "EACCES"},
 		{"git-config-append", `open(".git/config", "a").write("x")`, false, ""},
-		{"git-hook", `write(".git/hooks/pre-commit", b"#!/bin/sh\ntouch /tmp/x")`, false, "EROFS"},
-		{"git-commondir", `write(".git/commondir", b"../evil-git")`, false, "EROFS"},
-		{"git-info", `write(".git/info/attributes", b"* filter=evil")`, false, "EROFS"},
-		{"git-rename", `os.rename(".git", "old-git")`, false, "EBUSY"},
+		{"git-hook", `write(".git/hooks/pre-commit", b"#!/bin/sh\ntouch /tmp/x")`, false, "EACCES"},
+		{"git-commondir", `write(".git/commondir", b"../evil-git")`, false, "EACCES"},
+		{"git-info", `write(".git/info/attributes", b"* filter=evil")`, false, "EACCES"},
+		{"git-rename", `os.rename(".git", "old-git")`, false, "EACCES"},
 		{"git-rmdir", `os.rmdir(".git")`, false, ""},
 		{"git-replace-by-file", `os.replace("some-file", ".git")`, false, ""},
-		{"git-nested-config", `write("sub/.git/config", ` + fsmon + `)`, false, "EROFS"},
-		{"git-nested-rename", `os.rename("sub/.git", "sub/old")`, false, "EBUSY"},
-		{"claude-settings", `write(".claude/settings.json", b'{"hooks": {}}')`, false, "EROFS"},
-		{"claude-commands", `os.makedirs(".claude/commands")`, false, "EROFS"},
-		{"claude-rename", `os.rename(".claude", "x")`, false, "EBUSY"},
-		{"vscode-tasks", `write(".vscode/tasks.json", b"{}")`, false, "EROFS"},
-		{"vscode-existing", `write(".vscode/settings.json", b"{}")`, false, "EROFS"},
-		{"idea", `write(".idea/workspace.xml", b"x")`, false, "EROFS"},
-		{"mcp-json", `write(".mcp.json", b'{"mcpServers": {"evil": {"command": "touch"}}}')`, false, "EROFS"},
-		{"gitmodules", `write(".gitmodules", b"x")`, false, "EROFS"},
-		{"gitconfig", `write(".gitconfig", b"x")`, false, "EROFS"},
-		{"ripgreprc", `write(".ripgreprc", b"--pre=evil")`, false, "EROFS"},
+		{"git-nested-config", `write("sub/.git/config", ` + fsmon + `)`, false, "EACCES"},
+		{"git-nested-rename", `os.rename("sub/.git", "sub/old")`, false, "EACCES"},
+		{"claude-settings", `(os.makedirs(".claude", exist_ok=True), write(".claude/settings.json", b'{"hooks": {}}'))`, false, "EACCES"},
+		{"claude-commands", `os.makedirs(".claude/commands")`, false, "EACCES"},
+		{"claude-rename", `os.rename(".claude", "x")`, false, "EACCES"},
+		{"vscode-tasks", `write(".vscode/tasks.json", b"{}")`, false, "EACCES"},
+		{"vscode-existing", `write(".vscode/settings.json", b"{}")`, false, "EACCES"},
+		{"idea", `os.makedirs(".idea/x")`, false, "EACCES"},
+		{"git-deep", `os.makedirs("a/b/c/d/e/f/g/.git/hooks")`, false, "EACCES"},
+		{"vscode-deep", `os.makedirs("a/b/c/d/e/f/g/h/.vscode")`, false, "EACCES"},
+		{"mcp-json", `write(".mcp.json", b'{"mcpServers": {"evil": {"command": "touch"}}}')`, false, "EACCES"},
+		{"gitmodules", `write(".gitmodules", b"x")`, false, "EACCES"},
+		{"gitconfig", `write(".gitconfig", b"x")`, false, "EACCES"},
+		{"ripgreprc", `write(".ripgreprc", b"--pre=evil")`, false, "EACCES"},
 		// Controls: ordinary files are writable.
 		{"ordinary", `write("some-file", b"x")`, true, ""},
 		{"ordinary-sub", `write("sub/file.txt", b"x")`, true, ""},
@@ -198,52 +198,6 @@ func TestAttackSymlinkedMetadata(t *testing.T) {
 				t.Fatalf("Start = %v, want an error naming the link %s", err, name)
 			}
 		})
-	}
-}
-
-// TestPlaceholders: the placeholders of missing protected names exist while
-// a sandbox of the workspace is open, and go with the last one; what the
-// workspace had stays.
-func TestPlaceholders(t *testing.T) {
-	t.Parallel()
-	needSandbox(t)
-	ws := t.TempDir()
-	writeFile(t, filepath.Join(ws, ".claude", "settings.json"), "{}")
-	run := t.TempDir()
-	start := func(s *Sandbox) {
-		p, err := s.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: run})
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, p, 30*time.Second)
-	}
-	a, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(a)
-	start(b)
-	for _, n := range []string{".git", ".vscode", ".idea", ".mcp.json", ".env", ".gitmodules"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
-			t.Errorf("placeholder %s missing while sandboxes are open: %v", n, err)
-		}
-	}
-	a.Close()
-	if _, err := os.Lstat(filepath.Join(ws, ".git")); err != nil {
-		t.Errorf("a placeholder went while another sandbox still has it: %v", err)
-	}
-	b.Close()
-	for _, n := range []string{".git", ".vscode", ".idea", ".mcp.json", ".env", ".gitmodules"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("placeholder %s left after the last Close: %v", n, err)
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(ws, ".claude", "settings.json")); err != nil || string(b) != "{}" {
-		t.Errorf("the workspace's own .claude was touched: %q %v", b, err)
 	}
 }
 
@@ -466,76 +420,81 @@ def raw_get(host):
 `, checks)
 }
 
-// TestPlaceholdersAcrossProcesses: another process's sandbox on the same
-// workspace keeps the placeholders in place when this process's last
-// sandbox closes (removing them would detach that sandbox's protection:
-// its kernel could then write .mcp.json or .vscode), and the next process
-// whose sandbox closes last removes those left behind.
-func TestPlaceholdersAcrossProcesses(t *testing.T) {
-	needSandbox(t)
-	flock := testenv.NeedsTool(t, "flock")
-	dir := t.TempDir()
-	orig := wsLockDir
-	wsLockDir = func() (string, error) { return dir, nil }
-	t.Cleanup(func() { wsLockDir = orig })
-
+// TestAttackSetuidPlant: kernel code in the sandbox tries every way to
+// leave a setuid or setgid file in the workspace (with ipybox as root,
+// the file would be root's on the host). Each is refused; the workspace
+// and every other host path the sandbox writes are mounted nosuid and
+// nodev inside as well; and the file kernel code planted runs on the host,
+// as another user, as that user.
+func TestAttackSetuidPlant(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
-	run := t.TempDir()
-	holders, _, err := wsFiles(ws)
+	extra := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.Filesystem.AllowWrite = []string{extra}
+	x := newSbx(t, cfg, &Options{Workspace: ws})
+	x.attempts(t, `
+import shutil, stat, tarfile, io
+shutil.copy("/usr/bin/id", "planted")
+def tar_extract():
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w") as tf:
+        i = tarfile.TarInfo("from-tar"); i.mode = 0o4755; i.size = 3; tf.addfile(i, io.BytesIO(b"abc"))
+    open("t.tar", "wb").write(b.getvalue())
+    run("tar", "-xpf", "t.tar")
+    if os.stat("from-tar").st_mode & 0o6000:
+        return "setuid kept"
+    raise OSError(errno.EPERM, "no setuid bit")
+mounts = read("/proc/self/mountinfo").decode()
+def mount_opts(path):
+    for line in mounts.splitlines():
+        f = line.split()
+        if f[4] == path:
+            return f[5]
+    raise OSError(errno.ENOENT, path)
+`, []check{
+		{"chmod", `os.chmod("planted", 0o4755)`, false, "EPERM"},
+		{"chmod-setgid", `os.chmod("planted", 0o2755)`, false, "EPERM"},
+		{"fchmod", `os.fchmod(os.open("planted", os.O_RDONLY), 0o4755)`, false, "EPERM"},
+		{"open-mode", `os.close(os.open("new", os.O_CREAT | os.O_WRONLY, 0o6755))`, false, "EPERM"},
+		{"mknod", `os.mknod("node", stat.S_IFREG | 0o4755)`, false, "EPERM"},
+		{"shell", `run("sh", "-c", "chmod u+s planted")`, false, ""},
+		{"install", `run("install", "-m", "4755", "planted", "installed")`, false, ""},
+		{"tar", `tar_extract()`, false, "Operation not permitted"},
+		{"fchmodat2", `libc.syscall(ctypes.c_long(452), ctypes.c_long(-100), ctypes.c_char_p(b"planted"), ctypes.c_long(0o4755), ctypes.c_long(0)) == 0 or 1/0`, false, "ZeroDivisionError"},
+		{"io-uring", `sys_call(425, 8, ctypes.addressof(ctypes.create_string_buffer(120)))`, false, "EPERM"},
+		{"ws-nosuid", `"nosuid" in mount_opts(os.getcwd()) and "nodev" in mount_opts(os.getcwd()) or 1/0`, true, ""},
+		{"extra-nosuid", fmt.Sprintf(`"nosuid" in mount_opts(%q) and "nodev" in mount_opts(%q) or 1/0`, extra, extra), true, ""},
+		{"chmod-plain", `os.chmod("planted", 0o755)`, true, ""},
+	})
+	if bad := setugidBelow(t, ws); len(bad) > 0 {
+		t.Fatalf("setuid or setgid files on the host: %v", bad)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	os.Chmod(ws, 0o755)
+	os.Chmod(filepath.Dir(ws), 0o755)
+	cmd := exec.Command(filepath.Join(ws, "planted"), "-u")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("run the planted file as nobody: %v", err)
 	}
-	// The other process: it holds the workspace as an ipybox would.
-	// (--close: sleep does not inherit the lock, so killing flock ends it.)
-	other := exec.Command(flock, "--shared", "--close", holders, "sleep", "120")
-	other.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
+	if got := strings.TrimSpace(string(out)); got != "65534" {
+		t.Fatalf("the planted file ran as uid %s for nobody", got)
 	}
-	t.Cleanup(func() { syscall.Kill(-other.Process.Pid, syscall.SIGKILL); other.Wait() })
-	held := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		f, err := openLock(holders)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		f.Close()
-		if err != nil {
-			held = true
-			break
-		}
-	}
-	if !held {
-		t.Fatal("the other process did not take its hold within 10s")
-	}
+}
 
-	a, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := a.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, p, 30*time.Second)
-	a.Close()
-	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
-			t.Errorf("placeholder %s removed while another process holds the workspace: %v", n, err)
+// setugidBelow lists the files below dir with a setuid or setgid bit.
+func setugidBelow(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			out = append(out, p)
 		}
-	}
-
-	syscall.Kill(-other.Process.Pid, syscall.SIGKILL) // its hold goes with it, as a killed ipybox's does
-	other.Wait()
-	b, err := New(nil, &Options{Workspace: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	for _, n := range []string{".git", ".vscode", ".mcp.json", ".env"} {
-		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("placeholder %s left after the last process's last Close: %v", n, err)
-		}
-	}
+		return nil
+	})
+	return out
 }

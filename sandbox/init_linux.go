@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/seccomp"
 )
 
 // initConfig is what the launcher tells the init: JSON in a memfd whose
@@ -51,8 +52,11 @@ type initConfig struct {
 	Memory int64 `json:"memory,omitempty"`
 	Pids   int   `json:"pids,omitempty"`
 	// Self is the init's own path inside the sandbox, which runs
-	// limitMain.
+	// limitMain where ptrace is not allowed.
 	Self string `json:"self,omitempty"`
+	// Guard is the workspace guard's policy; nil: no guard (the setuid
+	// rules of the filter hold all the same).
+	Guard *seccomp.Policy `json:"guard,omitempty"`
 }
 
 type initForward struct {
@@ -86,6 +90,9 @@ func InitMain(args []string) int {
 			return prepMain(args[1:])
 		case "hold":
 			return holdMain()
+		case "guard":
+			// A container's first program (see internal/container).
+			return seccomp.GuardMain(args[1:])
 		case "check":
 			fmt.Println(initCheckReply)
 			return 0
@@ -270,12 +277,13 @@ func runInit(c *initConfig) int {
 	}
 }
 
-// startRestricted starts the program with the restrictions applied to it
-// alone. no_new_privs, Landlock and seccomp filters belong to a thread, and
-// a child inherits those of the thread that forked it. So a goroutine
-// locks itself to a fresh thread, restricts that thread, starts the
-// program from it, and ends without unlocking, which retires the thread.
-// The init's other threads, which run the forwarders, stay unrestricted.
+// startRestricted starts the program under the restrictions of
+// internal/seccomp (no_new_privs, the filter, the guard when the policy has
+// one), with Landlock when asked, applied to it alone: the init's own
+// threads, which run the forwarders and the guard, stay unrestricted. The
+// resource limits are set on the program at its exec, before its first
+// instruction; where ptrace is not allowed for that, a limit step (the
+// init binary again) sets them and execs the program.
 func startRestricted(c *initConfig) (*exec.Cmd, error) {
 	path := c.Path
 	if !strings.Contains(path, "/") {
@@ -285,91 +293,71 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		}
 		path = p
 	}
-	prog, err := seccompProgram(c.DenyUnixSockets)
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: %w", err)
+	newCmd := func(path string, argv []string) *exec.Cmd {
+		return &exec.Cmd{
+			Path:   path,
+			Args:   argv,
+			Env:    os.Environ(),
+			Stdin:  os.Stdin,
+			Stdout: os.Stdout,
+			Stderr: os.Stderr,
+			// Its own process group, so that a signal reaches the commands
+			// it starts too. No Pdeathsig: it would fire when the forking
+			// thread is retired. If the init dies, bwrap's pid 1 exits and
+			// the pid namespace goes with it.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
 	}
-	argv := c.Argv
-	var execErr, execErrW *os.File // the limit step's report of a failed exec
-	if c.Memory > 0 || c.Pids > 0 {
-		argv = append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), path}, argv...)
-		path = c.Self
-		var err error
-		if execErr, execErrW, err = os.Pipe(); err != nil {
+	o := seccomp.StartOptions{
+		Filter: seccomp.Options{Confine: true, DenyUnix: c.DenyUnixSockets, Guard: c.Guard != nil},
+		Guard:  c.Guard,
+		Before: func() error {
+			if err := applyLandlock(c); err != nil {
+				return fmt.Errorf("landlock: %w", err)
+			}
+			return nil
+		},
+		Log: func(msg string) { fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg) },
+	}
+	if c.Memory > 0 {
+		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(c.Memory)})
+	}
+	if c.Pids > 0 {
+		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(c.Pids)})
+	}
+	cmd := newCmd(path, c.Argv)
+	err := seccomp.Start(cmd, o)
+	if !errors.Is(err, seccomp.ErrNoTrace) {
+		if err != nil {
 			return nil, err
 		}
-		defer execErr.Close()
+		return cmd, nil
 	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   argv,
-		Env:    os.Environ(),
-		Stdin:  os.Stdin,
-		Stdout: os.Stdout,
-		Stderr: os.Stderr,
-		// Its own process group, so that a signal reaches the commands it
-		// starts too. No Pdeathsig: it would fire when the forking thread
-		// is retired. If the init dies, bwrap's pid 1 exits and the pid
-		// namespace goes with it.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if execErrW != nil {
-		cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
-	}
-	errc := make(chan error, 1)
-	go startOnRestrictedThread(errc, c, prog, cmd)
-	err = <-errc
-	if execErrW != nil {
-		execErrW.Close()
-	}
+	// No ptrace here: the limit step sets the limits and execs.
+	execErr, execErrW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	if execErr != nil {
-		// The limit step closes its end on a successful exec (close on
-		// exec), or writes why the exec failed.
-		execErr.SetReadDeadline(time.Now().Add(30 * time.Second))
-		msg, _ := io.ReadAll(io.LimitReader(execErr, 4096))
-		if len(msg) > 0 {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, errors.New(string(msg))
-		}
+	defer execErr.Close()
+	argv := append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), path}, c.Argv...)
+	cmd = newCmd(c.Self, argv)
+	cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
+	o.Rlimits = nil
+	err = seccomp.Start(cmd, o)
+	execErrW.Close()
+	if err != nil {
+		return nil, err
+	}
+	// The limit step closes its end on a successful exec (close on exec),
+	// or writes why the exec failed.
+	execErr.SetReadDeadline(time.Now().Add(30 * time.Second))
+	msg, _ := io.ReadAll(io.LimitReader(execErr, 4096))
+	if len(msg) > 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, errors.New(string(msg))
 	}
 	return cmd, nil
-}
-
-// startOnRestrictedThread restricts the calling goroutine's thread, starts
-// cmd from it, and sends cmd.Start's error (or the restriction's) on errc.
-// The thread is never unlocked, so it is retired with its restrictions.
-// It must not be the main thread: that one is never retired, and it is the
-// process that the program sees as pid 1, so restricting it would put the
-// init inside the program's Landlock domain, where the program's signals
-// reach it. On the main thread, it holds that thread and starts again on a
-// new goroutine, which then runs on another.
-func startOnRestrictedThread(errc chan<- error, c *initConfig, prog []unix.SockFilter, cmd *exec.Cmd) {
-	runtime.LockOSThread()
-	if unix.Gettid() == unix.Getpid() {
-		done := make(chan error, 1)
-		go startOnRestrictedThread(done, c, prog, cmd)
-		err := <-done
-		runtime.UnlockOSThread()
-		errc <- err
-		return
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		errc <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-		return
-	}
-	if err := applyLandlock(c); err != nil {
-		errc <- fmt.Errorf("landlock: %w", err)
-		return
-	}
-	if err := installSeccomp(prog); err != nil {
-		errc <- fmt.Errorf("seccomp: %w", err)
-		return
-	}
-	errc <- cmd.Start()
 }
 
 // closeInheritedOnExec marks every inherited descriptor above stderr

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipybox/ipybox/internal/linelog"
+	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -32,7 +34,7 @@ const (
 var _ kernel.Launcher = (*Sandbox)(nil)
 
 func platformSupported() error {
-	if auditArch == 0 {
+	if !seccomp.Supported() {
 		return &ProbeError{Cause: "the seccomp filter is not implemented for this CPU architecture",
 			Fix: "run ipybox on amd64 or arm64, or run without the sandbox"}
 	}
@@ -60,6 +62,26 @@ func (s *Sandbox) logFeatures() {
 // Start runs Probe first and returns its error: it never runs the process
 // unsandboxed.
 func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
+	p, err := s.start(ctx, spec)
+	var le launchError
+	if errors.As(err, &le) && ctx.Err() == nil {
+		return nil, s.explainStart(ctx, le.err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.started()
+	return p, nil
+}
+
+// launchError is a start that failed once bwrap was to run: the probe
+// may explain it.
+type launchError struct{ err error }
+
+func (e launchError) Error() string { return e.err.Error() }
+func (e launchError) Unwrap() error { return e.err }
+
+func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
 	runDir, err := s.checkStart(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -111,7 +133,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if err != nil {
 		ctl.Close()
 		ctlChild.Close()
-		return nil, err
+		return nil, launchError{err}
 	}
 	closeFiles := func() {
 		for _, f := range cmd.ExtraFiles {
@@ -134,7 +156,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	closeFiles() // the child has its copies; the init's EOF needs ours closed
 	if err != nil {
 		ctl.Close()
-		return nil, fmt.Errorf("sandbox: start %s: %w", s.bwrap, err)
+		return nil, launchError{fmt.Errorf("sandbox: start bwrap: %w", err)}
 	}
 
 	ready := make(chan string, 1)
@@ -161,7 +183,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 		if t := tail.Tail(8); t != "" {
 			why += ": " + t
 		}
-		return nil, fmt.Errorf("sandbox: start %s: %s", path, why)
+		return nil, launchError{fmt.Errorf("sandbox: start %s: %s", path, why)}
 	}
 	return &process{cmd: cmd, ctl: ctl}, nil
 }
@@ -239,7 +261,7 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
-		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit}
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}
@@ -319,7 +341,9 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		argsFile.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	s.probeMu.Lock()
 	bwrap := s.bwrap
+	s.probeMu.Unlock()
 	if st != nil {
 		// MappedID must be able to run it, wherever it lives.
 		bwrap = st.add(bwrap, false, true)

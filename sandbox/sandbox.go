@@ -118,6 +118,11 @@ type Options struct {
 	// view (besides .env, .env.* and .ipybox, which are always masked).
 	// Nil means none.
 	Secrets func() []string
+	// Writable are folders inside the workspace's .ipybox that the
+	// processes may write, although ipybox's state is read-only or hidden
+	// inside: the shared virtualenv for the approved install_package,
+	// a session's own package folder for its kernel. Nil means none.
+	Writable []string
 
 	// proxy holds the egress proxy's test hooks (this package's tests
 	// only). Nil means the real resolver and dialer, and the SSRF guard
@@ -153,9 +158,12 @@ type Sandbox struct {
 	pyMu sync.Mutex
 	py   map[string]*pyInfo
 
-	// git is the workspace's repositories when the sandbox was made (see
-	// gitplant.go).
-	git *gitSnapshot
+	fpMu      sync.Mutex
+	startedFP string // see StartedFingerprint
+
+	// writableState are the folders below the workspace's .ipybox that
+	// this sandbox's processes may write (Options.Writable).
+	writableState []string
 
 	// mapped is set when host root creates the sandbox: its processes then
 	// run as MappedID (see prep_linux.go).
@@ -273,8 +281,14 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		s.proxy = newProxy(r, s.proxyOpts, s.log)
 		s.proxy.serve(ln)
 	}
-	placeholders.acquire(s.workspace, s.log)
-	s.snapshotGit()
+	for _, w := range o.Writable {
+		w = filepath.Clean(w)
+		if !filepath.IsAbs(w) || !under(w, filepath.Join(s.workspace, ".ipybox")) || w == filepath.Join(s.workspace, ".ipybox") {
+			os.RemoveAll(s.privDir)
+			return nil, fmt.Errorf("sandbox writable path %q: want a folder inside %s", w, filepath.Join(s.workspace, ".ipybox"))
+		}
+		s.writableState = append(s.writableState, w)
+	}
 	s.logFeatures()
 	return s, nil
 }
@@ -307,9 +321,6 @@ func (s *Sandbox) Close() error {
 		if err := os.RemoveAll(s.privDir); err != nil && s.closeErr == nil {
 			s.closeErr = err
 		}
-		s.quarantineGit()
-		placeholders.release(s.workspace)
-
 	})
 	return s.closeErr
 }
@@ -354,7 +365,7 @@ func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) 
 // checkStart checks that the sandbox can run a kernel (Start) and that
 // spec names absolute paths; it returns the clean run directory.
 func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, error) {
-	if err := s.Probe(ctx); err != nil {
+	if err := s.quickCheck(); err != nil {
 		return "", err
 	}
 	if s.isClosed() {

@@ -189,6 +189,9 @@ const seatbeltBase = `(version 1)
 (allow ipc-posix-sem)
 (allow sysctl-read)
 
+; No file made here may carry a setuid or setgid bit.
+(deny file-write-setugid)
+
 ; Devices.
 (allow file-read* file-write-data file-ioctl
   (literal "/dev/null")

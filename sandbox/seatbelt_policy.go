@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
+
+	"github.com/ipybox/ipybox/internal/hostpaths"
 )
 
 // This file is the macOS sandbox's policy, built on any system so that it
@@ -92,11 +95,15 @@ func (s *Sandbox) seatbeltPolicy(writable, sockets, programs []string) (*seatbel
 	}
 
 	// Secrets: masked and write-protected, as on Linux.
-	secrets := []string{filepath.Join(s.workspace, "**", ".env"), filepath.Join(s.workspace, "**", ".env.*"),
-		filepath.Join(s.workspace, ".ipybox", "servers.json")}
+	secrets := []string{filepath.Join(s.workspace, ".ipybox", "servers.json")}
+	for _, e := range hostpaths.Entries {
+		if e.Secret {
+			secrets = append(secrets, hostGlobs(s.workspace, e)...)
+		}
+	}
 	if ents, err := os.ReadDir(filepath.Join(s.workspace, ".ipybox")); err == nil {
 		for _, e := range ents {
-			if e.Name() != "venv" {
+			if e.Name() != "venv" && !slices.Contains(s.writableState, filepath.Join(s.workspace, ".ipybox", e.Name())) {
 				secrets = append(secrets, filepath.Join(s.workspace, ".ipybox", e.Name()))
 			}
 		}
@@ -121,12 +128,13 @@ func (s *Sandbox) seatbeltPolicy(writable, sockets, programs []string) (*seatbel
 	}
 	denyRead = append(denyRead, secrets...)
 	denyWrite = append(denyWrite, secrets...)
-	// The names host programs read and act on, anywhere in the workspace.
-	for _, d := range protectedDirs {
-		denyWrite = append(denyWrite, filepath.Join(s.workspace, "**", d, "**"))
+	// The paths host programs read and act on, anywhere in the workspace
+	// (internal/hostpaths), and what the host's git configuration names.
+	for _, e := range hostpaths.Entries {
+		denyWrite = append(denyWrite, hostGlobs(s.workspace, e)...)
 	}
-	for _, f := range slices.Concat(protectedFiles, shellStartupFiles) {
-		denyWrite = append(denyWrite, filepath.Join(s.workspace, "**", f))
+	if prot, err := s.protection(); err == nil {
+		denyWrite = append(denyWrite, prot.Protected...)
 	}
 	for _, list := range []*[]string{&denyRead, &denyWrite} {
 		var out []string
@@ -139,4 +147,23 @@ func (s *Sandbox) seatbeltPolicy(writable, sockets, programs []string) (*seatbel
 	}
 	pol.DenyRead, pol.DenyWrite = denyRead, denyWrite
 	return pol, nil
+}
+
+// hostGlobs turns a hostpaths entry into the globs of the paths it
+// protects below ws: the name and everything under it, at the root or at
+// any depth, in any case (macOS file systems ignore case).
+func hostGlobs(ws string, e hostpaths.Entry) []string {
+	var b strings.Builder
+	for _, r := range e.Pattern {
+		if lo, up := unicode.ToLower(r), unicode.ToUpper(r); lo != up {
+			b.WriteString("[" + string(lo) + string(up) + "]")
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	base := filepath.Join(ws, "**", b.String())
+	if e.Root {
+		base = filepath.Join(ws, b.String())
+	}
+	return []string{base, base + "/**"}
 }

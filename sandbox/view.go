@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/seccomp"
+	"github.com/ipybox/ipybox/internal/wsguard"
 )
 
 // Paths inside the sandbox that the launcher provides.
@@ -54,6 +56,16 @@ type view struct {
 	files    []string   // the launcher's files bound (the mask, the init…)
 	pinned   []string   // protected paths staged one by one (as root)
 	fds      []*os.File // sources of --ro-bind-fd, in fdRef order
+	remount  []string   // tmpfs mounts made read-only once filled
+	runDir   string     // the kernel's run directory ("" for Command)
+	guard    *seccomp.Policy
+}
+
+func runDirOf(v *view) string {
+	if v.runDir == "" {
+		return "\x00" // under nothing
+	}
+	return v.runDir
 }
 
 // fdRef stands for the i-th descriptor of view.fds in bwrap's arguments;
@@ -119,8 +131,11 @@ type bind struct {
 	rw   bool
 }
 
-// buildView computes the bwrap options for one process. It may create
-// placeholders in the workspace (see protectWorkspace).
+// buildView computes the bwrap options for one process, in the order
+// bwrap needs them: the fixed layout, the explicit binds (with the masks
+// that must come before them), the workspace's protection, the masks, and
+// the launcher's own files. It never creates a path in the workspace
+// but ipybox's own .ipybox folder.
 func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 	v := &view{}
 	defer func() {
@@ -128,128 +143,12 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 			closeAll(v.fds)
 		}
 	}()
-	add := func(a ...string) { v.args = append(v.args, a...) }
-	add(namespaceFlags...)
-	if s.mapped {
-		// bwrap runs as MappedID; uid 0 inside is that uid outside.
-		add("--uid", "0", "--gid", "0")
-	}
-	add("--hostname", "ipybox")
-
-	// The root: the minimal view, or the whole host read-only.
-	if s.cfg.RootMode == RootHost {
-		add("--ro-bind", "/", "/")
-		v.roots = append(v.roots, "/")
-	} else {
-		add("--ro-bind", "/usr", "/usr")
-		v.roots = append(v.roots, "/usr")
-		for _, l := range []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"} {
-			fi, err := os.Lstat(l)
-			switch {
-			case err != nil:
-			case fi.Mode()&fs.ModeSymlink != 0:
-				target, err := os.Readlink(l)
-				if err != nil {
-					return nil, fmt.Errorf("read link %s: %w", l, err)
-				}
-				add("--symlink", target, l)
-			case fi.IsDir():
-				add("--ro-bind", l, l)
-				v.roots = append(v.roots, l)
-			}
-		}
-		add("--ro-bind", "/etc", "/etc")
-		v.roots = append(v.roots, "/etc")
-	}
-	// /proc is read-only: its writable files include host-global knobs
-	// (/proc/sys, /proc/sysrq-trigger) that must not be reachable, whatever
-	// the uid inside maps to. Reads, and writes through /proc/self/fd,
-	// still work.
-	// The private file systems live in memory: each is bounded by the
-	// memory limit (without a size, a tmpfs may take half the host's RAM,
-	// and outlives the process that filled it). /dev itself is read-only;
-	// /dev/shm (POSIX shared memory, multiprocessing's semaphores) is a
-	// bounded tmpfs of its own.
-	sized := func() {
-		if m := s.cfg.Limits.memory(); m > 0 {
-			add("--size", strconv.FormatInt(m, 10))
-		}
-	}
-	add("--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev")
-	sized()
-	add("--tmpfs", "/dev/shm", "--remount-ro", "/dev")
-	sized()
-	add("--tmpfs", "/tmp")
-	v.writable = append(v.writable, "/tmp", "/dev/shm")
-	if s.cfg.RootMode == RootHost {
-		// The host's shared temporary and runtime directories hold other
-		// programs' sockets and files: replace them with private ones.
-		for _, d := range []string{"/var/tmp", "/run"} {
-			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-				add("--tmpfs", d)
-				v.writable = append(v.writable, d)
-			}
-		}
-	}
-
-	// The paths the process is given explicitly.
-	ws := s.workspace
-	var binds []bind
-	addBind := func(p string, rw bool) {
-		for i, b := range binds {
-			if b.path == p {
-				binds[i].rw = b.rw || rw
-				return
-			}
-		}
-		binds = append(binds, bind{p, rw})
-	}
-	for _, p := range in.extraRO {
-		addBind(p, false)
-	}
-	extraRead, err := expandAll(s.cfg.ExtraRead, ws, s.home, false)
+	s.layoutArgs(v)
+	v.runDir = in.runDir
+	binds, fixed, err := s.explicitBinds(in)
 	if err != nil {
-		return nil, fmt.Errorf("extraRead: %w", err)
+		return nil, err
 	}
-	for _, p := range extraRead {
-		addBind(p, false)
-	}
-	denyWrite, err := s.resolveExisting(s.cfg.Filesystem.DenyWrite)
-	if err != nil {
-		return nil, fmt.Errorf("denyWrite: %w", err)
-	}
-	allowWrite, err := expandAll(s.cfg.Filesystem.AllowWrite, ws, s.home, false)
-	if err != nil {
-		return nil, fmt.Errorf("allowWrite: %w", err)
-	}
-	for _, p := range allowWrite {
-		switch {
-		case p == "/tmp" || p == "/private/tmp":
-			s.log.Debug("sandbox: allowWrite /tmp: the sandbox has a private, writable /tmp; the host's is not shared")
-		case p == "/":
-			return nil, fmt.Errorf("allowWrite: %q would make the whole file system writable", p)
-		case underAny(p, denyWrite):
-			s.log.Warn("sandbox: allowWrite path is inside a denyWrite path; it stays read-only", "path", p)
-			addBind(p, false)
-		default:
-			addBind(p, true)
-		}
-	}
-	fixed := []string{ws}
-	addBind(ws, true)
-	if in.runDir != "" {
-		// The host writes the connection file and the runtime there: the
-		// kernel may write only its socket directory.
-		if in.socketDir != "" && in.socketDir != in.runDir {
-			addBind(in.runDir, false)
-			addBind(in.socketDir, true)
-		} else {
-			addBind(in.runDir, true)
-		}
-		fixed = append(fixed, in.runDir)
-	}
-	// Parents first, so that a nested bind overrides its parent.
-	sort.SliceStable(binds, func(i, j int) bool { return len(binds[i].path) < len(binds[j].path) })
 	v.binds = binds
 	v.files = append(v.files, s.maskFile)
 	for _, b := range binds {
@@ -264,12 +163,206 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 		home = filepath.Clean(in.home)
 		v.writable = append(v.writable, home)
 	}
+	early, late, err := s.denyRead(v, binds, fixed, home)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range early {
+		// Traversable (so the binds inside stay reachable), not listable.
+		v.add("--perms", "0111", "--tmpfs", m.path)
+		v.remount = append(v.remount, m.path)
+	}
+	if home != "" {
+		s.sized(v)
+		v.add("--tmpfs", home)
+	}
+	for _, b := range binds {
+		if b.rw {
+			v.add("--bind", b.path, b.path)
+		} else {
+			v.add("--ro-bind", b.path, b.path)
+		}
+	}
+	prot, err := s.protection()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.protectArgs(v, prot); err != nil {
+		return nil, err
+	}
+	if err := s.stateArgs(v); err != nil {
+		return nil, err
+	}
+	if err := s.denyWriteArgs(v, fixed); err != nil {
+		return nil, err
+	}
+	s.maskArgs(v, late, prot, binds)
+	s.guardPolicy(v, prot)
 
-	// denyRead: a mask that contains an explicit bind goes before the
-	// binds (which then show through it); the others go after them.
+	// The launcher's own files.
+	inside := make([]string, 0, len(in.binds))
+	for k := range in.binds {
+		inside = append(inside, k)
+	}
+	sort.Strings(inside)
+	for _, k := range inside {
+		v.add("--ro-bind", in.binds[k], k)
+		v.files = append(v.files, in.binds[k])
+	}
+	for _, p := range v.remount {
+		v.add("--remount-ro", p)
+	}
+	if s.cfg.RootMode == RootMinimal {
+		v.add("--remount-ro", "/")
+	}
+	dir := in.dir
+	if dir == "" {
+		dir = s.workspace
+	}
+	if !v.visible(dir) && dir != home {
+		return nil, fmt.Errorf("working directory %s is not visible in the sandbox; use a directory inside the workspace", dir)
+	}
+	v.add("--chdir", dir)
+	return v, nil
+}
+
+func (v *view) add(a ...string) { v.args = append(v.args, a...) }
+
+// sized bounds the next tmpfs by the memory limit: without a size, a
+// tmpfs may take half the host's RAM, and outlives the process that
+// filled it.
+func (s *Sandbox) sized(v *view) {
+	if m := s.cfg.Limits.memory(); m > 0 {
+		v.add("--size", strconv.FormatInt(m, 10))
+	}
+}
+
+// layoutArgs adds the namespaces and the fixed file system: the root
+// (minimal or the whole host, read-only), /proc, /dev and the private
+// temporary folders.
+func (s *Sandbox) layoutArgs(v *view) {
+	v.add(namespaceFlags...)
+	if s.mapped {
+		// bwrap runs as MappedID; uid 0 inside is that uid outside.
+		v.add("--uid", "0", "--gid", "0")
+	}
+	v.add("--hostname", "ipybox")
+	if s.cfg.RootMode == RootHost {
+		v.add("--ro-bind", "/", "/")
+		v.roots = append(v.roots, "/")
+	} else {
+		v.add("--ro-bind", "/usr", "/usr")
+		v.roots = append(v.roots, "/usr")
+		for _, l := range []string{"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"} {
+			fi, err := os.Lstat(l)
+			switch {
+			case err != nil:
+			case fi.Mode()&fs.ModeSymlink != 0:
+				if target, err := os.Readlink(l); err == nil {
+					v.add("--symlink", target, l)
+				}
+			case fi.IsDir():
+				v.add("--ro-bind", l, l)
+				v.roots = append(v.roots, l)
+			}
+		}
+		v.add("--ro-bind", "/etc", "/etc")
+		v.roots = append(v.roots, "/etc")
+	}
+	// /proc is read-only: its writable files include host-global knobs
+	// (/proc/sys, /proc/sysrq-trigger) that must not be reachable, whatever
+	// the uid inside maps to. Reads, and writes through /proc/self/fd,
+	// still work. /dev itself is read-only; /dev/shm (POSIX shared memory,
+	// multiprocessing's semaphores) is a bounded tmpfs of its own.
+	v.add("--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev")
+	s.sized(v)
+	v.add("--tmpfs", "/dev/shm", "--remount-ro", "/dev")
+	s.sized(v)
+	v.add("--tmpfs", "/tmp")
+	v.writable = append(v.writable, "/tmp", "/dev/shm")
+	if s.cfg.RootMode == RootHost {
+		// The host's shared temporary and runtime directories hold other
+		// programs' sockets and files: replace them with private ones.
+		for _, d := range []string{"/var/tmp", "/run"} {
+			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+				v.add("--tmpfs", d)
+				v.writable = append(v.writable, d)
+			}
+		}
+	}
+}
+
+// explicitBinds lists the host paths the process is given: the
+// interpreter's prefix, extraRead, allowWrite, the workspace and the run
+// directory, parents first (a nested bind then overrides its parent).
+// fixed are the workspace and the run directory, which no mask may hide.
+func (s *Sandbox) explicitBinds(in viewInput) (binds []bind, fixed []string, err error) {
+	ws := s.workspace
+	addBind := func(p string, rw bool) {
+		for i, b := range binds {
+			if b.path == p {
+				binds[i].rw = b.rw || rw
+				return
+			}
+		}
+		binds = append(binds, bind{p, rw})
+	}
+	for _, p := range in.extraRO {
+		addBind(p, false)
+	}
+	extraRead, err := expandAll(s.cfg.ExtraRead, ws, s.home, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("extraRead: %w", err)
+	}
+	for _, p := range extraRead {
+		addBind(p, false)
+	}
+	denyWrite, err := s.resolveExisting(s.cfg.Filesystem.DenyWrite)
+	if err != nil {
+		return nil, nil, fmt.Errorf("denyWrite: %w", err)
+	}
+	allowWrite, err := expandAll(s.cfg.Filesystem.AllowWrite, ws, s.home, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allowWrite: %w", err)
+	}
+	for _, p := range allowWrite {
+		switch {
+		case p == "/tmp" || p == "/private/tmp":
+			s.log.Debug("sandbox: allowWrite /tmp: the sandbox has a private, writable /tmp; the host's is not shared")
+		case p == "/":
+			return nil, nil, fmt.Errorf("allowWrite: %q would make the whole file system writable", p)
+		case underAny(p, denyWrite):
+			s.log.Warn("sandbox: allowWrite path is inside a denyWrite path; it stays read-only", "path", p)
+			addBind(p, false)
+		default:
+			addBind(p, true)
+		}
+	}
+	fixed = []string{ws}
+	addBind(ws, true)
+	if in.runDir != "" {
+		// The host writes the connection file and the runtime there: the
+		// kernel may write only its socket directory.
+		if in.socketDir != "" && in.socketDir != in.runDir {
+			addBind(in.runDir, false)
+			addBind(in.socketDir, true)
+		} else {
+			addBind(in.runDir, true)
+		}
+		fixed = append(fixed, in.runDir)
+	}
+	sort.SliceStable(binds, func(i, j int) bool { return len(binds[i].path) < len(binds[j].path) })
+	return binds, fixed, nil
+}
+
+// denyRead sorts the configured denyRead paths (and, in the host root
+// mode, the home directory's dot files) into the masks that contain an
+// explicit bind, which go before the binds (the binds then show through
+// them), and the others, which go after.
+func (s *Sandbox) denyRead(v *view, binds []bind, fixed []string, home string) (early, late []secretPath, err error) {
 	denyRead, err := s.resolveExisting(s.cfg.Filesystem.DenyRead)
 	if err != nil {
-		return nil, fmt.Errorf("denyRead: %w", err)
+		return nil, nil, fmt.Errorf("denyRead: %w", err)
 	}
 	if s.cfg.RootMode == RootHost {
 		for _, d := range s.homeDotfiles() {
@@ -278,7 +371,6 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 			}
 		}
 	}
-	var early, late []secretPath
 	for _, p := range denyRead {
 		if !v.visible(p) {
 			continue // not in the view anyway
@@ -293,7 +385,7 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 		}
 		m := secretPath{p, fi.IsDir()}
 		if m.dir && slices.ContainsFunc(binds, func(b bind) bool { return b.path != p && under(b.path, p) }) {
-			if underAny(ws, []string{p}) {
+			if underAny(s.workspace, []string{p}) {
 				s.log.Warn("sandbox: denyRead contains the workspace; everything in it but the workspace is hidden", "path", p)
 			}
 			early = append(early, m)
@@ -301,60 +393,91 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 		}
 		late = append(late, m)
 	}
-	var remount []string
-	for _, m := range early {
-		// Traversable (so the binds inside stay reachable), not listable.
-		add("--perms", "0111", "--tmpfs", m.path)
-		remount = append(remount, m.path)
-	}
-	if home != "" {
-		sized()
-		add("--tmpfs", home)
-	}
-	for _, b := range binds {
-		if b.rw {
-			add("--bind", b.path, b.path)
-		} else {
-			add("--ro-bind", b.path, b.path)
-		}
-	}
+	return early, late, nil
+}
 
-	// Write protection: the workspace's protected names, then denyWrite.
-	prot, err := s.protectWorkspace()
-	if err != nil {
-		return nil, err
-	}
-	// Kernel code of another sandbox of the same workspace may swap a
-	// protected path for a link between this check and bwrap's mount. As
-	// root, each is staged on its own (the prep step clones it without
-	// following a link); otherwise bwrap binds it from a descriptor opened
-	// without following links, and dies if what it mounted is not that.
-	for _, p := range prot.readOnly {
+// protectArgs mounts the protected paths that exist at the workspace
+// root read-only onto themselves (the guard refuses changes to them, at
+// any depth, in any case). Kernel code of another sandbox of the same
+// workspace may swap such a path for a link between this check and
+// bwrap's mount: as root, each is staged on its own (the prep step clones
+// it without following a link); otherwise bwrap binds it from a
+// descriptor opened without following links, and dies if what it mounted
+// is not that.
+func (s *Sandbox) protectArgs(v *view, prot *wsguard.Protection) error {
+	for _, p := range prot.ReadOnly {
 		if s.mapped {
-			add("--ro-bind", p, p)
+			v.add("--ro-bind", p, p)
 			v.pinned = append(v.pinned, p)
 			continue
 		}
 		f, err := openNoFollow(p)
 		if err != nil {
-			return nil, fmt.Errorf("protect %s: %w", p, err)
+			return fmt.Errorf("protect %s: %w", p, err)
 		}
-		add("--ro-bind-fd", fdRef(len(v.fds)), p)
+		v.add("--ro-bind-fd", fdRef(len(v.fds)), p)
 		v.fds = append(v.fds, f)
 	}
-	// .ipybox holds the MCP server registry: masked whole (an empty,
-	// read-only directory; a mask on servers.json alone would not survive
-	// the host's atomic rewrite of it), but its virtualenv stays
-	// writable, so that pip install works.
-	if err := safefs.MkdirAll(ws, ".ipybox", 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", filepath.Join(ws, ".ipybox"), err)
+	return nil
+}
+
+// stateArgs hides ipybox's state folder (.ipybox: the MCP server
+// registry) behind an empty, read-only one, and binds into it what
+// processes of this sandbox share: the virtualenv, read-only unless
+// Options.Writable lists it (the approved install_package), and the other
+// Writable paths (a session's own packages).
+func (s *Sandbox) stateArgs(v *view) error {
+	ws := s.workspace
+	if err := ensureStateDir(ws); err != nil {
+		return err
 	}
 	ipy := filepath.Join(ws, ".ipybox")
-	add("--perms", "0755", "--tmpfs", ipy)
-	remount = append(remount, ipy)
+	v.add("--perms", "0755", "--tmpfs", ipy)
+	v.remount = append(v.remount, ipy)
 	venv := filepath.Join(ipy, "venv")
-	if fi, err := os.Lstat(venv); err == nil && fi.IsDir() {
-		add("--bind", venv, venv)
+	shared := []string{venv}
+	for _, w := range s.writableState {
+		if !slices.Contains(shared, w) {
+			shared = append(shared, w)
+		}
+	}
+	for _, p := range shared {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.IsDir() {
+			continue // a link is never bound: it could lead anywhere
+		}
+		if slices.Contains(s.writableState, p) {
+			v.add("--bind", p, p)
+			v.writable = append(v.writable, p)
+		} else {
+			v.add("--ro-bind", p, p)
+		}
+		v.roots = append(v.roots, p)
+	}
+	return nil
+}
+
+// ensureStateDir creates the workspace's .ipybox folder (without following
+// a link), with a .gitignore that ignores it whole, as .pytest_cache does:
+// git status stays clean.
+func ensureStateDir(ws string) error {
+	if err := safefs.MkdirAll(ws, ".ipybox", 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Join(ws, ".ipybox"), err)
+	}
+	f, err := safefs.CreateExclusive(ws, filepath.Join(".ipybox", ".gitignore"), 0o644)
+	if err == nil {
+		f.WriteString("# Created by ipybox: its state stays out of git.\n*\n")
+		f.Close()
+	}
+	return nil
+}
+
+// denyWriteArgs mounts the configured denyWrite paths read-only where they
+// are writable.
+func (s *Sandbox) denyWriteArgs(v *view, fixed []string) error {
+	denyWrite, err := s.resolveExisting(s.cfg.Filesystem.DenyWrite)
+	if err != nil {
+		return fmt.Errorf("denyWrite: %w", err)
 	}
 	for _, p := range denyWrite {
 		switch {
@@ -363,16 +486,20 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 		case slices.ContainsFunc(fixed, func(f string) bool { return under(f, p) }):
 			s.log.Warn("sandbox: denyWrite contains the workspace or the run directory, which stay writable", "path", p)
 		default:
-			add("--ro-bind", p, p)
+			v.add("--ro-bind", p, p)
 		}
 	}
+	return nil
+}
 
-	// Masks: denyRead, the secrets under /etc and in the workspace.
+// maskArgs hides the denyRead paths, the secrets under /etc and the
+// workspace's secrets.
+func (s *Sandbox) maskArgs(v *view, late []secretPath, prot *wsguard.Protection, binds []bind) {
 	late = append(late, s.etcSecrets...)
-	for _, m := range prot.masks {
+	for _, m := range prot.Masks {
 		late = append(late, secretPath{m, false})
 	}
-	for _, m := range prot.maskDirs {
+	for _, m := range prot.MaskDirs {
 		late = append(late, secretPath{m, true})
 	}
 	for _, m := range late {
@@ -382,38 +509,26 @@ func (s *Sandbox) buildView(in viewInput) (_ *view, retErr error) {
 			continue
 		}
 		if m.dir {
-			add("--perms", "0000", "--tmpfs", m.path)
-			remount = append(remount, m.path)
+			v.add("--perms", "0000", "--tmpfs", m.path)
+			v.remount = append(v.remount, m.path)
 		} else {
-			add("--ro-bind", s.maskFile, m.path)
+			v.add("--ro-bind", s.maskFile, m.path)
 		}
 	}
+}
 
-	// The launcher's own files.
-	inside := make([]string, 0, len(in.binds))
-	for k := range in.binds {
-		inside = append(inside, k)
+// guardPolicy is what the guard in the sandbox protects: the writable
+// places that host programs see (the workspace and allowWrite folders),
+// but the shared state this sandbox may write.
+func (s *Sandbox) guardPolicy(v *view, prot *wsguard.Protection) {
+	pol := &seccomp.Policy{Workspace: s.workspace, Home: s.home, Protected: prot.Protected,
+		GitRelative: prot.GitRelative, Open: slices.Clone(s.writableState)}
+	for _, b := range v.binds {
+		if b.rw && !under(b.path, runDirOf(v)) {
+			pol.Roots = append(pol.Roots, b.path)
+		}
 	}
-	sort.Strings(inside)
-	for _, k := range inside {
-		add("--ro-bind", in.binds[k], k)
-		v.files = append(v.files, in.binds[k])
-	}
-	for _, p := range remount {
-		add("--remount-ro", p)
-	}
-	if s.cfg.RootMode == RootMinimal {
-		add("--remount-ro", "/")
-	}
-	dir := in.dir
-	if dir == "" {
-		dir = ws
-	}
-	if !v.visible(dir) && dir != home {
-		return nil, fmt.Errorf("working directory %s is not visible in the sandbox; use a directory inside the workspace", dir)
-	}
-	add("--chdir", dir)
-	return v, nil
+	v.guard = pol
 }
 
 // othersReach reports whether an unprivileged uid can reach p in the

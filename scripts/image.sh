@@ -86,7 +86,8 @@ if docker image inspect "$tag" >/dev/null 2>&1; then
 fi
 say "building $image ($tag)"
 start=$SECONDS
-DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" -t "$tag" "$ctx" >/dev/null
+release=$(sed -n 's/^const release = "\(.*\)"$/\1/p' cmd/ipybox/version.go) # the image's version (TestVersionsAgree)
+DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" -t "$tag" "$ctx" >/dev/null
 docker tag "$tag" "$image"
 # Older source tags are dead weight.
 docker image ls --format '{{.Repository}}:{{.Tag}}' ipybox | grep '^ipybox:src-' | grep -v "^$tag\$" | xargs -r docker rmi >/dev/null 2>&1 || true

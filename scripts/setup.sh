@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ipybox and its tests need on a Debian machine, skipping
 # whatever is already there. Safe to run again and again.
-#   - Debian packages: the kernel's Python stack, bubblewrap, node/npm
+#   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
+#     the wheel build's tools (scripts/wheels.sh) and pipx
 #   - npm test servers, pinned by tools/npm/package-lock.json
 #   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
@@ -16,6 +17,8 @@ pkgs=(
   python3-jupyter-server   # the remote-kernel (gateway) tests' Jupyter Server
   python3-websocket        # the gateway benchmark's Python websocket anchor
   python3-venv python3-pip # the kernel's virtualenv and install_package
+  python3-build python3-setuptools python3-wheel  # scripts/wheels.sh, offline (--no-isolation)
+  pipx                     # the wheel tests' stand-in for uvx
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests
   docker.io debootstrap    # the container backend, and its image's Debian base

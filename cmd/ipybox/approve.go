@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/escape"
 )
 
@@ -77,11 +78,14 @@ func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
 	// reset first undoes colours that kernel output set (exec lets them
 	// through): black on black would hide the prompt.
 	io.WriteString(tty, sgrReset)
+	// approvaltext summarises honestly what the MCP server's elicitation
+	// shows too: every line numbered, blank runs counted, and a long
+	// command's first and last lines with what is not shown between.
 	switch r.Kind {
 	case "shell":
-		fmt.Fprintf(tty, "\nipybox: run shell command?\n  %s\n", strings.ReplaceAll(escape.Text(r.Command), "\n", "\n  "))
+		fmt.Fprintf(tty, "\nipybox: run shell command?\n  %s\n", indent(approvaltext.Command(r.Command), "  "))
 	default:
-		fmt.Fprintf(tty, "\nipybox: allow tool call?\n  server: %s\n  tool:   %s\n  args:   %s\n", escape.Text(r.Server), escape.Text(r.Tool), formatArgs(r.Args))
+		fmt.Fprintf(tty, "\nipybox: allow tool call?\n  server: %s\n  tool:   %s\n  args:   %s\n", escape.Text(r.Server), escape.Text(r.Tool), indent(approvaltext.Args(r.Args), "          "))
 	}
 	fmt.Fprint(tty, "[y/N] ")
 	line, err := bufio.NewReader(tty).ReadString('\n')
@@ -95,11 +99,6 @@ func ask(tty io.ReadWriter, r *ipybox.ApprovalRequest) (bool, error) {
 // sgrReset restores a terminal's default colours.
 const sgrReset = "\x1b[0m"
 
-func formatArgs(args map[string]any) string {
-	b, err := jsonMarshalIndent(args)
-	if err != nil {
-		b = fmt.Sprint(args)
-	}
-	// JSON escapes C0 controls, not bidi overrides or C1 controls.
-	return strings.ReplaceAll(escape.Text(b), "\n", "\n          ")
+func indent(text, prefix string) string {
+	return strings.ReplaceAll(text, "\n", "\n"+prefix)
 }

@@ -261,28 +261,28 @@ func newPrinter(env *cliEnv, asJSON bool) *printer {
 
 // jsonEvent is the shape of one --json line.
 type jsonEvent struct {
-	Type      string         `json:"type"`
-	Cell      int            `json:"cell"`
-	Stream    string         `json:"stream,omitempty"`
-	Text      string         `json:"text,omitempty"`
-	ID        string         `json:"id,omitempty"`
-	Update    bool           `json:"update,omitempty"`
-	Result    bool           `json:"result,omitempty"`
-	Images    []string       `json:"images,omitempty"`
-	Data      map[string]any `json:"data,omitempty"`
-	Wait      bool           `json:"wait,omitempty"`
-	Truncated bool           `json:"truncated,omitempty"`
-	Restarted string         `json:"restarted,omitempty"`
-	Omitted   int64          `json:"omitted,omitempty"`
-	Kind      string         `json:"kind,omitempty"`
-	Message   string         `json:"message,omitempty"`
-	Name      string         `json:"name,omitempty"`
-	Value     string         `json:"value,omitempty"`
-	Traceback []string       `json:"traceback,omitempty"`
-	Server    string         `json:"server,omitempty"`
-	Tool      string         `json:"tool,omitempty"`
-	Args      map[string]any `json:"args,omitempty"`
-	Command   string         `json:"command,omitempty"`
+	Type      string          `json:"type"`
+	Cell      int             `json:"cell"`
+	Stream    string          `json:"stream,omitempty"`
+	Text      string          `json:"text,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Update    bool            `json:"update,omitempty"`
+	Result    bool            `json:"result,omitempty"`
+	Images    []string        `json:"images,omitempty"`
+	Data      map[string]any  `json:"data,omitempty"`
+	Wait      bool            `json:"wait,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
+	Restarted string          `json:"restarted,omitempty"`
+	Omitted   int64           `json:"omitted,omitempty"`
+	Kind      string          `json:"kind,omitempty"`
+	Message   string          `json:"message,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Value     string          `json:"value,omitempty"`
+	Traceback []string        `json:"traceback,omitempty"`
+	Server    string          `json:"server,omitempty"`
+	Tool      string          `json:"tool,omitempty"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	Command   string          `json:"command,omitempty"`
 }
 
 // cell runs one cell and reports whether it succeeded.

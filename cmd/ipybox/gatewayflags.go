@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -36,7 +35,8 @@ var errGatewayTokenOnCommandLine = errors.New("--gateway-token puts the token on
 
 // config returns the gateway the flags and the environment name, or nil
 // for a local kernel. It removes JUPYTER_GATEWAY_AUTH_TOKEN from this
-// process's environment once read, so that no child inherits it.
+// process's environment once read, so that no child inherits it, and from
+// /proc/PID/environ (takeEnv).
 func (f *gatewayFlags) config(env *cliEnv) (*ipybox.GatewayConfig, error) {
 	if f.token != "" {
 		return nil, errGatewayTokenOnCommandLine
@@ -45,8 +45,7 @@ func (f *gatewayFlags) config(env *cliEnv) (*ipybox.GatewayConfig, error) {
 	if url == "" {
 		url = env.getenv("JUPYTER_GATEWAY_URL")
 	}
-	envToken := env.getenv("JUPYTER_GATEWAY_AUTH_TOKEN")
-	os.Unsetenv("JUPYTER_GATEWAY_AUTH_TOKEN")
+	envToken := takeEnv(env, "JUPYTER_GATEWAY_AUTH_TOKEN")
 	if url == "" {
 		if f.tokenFile != "" || f.legacy || f.kernelName != "python3" || f.toolAddr != "" {
 			return nil, errors.New("--gateway-token-file, --gateway-kernel-name, --gateway-legacy-protocol and --tool-server-addr apply to a gateway; add --gateway-url URL")

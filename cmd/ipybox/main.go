@@ -84,6 +84,7 @@ func init() {
 		defer sb.Close()
 		return sb.Probe(ctx)
 	}
+	sandboxProtections = sandbox.Protections
 	sandboxInfo = func() string {
 		info := "limits: " + sandbox.DefaultConfig().Limits.String() + " (resource limits; cgroup v2 is not used)"
 		if os.Geteuid() == 0 {

@@ -40,29 +40,29 @@ Nothing else from the environment reaches the kernel.
 `
 
 type mcpFlags struct {
-	workspace, python   string
-	imagesDir           string
-	requireShellEscape  bool
-	logLevel, logFile   string
-	allowedDirs         stringList
-	kernelEnv, binds    stringList
-	kernelEnvFile       string
-	mcpConfig           string
-	approval            string
-	allowTools          stringList
-	httpAddr, authToken string
-	authTokenFile       string
-	noAuth              bool
-	generatedToken      bool // authToken was generated: write it to a file
-	idle, startTimeout  time.Duration
-	approvalTimeout     time.Duration
-	pool, maxSessions   int
-	noZygote            bool
-	shutdownGrace       time.Duration
-	sandbox             sandboxFlags
-	container           containerFlags
-	sandboxExplicit     bool // set by mcpOptions
-	gateway             gatewayFlags
+	workspace, python          string
+	imagesDir                  string
+	requireShellEscape         bool
+	logLevel, logFile          string
+	allowedDirs                stringList
+	kernelEnv, binds           stringList
+	kernelEnvFile              string
+	mcpConfig                  string
+	approval                   string
+	allowTools                 stringList
+	httpAddr, authToken        string
+	authTokenFile              string
+	noAuth                     bool
+	generatedToken             bool // authToken was generated: write it to a file
+	idle, startTimeout         time.Duration
+	approvalTimeout            time.Duration
+	pool, poolMax, maxSessions int
+	noZygote                   bool
+	shutdownGrace              time.Duration
+	sandbox                    sandboxFlags
+	container                  containerFlags
+	sandboxExplicit            bool // set by mcpOptions
+	gateway                    gatewayFlags
 }
 
 func mcpCommand() *command {
@@ -93,6 +93,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
+	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
 	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most HTTP sessions with a kernel at once (`N`; -1: no limit); one more gets a JSON-RPC error")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	f.gateway.register(fs)
@@ -127,8 +128,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		// Read once, then gone from the environment: a server config that
 		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
 		// no child inherits it.
-		f.authToken = env.getenv("IPYBOX_MCP_AUTH_TOKEN")
-		os.Unsetenv("IPYBOX_MCP_AUTH_TOKEN")
+		f.authToken = takeEnv(env, "IPYBOX_MCP_AUTH_TOKEN")
 		if f.authToken == "" {
 			f.authToken, f.generatedToken = newToken(), true
 		}
@@ -295,6 +295,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		StartTimeout:       f.startTimeout,
 		ApprovalTimeout:    f.approvalTimeout,
 		Pool:               f.pool,
+		PoolMax:            f.poolMax,
 		MaxSessions:        f.maxSessions,
 		NoZygote:           f.noZygote,
 		Version:            strings.Fields(versionString())[1],
@@ -305,6 +306,9 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	}
 	if len(f.allowTools) > 0 && mcpserver.ApprovalMode(f.approval) != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
+	}
+	if f.poolMax < 0 || f.poolMax > 64 {
+		return nil, fmt.Errorf("--pool-max %d: want 0 to 64", f.poolMax)
 	}
 	if f.pool < 0 || f.pool > 64 {
 		return nil, fmt.Errorf("--pool %d: want 0 to 64", f.pool)

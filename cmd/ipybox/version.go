@@ -9,8 +9,16 @@ import (
 	"strings"
 )
 
+// release is the version of this source tree. The builds that ship
+// (scripts/wheels.sh's wheels, scripts/image.sh's image) stamp it as
+// version; the Python package, the plugins, server.json and the image's
+// label carry the same string, and TestVersionsAgree holds them to it.
+// A release changes this line and those files together.
+const release = "0.1.0"
+
 // version and commit may be set at build time with -ldflags
-// "-X main.version=v1.2.3 -X main.commit=abcdef123456" (scripts/install.sh
+// "-X main.version=1.2.3 -X main.commit=abcdef123456" (scripts/wheels.sh
+// and scripts/image.sh set both to release and the commit; scripts/install.sh
 // sets commit: Go stamps no VCS information in a git worktree, nor where
 // GOFLAGS has -buildvcs=false). Otherwise the module version (or "devel")
 // and the commit Go stamped are reported.

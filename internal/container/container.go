@@ -17,6 +17,7 @@ package container
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/docker"
-	"github.com/ipybox/ipybox/internal/sandboxhook"
+	"github.com/ipybox/ipybox/internal/seccomp"
+	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
 )
 
@@ -89,14 +91,24 @@ type Config struct {
 	// ReadOnly are workspace-relative directories mounted read-only over
 	// the workspace (the registry, .ipybox); they are created if missing.
 	ReadOnly []string
-	// Guard, when set, says at each start which workspace paths to
-	// write-protect (.git, .claude, .mcp.json… which host tools read and
-	// act on) and which secrets to hide (.env, .env.*, files that server
-	// configs name). Paths outside the workspace are not visible anyway.
-	// Nil means none.
-	Guard interface {
-		Protect() (*sandboxhook.Protection, error)
-	}
+	// Writable are workspace-relative directories inside a ReadOnly one
+	// that the kernel may write all the same (a session's own packages);
+	// they must exist. Nil means none.
+	Writable []string
+	// Protect, when set, computes at each start the workspace's
+	// protection (internal/wsguard): the guard in the container refuses
+	// changes to what host programs read (.git, .claude, .mcp.json… at any
+	// depth), existing ones are mounted read-only as well, and secrets are
+	// hidden (.env, .env.*, files that server configs name). It needs
+	// InitBinary. Nil means none.
+	Protect func() (*wsguard.Protection, error)
+	// InitBinary is the ipybox binary (or a test binary that dispatches
+	// to the sandbox's init), mounted read-only in the container to run
+	// the kernel under the seccomp filter and the guard. It must run in
+	// the image: a static binary (CGO_ENABLED=0) runs in any. Empty means
+	// none: then the kernel runs without the filter, and Protect must be
+	// nil.
+	InitBinary string
 	// Sockets are host unix sockets in the run directory that the kernel
 	// connects to (the tool server's): when ipybox runs as root they are
 	// handed to the container's user.
@@ -147,6 +159,15 @@ type Launcher struct {
 	wsSource    string
 	bindSources map[int]string
 	idmaps      []string
+
+	startedFP atomic.Value // string: the last start's protection (see StartedFingerprint)
+}
+
+// StartedFingerprint identifies the workspace protection the last kernel
+// started by l got ("" before the first, or without Protect).
+func (l *Launcher) StartedFingerprint() string {
+	s, _ := l.startedFP.Load().(string)
+	return s
 }
 
 // New checks the daemon and the image, reaps containers whose owner is
@@ -309,11 +330,26 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		}
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
 	}
-	if l.cfg.Guard != nil {
-		prot, err := l.cfg.Guard.Protect()
-		if err != nil {
+	for _, rel := range l.cfg.Writable {
+		p := filepath.Join(l.cfg.Workspace, rel)
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("container: %s is not a directory (a symbolic link?); remove it", p)
+		}
+		// Through the workspace's idmapped mount, when it has one: the
+		// kernel's user writes what root owns there.
+		src := p
+		if l.wsSource != l.cfg.Workspace {
+			src = filepath.Join(l.wsSource, rel)
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(WorkspaceDir, rel)})
+	}
+	var prot *wsguard.Protection
+	if l.cfg.Protect != nil {
+		var err error
+		if prot, err = l.cfg.Protect(); err != nil {
 			return nil, fmt.Errorf("container: %w", err)
 		}
+		l.startedFP.Store(prot.Fingerprint())
 		empty := filepath.Join(spec.RunDir, "masked")
 		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
 			if err := os.WriteFile(empty, nil, 0o444); err != nil {
@@ -358,6 +394,16 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		entry = append(entry, "--forward", strconv.Itoa(f.Port), f.Socket)
 	}
 	entry = append(entry, "--")
+	if l.cfg.InitBinary != "" {
+		// The kernel runs under the filter (no setuid or setgid file,
+		// and the workspace guard), applied by ipybox's own binary.
+		pol, err := l.guardPolicy(prot)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true})
+		entry = append([]string{initPath, initCommand, "guard", pol, "--"}, entry...)
+	}
 	cfg := &docker.CreateConfig{
 		Image:      l.cfg.Image,
 		Entrypoint: entry,
@@ -411,6 +457,35 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	p.followLogs(orDiscard(spec.Stdout), orDiscard(spec.Stderr))
 	l.log.Debug("kernel container started", "name", name, "id", id[:12], "image", l.cfg.Image)
 	return p, nil
+}
+
+// initPath is where InitBinary is mounted, and initCommand its hidden
+// first argument (sandbox.InitCommand).
+const (
+	initPath    = "/run/ipybox-init"
+	initCommand = "__sandbox-init"
+)
+
+// guardPolicy is the guard's policy in the container's view: the
+// workspace and the binds are its roots.
+func (l *Launcher) guardPolicy(prot *wsguard.Protection) (string, error) {
+	pol := seccomp.Policy{Roots: []string{WorkspaceDir}, Workspace: WorkspaceDir}
+	for _, b := range l.cfg.Binds {
+		pol.Roots = append(pol.Roots, filepath.Join(BindRoot, b.Rel))
+	}
+	if prot != nil {
+		for _, p := range prot.Protected {
+			if l.inWorkspace(p) {
+				pol.Protected = append(pol.Protected, l.path(p))
+			}
+		}
+		pol.GitRelative = prot.GitRelative
+	}
+	b, err := json.Marshal(pol)
+	if err != nil {
+		return "", fmt.Errorf("container: %w", err)
+	}
+	return string(b), nil
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sync"
@@ -52,9 +53,11 @@ type Conn struct {
 	closed   bool
 	lostOnce sync.Once
 
-	// traffic counts messages read; busy is set while the Handler holds
-	// one. Either proves the websocket alive without a ping, whose pong
-	// only the reader can see.
+	// traffic counts reads of message data, not whole messages: a long
+	// message arrives over seconds, and a pong queued behind it cannot be
+	// read until it is whole. busy is set while the Handler holds a
+	// message. Either proves the websocket alive without a ping, whose
+	// pong only the reader can see.
 	traffic atomic.Int64
 	busy    atomic.Bool
 	pinged  int64 // traffic at the last Ping; Ping's alone
@@ -137,7 +140,7 @@ func (c *Conn) lost(cause string) {
 func (c *Conn) read() {
 	defer close(c.done)
 	for {
-		typ, b, err := c.ws.Read(c.ctx)
+		typ, b, err := c.readMessage()
 		if err != nil {
 			c.lost(c.readError(err))
 			return
@@ -176,11 +179,41 @@ func (c *Conn) read() {
 				return
 			}
 		}
-		c.traffic.Add(1)
 		c.busy.Store(true)
 		c.h(ch, m)
 		c.busy.Store(false)
 	}
+}
+
+// readMessage reads the next message whole, counting each read of its
+// data as traffic.
+func (c *Conn) readMessage() (websocket.MessageType, []byte, error) {
+	typ, r, err := c.ws.Reader(c.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.traffic.Add(1)
+	b, err := io.ReadAll(progressReader{r, &c.traffic})
+	return typ, b, err
+}
+
+// progressReader counts the reads that return data. It reads at most
+// progressChunk bytes at a time: the websocket's reader fills the whole
+// buffer it is given, which while a long message arrives may be most of
+// the message.
+type progressReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+const progressChunk = 16 << 10
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b[:min(len(b), progressChunk)])
+	if n > 0 {
+		p.n.Add(1)
+	}
+	return n, err
 }
 
 func (c *Conn) readError(err error) string {
@@ -231,10 +264,11 @@ func (c *Conn) Ping(ctx context.Context) error {
 	if closed {
 		return jupyter.ErrClosed
 	}
-	// Traffic since the last Ping proves both the websocket and the
-	// kernel alive. Asking then would mislead: a pong is read by the
-	// reader, which a slow consumer may be holding back, and a server
-	// busy relaying output answers REST late.
+	// Traffic since the last Ping, even part of a message, proves both
+	// the websocket and the kernel alive. Asking then would mislead: a
+	// pong is read by the reader, which a slow consumer or a long message
+	// may be holding back, and a server busy relaying output answers
+	// REST late.
 	if n := c.traffic.Load(); n != c.pinged || c.busy.Load() {
 		c.pinged = n
 		return nil

@@ -383,3 +383,69 @@ func acceptKey(key string) string {
 	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	return base64.StdEncoding.EncodeToString(h[:])
 }
+
+// TestSlowMessageIsLiveness: a message that takes longer to arrive than a
+// heartbeat (heavy output from the kernel, a slow link) proves the
+// connection alive while it arrives. The pong of a ping would queue behind
+// it: the server here, like Jupyter Server, sends the message as one frame
+// and answers no ping before the frame is out.
+func TestSlowMessageIsLiveness(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	head, tail, _ := strings.Cut(string(validLegacy(t)), `"ok"`)
+	const chunks, chunk = 30, 32 << 10 // about 3 s
+	raw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/channels") {
+			w.Write([]byte(`{"id":"k1","name":"python3","execution_state":"busy"}`))
+			return
+		}
+		hj, _ := w.(http.Hijacker)
+		c, brw, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", acceptKey(r.Header.Get("Sec-WebSocket-Key")))
+		frame := func(payload []byte) []byte {
+			hdr := []byte{0x81, 127}
+			return append(binary.BigEndian.AppendUint64(hdr, uint64(len(payload))), payload...)
+		}
+		brw.Write(frame(validLegacy(t)))
+		brw.Flush()
+		body := []byte(head + `"` + strings.Repeat("x", chunks*chunk) + `"` + tail)
+		out := frame(body)
+		for len(out) > 0 {
+			n := min(len(out), chunk)
+			if _, err := c.Write(out[:n]); err != nil {
+				return
+			}
+			out = out[n:]
+			time.Sleep(100 * time.Millisecond)
+		}
+		bufio.NewReader(c).ReadByte() // stall until the client goes
+	}))
+	defer raw.Close()
+	r := newRecorder()
+	conn := connect(t, raw.URL, r, true)
+	count := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.msgs)
+	}
+	for deadline := time.Now().Add(5 * time.Second); count() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first message did not arrive")
+		}
+	}
+	for i := 0; count() < 2; i++ {
+		time.Sleep(300 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := conn.Ping(ctx)
+		cancel()
+		if err != nil && count() < 2 {
+			t.Fatalf("ping %d while a long message arrives: %v", i, err)
+		}
+		if i > 50 {
+			t.Fatal("the long message did not arrive")
+		}
+	}
+}

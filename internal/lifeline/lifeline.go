@@ -79,12 +79,16 @@ type Process struct {
 	w    *os.File // the write end: this process's side of the pipe
 	sys  sysProcess
 	once sync.Once
+
+	starter func(*exec.Cmd) error
 }
 
 // Start starts cmd with a lifeline. cmd.Env must be set (the child's
 // complete environment): Start adds EnvVar (and on Windows
 // JPY_INTERRUPT_EVENT) to it. cmd.SysProcAttr must be nil: Start sets it.
-func Start(cmd *exec.Cmd) (*Process, error) {
+// start, when given, starts cmd instead of cmd.Start (with restrictions:
+// internal/seccomp's Start).
+func Start(cmd *exec.Cmd, start ...func(*exec.Cmd) error) (*Process, error) {
 	if cmd.SysProcAttr != nil {
 		return nil, fmt.Errorf("lifeline: %s already has process attributes", cmd.Path)
 	}
@@ -92,7 +96,10 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lifeline: %w", err)
 	}
-	p := &Process{cmd: cmd, w: w}
+	p := &Process{cmd: cmd, w: w, starter: (*exec.Cmd).Start}
+	if len(start) > 0 && start[0] != nil {
+		p.starter = start[0]
+	}
 	if err := p.start(r); err != nil {
 		r.Close()
 		w.Close()

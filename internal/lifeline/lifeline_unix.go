@@ -21,7 +21,7 @@ func (p *Process) start(r *os.File) error {
 	fd := 2 + len(p.cmd.ExtraFiles)
 	p.cmd.Env = append(p.cmd.Env, fmt.Sprintf("%s=%d", EnvVar, fd))
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
+	if err := p.starter(p.cmd); err != nil {
 		return fmt.Errorf("start %s: %w", p.cmd.Path, err)
 	}
 	return nil

@@ -66,7 +66,7 @@ func (p *Process) start(r *os.File) error {
 		CreationFlags:              windows.CREATE_NEW_PROCESS_GROUP,
 		AdditionalInheritedHandles: []syscall.Handle{syscall.Handle(r.Fd()), syscall.Handle(ev)},
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := p.starter(p.cmd); err != nil {
 		p.sys.release()
 		return fmt.Errorf("start %s: %w", p.cmd.Path, err)
 	}

@@ -38,6 +38,26 @@ def setup(config):
     for p in reversed(config.get("sys_path") or []):
         if p not in sys.path:
             sys.path.insert(0, p)
+    if os.environ.get("PYTHONUSERBASE") and os.environ.get("PIP_USER"):
+        # The session's package folder (Options.PackageDir): pip installs
+        # there; make its site-packages exist and be on sys.path now, so
+        # that what pip installs imports without a restart.
+        import site
+
+        user_site = site.getusersitepackages()
+        try:
+            os.makedirs(user_site, exist_ok=True)
+        except OSError:
+            pass
+        if user_site not in sys.path:
+            site.addsitedir(user_site)
+    end = config.get("sys_path_end")
+    if end:
+        for p in [""] + end:
+            while p in sys.path:
+                sys.path.remove(p)
+        sys.path.extend(end + [""])
+        _safe_pip_magic(ip)
 
     if config.get("remote"):
         from ipybox_runtime import _remote
@@ -46,6 +66,25 @@ def setup(config):
 
     if config.get("shell_approval") or config.get("require_shell_escape"):
         _install_shell_hooks(ip, config)
+
+
+def _safe_pip_magic(ip):
+    """%pip runs "python -m pip", which puts the working directory first on
+    its sys.path: a textwrap.py that another session left in the shared
+    workspace would run in this session's pip. -P (Python 3.11) keeps the
+    working directory off; older interpreters keep IPython's own %pip."""
+    import shlex
+    import sys
+
+    if sys.version_info < (3, 11):
+        return
+
+    def pip(line):
+        """Run pip in the kernel's interpreter, without the working
+        directory on its path (see ipybox's kernel init)."""
+        ip.system(" ".join([shlex.quote(sys.executable), "-P", "-m", "pip", line]))
+
+    ip.register_magic_function(pip, "line", "pip")
 
 
 def _install_shell_hooks(ip, config):

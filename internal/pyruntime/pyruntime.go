@@ -25,6 +25,13 @@ type InitConfig struct {
 	WorkDir string `json:"workdir,omitempty"`
 	// SysPath entries are put at the front of sys.path.
 	SysPath []string `json:"sys_path,omitempty"`
+	// SysPathEnd entries are put at the end of sys.path, after the
+	// installed packages, and the current directory ("") moves there too:
+	// a module in the workspace never shadows the standard library or an
+	// installed package. Sessions share a workspace, so a json.py that one
+	// session's kernel wrote would otherwise run in the next kernel that
+	// imports json.
+	SysPathEnd []string `json:"sys_path_end,omitempty"`
 	// ShellApproval routes every shell command through the tool server's
 	// shell approval before it runs.
 	ShellApproval bool `json:"shell_approval,omitempty"`

@@ -2,6 +2,7 @@ package toolserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/ipybox/ipybox/mcpconn"
@@ -9,13 +10,14 @@ import (
 
 // ToolCall is one tool call that kernel code asked for, as the Approver
 // sees it. Server and Tool are the names the kernel sent; they are only
-// looked up in the host-side registry, never interpreted. Args is the
-// decoded JSON object the kernel sent: numbers are json.Number values, so
-// that large integers reach the MCP server unchanged.
+// looked up in the host-side registry, never interpreted. Args is the JSON
+// object the kernel sent, byte for byte, as it goes to the MCP server: an
+// Approver that looks inside decodes what it needs (into a struct, whose
+// size it chooses), and must not modify it.
 type ToolCall struct {
 	Server string
 	Tool   string
-	Args   map[string]any
+	Args   json.RawMessage
 }
 
 // Approver decides whether a tool call or a shell command from kernel code

@@ -2,6 +2,7 @@ package toolserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,11 +20,16 @@ import (
 // kernel-side runtime does: with the token, Host: localhost, and a JSON
 // body naming the server, the tool and the arguments.
 func Example() {
-	caller := toolserver.CallerFunc(func(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+	caller := toolserver.CallerFunc(func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
 		if server != "greeter" {
 			return nil, toolserver.ErrUnknownServer
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("hello, %v", args["name"])}}}, nil
+		// A real Caller passes args on to the MCP server as they are.
+		var a struct{ Name string }
+		if err := json.Unmarshal(args, &a); err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello, " + a.Name}}}, nil
 	})
 	srv, err := toolserver.New(caller, &toolserver.Options{
 		// Auto mode. Without an Approver every call would be rejected.

@@ -18,3 +18,27 @@ func SetKernelsHaveUnixSockets(v bool) (restore func()) {
 	kernelsHaveUnixSockets = v
 	return func() { kernelsHaveUnixSockets = old }
 }
+
+// Waiting returns how many requests wait to be admitted.
+func (s *Server) Waiting() int64 { return s.waiting.Load() }
+
+// SetTotalHeldBytes replaces the process's budget of held bodies with one
+// of n bytes, and returns a function that restores it. Only while no
+// request is served.
+func SetTotalHeldBytes(n int64) (restore func()) {
+	total.Lock()
+	defer total.Unlock()
+	old := total.b
+	total.b = newBudget(n)
+	return func() {
+		total.Lock()
+		defer total.Unlock()
+		total.b = old
+	}
+}
+
+// Held returns the requests and bytes the server holds, and the bytes the
+// process holds.
+func (s *Server) Held() (calls, bytes, total int64) {
+	return s.calls.held(), s.bytes.held(), totalBodies().held()
+}

@@ -1,7 +1,6 @@
 package toolserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -33,6 +33,7 @@ const (
 	kindUnavailable     = "unavailable"      // 503: the server is closing
 	kindInternal        = "internal"         // 500
 	kindNoModule        = "no_module"        // 404: /v1/modules/get
+	kindBusy            = "busy"             // 429: too many requests held or waiting
 )
 
 // maxNameBytes bounds server and tool names. MCP tool names are at most
@@ -103,6 +104,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, method)})
 		return
 	}
+	if method == http.MethodPost {
+		release, aerr := s.admit(w, r)
+		if aerr != nil {
+			s.writeError(w, r, start, aerr)
+			return
+		}
+		defer release()
+	}
 	if err := route(w, r, start); err != nil {
 		s.writeError(w, r, start, err)
 	}
@@ -143,19 +152,93 @@ func (s *Server) tokenOK(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
 }
 
-// readJSON reads the bounded body and decodes it strictly into v: one JSON
-// object, no unknown fields, nothing after it. It returns the raw body too.
-func (s *Server) readJSON(r *http.Request, v any) ([]byte, *apiError) {
+// bodyReadTimeout bounds reading a body once its request is admitted
+// (http.Server.ReadTimeout counts from the request's start, which may be
+// long before, while it waited in line).
+const bodyReadTimeout = 60 * time.Second
+
+// admit holds a request with a body until this server and the process can
+// hold its body: one of MaxConcurrentCalls, and its Content-Length (or
+// MaxBodyBytes when it sends none) of MaxHeldBytes and of the process's
+// budget. The body is not read while it waits: the bytes stay in the
+// kernel's socket. A request that finds too many waiting already is
+// answered "busy" at once. release gives everything back; call it once the
+// answer is written, when nothing of the body is held any more.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), _ *apiError) {
+	n := r.ContentLength
+	if n > s.opts.MaxBodyBytes {
+		return nil, s.tooLarge()
+	}
+	if n < 0 {
+		n = s.opts.MaxBodyBytes
+	}
+	if s.waiting.Add(1) > int64(s.maxWaiting()) {
+		s.waiting.Add(-1)
+		// Read the body away (it is not kept), so that the kernel reads
+		// the answer instead of a broken pipe.
+		io.Copy(io.Discard, http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
+		return nil, &apiError{status: http.StatusTooManyRequests, kind: kindBusy,
+			message: fmt.Sprintf("the tool server already holds %d requests of this kernel and has %d more waiting, its limits; wait for some to finish, or pass large data through files in the workspace",
+				s.opts.MaxConcurrentCalls, s.maxWaiting())}
+	}
+	defer s.waiting.Add(-1)
+	ctx := r.Context()
+	gone := func() *apiError {
+		if s.ctx.Err() != nil {
+			return unavailable()
+		}
+		return errClientGone
+	}
+	if s.calls.acquire(ctx, 1) != nil {
+		return nil, gone()
+	}
+	if s.bytes.acquire(ctx, n) != nil {
+		s.calls.release(1)
+		return nil, gone()
+	}
+	total := totalBodies()
+	if total.acquire(ctx, n) != nil {
+		s.bytes.release(n)
+		s.calls.release(1)
+		return nil, gone()
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	return func() {
+		total.release(n)
+		s.bytes.release(n)
+		s.calls.release(1)
+	}, nil
+}
+
+// maxWaiting is how many requests may wait to be admitted.
+func (s *Server) maxWaiting() int { return 4 * s.opts.MaxConcurrentCalls }
+
+func (s *Server) tooLarge() *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, kind: kindBadRequest,
+		message: fmt.Sprintf("request body is over the limit of %d bytes; pass large data through files in the workspace", s.opts.MaxBodyBytes)}
+}
+
+// readBody reads the admitted body whole, into a buffer of its declared
+// length when it has one, and checks that it is JSON in valid UTF-8.
+func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 		return nil, &apiError{status: http.StatusUnsupportedMediaType, kind: kindBadRequest,
 			message: fmt.Sprintf("Content-Type %q is not accepted; send application/json", ct)}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// admit checked the length against MaxBodyBytes; net/http ends
+		// the body there.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
+	}
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, kind: kindBadRequest,
-				message: fmt.Sprintf("request body is over the limit of %d bytes; pass large data through files in the workspace", s.opts.MaxBodyBytes)}
+			return nil, s.tooLarge()
 		}
 		return nil, badRequest("read request body: %v", err)
 	}
@@ -164,16 +247,44 @@ func (s *Server) readJSON(r *http.Request, v any) ([]byte, *apiError) {
 	if !utf8.Valid(body) {
 		return nil, badRequest("request body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	return body, nil
+}
+
+// fields decodes body as one JSON object whose members are each one of
+// known (no other, nothing after the object), without decoding the
+// members' values: each is a copy of its raw text, so that a value the
+// host only passes on (a tool call's args) is never turned into Go maps
+// and slices, which take tens of times its size.
+func fields(body []byte, known ...string) (map[string]json.RawMessage, *apiError) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		if strings.Contains(err.Error(), "after top-level value") {
+			return nil, badRequest("request body has data after the JSON object")
+		}
 		return nil, badRequest("decode request body: %v", err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badRequest("request body has data after the JSON object")
+	if m == nil {
+		return nil, badRequest("request body is null; send a JSON object")
 	}
-	return body, nil
+	for k := range m {
+		if !slices.Contains(known, k) {
+			return nil, badRequest("decode request body: json: unknown field %q", k)
+		}
+	}
+	return m, nil
+}
+
+// stringField decodes the member name of m, a JSON string, into v; an
+// absent member or null leaves v as it is.
+func stringField(m map[string]json.RawMessage, name string, v *string) *apiError {
+	raw, ok := m[name]
+	if !ok {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return badRequest("decode request body: %q: %v", name, err)
+	}
+	return nil
 }
 
 func checkName(what, name string) *apiError {
@@ -189,13 +300,6 @@ func checkName(what, name string) *apiError {
 		}
 	}
 	return nil
-}
-
-type callRequest struct {
-	Server string         `json:"server"`
-	Tool   string         `json:"tool"`
-	Args   map[string]any `json:"args"`
-	Sync   string         `json:"sync"`
 }
 
 // syncKey carries a request's sync marker (see SyncMarker).
@@ -221,9 +325,44 @@ func withSync(ctx context.Context, sync string) (context.Context, *apiError) {
 	return context.WithValue(ctx, syncKey{}, sync), nil
 }
 
-func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+// callRequest is the body of /v1/tools/call. Args is the raw JSON object
+// the kernel sent: it is passed on as it is.
+type callRequest struct {
+	Server, Tool, Sync string
+	Args               json.RawMessage
+}
+
+func (s *Server) readCall(r *http.Request) (*callRequest, *apiError) {
+	body, aerr := s.readBody(r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	m, aerr := fields(body, "server", "tool", "args", "sync")
+	if aerr != nil {
+		return nil, aerr
+	}
 	var req callRequest
-	body, aerr := s.readJSON(r, &req)
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"server", &req.Server}, {"tool", &req.Tool}, {"sync", &req.Sync}} {
+		if aerr := stringField(m, f.name, f.v); aerr != nil {
+			return nil, aerr
+		}
+	}
+	switch args := m["args"]; {
+	case args == nil || string(args) == "null":
+		req.Args = json.RawMessage("{}")
+	case args[0] != '{':
+		return nil, badRequest(`decode request body: "args" is not a JSON object; send {"args": {...}}`)
+	default:
+		req.Args = args
+	}
+	return &req, nil
+}
+
+func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+	req, aerr := s.readCall(r)
 	if aerr != nil {
 		return aerr
 	}
@@ -232,9 +371,6 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 	}
 	if aerr := checkName("tool", req.Tool); aerr != nil {
 		return aerr
-	}
-	if req.Args == nil {
-		req.Args = map[string]any{}
 	}
 	if s.opts.KnownServer != nil && !s.opts.KnownServer(req.Server) {
 		return unknownServer(req.Server)
@@ -279,26 +415,31 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 			message: fmt.Sprintf("encode the result of %s: %v", what, err)}
 	}
 	s.log.Debug("toolserver: call", "server", req.Server, "tool", req.Tool,
-		"args_bytes", len(body), "result_bytes", len(out), "is_error", res.IsError, "dur", time.Since(start))
+		"args_bytes", len(req.Args), "result_bytes", len(out), "is_error", res.IsError, "dur", time.Since(start))
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-type shellRequest struct {
-	Command *string `json:"command"`
-	Sync    string  `json:"sync"`
-}
-
 func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
-	var req shellRequest
-	if _, aerr := s.readJSON(r, &req); aerr != nil {
+	body, aerr := s.readBody(r)
+	if aerr != nil {
 		return aerr
 	}
-	if req.Command == nil || *req.Command == "" {
+	m, aerr := fields(body, "command", "sync")
+	if aerr != nil {
+		return aerr
+	}
+	var cmd, sync string
+	if aerr := stringField(m, "command", &cmd); aerr != nil {
+		return aerr
+	}
+	if aerr := stringField(m, "sync", &sync); aerr != nil {
+		return aerr
+	}
+	if cmd == "" {
 		return badRequest(`"command" is missing or empty; send {"command": "<the expanded command>"}`)
 	}
-	cmd := *req.Command
-	ctx, aerr := withSync(r.Context(), req.Sync)
+	ctx, aerr := withSync(r.Context(), sync)
 	if aerr != nil {
 		return aerr
 	}
@@ -312,36 +453,40 @@ func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.
 	return nil
 }
 
-type moduleRequest struct {
-	Name string `json:"name"`
-}
-
 // handleModule serves a module's source from Options.Modules.
 func (s *Server) handleModule(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
-	var req moduleRequest
-	if _, aerr := s.readJSON(r, &req); aerr != nil {
+	body, aerr := s.readBody(r)
+	if aerr != nil {
 		return aerr
 	}
-	if aerr := checkName("module", req.Name); aerr != nil {
+	m, aerr := fields(body, "name")
+	if aerr != nil {
 		return aerr
 	}
-	src, pkg, err := s.opts.Modules(req.Name)
+	var name string
+	if aerr := stringField(m, "name", &name); aerr != nil {
+		return aerr
+	}
+	if aerr := checkName("module", name); aerr != nil {
+		return aerr
+	}
+	src, pkg, err := s.opts.Modules(name)
 	switch {
 	case errors.Is(err, ErrNoModule):
-		return &apiError{status: http.StatusNotFound, kind: kindNoModule, message: fmt.Sprintf("no module %q", req.Name)}
+		return &apiError{status: http.StatusNotFound, kind: kindNoModule, message: fmt.Sprintf("no module %q", name)}
 	case err != nil:
-		s.log.Warn("toolserver: module source", "module", req.Name, "err", err)
-		return &apiError{status: http.StatusInternalServerError, kind: kindInternal, message: fmt.Sprintf("module %q cannot be read; see the host's log", req.Name)}
+		s.log.Warn("toolserver: module source", "module", name, "err", err)
+		return &apiError{status: http.StatusInternalServerError, kind: kindInternal, message: fmt.Sprintf("module %q cannot be read; see the host's log", name)}
 	}
-	body, err := json.Marshal(struct {
+	out, err := json.Marshal(struct {
 		Source  string `json:"source"`
 		Package bool   `json:"package"`
 	}{string(src), pkg})
 	if err != nil {
 		return &apiError{status: http.StatusInternalServerError, kind: kindInternal, message: err.Error()}
 	}
-	s.log.Debug("toolserver: module served", "module", req.Name, "bytes", len(src), "dur", time.Since(start))
-	writeJSON(w, http.StatusOK, body)
+	s.log.Debug("toolserver: module served", "module", name, "bytes", len(src), "dur", time.Since(start))
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package toolserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +21,7 @@ func TestListenLocal(t *testing.T) {
 		want string
 	}{{true, "unix://"}, {false, "http://127.0.0.1:"}} {
 		restore := toolserver.SetKernelsHaveUnixSockets(tc.unix)
-		s, err := toolserver.New(toolserver.CallerFunc(func(context.Context, string, string, map[string]any) (*mcp.CallToolResult, error) {
+		s, err := toolserver.New(toolserver.CallerFunc(func(context.Context, string, string, json.RawMessage) (*mcp.CallToolResult, error) {
 			return nil, nil
 		}), nil)
 		if err != nil {

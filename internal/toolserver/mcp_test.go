@@ -2,6 +2,7 @@ package toolserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ type sessionCaller struct {
 	cs   *mcp.ClientSession
 }
 
-func (c *sessionCaller) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+func (c *sessionCaller) CallTool(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	if server != c.name {
 		return nil, fmt.Errorf("%w: %q", toolserver.ErrUnknownServer, server)
 	}

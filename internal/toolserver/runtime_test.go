@@ -160,10 +160,15 @@ type runtimeApprover struct {
 }
 
 func (a *runtimeApprover) ApproveTool(ctx context.Context, c *toolserver.ToolCall) error {
+	var args struct {
+		Reject          bool `json:"reject"`
+		ApprovalTimeout bool `json:"approval_timeout"`
+	}
+	json.Unmarshal(c.Args, &args) // fields it does not name are not decoded
 	switch {
-	case c.Args["reject"] == true:
+	case args.Reject:
 		return &toolserver.RejectedError{Reason: "not allowed today"}
-	case c.Args["approval_timeout"] == true:
+	case args.ApprovalTimeout:
 		return toolserver.ErrApprovalTimeout
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // ListenTLS returned; the Host must be the listener's address; a wildcard
 // address is refused; the token is required as on every listener.
 func TestListenTLS(t *testing.T) {
-	s, err := toolserver.New(toolserver.CallerFunc(func(context.Context, string, string, map[string]any) (*mcp.CallToolResult, error) {
+	s, err := toolserver.New(toolserver.CallerFunc(func(context.Context, string, string, json.RawMessage) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{}, nil
 	}), nil)
 	if err != nil {

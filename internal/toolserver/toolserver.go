@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/defaults"
@@ -40,7 +42,29 @@ const (
 	DefaultCallTimeout     = defaults.ToolCall
 	DefaultApprovalTimeout = defaults.Approval
 	DefaultMaxBodyBytes    = 16 << 20
+	// DefaultMaxConcurrentCalls and DefaultMaxHeldBytes bound what one
+	// Server (one kernel's) holds at once. 32 is as many calls as the
+	// runtime's run_tool_async makes at once.
+	DefaultMaxConcurrentCalls = 32
+	DefaultMaxHeldBytes       = 32 << 20
+	// TotalHeldBytes bounds the request bodies that all the Servers of
+	// this process hold at once: with many kernels (sessions of one
+	// ipybox mcp), one more budget that no kernel can pass alone.
+	TotalHeldBytes = 128 << 20
 )
+
+// total is the process's budget of held request bodies (TotalHeldBytes);
+// a var so that tests can replace it.
+var total = struct {
+	sync.Mutex
+	b *budget
+}{b: newBudget(TotalHeldBytes)}
+
+func totalBodies() *budget {
+	total.Lock()
+	defer total.Unlock()
+	return total.b
+}
 
 // shutdownTimeout bounds how long Close waits for handlers to return after
 // it cancelled them; a var so that tests can shorten it.
@@ -56,15 +80,20 @@ const maxUnixPath = 107
 // result with IsError set, not an error; an error means the call itself
 // failed (transport, protocol, unknown tool). CallTool must return once ctx
 // is done.
+//
+// args is the JSON object the kernel sent, byte for byte (valid UTF-8 and
+// valid JSON): pass it on as it is (the go-sdk's CallToolParams.Arguments
+// takes it), rather than decoding it into maps, which take tens of times
+// its size in memory. The Caller must not modify it.
 type Caller interface {
-	CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error)
+	CallTool(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
 }
 
 // CallerFunc adapts a function to Caller.
-type CallerFunc func(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error)
+type CallerFunc func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
 
 // CallTool calls f.
-func (f CallerFunc) CallTool(ctx context.Context, server, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+func (f CallerFunc) CallTool(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	return f(ctx, server, tool, args)
 }
 
@@ -103,8 +132,26 @@ type Options struct {
 	ApprovalTimeout time.Duration
 
 	// MaxBodyBytes bounds a request body. Zero means DefaultMaxBodyBytes
-	// (16 MiB); negative is an error.
+	// (16 MiB); negative, or over TotalHeldBytes, is an error. The host
+	// holds a few times a body's size while it serves the request: the
+	// body, the arguments' text, and what the MCP client encodes.
 	MaxBodyBytes int64
+
+	// MaxConcurrentCalls bounds the requests with a body (tool calls,
+	// shell approvals, module reads) that the server holds at once,
+	// including those waiting for approval. More wait in line, their
+	// bodies unread, up to four times as many; past that a request is
+	// answered 429 "busy". Zero means DefaultMaxConcurrentCalls (32);
+	// negative is an error.
+	MaxConcurrentCalls int
+
+	// MaxHeldBytes bounds the bytes of request bodies the server holds at
+	// once (a body counts its Content-Length, or MaxBodyBytes when it has
+	// none); past it requests wait in line as for MaxConcurrentCalls. All
+	// Servers of the process share one more bound, TotalHeldBytes. Zero
+	// means DefaultMaxHeldBytes (32 MiB); less than MaxBodyBytes is an
+	// error.
+	MaxHeldBytes int64
 
 	// Modules, when set, serves the source of Python modules at
 	// /v1/modules/get, for a kernel that does not share the host's disk: it
@@ -131,6 +178,11 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	http   *http.Server
+
+	// calls and bytes admit requests with a body (see admit); waiting
+	// counts those in line.
+	calls, bytes *budget
+	waiting      atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
@@ -172,11 +224,27 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.MaxBodyBytes > TotalHeldBytes {
+		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d, over the process's budget of %d; pass large data through files", o.MaxBodyBytes, TotalHeldBytes)
+	}
+	switch {
+	case o.MaxConcurrentCalls < 0:
+		return nil, fmt.Errorf("toolserver: Options.MaxConcurrentCalls is %d; use a positive number, or 0 for the default %d", o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
+	case o.MaxConcurrentCalls == 0:
+		o.MaxConcurrentCalls = DefaultMaxConcurrentCalls
+	}
+	if o.MaxHeldBytes == 0 {
+		o.MaxHeldBytes = max(DefaultMaxHeldBytes, o.MaxBodyBytes)
+	}
+	if o.MaxHeldBytes < o.MaxBodyBytes {
+		return nil, fmt.Errorf("toolserver: Options.MaxHeldBytes is %d, less than MaxBodyBytes (%d): a largest request could never be served", o.MaxHeldBytes, o.MaxBodyBytes)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{caller: caller, opts: o, log: log}
+	s := &Server{caller: caller, opts: o, log: log,
+		calls: newBudget(int64(o.MaxConcurrentCalls)), bytes: newBudget(o.MaxHeldBytes)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),

@@ -1,7 +1,9 @@
 // Package warm keeps things that are slow to start (kernels) started in
-// advance: a fixed number wait, and one handed out is replaced in the
-// background. ipybox.Pool and the MCP server's pool of executors both use
-// it.
+// advance: a number of them wait, and one handed out is replaced in the
+// background. The number grows with demand, up to a maximum: a Take that
+// finds the pool empty raises the target by one; a target above the
+// base size comes back down by one after each quiet period without such a
+// miss. ipybox.Pool and the MCP server's pool of executors both use it.
 package warm
 
 import (
@@ -20,13 +22,20 @@ const Retry = 2 * time.Second
 // MaxRetry bounds the pause between failed background starts.
 const MaxRetry = time.Minute
 
-// A Pool keeps Size values of T started.
+// Quiet is how long the pool goes without a miss before a target above
+// its base size shrinks by one.
+var Quiet = 2 * time.Minute
+
+// A Pool keeps values of T started.
 type Pool[T any] struct {
-	size    int
-	retry   time.Duration // the first pause after a failure
-	start   func(context.Context) (T, error)
-	discard func(T) error
-	log     *slog.Logger
+	size     int           // the base size
+	max      int           // the most it grows to
+	target   int           // what fill keeps ready now; guarded by mu
+	lastMiss time.Time     // guarded by mu
+	retry    time.Duration // the first pause after a failed start
+	start    func(context.Context) (T, error)
+	discard  func(T) error
+	log      *slog.Logger
 
 	ctx    context.Context // ends at Close: stops refilling
 	cancel context.CancelFunc
@@ -49,7 +58,7 @@ func New[T any](size int, start func(context.Context) (T, error), discard func(T
 
 func newPool[T any](size int, start func(context.Context) (T, error), discard func(T) error, log *slog.Logger, retry time.Duration) *Pool[T] {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool[T]{size: size, retry: retry, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	p := &Pool[T]{size: size, max: size, target: size, retry: retry, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 	if size > 0 {
 		p.wg.Add(1)
 		go p.fill()
@@ -57,13 +66,34 @@ func newPool[T any](size int, start func(context.Context) (T, error), discard fu
 	return p
 }
 
-// Take returns a started value, if one waits, and asks for a refill.
+// Grow lets the pool keep up to most values ready when demand calls for
+// it (below the base size: the base size).
+func (p *Pool[T]) Grow(most int) {
+	p.mu.Lock()
+	p.max = max(most, p.size)
+	p.mu.Unlock()
+}
+
+// Target returns how many values the pool keeps ready now.
+func (p *Pool[T]) Target() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// Take returns a started value, if one waits, and asks for a refill. A
+// Take that finds none raises the pool's target (see Grow).
 func (p *Pool[T]) Take() (T, bool) {
 	p.mu.Lock()
 	var v T
 	ok := !p.closed && len(p.idle) > 0
 	if ok {
 		v, p.idle = p.idle[0], p.idle[1:]
+	} else if !p.closed && p.size > 0 {
+		p.lastMiss = time.Now()
+		if p.target < p.max {
+			p.target++
+		}
 	}
 	closed := p.closed
 	p.mu.Unlock()
@@ -92,14 +122,20 @@ func (p *Pool[T]) Closed() bool {
 
 func (p *Pool[T]) fill() {
 	defer p.wg.Done()
+	quiet := time.NewTimer(Quiet)
+	defer quiet.Stop()
 	delay, lastErr := p.retry, ""
 	for {
 		p.mu.Lock()
-		need := !p.closed && len(p.idle) < p.size
+		need := !p.closed && len(p.idle) < p.target
 		p.mu.Unlock()
 		if !need {
 			select {
 			case <-p.wake:
+				continue
+			case <-quiet.C:
+				p.shrink()
+				quiet.Reset(Quiet)
 				continue
 			case <-p.ctx.Done():
 				return
@@ -133,6 +169,24 @@ func (p *Pool[T]) fill() {
 			return
 		}
 		delay = min(2*delay, MaxRetry)
+	}
+}
+
+// shrink lowers a target above the base size by one when no Take missed
+// for a quiet period, and discards a value that waits beyond it.
+func (p *Pool[T]) shrink() {
+	p.mu.Lock()
+	var extra []T
+	if p.target > p.size && time.Since(p.lastMiss) >= Quiet {
+		p.target--
+		for len(p.idle) > p.target {
+			extra = append(extra, p.idle[len(p.idle)-1])
+			p.idle = p.idle[:len(p.idle)-1]
+		}
+	}
+	p.mu.Unlock()
+	for _, v := range extra {
+		p.discard(v)
 	}
 }
 

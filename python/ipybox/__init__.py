@@ -10,6 +10,7 @@ by the Go engine (``ipybox mcp``, driven over stdio with MCP's JSON-RPC).
 See docs/python.md.
 """
 
+from ._version import __version__
 from .code_exec import (
     ApprovalRequest,
     CodeExecutionChunk,
@@ -30,6 +31,7 @@ __all__ = [
     "CodeExecutor",
     "KernelDiedError",
     "SyncCodeExecutor",
+    "__version__",
     "find_binary",
     "generate_mcp_sources",
 ]

@@ -178,7 +178,8 @@ def _visible(s: str) -> str:
 
 def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
     """Return the ``ipybox`` binary to run: ``binary`` if given, else
-    ``$IPYBOX_BIN``, else ``ipybox`` on PATH."""
+    ``$IPYBOX_BIN``, else the one installed with this package (a wheel's
+    ``ipybox`` script), else ``ipybox`` on PATH."""
     for source, candidate in (("binary argument", binary), ("IPYBOX_BIN", os.environ.get("IPYBOX_BIN"))):
         if candidate:
             path = os.fspath(candidate)
@@ -189,13 +190,44 @@ def find_binary(binary: str | os.PathLike[str] | None = None) -> str:
                     "build it with `go build -o bin/ipybox ./cmd/ipybox` and point at it"
                 )
             return os.path.abspath(resolved)
-    found = shutil.which("ipybox")
+    found = _bundled_binary() or shutil.which("ipybox")
     if found is None:
         raise FileNotFoundError(
             "the ipybox binary was not found: pass CodeExecutor(binary=...), set IPYBOX_BIN, "
-            "or put ipybox on PATH (go install github.com/ipybox/ipybox/cmd/ipybox@latest)"
+            "or put ipybox on PATH (`pip install ipybox` installs both; "
+            "or go install github.com/ipybox/ipybox/cmd/ipybox@latest)"
         )
     return found
+
+
+def _bundled_binary() -> str | None:
+    """Return the ``ipybox`` binary that was installed with this package, or
+    None. A wheel carries it as a script (``<venv>/bin/ipybox``, or
+    ``Scripts\\ipybox.exe`` on Windows); the distribution's RECORD says where
+    it went, whatever the install scheme (venv, --user, --prefix, --target).
+    It counts only if that distribution is the one this module was imported
+    from: a checkout on sys.path does not run another version's binary."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("ipybox")
+        files = dist.files or []
+    except Exception:  # not installed (a checkout), or unreadable metadata
+        return None
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    mine, scripts = False, []
+    for f in files:
+        if f.parts[-2:] == ("ipybox", "code_exec.py"):
+            mine = os.path.realpath(os.path.dirname(os.path.abspath(str(dist.locate_file(f))))) == here
+        elif f.name in ("ipybox", "ipybox.exe") and f.parent.name in ("bin", "Scripts"):
+            scripts.append(f)
+    if not mine:
+        return None
+    for f in scripts:
+        p = os.path.abspath(str(dist.locate_file(f)))
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
 
 
 _LOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "WARN": "warn", "ERROR": "error", "CRITICAL": "error"}
@@ -248,7 +280,8 @@ class CodeExecutor:
         require_shell_escape: guard subprocess and the like in the kernel,
             so that processes start through ! (a guard, not a boundary).
     Ours:
-        binary: the ipybox binary (else $IPYBOX_BIN, else PATH).
+        binary: the ipybox binary (else $IPYBOX_BIN, else the one this
+            package installed, else PATH).
         mcp_servers: {name: server_params} registered at start.
         python: the interpreter the kernel's virtualenv is made from.
     Accepted and ignored (upstream's internal servers): tool_server_host,

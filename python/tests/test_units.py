@@ -79,3 +79,23 @@ class ArgvTest(unittest.TestCase):
         self.assertNotIn("s3cret", " ".join(argv))
         self.assertIn("--kernel-env-file", argv)
         self.assertIn("--mcp-config", argv)
+
+
+class BundledBinaryTest(unittest.TestCase):
+    """The wheel's own binary is found by go test ./python -run Wheel, from
+    real installs; here, what a checkout does."""
+
+    def test_a_checkout_has_none(self):
+        # Imported from python/ (not installed): there is no bundled binary,
+        # even if some ipybox distribution is installed elsewhere.
+        from ipybox.code_exec import _bundled_binary
+
+        self.assertIsNone(_bundled_binary())
+
+    def test_version(self):
+        import re
+
+        import ipybox
+
+        self.assertRegex(ipybox.__version__, re.compile(r"^\d+\.\d+\.\d+"))
+        self.assertIn("__version__", ipybox.__all__)

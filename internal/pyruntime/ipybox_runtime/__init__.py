@@ -42,6 +42,7 @@ __all__ = [
     "ApprovalRejectedError",
     "ApprovalTimeoutError",
     "ToolServerError",
+    "ToolServerBusyError",
 ]
 
 ENV_URL = "IPYBOX_TOOL_URL"
@@ -103,7 +104,15 @@ class ToolServerError(ToolRunnerError):
     """
 
 
+class ToolServerBusyError(ToolServerError):
+    """The tool server holds as many requests of this kernel as it may, and
+    as many more wait in line (kind ``"busy"``, HTTP 429). Nothing ran: try
+    again once some calls have finished, or pass large data through files.
+    """
+
+
 _KIND_TO_ERROR = {
+    "busy": ToolServerBusyError,
     "tool_error": ToolError,
     "rejected": ApprovalRejectedError,
     "approval_timeout": ApprovalTimeoutError,

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import "golang.org/x/sys/unix"
 
@@ -6,3 +6,6 @@ const (
 	auditArch = unix.AUDIT_ARCH_AARCH64
 	hasX32    = false
 )
+
+// legacyCalls: arm64 has only the *at path system calls.
+var legacyCalls []call

@@ -1,8 +1,0 @@
-package sandbox
-
-import "golang.org/x/sys/unix"
-
-const (
-	auditArch = unix.AUDIT_ARCH_X86_64
-	hasX32    = true
-)
