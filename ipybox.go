@@ -88,15 +88,15 @@ type Options struct {
 	// Logger receives ipybox's logs. Nil discards them.
 	Logger *slog.Logger
 
-	// ApproveToolCalls says whether MCP tool calls from kernel code need
-	// the application's approval. Nil means true: each call is an
-	// *ApprovalRequest event of Stream (Execute answers through Approver).
-	// Point it at false to let calls run without asking.
-	ApproveToolCalls *bool
+	// NoToolApproval lets MCP tool calls from kernel code run without the
+	// application's approval: the named opt-out of the approval gate.
+	// False (the default) makes each call an *ApprovalRequest event of
+	// Stream (Execute answers through Approver).
+	NoToolApproval bool
 	// ApproveShellCommands makes every shell command a cell runs (!cmd,
 	// x = !cmd, %%bash, %%sh, %%script and the other script magics,
 	// system_raw) an *ApprovalRequest too, independently of
-	// ApproveToolCalls. False (the default) runs them without asking.
+	// NoToolApproval. False (the default) runs them without asking.
 	ApproveShellCommands bool
 	// RequireShellEscape installs Python-level guards on subprocess,
 	// os.system, os.exec*, os.spawn*, os.posix_spawn* and pty.spawn, so
@@ -189,9 +189,6 @@ const (
 	GatewayProtocolAuto   = kernel.GatewayProtocolAuto
 	GatewayProtocolLegacy = kernel.GatewayProtocolLegacy
 )
-
-// Bool returns a pointer to b, for Options.ApproveToolCalls.
-func Bool(b bool) *bool { return &b }
 
 // ExecOptions configures one execution. A nil *ExecOptions means the
 // defaults.
@@ -374,6 +371,13 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	env = append(env, e.toolEnv()...)
 	if e.packageDir != "" {
 		env = append(env, "PYTHONUSERBASE="+e.kernelPath(e.packageDir), "PIP_USER=1")
+	}
+	if o.Sandbox != nil || o.Container != nil {
+		// Bytecode goes to the kernel's private /tmp: the workspace's
+		// __pycache__ is the host's (the guard refuses it, see
+		// internal/hostpaths), or a .pyc there would run in place of the
+		// host's own module.
+		env = append(env, "PYTHONPYCACHEPREFIX=/tmp/ipybox-pycache")
 	}
 	initCode := pyruntime.InitCode(init)
 	pythonPath := []string{pyDir}

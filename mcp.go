@@ -59,7 +59,7 @@ func (e *Executor) startTools() error {
 		return e.mcp.CallTool(ctx, server, tool, args)
 	}), &toolserver.Options{
 		Approver:         approver{e},
-		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
+		AutoApproveTools: e.opts.NoToolApproval,
 		KnownServer: func(name string) bool {
 			_, ok := reg.Get(name)
 			return ok
@@ -110,7 +110,7 @@ func (e *Executor) toolEnv() []string {
 	}
 	// With approval on, the runtime publishes a sync marker before each
 	// request, so that approvals follow the output printed before them.
-	if e.opts.ApproveToolCalls == nil || *e.opts.ApproveToolCalls || e.opts.ApproveShellCommands {
+	if !e.opts.NoToolApproval || e.opts.ApproveShellCommands {
 		env = append(env, "IPYBOX_TOOL_SYNC=1")
 	}
 	return env

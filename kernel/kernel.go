@@ -293,6 +293,43 @@ func (in *instance) sendErr(err error) error {
 }
 
 // spawn starts a process, connects and performs the ready handshake.
+// writeConnection writes a fresh connection file in the kernel's own
+// directory of the run directory (made without following a link), and
+// returns that directory, the file and what it holds.
+func (k *Kernel) writeConnection() (socketDir, connFile string, info *jupyter.ConnectionInfo, err error) {
+	if err := safefs.MkdirAll(k.runDir, "kernel", 0o700); err != nil {
+		return "", "", nil, fmt.Errorf("kernel directory: %w", err)
+	}
+	socketDir = filepath.Join(k.runDir, "kernel")
+	if info, err = k.newConnection(socketDir); err != nil {
+		return "", "", nil, err
+	}
+	connFile = filepath.Join(socketDir, "kernel.json")
+	if err := info.Write(connFile); err != nil {
+		return "", "", nil, fmt.Errorf("write connection file: %w", err)
+	}
+	return socketDir, connFile, info, nil
+}
+
+// watchExit waits for the kernel's process to end, kills what it started,
+// and marks the instance dead with the cause and the kernel's last output.
+func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
+	err := proc.Wait()
+	// What the kernel started (a `!sleep`, a subprocess) dies with it.
+	proc.Kill()
+	cause := "process exited"
+	if err != nil {
+		cause = "process exited: " + err.Error()
+	}
+	stderr.Flush()
+	if tail := stderr.Tail(5); tail != "" {
+		cause += "; last output: " + tail
+	}
+	in.exitCause = cause
+	close(in.exited)
+	in.markDead(cause)
+}
+
 func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	if k.remote != nil {
 		return k.spawnRemote(ctx)
@@ -307,17 +344,9 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	// stay where it cannot. The host never reads back what is there: it
 	// writes the connection file afresh, without following a link, and
 	// dials the sockets without following one.
-	if err := safefs.MkdirAll(k.runDir, "kernel", 0o700); err != nil {
-		return nil, fmt.Errorf("kernel directory: %w", err)
-	}
-	socketDir := filepath.Join(k.runDir, "kernel")
-	info, err := k.newConnection(socketDir)
+	socketDir, connFile, info, err := k.writeConnection()
 	if err != nil {
 		return nil, err
-	}
-	connFile := filepath.Join(socketDir, "kernel.json")
-	if err := info.Write(connFile); err != nil {
-		return nil, fmt.Errorf("write connection file: %w", err)
 	}
 	log := k.opts.Logger
 	stderr := &linelog.Writer{Emit: func(line string) { log.Debug("kernel output", "line", line) }}
@@ -339,20 +368,7 @@ func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
-		err := proc.Wait()
-		// What the kernel started (a `!sleep`, a subprocess) dies with it.
-		proc.Kill()
-		cause := "process exited"
-		if err != nil {
-			cause = "process exited: " + err.Error()
-		}
-		stderr.Flush()
-		if tail := stderr.Tail(5); tail != "" {
-			cause += "; last output: " + tail
-		}
-		in.exitCause = cause
-		close(in.exited)
-		in.markDead(cause)
+		k.watchExit(in, proc, stderr)
 	}()
 
 	dialCtx, dialCancel := context.WithCancelCause(ctx)

@@ -334,7 +334,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
-		o.ApproveToolCalls = ipybox.Bool(false)
+		o.NoToolApproval = true
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.Sandbox = s.sandbox

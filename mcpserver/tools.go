@@ -88,7 +88,7 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
   "required": ["code"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: boolPtr(true)},
 	}, s.executeTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -137,7 +137,7 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
   "required": ["server_name", "server_params"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: boolPtr(true)},
 	}, s.registerTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -154,7 +154,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
   "required": ["package_name"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: boolPtr(true)},
 	}, s.installTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -162,7 +162,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
 		Title:       "Reset the kernel",
 		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken.`,
 		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
-		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: ipybox.Bool(true), IdempotentHint: true},
+		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
 	}, s.resetTool)
 
 	fileSchema := func(rel, local string) json.RawMessage {
@@ -609,3 +609,5 @@ func localRequirementInside(workspace, req string) error {
 	}
 	return nil
 }
+
+func boolPtr(b bool) *bool { return &b }

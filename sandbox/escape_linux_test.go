@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/egress"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -380,7 +381,7 @@ func TestAttackProxyIPForms(t *testing.T) {
 	if err := cfg.AllowDomains(AnyPublicDomain); err != nil {
 		t.Fatal(err)
 	}
-	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &egress.Options{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			switch host {
 			case "loopback.test":

@@ -159,6 +159,16 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 		return nil, launchError{fmt.Errorf("sandbox: start bwrap: %w", err)}
 	}
 
+	if err := awaitReady(ctx, cmd, ctl, tail, path); err != nil {
+		return nil, err
+	}
+	return &process{cmd: cmd, ctl: ctl}, nil
+}
+
+// awaitReady waits for the init's "ok" on the control socket (bounded by
+// startTimeout and ctx), and ends the sandbox, with why, when the init
+// reports an error or bwrap exits first.
+func awaitReady(ctx context.Context, cmd *exec.Cmd, ctl *os.File, tail *linelog.Writer, path string) error {
 	ready := make(chan string, 1)
 	go func() { ready <- readLine(ctl) }()
 	wait, cancel := context.WithTimeout(ctx, startTimeout)
@@ -168,24 +178,24 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	case line = <-ready:
 	case <-wait.Done():
 		abortStart(cmd, ctl, ready)
-		return nil, fmt.Errorf("sandbox: waiting for the sandbox to start %s: %w", path, wait.Err())
+		return fmt.Errorf("sandbox: waiting for the sandbox to start %s: %w", path, wait.Err())
 	}
-	if line != "ok" {
-		shutdownCtl(ctl)
-		cmd.Process.Kill()
-		cmd.Wait()
-		ctl.Close()
-		why := strings.TrimPrefix(line, "error: ")
-		if why == "" {
-			why = "bwrap exited before the process started"
-		}
-		tail.Flush()
-		if t := tail.Tail(8); t != "" {
-			why += ": " + t
-		}
-		return nil, launchError{fmt.Errorf("sandbox: start %s: %s", path, why)}
+	if line == "ok" {
+		return nil
 	}
-	return &process{cmd: cmd, ctl: ctl}, nil
+	shutdownCtl(ctl)
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctl.Close()
+	why := strings.TrimPrefix(line, "error: ")
+	if why == "" {
+		why = "bwrap exited before the process started"
+	}
+	tail.Flush()
+	if t := tail.Tail(8); t != "" {
+		why += ": " + t
+	}
+	return launchError{fmt.Errorf("sandbox: start %s: %s", path, why)}
 }
 
 // Command returns an unstarted command that runs path inside the sandbox,
@@ -261,7 +271,7 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
-		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit, Guard: v.guard}
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), FileSize: s.cfg.Limits.fileSize(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}

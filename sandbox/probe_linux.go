@@ -70,7 +70,7 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 // full Probe (an init and a bwrap run, about 40 ms) runs only when a start
 // fails, to say why (see explainStart); a start that succeeds proves what
 // it would.
-func (s *Sandbox) quickCheck() error {
+func (s *Sandbox) quickCheck(context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	if s.probed {

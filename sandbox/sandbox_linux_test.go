@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/egress"
 	"io"
 	"log/slog"
 	"net"
@@ -507,7 +508,7 @@ func TestAttackProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Network.DeniedDomains = []string{"bad.wild.test"}
-	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &egress.Options{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			if a, ok := hosts[host]; ok {
 				return []netip.Addr{netip.MustParseAddr(a)}, nil

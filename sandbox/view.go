@@ -528,6 +528,13 @@ func (s *Sandbox) guardPolicy(v *view, prot *wsguard.Protection) {
 			pol.Roots = append(pol.Roots, b.path)
 		}
 	}
+	// Socket files may be made where the process writes but host programs
+	// do not look: its private /tmp, /dev/shm and home, its run directory.
+	for _, w := range v.writable {
+		if !underAny(w, pol.Roots) {
+			pol.SocketDirs = append(pol.SocketDirs, w)
+		}
+	}
 	v.guard = pol
 }
 

@@ -12,7 +12,7 @@ list() {
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
     [ "$pid" = "$$" ] && continue
-    cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+    { cmd=$(tr '\0' ' ' <"$d/cmdline"); } 2>/dev/null || continue
     case "$cmd" in
       *__sandbox-init*|bwrap\ *|*/bwrap\ *|*ipykernel_launcher*|*"# ipybox zygote"*|*ipybox-mcptest*|*/testmcp*)
         printf '%s %s\n' "$pid" "$(printf '%s' "$cmd" | cut -c1-160)" ;;

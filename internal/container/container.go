@@ -83,6 +83,9 @@ type Config struct {
 	Memory int64
 	// Pids is the pids limit; <= 0: none.
 	Pids int64
+	// FileSize is the largest file a process may write (RLIMIT_FSIZE);
+	// <= 0: none.
+	FileSize int64
 	// NoNetwork gives the container no network of its own (only
 	// loopback): --network none.
 	NoNetwork bool
@@ -397,7 +400,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if l.cfg.InitBinary != "" {
 		// The kernel runs under the filter (no setuid or setgid file,
 		// and the workspace guard), applied by ipybox's own binary.
-		pol, err := l.guardPolicy(prot)
+		pol, err := l.guardPolicy(prot, sockDir)
 		if err != nil {
 			return nil, err
 		}
@@ -435,6 +438,9 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if l.cfg.Pids > 0 {
 		cfg.HostConfig.PidsLimit = &l.cfg.Pids
 	}
+	if f := l.cfg.FileSize; f > 0 {
+		cfg.HostConfig.Ulimits = append(cfg.HostConfig.Ulimits, docker.Ulimit{Name: "fsize", Soft: f, Hard: f})
+	}
 	name := fmt.Sprintf("ipybox-%s-%d", strings.TrimPrefix(filepath.Base(spec.RunDir), "ipybox-"), l.seq.Add(1))
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
 	defer cancel()
@@ -468,8 +474,8 @@ const (
 
 // guardPolicy is the guard's policy in the container's view: the
 // workspace and the binds are its roots.
-func (l *Launcher) guardPolicy(prot *wsguard.Protection) (string, error) {
-	pol := seccomp.Policy{Roots: []string{WorkspaceDir}, Workspace: WorkspaceDir}
+func (l *Launcher) guardPolicy(prot *wsguard.Protection, sockDir string) (string, error) {
+	pol := seccomp.Policy{Roots: []string{WorkspaceDir}, Workspace: WorkspaceDir, SocketDirs: []string{"/tmp", "/dev/shm", sockDir}}
 	for _, b := range l.cfg.Binds {
 		pol.Roots = append(pol.Roots, filepath.Join(BindRoot, b.Rel))
 	}

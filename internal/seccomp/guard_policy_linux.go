@@ -16,9 +16,16 @@ import (
 // check returns EACCES when the call may not change r; creating says the
 // call makes r's last name.
 func (g *Guard) check(c *caller, r *resolved, creating bool) unix.Errno {
-	full := r.path()
+	full, err := r.path()
+	if err != nil {
+		g.log(fmt.Sprintf("guard: refused a change to a path it cannot read back: %v", err))
+		if errno := errnoOf(err); errno == unix.ENAMETOOLONG {
+			return errno
+		}
+		return unix.EACCES
+	}
 	if full == "" {
-		// No path: a descriptor of a pipe or socket, or a deleted folder,
+		// No path: a descriptor of a pipe or socket, or a removed folder,
 		// where nothing can be made.
 		return 0
 	}
@@ -238,7 +245,10 @@ func (g *Guard) create(r *resolved, do func() error, undo ...func()) error {
 	if r.obj >= 0 || r.dot || !bareName(r.name) {
 		return do()
 	}
-	full := r.path()
+	full, err := r.path()
+	if err != nil {
+		return err
+	}
 	inRoot := false
 	for _, root := range g.pol.Roots {
 		inRoot = inRoot || full != "" && under(full, root)
@@ -292,4 +302,18 @@ func under(p, dir string) bool {
 		return strings.HasPrefix(p, "/")
 	}
 	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// inRoot reports whether r is below one of the roots.
+func (g *Guard) inRoot(r *resolved) bool {
+	full, err := r.path()
+	if err != nil || full == "" {
+		return false
+	}
+	for _, root := range g.pol.Roots {
+		if under(full, root) {
+			return true
+		}
+	}
+	return false
 }
