@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,17 +18,29 @@ import (
 // kernel start would fail on must end the server at once.
 func mcpOnce(t *testing.T, bin string, cred *syscall.Credential, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"mcp", "--no-sandbox"}, args...)...)
-	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	}
-	stdin, _ := cmd.StdinPipe()
-	defer stdin.Close()
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	var cmd *exec.Cmd
+	var stderr *lockedBuffer
+	for try := 0; ; try++ {
+		cmd = exec.Command(bin, append([]string{"mcp", "--no-sandbox"}, args...)...)
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+		if cred != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		}
+		stdin, _ := cmd.StdinPipe()
+		defer stdin.Close()
+		stderr = &lockedBuffer{}
+		cmd.Stderr = stderr
+		err := cmd.Start()
+		if err == nil {
+			break
+		}
+		// A copy of the binary just written (binaryForAll) is busy while
+		// a process forked meanwhile by a parallel test still holds its
+		// write descriptor, until that process execs.
+		if !errors.Is(err, syscall.ETXTBSY) || try == 20 {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
