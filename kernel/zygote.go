@@ -45,6 +45,12 @@ type Zygote struct {
 	env    []string
 	log    *slog.Logger
 
+	// closed is closed by Close, so that a Start waiting on the zygote
+	// (its restart, up to zygoteStartTimeout, or a fork) gives up at once
+	// instead of making Close wait behind it.
+	closed    chan struct{}
+	closeOnce sync.Once
+
 	mu   sync.Mutex // one request at a time; guards the fields below
 	cur  *zygoteProc
 	done bool
@@ -87,7 +93,7 @@ func NewZygote(ctx context.Context, python string, env []string, log *slog.Logge
 		k := &Kernel{python: python}
 		env = k.env()
 	}
-	z := &Zygote{python: python, env: env, log: log}
+	z := &Zygote{python: python, env: env, log: log, closed: make(chan struct{})}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if _, err := z.proc(ctx); err != nil {
@@ -106,6 +112,11 @@ const zygoteStartTimeout = defaults.KernelStart
 // proc returns the running zygote, starting one when there is none or it
 // died. z.mu is held.
 func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
+	select {
+	case <-z.closed:
+		return nil, ErrClosed
+	default:
+	}
 	if z.done {
 		return nil, ErrClosed
 	}
@@ -159,6 +170,9 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	case <-ctx.Done():
 		p.stop()
 		return nil, fmt.Errorf("zygote: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
+	case <-z.closed:
+		p.stop()
+		return nil, ErrClosed
 	}
 	z.cur = p
 	return p, nil
@@ -296,12 +310,18 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 		return nil, errors.New("zygote: it exited while forking a kernel")
 	case <-ctx.Done():
 		return nil, fmt.Errorf("zygote: waiting for a fork: %w", ctx.Err())
+	case <-z.closed:
+		// Close stops the zygote, and the kernel it may have forked
+		// with it.
+		return nil, ErrClosed
 	}
 }
 
 // Close stops the zygote. Kernels it forked die with it. Close is
-// idempotent.
+// idempotent, and bounded: a Start in progress gives up (with ErrClosed)
+// rather than hold Close behind a restart or a fork.
 func (z *Zygote) Close() error {
+	z.closeOnce.Do(func() { close(z.closed) })
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.done = true

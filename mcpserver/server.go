@@ -302,6 +302,11 @@ func New(opts *Options) (*Server, error) {
 	if real, err := filepath.EvalSymlinks(ws); err == nil {
 		ws = real
 	}
+	// Every session's kernel start would fail on these, and the pool
+	// would retry them in the background: fail once, here.
+	if err := ipybox.CheckWorkspace(ws); err != nil {
+		return nil, err
+	}
 	dirs := o.AllowedDirs
 	if dirs == nil {
 		dirs = []string{ws, os.TempDir()}

@@ -1,11 +1,22 @@
 package container
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 func TestCheckBind(t *testing.T) {
@@ -69,5 +80,112 @@ func TestOrphaned(t *testing.T) {
 		if got := Orphaned(tc.owner, host); got != tc.want {
 			t.Errorf("Orphaned(%q) = %v, want %v", tc.owner, got, tc.want)
 		}
+	}
+}
+
+// hungDaemon serves a unix socket that accepts connections and never
+// answers: a Docker daemon that has stopped responding. It returns the
+// address for docker.New.
+func hungDaemon(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "unix://" + sock
+}
+
+// hungProcess returns a kernel container's process whose daemon never
+// answers, its stop calls bounded by bound, its log stream started.
+func hungProcess(t *testing.T, bound time.Duration) *process {
+	t.Helper()
+	c, err := docker.New(hungDaemon(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p := newProcess(c, "0123456789ab", "ipybox-test-hung", bound, slog.New(slog.DiscardHandler))
+	p.followLogs(io.Discard, io.Discard)
+	return p
+}
+
+// TestStopBoundedOnHungDaemon: a kernel container's Signal, Kill and Wait
+// (which the kernel's Close makes) return within their bounds when the
+// daemon never answers, and the first timeout spares the later calls
+// their wait.
+func TestStopBoundedOnHungDaemon(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	const bound = 300 * time.Millisecond
+	p := hungProcess(t, bound)
+	waited := make(chan error, 1)
+	go func() { waited <- p.Wait() }() // as the kernel does, from the start
+
+	timed := func(what string, max time.Duration, f func() error) error {
+		t.Helper()
+		t0 := time.Now()
+		err := f()
+		if d := time.Since(t0); d > max {
+			t.Errorf("%s took %v, want at most %v", what, d, max)
+		}
+		return err
+	}
+	if err := timed("SIGTERM", bound+time.Second, func() error { return p.Signal(syscall.SIGTERM) }); !errors.Is(err, errDaemonHung) {
+		t.Errorf("SIGTERM: %v, want errDaemonHung", err)
+	}
+	if err := timed("kill", bound+time.Second, p.Kill); !errors.Is(err, errDaemonHung) {
+		t.Errorf("kill: %v, want errDaemonHung", err)
+	}
+	// Known to hang now: no second wait.
+	if err := timed("second kill", 100*time.Millisecond, p.Kill); err == nil {
+		t.Error("second kill: no error")
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, errDaemonHung) || !strings.Contains(err.Error(), "next start to reap") {
+			t.Errorf("Wait: %v", err)
+		}
+	case <-time.After(2*bound + 3*time.Second):
+		t.Fatal("Wait did not return after the kill on a hung daemon")
+	}
+}
+
+// TestWaitBoundedAfterKill: once killed, Wait gives up after its bound
+// even when the daemon answered the kill (here: nothing at all answers,
+// and the kill is never sent).
+func TestWaitBoundedAfterKill(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	const bound = 300 * time.Millisecond
+	p := hungProcess(t, bound)
+	p.killedOnce.Do(func() { close(p.killed) })
+	t0 := time.Now()
+	if err := p.Wait(); !errors.Is(err, errDaemonHung) {
+		t.Errorf("Wait: %v", err)
+	}
+	if d := time.Since(t0); d > bound+3*time.Second {
+		t.Errorf("Wait took %v after a kill", d)
 	}
 }
