@@ -23,6 +23,7 @@
 package lifeline
 
 import (
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,38 +41,9 @@ const EnvVar = "IPYBOX_LIFELINE"
 // sees it, and does nothing when EnvVar is unset (a launcher that has its
 // own means, such as the Linux sandbox). It uses only the standard library
 // and leaves no name behind but _ipybox_lifeline.
-const WatchPython = `def _ipybox_lifeline():
-    import os, sys, threading
-    v = os.environ.pop("` + EnvVar + `", "")
-    if not v:
-        return
-    if sys.platform == "win32":
-        import msvcrt
-        fd = msvcrt.open_osfhandle(int(v), os.O_RDONLY)
-    else:
-        fd = int(v)
-        os.set_inheritable(fd, False)
-    def watch():
-        while True:
-            try:
-                if not os.read(fd, 64):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-        if sys.platform != "win32":
-            import signal
-            try:
-                if os.getpgid(0) == os.getpid():
-                    os.killpg(0, signal.SIGKILL)
-            except OSError:
-                pass
-        os._exit(1)
-    threading.Thread(target=watch, name="ipybox-lifeline", daemon=True).start()
-_ipybox_lifeline()
-del _ipybox_lifeline
-`
+//
+//go:embed watch.py
+var WatchPython string
 
 // Process is a child started by Start.
 type Process struct {
