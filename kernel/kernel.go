@@ -313,9 +313,9 @@ func (k *Kernel) writeConnection() (socketDir, connFile string, info *jupyter.Co
 // watchExit waits for the kernel's process to end, kills what it started,
 // and marks the instance dead with the cause and the kernel's last output.
 func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
-	err := proc.Wait()
+	err := proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
 	// What the kernel started (a `!sleep`, a subprocess) dies with it.
-	proc.Kill()
+	in.kill()
 	cause := "process exited"
 	if err != nil {
 		cause = "process exited: " + err.Error()
@@ -659,14 +659,18 @@ func (k *Kernel) Alive() bool {
 	return k.cur != nil && !k.cur.isDead()
 }
 
-// Pid returns the pid of the current kernel process (0 if none).
+// Pid returns the host pid of the current kernel process: 0 if there is
+// none, or if it is not a process of this host (a gateway kernel).
 func (k *Kernel) Pid() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.cur == nil {
 		return 0
 	}
-	return k.cur.proc.Pid()
+	if hp, ok := k.cur.proc.(HostProcess); ok {
+		return hp.Pid()
+	}
+	return 0
 }
 
 // Interrupt sends SIGINT to the kernel, as a user's Ctrl-C would.
@@ -680,7 +684,22 @@ func (k *Kernel) Interrupt() error {
 	case in == nil:
 		return nil // a fresh kernel is starting: it runs nothing yet
 	}
-	return in.proc.Signal(syscall.SIGINT)
+	return in.signal(syscall.SIGINT)
+}
+
+// signal sends sig to the process, and kill kills it, each bounded by the
+// kernel's grace: a container's or a gateway's process takes the order
+// over the network.
+func (in *instance) signal(sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*in.k.opts.ShutdownGrace)
+	defer cancel()
+	return in.proc.Signal(ctx, sig)
+}
+
+func (in *instance) kill() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*in.k.opts.ShutdownGrace)
+	defer cancel()
+	return in.proc.Kill(ctx)
 }
 
 // retire stops an instance at once (it is dead or being replaced).
@@ -697,11 +716,11 @@ func (k *Kernel) kill(in *instance) {
 	default:
 		close(in.stopHB)
 	}
-	in.proc.Kill()
+	in.kill()
 	select {
 	case <-in.exited:
 	case <-time.After(k.opts.ShutdownGrace):
-		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "pid", in.proc.Pid())
+		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "process", in.proc.ID())
 	}
 	if in.conn != nil {
 		// Dead first: a reader waiting for a call's caller gives up, and
@@ -770,7 +789,7 @@ func (k *Kernel) shutdown(in *instance) {
 			select {
 			case <-in.exited:
 			default:
-				in.proc.Signal(syscall.SIGTERM)
+				in.signal(syscall.SIGTERM)
 				select {
 				case <-in.exited:
 				case <-time.After(g):
@@ -781,7 +800,7 @@ func (k *Kernel) shutdown(in *instance) {
 	in.markDead("closed")
 	k.kill(in)
 	// The process group may still hold children (a `!sleep` of a cell).
-	in.proc.Kill()
+	in.kill()
 }
 
 // waitShutdown waits up to grace for the shutdown_reply on c, or for the

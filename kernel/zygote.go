@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -349,11 +350,14 @@ func (k *zygoteKernel) exit(err error) {
 	})
 }
 
-// Pid implements Process.
+// ID implements Process: the pid.
+func (k *zygoteKernel) ID() string { return strconv.Itoa(k.pid) }
+
+// Pid implements HostProcess.
 func (k *zygoteKernel) Pid() int { return k.pid }
 
 // Signal implements Process: the kernel leads its process group.
-func (k *zygoteKernel) Signal(sig syscall.Signal) error {
+func (k *zygoteKernel) Signal(_ context.Context, sig syscall.Signal) error {
 	select {
 	case <-k.exited:
 		return os.ErrProcessDone
@@ -369,10 +373,19 @@ func (k *zygoteKernel) Signal(sig syscall.Signal) error {
 }
 
 // Kill implements Process.
-func (k *zygoteKernel) Kill() error { return k.Signal(syscall.SIGKILL) }
+func (k *zygoteKernel) Kill(ctx context.Context) error { return k.Signal(ctx, syscall.SIGKILL) }
 
-// Wait implements Process.
-func (k *zygoteKernel) Wait() error {
-	<-k.exited
-	return k.err
+// Wait implements Process: the zygote reports the exit.
+func (k *zygoteKernel) Wait(ctx context.Context) error {
+	select {
+	case <-k.exited:
+		return k.err
+	default:
+	}
+	select {
+	case <-k.exited:
+		return k.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/procexit"
 	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
@@ -460,7 +461,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if in, err := l.c.Inspect(actx, id); err == nil {
 		p.pid = in.State.Pid
 	}
-	p.followLogs(orDiscard(spec.Stdout), orDiscard(spec.Stderr))
+	p.follow(orDiscard(spec.Stdout), orDiscard(spec.Stderr))
 	l.log.Debug("kernel container started", "name", name, "id", id[:12], "image", l.cfg.Image)
 	return p, nil
 }
@@ -567,6 +568,8 @@ type process struct {
 	killed     chan struct{} // closed at the first Kill
 	hungOnce   sync.Once
 	hung       chan struct{} // closed when the daemon let a stop call time out
+
+	exit *procexit.Exit // from follow on
 }
 
 func newProcess(c *docker.Client, id, name string, stopTimeout time.Duration, log *slog.Logger) *process {
@@ -579,15 +582,16 @@ func newProcess(c *docker.Client, id, name string, stopTimeout time.Duration, lo
 	}
 }
 
-// followLogs copies the container's output to stdout and stderr until
-// it stops, or Wait gives up on it.
-func (p *process) followLogs(stdout, stderr io.Writer) {
+// follow copies the container's output to stdout and stderr until it
+// stops, or the wait gives up on it, and waits for its exit from now on.
+func (p *process) follow(stdout, stderr io.Writer) {
 	var lctx context.Context
 	lctx, p.stopLogs = context.WithCancel(context.Background())
 	go func() {
 		defer close(p.logsDone)
 		p.c.Logs(lctx, p.id, stdout, stderr)
 	}()
+	p.exit = procexit.Go(p.wait)
 }
 
 // errDaemonHung is returned by the stop calls of a container whose daemon
@@ -608,13 +612,16 @@ func (p *process) isHung() bool {
 // Unless it is a signal (an interrupt, which a daemon slow for a moment
 // must not turn into the loss of the kernel), a timeout marks the daemon
 // unresponsive.
-func (p *process) stopCall(what string, call func(ctx context.Context) error) error {
+func (p *process) stopCall(parent context.Context, what string, call func(ctx context.Context) error) error {
 	if p.isHung() {
 		return fmt.Errorf("container %s: %s: %w", p.name, what, errDaemonHung)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.stopTimeout)
+	ctx, cancel := context.WithTimeout(parent, p.stopTimeout)
 	defer cancel()
 	err := call(ctx)
+	if err != nil && parent.Err() != nil {
+		return fmt.Errorf("container %s: %s: %w", p.name, what, parent.Err())
+	}
 	if err != nil && ctx.Err() != nil {
 		if what != "signal" {
 			p.markHung(what)
@@ -633,30 +640,33 @@ func (p *process) markHung(what string) {
 	})
 }
 
-// Pid implements kernel.Process: the host pid of the container's init.
+// ID implements kernel.Process: the container's name.
+func (p *process) ID() string { return p.name }
+
+// Pid implements kernel.HostProcess: the host pid of the container's init.
 func (p *process) Pid() int { return p.pid }
 
 // Signal implements kernel.Process through the Engine API's kill: docker's
 // init passes it on to the kernel.
-func (p *process) Signal(sig syscall.Signal) error {
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 	if sig == syscall.SIGKILL {
-		return p.Kill()
+		return p.Kill(ctx)
 	}
 	if p.gone.Load() {
 		return os.ErrProcessDone
 	}
-	return notRunning(p.stopCall("signal", func(ctx context.Context) error {
+	return notRunning(p.stopCall(ctx, "signal", func(ctx context.Context) error {
 		return p.c.Kill(ctx, p.id, strconv.Itoa(int(sig)))
 	}))
 }
 
 // Kill implements kernel.Process: the whole container ends.
-func (p *process) Kill() error {
+func (p *process) Kill(ctx context.Context) error {
 	p.killedOnce.Do(func() { close(p.killed) })
 	if p.gone.Load() {
 		return os.ErrProcessDone
 	}
-	return notRunning(p.stopCall("kill", func(ctx context.Context) error {
+	return notRunning(p.stopCall(ctx, "kill", func(ctx context.Context) error {
 		return p.c.Kill(ctx, p.id, "SIGKILL")
 	}))
 }
@@ -669,11 +679,13 @@ func notRunning(err error) error {
 	return err
 }
 
-// Wait implements kernel.Process: it waits for the container to stop,
-// then removes it. Until a Kill it waits as long as the kernel runs; from
-// a Kill on, stopTimeout at most, and not at all once the daemon is found
-// unresponsive.
-func (p *process) Wait() error {
+// Wait implements kernel.Process.
+func (p *process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
+
+// wait waits for the container to stop, then removes it. Until a Kill it
+// waits as long as the kernel runs; from a Kill on, stopTimeout at most,
+// and not at all once the daemon is found unresponsive.
+func (p *process) wait() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var bound sync.WaitGroup
@@ -711,7 +723,7 @@ func (p *process) Wait() error {
 		return fmt.Errorf("container %s: %w; it is left for the next start to reap", p.name, errDaemonHung)
 	}
 	oom := false
-	if p.stopCall("inspect", func(ctx context.Context) error {
+	if p.stopCall(context.Background(), "inspect", func(ctx context.Context) error {
 		in, err := p.c.Inspect(ctx, p.id)
 		if err == nil {
 			oom = in.State.OOMKilled
@@ -735,7 +747,7 @@ func (p *process) Wait() error {
 // remove removes the container, once, bounded by stopTimeout.
 func (p *process) remove() {
 	p.rmOnce.Do(func() {
-		if err := p.stopCall("remove", func(ctx context.Context) error { return p.c.Remove(ctx, p.id, true) }); err != nil {
+		if err := p.stopCall(context.Background(), "remove", func(ctx context.Context) error { return p.c.Remove(ctx, p.id, true) }); err != nil {
 			p.log.Warn("could not remove kernel container; the next start reaps it", "name", p.name, "err", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -120,7 +121,8 @@ func hungDaemon(t *testing.T) string {
 }
 
 // hungProcess returns a kernel container's process whose daemon never
-// answers, its stop calls bounded by bound, its log stream started.
+// answers, its stop calls bounded by bound. The test calls follow, as
+// Start would, once it has set the stage.
 func hungProcess(t *testing.T, bound time.Duration) *process {
 	t.Helper()
 	c, err := docker.New(hungDaemon(t))
@@ -129,7 +131,6 @@ func hungProcess(t *testing.T, bound time.Duration) *process {
 	}
 	t.Cleanup(c.Close)
 	p := newProcess(c, "0123456789ab", "ipybox-test-hung", bound, slog.New(slog.DiscardHandler))
-	p.followLogs(io.Discard, io.Discard)
 	return p
 }
 
@@ -141,8 +142,9 @@ func TestStopBoundedOnHungDaemon(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	const bound = 300 * time.Millisecond
 	p := hungProcess(t, bound)
+	p.follow(io.Discard, io.Discard)
 	waited := make(chan error, 1)
-	go func() { waited <- p.Wait() }() // as the kernel does, from the start
+	go func() { waited <- p.Wait(context.Background()) }() // as the kernel does, from the start
 
 	timed := func(what string, max time.Duration, f func() error) error {
 		t.Helper()
@@ -153,14 +155,14 @@ func TestStopBoundedOnHungDaemon(t *testing.T) {
 		}
 		return err
 	}
-	if err := timed("SIGTERM", bound+time.Second, func() error { return p.Signal(syscall.SIGTERM) }); !errors.Is(err, errDaemonHung) {
+	if err := timed("SIGTERM", bound+time.Second, func() error { return p.Signal(context.Background(), syscall.SIGTERM) }); !errors.Is(err, errDaemonHung) {
 		t.Errorf("SIGTERM: %v, want errDaemonHung", err)
 	}
-	if err := timed("kill", bound+time.Second, p.Kill); !errors.Is(err, errDaemonHung) {
+	if err := timed("kill", bound+time.Second, func() error { return p.Kill(context.Background()) }); !errors.Is(err, errDaemonHung) {
 		t.Errorf("kill: %v, want errDaemonHung", err)
 	}
 	// Known to hang now: no second wait.
-	if err := timed("second kill", 100*time.Millisecond, p.Kill); err == nil {
+	if err := timed("second kill", 100*time.Millisecond, func() error { return p.Kill(context.Background()) }); err == nil {
 		t.Error("second kill: no error")
 	}
 	select {
@@ -182,10 +184,32 @@ func TestWaitBoundedAfterKill(t *testing.T) {
 	p := hungProcess(t, bound)
 	p.killedOnce.Do(func() { close(p.killed) })
 	t0 := time.Now()
-	if err := p.Wait(); !errors.Is(err, errDaemonHung) {
+	p.follow(io.Discard, io.Discard)
+	if err := p.Wait(context.Background()); !errors.Is(err, errDaemonHung) {
 		t.Errorf("Wait: %v", err)
 	}
 	if d := time.Since(t0); d > bound+3*time.Second {
 		t.Errorf("Wait took %v after a kill", d)
+	}
+}
+
+// TestStopCallerContext: a caller's context that ends before the stop
+// bound ends that call, with the caller's error, and does not count
+// against the daemon: it is not marked unresponsive for it.
+func TestStopCallerContext(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	p := hungProcess(t, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := p.Signal(ctx, syscall.SIGTERM)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errDaemonHung) {
+		t.Errorf("signal with a 100ms context: %v, want the context's deadline", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("signal took %v, past its caller's 100ms", d)
+	}
+	if p.isHung() {
+		t.Error("the caller's deadline marked the daemon unresponsive")
 	}
 }

@@ -23,12 +23,15 @@
 package lifeline
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
+	"strconv"
 	"syscall"
+
+	"github.com/ipybox/ipybox/internal/procexit"
 )
 
 // EnvVar names the environment variable that tells the child where its end
@@ -50,7 +53,7 @@ type Process struct {
 	cmd  *exec.Cmd
 	w    *os.File // the write end: this process's side of the pipe
 	sys  sysProcess
-	once sync.Once
+	exit *procexit.Exit
 
 	starter func(*exec.Cmd) error
 }
@@ -78,25 +81,34 @@ func Start(cmd *exec.Cmd, start ...func(*exec.Cmd) error) (*Process, error) {
 		return nil, err
 	}
 	r.Close() // the child has its copy
+	p.exit = procexit.Go(p.wait)
 	return p, nil
 }
+
+// ID returns the child's pid, in decimal.
+func (p *Process) ID() string { return strconv.Itoa(p.Pid()) }
 
 // Pid returns the child's pid.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Kill ends the child and everything it started (its process group on
-// Unix, its job on Windows), at once. It may be called after Wait, to end
-// what the child left behind.
-func (p *Process) Kill() error { return p.Signal(syscall.SIGKILL) }
+// Signal delivers sig to the child (on Unix, its process group); it does
+// not block.
+func (p *Process) Signal(_ context.Context, sig syscall.Signal) error { return p.signal(sig) }
 
-// Wait waits for the child to exit, then closes this side of the pipe
+// Kill ends the child and everything it started (its process group on
+// Unix, its job on Windows), at once. It may be called after the exit, to
+// end what the child left behind.
+func (p *Process) Kill(context.Context) error { return p.signal(syscall.SIGKILL) }
+
+// Wait waits for the child to exit, or for ctx to end.
+func (p *Process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
+
+// wait reaps the child, from Start on, then closes this side of the pipe
 // and releases what Start holds for it (on Windows, the job: what the
-// child started dies with it). Like exec.Cmd.Wait, it is called once.
-func (p *Process) Wait() error {
+// child started dies with it).
+func (p *Process) wait() error {
 	err := p.cmd.Wait()
-	p.once.Do(func() {
-		p.w.Close()
-		p.sys.release()
-	})
+	p.w.Close()
+	p.sys.release()
 	return err
 }
