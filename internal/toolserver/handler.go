@@ -1,9 +1,9 @@
 package toolserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
