@@ -33,7 +33,7 @@ type initConfig struct {
 	// ArgsFD is bwrap's argument file, closed at once.
 	ArgsFD int `json:"args_fd,omitempty"`
 	// Forwards are TCP ports on 127.0.0.1 relayed to unix sockets.
-	Forwards []initForward `json:"forwards,omitempty"`
+	Forwards []Forward `json:"forwards,omitempty"`
 	// Landlock asks for a best-effort ruleset: ReadOnly paths readable and
 	// executable, Writable paths fully accessible.
 	Landlock bool     `json:"landlock,omitempty"`
@@ -59,11 +59,6 @@ type initConfig struct {
 	// Guard is the workspace guard's policy; nil: no guard (the setuid
 	// rules of the filter hold all the same).
 	Guard *seccomp.Policy `json:"guard,omitempty"`
-}
-
-type initForward struct {
-	Port   int    `json:"port"`
-	Socket string `json:"socket"`
 }
 
 // exitInitFailed is the init's exit code when the program did not run.

@@ -274,11 +274,11 @@ func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool)
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
 		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), FileSize: s.cfg.Limits.fileSize(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
-		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
+		ic.Forwards = append(ic.Forwards, Forward{Port: ProxyPort, Socket: insideProxy})
 	}
 	if isKernel {
 		for _, f := range s.forwards {
-			ic.Forwards = append(ic.Forwards, initForward{Port: f.Port, Socket: forwardPath(f.Port)})
+			ic.Forwards = append(ic.Forwards, Forward{Port: f.Port, Socket: forwardPath(f.Port)})
 		}
 	}
 	if s.cfg.Landlock {
