@@ -1,14 +1,10 @@
 package mcpserver
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/approvaltext"
@@ -16,8 +12,9 @@ import (
 	"github.com/ipybox/ipybox/internal/escape"
 )
 
-// elicitTimeout bounds one approval question to the client; the executor's
-// own approval timeout (5 minutes) bounds it too.
+// elicitTimeout bounds an approval question that has no deadline of its
+// own; the executor gives every one its approval timeout (5 minutes by
+// default) or the cell's remaining time.
 const elicitTimeout = defaults.Approval
 
 // allowPattern is one --allow-tool pattern: globs for the server and the
@@ -50,50 +47,6 @@ func (s *Server) toolAllowed(server, tool string) bool {
 		}
 	}
 	return false
-}
-
-// decide answers an approval request of a cell run for session ss.
-func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.ApprovalRequest) {
-	if s.opts.Approval != ApprovalElicit {
-		r.Accept()
-		return
-	}
-	if r.Kind == ipybox.KindTool && s.toolAllowed(r.Server, r.Tool) {
-		r.Accept()
-		return
-	}
-	if ip := ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
-		r.Reject("ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
-			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto")
-		return
-	}
-	// No longer than the request waits (the approval timeout, or the
-	// cell's remaining time).
-	deadline := r.Deadline
-	if deadline.IsZero() {
-		deadline = time.Now().Add(elicitTimeout)
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
-		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r)},
-		Mode:            "form",
-		Message:         approvalMessage(r),
-		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
-	})
-	switch {
-	case err != nil && ctx.Err() != nil:
-		// The request's own deadline: it times out by itself
-		// (ApprovalTimeoutError in the cell).
-	case err != nil:
-		r.Reject("asking the MCP client for approval failed: " + err.Error())
-	case res.Action == "accept":
-		r.Accept()
-	case res.Action == "decline":
-		r.Reject("declined by the user")
-	default:
-		r.Reject("the user cancelled the approval request")
-	}
 }
 
 // ApprovalMetaKey is the key, in the _meta of an approval's elicitation
