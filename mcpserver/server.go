@@ -500,5 +500,3 @@ func (s *Server) Close() error {
 	}
 	return s.closeErr
 }
-
-

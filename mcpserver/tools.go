@@ -113,14 +113,14 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
 - MCP tools registered with register_mcp_server are Python functions: from mcptools.<server>.<tool> import Params, run; result = run(Params(...)). Prefer one cell that calls tools in a loop and prints a summary over many separate calls.
 - Output longer than max_output_chars keeps its beginning and its end, and says how much was left out: print summaries, not whole datasets.
 - An exception makes an error result that contains the output printed before it and the traceback. On timeout the cell is interrupted and the variables are kept.
-- The working directory is the workspace. Use upload_file and download_file to move files between it and the host, and install_package (or !pip install) for missing packages.`+threadHandle,
+- The working directory is the workspace. Use upload_file and download_file to move files between it and the host, and install_package (or !pip install) for missing packages.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
     "code": {"type": "string", "description": "Python code to run as one cell. IPython syntax (!shell commands, %magics) is allowed."},
     "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "default": 120, "description": "Seconds the cell may run before it is interrupted (the kernel's state is kept). Default 120."},
     "max_output_chars": {"type": "integer", "minimum": 1, "maximum": 10000000, "default": 5000, "description": "Output beyond this many characters is cut in the middle, keeping the head and the tail. Default 5000."},
-    `+sessionProp+`
+    ` + sessionProp + `
   },
   "required": ["code"],
   "additionalProperties": false
@@ -141,7 +141,7 @@ server_params is the server's config, as in an mcpServers file:
 - a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"], "env": {"API_KEY": "${API_KEY}"}}
 - a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
 - a remote server that wants an OAuth sign-in: {"url": "https://example.com/mcp"} (ipybox asks the user to sign in; an "oauth" block configures a pre-registered client)
-${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations are made through the session's kernel, are shared by every session of the workspace, and persist across reset and restarts; registering a name again replaces it.`+threadHandle,
+${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations are made through the session's kernel, are shared by every session of the workspace, and persist across reset and restarts; registering a name again replaces it.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
@@ -170,7 +170,7 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
         }
       }
     },
-    `+sessionProp+`
+    ` + sessionProp + `
   },
   "required": ["server_name", "server_params"],
   "additionalProperties": false
@@ -183,12 +183,12 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
 		Title: "Install a Python package",
 		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. ` + installWhere(s.opts.Gateway != nil) + `
 
-package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.`+threadHandle,
+package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
     "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."},
-    `+sessionProp+`
+    ` + sessionProp + `
   },
   "required": ["package_name"],
   "additionalProperties": false
@@ -221,7 +221,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
 		Title: "Copy a file from the host into the workspace",
 		Description: `Copy a file from the host (local_path) into the workspace (relpath), so that code in execute_ipython_cell can read it as open(relpath). Parent directories are created and an existing file is replaced; any file type works.
 
-local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`+threadHandle,
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.` + threadHandle,
 		InputSchema: fileSchema("Destination, relative to the workspace (the kernel's working directory), such as data/input.csv.", "Absolute path of the file on the host to copy."),
 		Annotations: &mcp.ToolAnnotations{Title: "Upload a file", IdempotentHint: true},
 	}, s.uploadTool)
@@ -230,7 +230,7 @@ local_path must be absolute and lie inside a directory ipybox allows (by default
 		Title: "Copy a file from the workspace to the host",
 		Description: `Copy a file from the workspace (relpath), such as a result your code wrote, to the host (local_path). Parent directories are created and an existing file is replaced; any file type works.
 
-local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`+threadHandle,
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.` + threadHandle,
 		InputSchema: fileSchema("The file to copy, relative to the workspace (the kernel's working directory), such as results/summary.csv.", "Absolute destination path on the host."),
 		Annotations: &mcp.ToolAnnotations{Title: "Download a file", IdempotentHint: true},
 	}, s.downloadTool)
