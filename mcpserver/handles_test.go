@@ -156,3 +156,30 @@ func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 func callErr(ctx context.Context, cs *mcp.ClientSession, tool string, args any) (*mcp.CallToolResult, error) {
 	return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 }
+
+// TestIdleHandleEnds: a session of create_session that gets no call for
+// the idle timeout ends: its kernel stops and its handle is unknown. One
+// whose cell runs longer than that is not idle.
+func TestIdleHandleEnds(t *testing.T) {
+	testenv.NeedsPython(t)
+	base := len(kernels(t, os.Getpid()))
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), SessionIdleTimeout: 1500 * time.Millisecond})
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	idle := createSession(t, cs)
+	runIn(t, cs, idle, "print('up')")
+	busy := createSession(t, cs)
+	if got := runIn(t, cs, busy, "import time; time.sleep(3); print('still here')"); got != "still here" {
+		t.Errorf("a long cell: %q", got)
+	}
+	res := call(t, cs, "execute_ipython_cell", map[string]any{"code": "1", "session": idle})
+	if !res.IsError || !strings.Contains(text(res), "unknown session") {
+		t.Errorf("an idle session's handle after the timeout: %q", text(res))
+	}
+	// And the busy one, once idle.
+	waitKernels(t, os.Getpid(), base, 15*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); srv.KernelCount() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d kernels counted", srv.KernelCount())
+		}
+	}
+}
