@@ -127,10 +127,18 @@ func (b *mcpBinary) stop(t *testing.T, sig os.Signal) {
 	}
 }
 
+// goClient connects a go-sdk client over tr. Over HTTP it speaks
+// 2025-11-25, whose connections have a kernel of their own (the
+// 2026-07-28 ones, with handles, are TestMCPHandlesHTTP's and mcpserver's);
+// over stdio the go-sdk's latest, 2026-07-28.
 func goClient(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	var opts *mcp.ClientSessionOptions
+	if _, ok := tr.(*mcp.StreamableClientTransport); ok {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	cs, err := c.Connect(t.Context(), tr, nil)
+	cs, err := c.Connect(t.Context(), tr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +209,7 @@ func checkInspectorOutput(t *testing.T, list, callOut string) {
 	for _, tool := range l.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "download_file,execute_ipython_cell,install_package,register_mcp_server,reset,upload_file" {
+	if strings.Join(names, ",") != "close_session,create_session,download_file,execute_ipython_cell,install_package,list_sessions,register_mcp_server,reset,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 	if err := json.Unmarshal([]byte(callOut), &c); err != nil {
