@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,10 +71,11 @@ type cellRun struct {
 	state     [32]byte      // the key of the requestState it is suspended under
 
 	// The progress of the whole cell (see progress.send).
-	progMu    sync.Mutex
-	progLast  float64
-	progSent  time.Time
-	progLines int
+	progMu     sync.Mutex
+	progLast   float64
+	progSent   time.Time
+	progLines  int
+	progChunks int
 }
 
 // attachment is a request that waits for a cell.
@@ -295,7 +297,10 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 func (c *cellRun) result() *mcp.CallToolResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cellResult(c.res, c.err, c.maxChars, c.warnings)
+	c.progMu.Lock()
+	chunks := c.progChunks
+	c.progMu.Unlock()
+	return cellResult(c.res, c.err, c.maxChars, c.warnings, chunks)
 }
 
 // openAsks drops the approvals whose deadline passed (the call failed in
@@ -470,7 +475,7 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		case er.Action == "accept":
 			a.r.Accept()
 		case er.Action == "decline":
-			a.r.Reject("declined by the user")
+			a.r.Reject(declineReason(er))
 		default:
 			a.r.Reject("the user cancelled the approval request")
 		}
@@ -478,6 +483,23 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	c.asks = keep
 	c.mu.Unlock()
 	return s.await(ctx, c, c.attach(ctx, req))
+}
+
+// ReasonMetaKey is the key, in the _meta of a declined approval's
+// elicitation result, of the reason a program gives (the Go SDK's
+// ApprovalRequest.Reject): kernel code sees it in ApprovalRejectedError.
+// Without it the reason is "declined by the user".
+const ReasonMetaKey = "ipybox/reason"
+
+// declineReason is why the cell is told its call was declined.
+func declineReason(er *mcp.ElicitResult) string {
+	if r, ok := er.Meta[ReasonMetaKey].(string); ok && strings.TrimSpace(r) != "" {
+		if len(r) > 1000 {
+			r = r[:1000] + "..."
+		}
+		return r
+	}
+	return "declined by the user"
 }
 
 // cancelRun ends the cell suspended under state, if any: a client before

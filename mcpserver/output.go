@@ -54,7 +54,10 @@ const maxImageBytes = 16 << 20
 // cellResult builds the tool result of a cell: the output text (truncated),
 // the image paths, then one image block per image. A Python error, a
 // timeout or a dead kernel make it an error result.
-func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) *mcp.CallToolResult {
+//
+// chunks is how many chunks of output the cell sent as progress
+// notifications, for the structured form.
+func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, chunks int) *mcp.CallToolResult {
 	var b strings.Builder
 	if res != nil && res.Restarted != nil {
 		warnings = append([]string{restartedNote(res.Restarted)}, warnings...)
@@ -91,11 +94,17 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 		}
 	}
 	isErr := false
-	meta := cellMeta{Warnings: warnings}
+	meta := cellMeta{Warnings: warnings, Chunks: chunks}
 	if res != nil {
 		meta.Text = truncate(strings.TrimSuffix(strings.ReplaceAll(res.Text, "\r\n", "\n"), "\r"), maxChars)
 		meta.Images = res.Images
 		meta.Truncated = res.Truncated
+		if d := res.Restarted; d != nil {
+			meta.Restarted = &restartedMeta{Cause: d.Cause}
+			if !d.At.IsZero() {
+				meta.Restarted.At = d.At.UTC().Format(time.RFC3339Nano)
+			}
+		}
 	}
 	if err != nil {
 		isErr = true
@@ -152,6 +161,20 @@ type cellMeta struct {
 	Truncated bool       `json:"truncated,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`
 	Error     *cellError `json:"error,omitempty"`
+	// Restarted says that the kernel had died since the last call, and
+	// this cell ran in a fresh one (a warning says so too).
+	Restarted *restartedMeta `json:"restarted,omitempty"`
+	// Chunks is how many chunks of output the cell sent as progress
+	// notifications, to all the requests of its rounds: a client whose
+	// notifications may reach it after the result (the go-sdk hands them
+	// over on their own) waits for that many.
+	Chunks int `json:"chunks,omitempty"`
+}
+
+// restartedMeta is when (RFC 3339, if known) and why the kernel died.
+type restartedMeta struct {
+	At    string `json:"at,omitempty"`
+	Cause string `json:"cause"`
 }
 
 // cellError is a cell's failure. Kind is "python" (with Name, Value and
@@ -235,6 +258,7 @@ func (p *progress) send(text, stream string) {
 	c.progSent = time.Now()
 	params := &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: v}
 	if stream != "" {
+		c.progChunks++
 		c.progLines += strings.Count(text, "\n")
 		params.Message = text
 		params.Meta = mcp.Meta{StreamMetaKey: stream}
