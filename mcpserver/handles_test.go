@@ -183,3 +183,33 @@ func TestIdleHandleEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestToolsListSameForEveryClient: tools/list is the same over stdio and
+// HTTP, at 2026-07-28 and at 2025-11-25, for every principal and call.
+func TestToolsListSameForEveryClient(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Python: "/nonexistent/python3", Principals: map[string]string{"b": "b-token-0123456789"}})
+	url := serveHTTP(t, srv)
+	var lists []string
+	for _, cs := range []*mcp.ClientSession{
+		connect(t, srv, nil),
+		connectAt(t, srv, legacyVersion, nil),
+		connectHTTPAs(t, url, testToken, newVersion, nil),
+		connectHTTPAs(t, url, testToken, legacyVersion, nil),
+		connectHTTPAs(t, url, "b-token-0123456789", newVersion, nil),
+	} {
+		for range 2 {
+			res, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(res.Tools)
+			lists = append(lists, string(b))
+		}
+	}
+	for i, l := range lists {
+		if l != lists[0] {
+			t.Errorf("tools/list %d differs from the first:\n%s\n%s", i, short(l), short(lists[0]))
+		}
+	}
+}

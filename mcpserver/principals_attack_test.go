@@ -83,20 +83,30 @@ func TestPrincipalTokens(t *testing.T) {
 	srv := newServer(t, &Options{Workspace: t.TempDir(), AuthToken: "default-token-0123456789",
 		Principals: map[string]string{"ci": "ci-token-0123456789"}})
 	url := serveHTTP(t, srv)
-	for tok, want := range map[string]int{"default-token-0123456789": 200, "ci-token-0123456789": 200, "ci-token-012345678": 401, "": 401} {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("token %q: %d, want %d", tok, resp.StatusCode, want)
+	// A 2025-11-25 request, and a 2026-07-28 one (stateless: the token is
+	// all there is).
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	for _, body := range []string{ping, list} {
+		for tok, want := range map[string]int{"default-token-0123456789": 200, "ci-token-0123456789": 200, "ci-token-012345678": 401, "": 401} {
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if body == list {
+				req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+				req.Header.Set("Mcp-Method", "tools/list")
+			}
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("%s with token %q: %d, want %d", body[:40], tok, resp.StatusCode, want)
+			}
 		}
 	}
 	// Each session belongs to the principal whose token made it.
