@@ -115,7 +115,8 @@ func TestSession(t *testing.T) {
 		prog = nil
 		progMu.Unlock()
 		params := &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{
-			"code": "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(1)",
+			// A quiet 1.6 s at the end: a notification of the elapsed time.
+			"code": "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(1)\ntime.sleep(0.6)",
 		}}
 		params.SetProgressToken("tok-1")
 		res, err := cs.CallTool(t.Context(), params)
