@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
@@ -126,5 +128,40 @@ func TestRemote(t *testing.T) {
 	}
 	if _, err := s.Execute(t.Context(), "print(x)", nil); err == nil || !strings.Contains(err.Error(), "unknown session") {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// TestRemoteOverStdio: DialTransport speaks to a server over another
+// transport (here the in-memory one that stdio's code path uses).
+func TestRemoteOverStdio(t *testing.T) {
+	testenv.NeedsPython(t)
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), StartTimeout: 90 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ct, st := mcp.NewInMemoryTransports()
+	go srv.Serve(context.Background(), st)
+	r, err := ipybox.DialTransport(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := r.CreateSession(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Execute(t.Context(), "y = 6 * 7", nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Execute(t.Context(), "print(y)", nil); err != nil || res.Text != "42" {
+		t.Errorf("%v %+v", err, res)
+	}
+	if err := s.Reset(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var pe *ipybox.PythonError
+	if _, err := s.Execute(t.Context(), "y", nil); !errors.As(err, &pe) || pe.Name != "NameError" {
+		t.Errorf("after Reset: %v", err)
 	}
 }
