@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/safefs"
@@ -130,7 +129,7 @@ func (s *spill) finish() string {
 // spillDir, reading at most maxSpillEntries entries (more count as full).
 // Nothing is followed: a link there counts as nothing.
 func spillUsage(ws string) int64 {
-	d, err := safefs.OpenFile(ws, spillDir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	d, err := safefs.OpenFile(ws, spillDir, os.O_RDONLY|oDirectory, 0)
 	if err != nil {
 		return 0
 	}
