@@ -54,10 +54,21 @@ type ApprovalRequest struct {
 	// the cell's remaining time (ExecOptions.Timeout), whichever comes
 	// first. Zero when neither bounds it.
 	Deadline time.Time
+	// Why says why the application is asked, for the person who decides:
+	// the ask rule of Options.ApprovalPolicy that matched (its ID, its
+	// text, and its file and line), or "no rule matched". Empty without
+	// an approval policy.
+	Why string
 
-	once     sync.Once
-	decision chan error // receives nil (accept) or a *toolserver.RejectedError
-	event               // makes it an Event
+	exec    *Executor // the Executor that asks, for remembered answers
+	askRule bool      // an ask rule matched
+
+	mu         sync.Mutex
+	decided    bool
+	answer     Answer
+	remembered []string   // the rules the answer added
+	decision   chan error // receives nil (accept) or a *toolserver.RejectedError
+	event                 // makes it an Event
 }
 
 // event makes a type an Event (kernel.Event's method is unexported, so the
@@ -69,34 +80,29 @@ type event struct{ kernel.EventBase }
 // Stream, or one already decided.
 var ErrNotPending = errors.New("ipybox: no call waits on this approval request (it was not yielded by Stream, or it was already decided)")
 
-// Accept lets the call run. Only the first Accept or Reject counts; a
-// later one, or one on a request that Stream did not yield, returns
-// ErrNotPending.
-func (r *ApprovalRequest) Accept() error { return r.decide(nil) }
+// Accept lets the call run, this once. Only the first Accept, Reject or
+// Answer counts; a later one, or one on a request that Stream did not
+// yield, returns ErrNotPending.
+func (r *ApprovalRequest) Accept() error { return r.Answer(Answer{Accept: true}) }
 
-// Reject refuses the call; kernel code sees ApprovalRejectedError with
-// reason. Only the first Accept or Reject counts; a later one, or one on a
-// request that Stream did not yield, returns ErrNotPending.
+// Reject refuses the call, this once; kernel code sees
+// ApprovalRejectedError with reason. Only the first Accept, Reject or
+// Answer counts; a later one, or one on a request that Stream did not
+// yield, returns ErrNotPending.
 func (r *ApprovalRequest) Reject(reason string) error {
-	if reason == "" {
-		reason = "rejected by the application"
-	}
-	return r.decide(&toolserver.RejectedError{Reason: reason})
+	return r.Answer(Answer{Reason: reason})
 }
 
-func (r *ApprovalRequest) decide(err error) error {
-	if r.decision == nil {
-		return ErrNotPending
+// abandon refuses the call for ipybox (a timeout, the end of the cell);
+// the audit log says that nobody decided.
+func (r *ApprovalRequest) abandon(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.decision == nil || r.decided {
+		return
 	}
-	decided := false
-	r.once.Do(func() {
-		r.decision <- err // buffered: never blocks
-		decided = true
-	})
-	if !decided {
-		return ErrNotPending
-	}
-	return nil
+	r.decided = true
+	r.decision <- &toolserver.RejectedError{Reason: reason}
 }
 
 // ApproveAll is an Options.Approver that accepts every request: the named
@@ -151,7 +157,7 @@ func (c *cell) rejectPending(reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for r := range c.pending {
-		r.Reject(reason)
+		r.abandon(reason)
 	}
 }
 
@@ -160,23 +166,24 @@ func (c *cell) rejectPending(reason string) {
 type approver struct{ e *Executor }
 
 func (a approver) ApproveTool(ctx context.Context, c *toolserver.ToolCall) error {
-	return a.e.ask(ctx, &ApprovalRequest{Kind: KindTool, Server: c.Server, Tool: c.Tool, Args: c.Args})
+	return a.e.approve(ctx, &ApprovalRequest{Kind: KindTool, Server: c.Server, Tool: c.Tool, Args: c.Args})
 }
 
 func (a approver) ApproveShell(ctx context.Context, command string) error {
-	return a.e.ask(ctx, &ApprovalRequest{Kind: KindShell, Command: command})
+	return a.e.approve(ctx, &ApprovalRequest{Kind: KindShell, Command: command})
 }
 
 var errNoCell = &toolserver.RejectedError{Reason: "no cell is running: calls from threads that outlive their cell are not approved"}
 
 // ask delivers r to the running cell's consumer and waits for the decision,
-// the approval timeout (ctx, set by the tool server), or the end of the cell.
-func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) error {
+// the approval timeout (ctx, set by the tool server), or the end of the
+// cell. answered reports that the error (or nil) is the consumer's answer.
+func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) (err error, answered bool) {
 	e.cellMu.Lock()
 	c := e.cur
 	e.cellMu.Unlock()
 	if c == nil {
-		return errNoCell
+		return errNoCell, false
 	}
 	// A decision cannot outlast the cell's remaining time either.
 	if c.budget != nil {
@@ -199,18 +206,21 @@ func (e *Executor) ask(ctx context.Context, r *ApprovalRequest) error {
 	select {
 	case c.calls <- cellctl.Call{After: toolserver.SyncMarker(ctx), Run: func() { c.deliver(r) }}:
 	case <-c.done:
-		return errNoCell
+		return errNoCell, false
 	case <-ctx.Done():
-		return approvalCtxErr(ctx)
+		return approvalCtxErr(ctx), false
 	}
 	select {
 	case err := <-r.decision:
-		return err
+		r.mu.Lock()
+		answered = r.answer.By != ""
+		r.mu.Unlock()
+		return err, answered
 	case <-c.done:
-		return &toolserver.RejectedError{Reason: "the cell ended before the call was approved"}
+		return &toolserver.RejectedError{Reason: "the cell ended before the call was approved"}, false
 	case <-ctx.Done():
-		r.Reject("approval timed out")
-		return approvalCtxErr(ctx)
+		r.abandon("approval timed out")
+		return approvalCtxErr(ctx), false
 	}
 }
 

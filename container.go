@@ -10,7 +10,7 @@ import (
 	"runtime"
 
 	"github.com/ipybox/ipybox/internal/container"
-	"github.com/ipybox/ipybox/internal/sandboxhook"
+	"github.com/ipybox/ipybox/internal/egress"
 	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/sandbox"
@@ -30,7 +30,8 @@ const ContainerWorkspace = container.WorkspaceDir
 // The workspace is mounted at /app/workspace, and the run directory (the
 // kernel's ipc sockets and the tool server's socket) at its host path, so
 // no port is published. Every container runs as a non-root user (the
-// caller's uid; under root, the workspace owner's, or 2000000000), with
+// caller's uid; under root, the workspace owner's, or, for a workspace
+// root owns, 2000000000 through an idmapped mount of it), with
 // all capabilities dropped, no-new-privileges, a read-only root and a
 // tmpfs /tmp, memory and pids limits, and the workspace's .ipybox
 // read-only and .env hidden.
@@ -109,6 +110,7 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 	case c.Pids > 0:
 		cfg.Pids = int64(c.Pids)
 	}
+	cfg.FileSize = sandbox.DefaultFileSize
 	if len(c.AllowedDomains) > 0 {
 		if err := e.startEgress(c.AllowedDomains, &cfg); err != nil {
 			return nil, err
@@ -151,20 +153,20 @@ func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
 	if err := probe.AllowDomains(allowed...); err != nil {
 		return fmt.Errorf("container: %w", err)
 	}
-	if sandboxhook.ServeEgress == nil {
-		return errors.New("container: the egress proxy runs on Linux only")
+	rules, err := egress.NewRules(egress.Lists{AllowedDomains: allowed})
+	if err != nil {
+		return fmt.Errorf("container: %w", err)
 	}
 	sock := filepath.Join(e.runDir, "egress.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return fmt.Errorf("container egress proxy: %w", err)
 	}
-	stop, err := sandboxhook.ServeEgress(ln, allowed, nil, e.log)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("container egress proxy: %w", err)
-	}
-	e.stopEgress = stop
+	// The same proxy, rules and private-address guard as a sandbox's, for
+	// a kernel container with no network of its own.
+	p := egress.New(rules, nil, e.log)
+	p.Serve(ln)
+	e.stopEgress = p.Close
 	cfg.NoNetwork = true
 	cfg.Sockets = append(cfg.Sockets, sock)
 	cfg.Forward = &container.Forward{Port: sandbox.ProxyPort, Socket: sock}

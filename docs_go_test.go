@@ -24,10 +24,11 @@ const signatures = "<!-- signatures, not a program -->"
 
 // docSnippetWant is what a snippet must print, by file and position.
 var docSnippetWant = map[string][]string{
-	"README.md#1":       {"12.566370614359172", "0\n1\n2\n", "images: []"},
-	"README.md#2":       {`approving tool call everything.echo({"message": "hi"})`, "Echo: hi"},
-	"docs/sandbox.md#1": {"PermissionError", "/etc/shadow"},
-	"docs/tools.md#1":   {"from mcptools.everything.echo import Params, run"},
+	"README.md#1":         {"12.566370614359172", "0\n1\n2\n", "images: []"},
+	"README.md#2":         {`approving tool call everything.echo({"message": "hi"})`, "Echo: hi"},
+	"docs/sandbox.md#1":   {"PermissionError", "/etc/shadow"},
+	"docs/approvals.md#1": {"asked: echo other - no rule matched", "hi", "ApprovalRejectedError"},
+	"docs/tools.md#1":     {"from mcptools.everything.echo import Params, run"},
 }
 
 // TestDocsGoSnippets runs every Go block of the README and docs/ as

@@ -46,6 +46,7 @@ import (
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/toolserver"
@@ -88,15 +89,15 @@ type Options struct {
 	// Logger receives ipybox's logs. Nil discards them.
 	Logger *slog.Logger
 
-	// ApproveToolCalls says whether MCP tool calls from kernel code need
-	// the application's approval. Nil means true: each call is an
-	// *ApprovalRequest event of Stream (Execute answers through Approver).
-	// Point it at false to let calls run without asking.
-	ApproveToolCalls *bool
+	// NoToolApproval lets MCP tool calls from kernel code run without the
+	// application's approval: the named opt-out of the approval gate.
+	// False (the default) makes each call an *ApprovalRequest event of
+	// Stream (Execute answers through Approver).
+	NoToolApproval bool
 	// ApproveShellCommands makes every shell command a cell runs (!cmd,
 	// x = !cmd, %%bash, %%sh, %%script and the other script magics,
 	// system_raw) an *ApprovalRequest too, independently of
-	// ApproveToolCalls. False (the default) runs them without asking.
+	// NoToolApproval. False (the default) runs them without asking.
 	ApproveShellCommands bool
 	// RequireShellEscape installs Python-level guards on subprocess,
 	// os.system, os.exec*, os.spawn*, os.posix_spawn* and pty.spawn, so
@@ -113,6 +114,16 @@ type Options struct {
 	// ApprovalTimeout bounds the wait for one decision; then the call
 	// raises ApprovalTimeoutError in the cell. Zero means 5 minutes.
 	ApprovalTimeout time.Duration
+	// ApprovalPolicy decides tool calls and shell commands by its rules
+	// before the application is asked (deny, then ask, then allow), keeps
+	// answers remembered "always", and logs every decision; see
+	// ApprovalPolicy. An ask rule asks even about calls that
+	// NoToolApproval or ApproveShellCommands would let run, and deny rules
+	// apply to them too. Nil means no rules and no audit log.
+	ApprovalPolicy *ApprovalPolicy
+	// SessionID names this Executor's session in the approval audit log.
+	// Empty means a random one.
+	SessionID string
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
@@ -190,9 +201,6 @@ const (
 	GatewayProtocolLegacy = kernel.GatewayProtocolLegacy
 )
 
-// Bool returns a pointer to b, for Options.ApproveToolCalls.
-func Bool(b bool) *bool { return &b }
-
 // ExecOptions configures one execution. A nil *ExecOptions means the
 // defaults.
 type ExecOptions struct {
@@ -252,6 +260,12 @@ type Executor struct {
 	cellMu sync.Mutex
 	cur    *cell // the running cell, nil between cells
 
+	// session names the Executor in the approval audit log; sessRules are
+	// the answers remembered for the session.
+	session   string
+	sessMu    sync.Mutex
+	sessRules *policy.Rules
+
 	// forget lists servers whose modules were regenerated: the kernel
 	// drops its imports of them before the next cell (see forgetModules).
 	forgetMu sync.Mutex
@@ -273,6 +287,43 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if opts != nil {
 		o = *opts
 	}
+	e, err := newExecutor(&o)
+	if err != nil {
+		return nil, err
+	}
+	if e.runDir, err = kernel.NewRunDir(); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.closeParts()
+		}
+	}()
+	if err := checkOptions(e.workspace, &o); err != nil {
+		return nil, err
+	}
+	if err := e.startTools(); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	launcher, kws, err := e.launcher(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	ko, err := e.kernelOptions(&o, launcher, kws)
+	if err != nil {
+		return nil, err
+	}
+	if e.k, err = kernel.Start(ctx, ko); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	ok = true
+	return e, nil
+}
+
+// newExecutor applies o's defaults and checks its workspace and package
+// folder.
+func newExecutor(o *Options) (*Executor, error) {
 	if err := defaults.Apply("ipybox",
 		defaults.Duration{Name: "Options.InitTimeout", V: &o.InitTimeout, Def: defaults.KernelStart},
 		defaults.Duration{Name: "Options.InterruptGrace", V: &o.InterruptGrace, Def: defaults.InterruptGrace},
@@ -285,7 +336,10 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Executor{opts: o, sem: make(chan struct{}, 1), log: log}
+	e := &Executor{opts: *o, sem: make(chan struct{}, 1), log: log, session: o.SessionID}
+	if e.session == "" {
+		e.session = newSessionID()
+	}
 	ws := o.WorkDir
 	if ws == "" {
 		var err error
@@ -302,62 +356,75 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	e.workspace = ws
 	if o.PackageDir != "" {
-		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
-			return nil, err
-		}
 		if o.Gateway != nil {
 			return nil, errors.New("ipybox: Options.PackageDir is a folder of this machine's workspace; a gateway kernel installs on its own machine: leave it empty")
 		}
+		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
+			return nil, err
+		}
 	}
+	return e, nil
+}
 
-	if e.runDir, err = kernel.NewRunDir(); err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			e.closeParts()
-		}
-	}()
-	if o.ToolServerAddr != "" && o.Gateway == nil {
-		return nil, errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
-	}
-	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
-		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
-	}
-	if err := e.startTools(); err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
-	}
-	var launcher kernel.Launcher
-	kws := ws // the workspace as the kernel sees it
+// checkOptions refuses options that exclude each other, and an approval
+// policy kernel code could write.
+func checkOptions(ws string, o *Options) error {
 	switch {
+	case o.ToolServerAddr != "" && o.Gateway == nil:
+		return errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
+	case o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil):
+		return errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
 	case o.Container != nil && o.Sandbox != nil:
-		return nil, errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
+		return errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
+	}
+	exempt := ""
+	if o.Sandbox == nil && o.Container == nil {
+		exempt, _ = os.UserConfigDir()
+	}
+	return checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, o), exempt)
+}
+
+// launcher prepares how the kernel runs (a container, a sandbox, the fork
+// server; nil: directly) and returns the workspace as the kernel sees it.
+func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, string, error) {
+	switch {
 	case o.Container != nil:
-		if launcher, err = e.startContainer(ctx); err != nil {
-			return nil, fmt.Errorf("ipybox: %w", err)
+		l, err := e.startContainer(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
-		kws = ContainerWorkspace
 		o.Python = ""
+		return l, ContainerWorkspace, nil
 	case o.Sandbox != nil:
-		if launcher, err = e.startSandbox(ctx); err != nil {
-			return nil, fmt.Errorf("ipybox: %w", err)
+		l, err := e.startSandbox(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
+		return l, e.workspace, nil
 	case o.Zygote != nil:
 		if o.Python != "" && o.Python != o.Zygote.Python() {
-			return nil, fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
+			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
 		}
 		o.Python = o.Zygote.Python()
-		launcher = o.Zygote
+		return o.Zygote, e.workspace, nil
 	}
+	return nil, e.workspace, nil
+}
+
+// kernelOptions builds the kernel's start: the runtime and its init code,
+// the environment, the images folder; kws is the workspace as the kernel
+// sees it.
+func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws string) (*kernel.Options, error) {
 	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
+	// The policy's shell rules apply to commands that would otherwise run
+	// without asking too: they go through approval.
 	init := pyruntime.InitConfig{
 		SysPath:            []string{pyDir},
 		SysPathEnd:         []string{kws},
-		ShellApproval:      o.ApproveShellCommands,
+		ShellApproval:      o.ApproveShellCommands || o.ApprovalPolicy.hasShellRules(),
 		RequireShellEscape: o.RequireShellEscape,
 	}
 	if o.WorkDir != "" {
@@ -365,7 +432,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	imagesDir := o.ImagesDir
 	if imagesDir == "" {
-		imagesDir = filepath.Join(ws, "images")
+		imagesDir = filepath.Join(e.workspace, "images")
 	}
 	if imagesDir, err = filepath.Abs(imagesDir); err != nil {
 		return nil, err
@@ -375,42 +442,66 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if e.packageDir != "" {
 		env = append(env, "PYTHONUSERBASE="+e.kernelPath(e.packageDir), "PIP_USER=1")
 	}
-	initCode := pyruntime.InitCode(init)
-	pythonPath := []string{pyDir}
-	var gw *kernel.GatewayConfig
-	if o.Gateway != nil {
-		// The kernel may not share this file system: the runtime travels
-		// as code over the channel, and the working directory is the
-		// gateway's (see docs/scale.md).
-		g := *o.Gateway
-		gw = &g
-		init.SysPath, init.SysPathEnd = nil, nil
-		init.WorkDir = ""
-		init.Remote = true
-		initCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
-		pythonPath = nil
-	} else {
-		e.kernelWorkspace = kws
+	if o.Sandbox != nil || o.Container != nil {
+		// Bytecode goes to the kernel's private /tmp: the workspace's
+		// __pycache__ is the host's (the guard refuses it, see
+		// internal/hostpaths), or a .pyc there would run in place of the
+		// host's own module.
+		env = append(env, "PYTHONPYCACHEPREFIX=/tmp/ipybox-pycache")
 	}
-	e.k, err = kernel.Start(ctx, &kernel.Options{
-		Gateway:        gw,
+	ko := &kernel.Options{
 		Python:         o.Python,
 		Launcher:       launcher,
-		Dir:            ws,
+		Dir:            e.workspace,
 		Env:            env,
-		PythonPath:     pythonPath,
+		PythonPath:     []string{pyDir},
 		RunDir:         e.runDir,
 		ImagesDir:      imagesDir,
-		InitCode:       initCode,
+		InitCode:       pyruntime.InitCode(init),
 		StartTimeout:   o.InitTimeout,
 		InterruptGrace: o.InterruptGrace,
-		Logger:         log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
+		Logger:         e.log,
 	}
-	ok = true
-	return e, nil
+	if o.Gateway == nil {
+		e.kernelWorkspace = kws
+		return ko, nil
+	}
+	// The kernel may not share this file system: the runtime travels as
+	// code over the channel, and the working directory is the gateway's
+	// (see docs/scale.md).
+	g := *o.Gateway
+	ko.Gateway = &g
+	init.SysPath, init.SysPathEnd = nil, nil
+	init.WorkDir = ""
+	init.Remote = true
+	ko.InitCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
+	ko.PythonPath = nil
+	return ko, nil
+}
+
+// kernelWritable lists the host places that the kernel of o can write:
+// the workspace, and a sandbox's allowWrite paths or a container's binds.
+func kernelWritable(ws string, o *Options) []string {
+	out := []string{ws}
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) && !strings.HasPrefix(p, "~") {
+			return filepath.Join(ws, p)
+		}
+		return p
+	}
+	if o.Sandbox != nil {
+		for _, w := range o.Sandbox.Filesystem.AllowWrite {
+			out = append(out, abs(w))
+		}
+	}
+	if o.Container != nil {
+		for _, b := range o.Container.Binds {
+			if p, err := filepath.Abs(b.HostPath); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // packageDir checks Options.PackageDir and creates it, without following
@@ -479,11 +570,11 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 			last = ev
 		case *ApprovalRequest:
 			if e.opts.Approver == nil {
-				ev.Reject(errNoApprover)
+				ev.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
 			} else if err := e.opts.Approver(ctx, ev); err != nil {
-				ev.Reject(err.Error())
+				ev.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
 			} else {
-				ev.Accept()
+				ev.Answer(Answer{Accept: true, Channel: "Options.Approver"})
 			}
 		}
 	}
@@ -535,7 +626,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 				stop()
 			}
 			if stopped {
-				r.Reject("the application stopped listening for approval requests")
+				r.abandon("the application stopped listening for approval requests")
 			}
 		}
 		e.cellMu.Lock()

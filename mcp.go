@@ -55,11 +55,14 @@ func (e *Executor) startTools() error {
 		// the tool server.
 		modules = toolModules(e.workspace)
 	}
+	// With a policy, every call goes to the approver: deny and ask rules
+	// apply where tool approval is off.
+	autoTools := e.opts.NoToolApproval && e.opts.ApprovalPolicy == nil
 	ts, err := toolserver.New(toolserver.CallerFunc(func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
 		return e.mcp.CallTool(ctx, server, tool, args)
 	}), &toolserver.Options{
 		Approver:         approver{e},
-		AutoApproveTools: e.opts.ApproveToolCalls != nil && !*e.opts.ApproveToolCalls,
+		AutoApproveTools: autoTools,
 		KnownServer: func(name string) bool {
 			_, ok := reg.Get(name)
 			return ok
@@ -110,7 +113,7 @@ func (e *Executor) toolEnv() []string {
 	}
 	// With approval on, the runtime publishes a sync marker before each
 	// request, so that approvals follow the output printed before them.
-	if e.opts.ApproveToolCalls == nil || *e.opts.ApproveToolCalls || e.opts.ApproveShellCommands {
+	if !e.opts.NoToolApproval || e.opts.ApproveShellCommands {
 		env = append(env, "IPYBOX_TOOL_SYNC=1")
 	}
 	return env

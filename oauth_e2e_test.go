@@ -135,7 +135,7 @@ func storedTokens(t *testing.T, file string) []string {
 // code then calls its tool, with approval. Then, sandboxed, kernel code
 // hunts for the token in every file it can read, in its environment and in
 // every process's, and finds nothing; nor do servers.json, the logs and the
-// cell's output hold it (DESIGN.md invariant 5).
+// cell's output hold it (docs/design.md, security invariant 5).
 func TestOAuthEndToEnd(t *testing.T) {
 	serverURL := demoOAuthServer(t)
 	cfgHome := t.TempDir()

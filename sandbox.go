@@ -45,9 +45,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	}
 	e.sandboxes.add(sb)
 	e.kernelSandbox = sb
-	if err := probe(ctx, sb); err != nil {
-		return nil, err
-	}
+	// No probe here: the kernel's start is the probe, and a failed start
+	// explains itself with the probe's cause and fix (sandbox.ProbeError).
 	// Inside, the runtime reaches the tool server through the forwarder
 	// (Linux), or by its socket, which the profile allows (macOS).
 	e.toolURL = sb.ForwardURL(tool)
@@ -122,6 +121,14 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 			p.Filesystem.DenyRead = append(slices.Clone(p.Filesystem.DenyRead), dir)
 			policy = &p
 		}
+	}
+	// Approval policies and audit logs are hidden: kernel code must not
+	// read the rules that approve its calls, nor the record of them (Start
+	// refuses those that lie where the kernel writes).
+	if hidden := hostOnly.list(); len(hidden) > 0 {
+		p := *policy
+		p.Filesystem.DenyRead = append(slices.Clone(p.Filesystem.DenyRead), hidden...)
+		policy = &p
 	}
 	if secrets == nil {
 		secrets = func() []string {

@@ -155,7 +155,7 @@ func TestSandboxNeverRunsWorkspacePythonOnHost(t *testing.T) {
 func TestSandboxedStdioServer(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsTool(t, "bwrap")
-	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
 	cfg := testmcpStdio(t)
 	// The test server binary lives in a temp dir: make it visible.
 	policy := `{"extraRead": ["` + filepath.Dir(cfg.Command) + `"]}`

@@ -29,7 +29,7 @@ func TestAttackSecretsInErrors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ex := start(t, &ipybox.Options{
 		Logger: log, DotEnv: map[string]string{"KEY": secret, "CMD": "/nonexistent/" + secret},
-		ApproveToolCalls: ipybox.Bool(false), ToolCallTimeout: 3 * time.Second,
+		NoToolApproval: true, ToolCallTimeout: 3 * time.Second,
 	})
 	ctx := context.Background()
 	leaks := func(where, text string) {

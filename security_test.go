@@ -52,7 +52,7 @@ func TestAttackToolServerAuth(t *testing.T) {
 
 func TestAttackRequestsChooseNothing(t *testing.T) {
 	t.Setenv("IPYBOX_TEST_SECRET", "s3cret")
-	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
 	register(t, ex, "go", testmcpStdio(t))
 	run(t, ex, rawPost)
 	marker := filepath.Join(t.TempDir(), "pwned")
@@ -107,7 +107,7 @@ threading.Thread(target=later).start()`, nil, nil)
 func TestShellApproval(t *testing.T) {
 	t.Parallel()
 	// Shell approval on, tool approval off: shell approval still applies.
-	ex := start(t, &ipybox.Options{ApproveShellCommands: true, ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{ApproveShellCommands: true, NoToolApproval: true})
 	dir := ex.Workspace()
 	for _, tc := range []struct {
 		name, code, wantCmd, wantText string
@@ -196,7 +196,7 @@ func TestRequireShellEscape(t *testing.T) {
 
 func TestAsyncAndConcurrentToolCalls(t *testing.T) {
 	t.Parallel()
-	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
 	register(t, ex, "go", testmcpStdio(t))
 	res := run(t, ex, `import asyncio, time
 from concurrent.futures import ThreadPoolExecutor

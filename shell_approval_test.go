@@ -15,7 +15,7 @@ import (
 // helpers. A rejected command does not run.
 func TestAttackShellEntryPoints(t *testing.T) {
 	t.Parallel()
-	ex := start(t, &ipybox.Options{ApproveShellCommands: true, ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{ApproveShellCommands: true, NoToolApproval: true})
 	marker := filepath.Join(ex.Workspace(), "shell-ran")
 	touch := "touch " + marker
 	for _, tc := range []struct{ name, code string }{

@@ -208,7 +208,7 @@ func TestApprovals(t *testing.T) {
 
 func TestNoApprovalWhenOff(t *testing.T) {
 	t.Parallel()
-	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
 	register(t, ex, "go", testmcpStdio(t))
 	reqs, events, err := collect(t, ex, "from mcptools.go.tool_1 import Params, run\nrun(Params(s='free'))", nil, nil)
 	if err != nil || len(reqs) != 0 || resultText(events) != "'tool-1: free'" {
@@ -340,7 +340,7 @@ func TestStopIteratingRejectsAndInterrupts(t *testing.T) {
 
 func TestResetStopsStdioServers(t *testing.T) {
 	t.Parallel()
-	ex := start(t, &ipybox.Options{ApproveToolCalls: ipybox.Bool(false)})
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
 	register(t, ex, "go", testmcpStdio(t))
 	pid := run(t, ex, "from mcptools.go.pid import Params, run\nrun(Params())").Text
 	if err := ex.Reset(context.Background()); err != nil {
@@ -383,7 +383,7 @@ func TestRegistrationPersists(t *testing.T) {
 		t.Errorf("servers.json keeps placeholders, not values: %s (%v)", b, err)
 	}
 	ex.Close()
-	ex2 := start(t, &ipybox.Options{WorkDir: ws, ApproveToolCalls: ipybox.Bool(false)})
+	ex2 := start(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
 	if got := ex2.MCPServers(); len(got) != 1 || got[0] != "go" {
 		t.Errorf("servers after restart: %v", got)
 	}

@@ -56,7 +56,7 @@ const (
 // from the common start to each session's first result, with the server
 // warm (its pool full, idle). Beside it, in the same run, 20 jupyter_client
 // KernelManagers started at once in threads, each executing "1".
-// Target (DESIGN.md): all 20 first results in under 1.5 s on 2 cores.
+// Target (docs/design.md): all 20 first results in under 1.5 s on 2 cores.
 func BenchmarkMCPBurst(b *testing.B) {
 	py := testenv.NeedsPython(b)
 	bin := testenv.Binary(b)

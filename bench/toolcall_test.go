@@ -50,7 +50,7 @@ func BenchmarkToolCall(b *testing.B) {
 		py := testenv.NeedsPython(b)
 		opts := &ipybox.Options{Python: py, WorkDir: b.TempDir(), Approver: ipybox.ApproveAll}
 		if !approve {
-			opts = &ipybox.Options{Python: py, WorkDir: b.TempDir(), ApproveToolCalls: ipybox.Bool(false)}
+			opts = &ipybox.Options{Python: py, WorkDir: b.TempDir(), NoToolApproval: true}
 		}
 		ex, err := ipybox.Start(ctx, opts)
 		if err != nil {

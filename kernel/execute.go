@@ -355,8 +355,9 @@ func (st *cellState) nextDeadline() <-chan time.Time {
 	return time.After(time.Until(d))
 }
 
-func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
-	content := map[string]any{
+// executeRequest builds the execute_request of a cell.
+func (in *instance) executeRequest(code string, o *ExecOptions) (*jupyter.Message, error) {
+	return jupyter.NewMessage(in.k.session, "execute_request", map[string]any{
 		"code":             code,
 		"silent":           o.Silent,
 		"store_history":    !o.Silent,
@@ -366,8 +367,96 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		// abort; with stop_on_error ipykernel would abort a request that
 		// arrives right after an error (its abort window is call_later(0)).
 		"stop_on_error": false,
+	})
+}
+
+// cellWaits are the timers of a cell's wait for its end, and its
+// interrupt.
+type cellWaits struct {
+	in            *instance
+	idle          <-chan time.Time // the grace for idle after the reply
+	interruptedAt time.Time        // zero until we decided to interrupt
+	stopErr       error            // why we interrupt
+	grace         <-chan time.Time // the interrupt's grace
+	signalPending bool             // decided, not sent: the cell has not started
+	noReply       <-chan time.Time // idle came without a reply
+}
+
+// update sets the timers after the messages of one batch (fresh: any).
+func (w *cellWaits) update(st *cellState, fresh bool) {
+	opts := w.in.k.opts
+	if w.signalPending && st.running {
+		// The interrupt waited for the cell to start; its grace counts
+		// from now.
+		w.signalPending = false
+		w.in.signal(sigint)
+		w.grace = time.After(opts.InterruptGrace)
 	}
-	msg, err := jupyter.NewMessage(in.k.session, "execute_request", content)
+	if st.gotIdle && !st.gotReply && !w.interruptedAt.IsZero() && !w.signalPending && w.noReply == nil {
+		// Idle without a reply: the interrupt landed in ipykernel's
+		// handler before the cell's code ran, and ipykernel ended the
+		// handler without a reply. The kernel is idle and keeps its
+		// state: no restart. A reply on its way has IdleGrace.
+		w.noReply = time.After(opts.IdleGrace)
+		w.grace = nil
+	}
+	// The grace for the final idle counts from the last message, not
+	// from the reply: output still arriving (and being written to a slow
+	// consumer) is progress, not a kernel that forgot idle.
+	if st.gotReply && (w.idle == nil || fresh) {
+		w.idle = time.After(opts.IdleGrace)
+	}
+}
+
+// interrupt interrupts the cell once, for why, then gives it
+// InterruptGrace to stop. A cell that has not started yet (a loaded
+// machine, a timeout of a few milliseconds) is interrupted when it starts:
+// the grace then bounds the wait for the start too.
+func (w *cellWaits) interrupt(st *cellState, why error) {
+	w.stopErr = why
+	w.interruptedAt = time.Now()
+	if st.running || st.gotReply {
+		w.in.signal(sigint)
+	} else {
+		w.signalPending = true
+	}
+	w.grace = time.After(w.in.k.opts.InterruptGrace)
+}
+
+// restartIgnored restarts the kernel of a cell that ignored the interrupt
+// for stopErr's reason, and says so in the error it returns.
+func (in *instance) restartIgnored(stopErr error) error {
+	rctx, cancel := context.WithTimeout(context.Background(), in.k.opts.StartTimeout)
+	rerr := in.k.restartAfter(rctx, in)
+	cancel()
+	var te *TimeoutError
+	if errors.As(stopErr, &te) {
+		te.Restarted = true
+	} else {
+		stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
+	}
+	if rerr != nil {
+		stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
+	}
+	return stopErr
+}
+
+// newCellState is the state of one cell with options o (a silent cell
+// keeps at most SilentKeepText).
+func newCellState(k *Kernel, ctx context.Context, o *ExecOptions) *cellState {
+	st := &cellState{k: k, ctx: ctx, silent: o.Silent}
+	if o.Silent && (o.KeepText <= 0 || o.KeepText > SilentKeepText) {
+		o.KeepText = SilentKeepText
+	}
+	if o.KeepText > 0 {
+		st.capped = &headTail{half: max(o.KeepText/2, 1)}
+		st.keepDisplays = o.KeepText
+	}
+	return st
+}
+
+func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*Result, error) {
+	msg, err := in.executeRequest(code, o)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +466,6 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	if err := in.conn.Send(jupyter.Shell, msg); err != nil {
 		return nil, in.sendErr(err)
 	}
-
 	var calls <-chan cellctl.Call
 	var budget *cellctl.Budget
 	if h := cellctl.From(ctx); h != nil {
@@ -388,21 +476,8 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	}
 	cellCtx, endCell := context.WithCancel(ctx)
 	defer endCell() // ends a pending Input
-	st := &cellState{k: in.k, ctx: cellCtx, silent: o.Silent}
-	if o.Silent && (o.KeepText <= 0 || o.KeepText > SilentKeepText) {
-		o.KeepText = SilentKeepText
-	}
-	if o.KeepText > 0 {
-		st.capped = &headTail{half: max(o.KeepText/2, 1)}
-		st.keepDisplays = o.KeepText
-	}
-	var idleTimer <-chan time.Time
-	var interruptedAt time.Time // zero until we decided to interrupt
-	var stopErr error           // why we interrupt
-	var graceTimer <-chan time.Time
-	signalPending := false // decided, not sent: the cell has not started
-	var noReplyTimer <-chan time.Time
-
+	st := newCellState(in.k, cellCtx, o)
+	w := &cellWaits{in: in}
 	for {
 		batch := c.drain()
 		for _, r := range batch {
@@ -411,27 +486,8 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 		if st.gotReply && st.gotIdle {
 			break
 		}
-		if signalPending && st.running {
-			// The interrupt waited for the cell to start; its grace
-			// counts from now.
-			signalPending = false
-			in.proc.Signal(sigint)
-			graceTimer = time.After(in.k.opts.InterruptGrace)
-		}
-		if st.gotIdle && !st.gotReply && !interruptedAt.IsZero() && !signalPending && noReplyTimer == nil {
-			// Idle without a reply: the interrupt landed in ipykernel's
-			// handler before the cell's code ran, and ipykernel ended the
-			// handler without a reply. The kernel is idle and keeps its
-			// state: no restart. A reply on its way has IdleGrace.
-			noReplyTimer = time.After(in.k.opts.IdleGrace)
-			graceTimer = nil
-		}
-		// The grace for the final idle counts from the last message, not
-		// from the reply: output still arriving (and being written to a
-		// slow consumer) is progress, not a kernel that forgot idle.
-		if st.gotReply && (idleTimer == nil || len(batch) > 0) {
-			idleTimer = time.After(in.k.opts.IdleGrace)
-		}
+		w.update(st, len(batch) > 0)
+		idleTimer, interruptedAt, graceTimer, noReplyTimer := w.idle, w.interruptedAt, w.grace, w.noReply
 		var expired <-chan struct{}
 		if budget != nil && interruptedAt.IsZero() {
 			expired = budget.Expired()
@@ -455,52 +511,29 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			st.release(now)
 			continue
 		case <-noReplyTimer:
-			return st.result(false), st.finalErr(stopErr)
+			return st.result(false), st.finalErr(w.stopErr)
 		case <-idleTimer:
 			if in.conn.Backlog(jupyter.IOPub) > 0 {
 				// Output received and still being decoded: not a kernel
 				// that forgot its idle.
-				idleTimer = time.After(in.k.opts.IdleGrace)
+				w.idle = time.After(in.k.opts.IdleGrace)
 				continue
 			}
 			res := st.result(true)
-			return res, st.finalErr(stopErr)
+			return res, st.finalErr(w.stopErr)
 		case <-in.dead:
 			return st.result(false), in.deathErr()
 		case <-expired:
-			stopErr = &TimeoutError{Timeout: budget.Total()}
+			w.interrupt(st, &TimeoutError{Timeout: budget.Total()})
 		case <-ctxDone:
-			stopErr = ctx.Err()
+			w.interrupt(st, ctx.Err())
 		case <-graceTimer:
 			// The cell ignored SIGINT: only a restart stops it.
 			res := st.result(false)
-			rctx, cancel := context.WithTimeout(context.Background(), in.k.opts.StartTimeout)
-			rerr := in.k.restartAfter(rctx, in)
-			cancel()
-			var te *TimeoutError
-			if errors.As(stopErr, &te) {
-				te.Restarted = true
-			} else {
-				stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
-			}
-			if rerr != nil {
-				stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
-			}
-			return res, stopErr
+			return res, in.restartIgnored(w.stopErr)
 		}
-		// Interrupt once, then give the cell InterruptGrace to stop. A
-		// cell that has not started yet (a loaded machine, a timeout of
-		// a few milliseconds) is interrupted when it starts: the grace
-		// then bounds the wait for the start too.
-		interruptedAt = time.Now()
-		if st.running || st.gotReply {
-			in.proc.Signal(sigint)
-		} else {
-			signalPending = true
-		}
-		graceTimer = time.After(in.k.opts.InterruptGrace)
 	}
-	return st.result(false), st.finalErr(stopErr)
+	return st.result(false), st.finalErr(w.stopErr)
 }
 
 var errAborted = errors.New("the kernel aborted the execution without running it; run it again")
@@ -853,7 +886,7 @@ func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOption
 		}
 		if err != nil {
 			// The kernel waits for a reply; an interrupt makes input() raise.
-			in.proc.Signal(sigint)
+			in.signal(sigint)
 			return
 		}
 		reply, err := jupyter.NewMessage(in.k.session, "input_reply", map[string]string{"value": value})

@@ -264,7 +264,7 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 		case err == nil:
 			return nil
 		case timedOut:
-			return fmt.Errorf("MCP server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
+			return fmt.Errorf("MCP server %q: %s: no answer within %v (the tool call timeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
 		case ctx.Err() != nil:
 			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		case s.ctx.Err() != nil && s.stopped.Load():

@@ -93,3 +93,19 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// Redact returns text without the secrets that ${VAR} substitution puts
+// into the configs of the registered servers (looked up now, as a
+// connection would, so that a server not connected yet counts too), nor
+// any OAuth token or client secret seen so far, each replaced by
+// "<redacted>". The audit log of approvals passes the arguments of tool
+// calls and shell commands through it.
+func (m *Manager) Redact(text string) string {
+	for _, name := range m.reg.Names() {
+		if re, ok := m.reg.lookup(name); ok {
+			_, values, _ := re.cfg.expand(m.lookup)
+			m.secrets.add(values...)
+		}
+	}
+	return m.secrets.scrub(text)
+}

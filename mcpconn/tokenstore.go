@@ -30,7 +30,7 @@ import (
 // fallback anyway; it is the choice of gh (hosts.yml) and Claude Code
 // (.credentials.json) on Linux too. The sandbox does not mount the user's
 // config folder, so sandboxed kernel code cannot read the file; unsandboxed
-// kernel code has the user's rights and can (see DESIGN.md, invariant 2).
+// kernel code has the user's rights and can (see docs/design.md, security invariant 2).
 
 // tokenFileName is the file's name in its folder.
 const tokenFileName = "oauth-tokens.json"

@@ -2,9 +2,13 @@ package mcpserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/approvaltext"
@@ -49,22 +53,211 @@ func (s *Server) toolAllowed(server, tool string) bool {
 	return false
 }
 
+// answerItself answers what the server decides without asking the client:
+// --approval auto, --allow-tool, and a client that cannot be asked
+// (canElicit false). An ask rule of the approval policy asks whatever the
+// mode, and whatever --allow-tool says: ask comes before allow. It
+// reports whether it answered.
+func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
+	if s.opts.Approval != ApprovalElicit && !r.RuleAsks() {
+		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--approval auto"})
+		return true
+	}
+	if r.Kind == ipybox.KindTool && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
+		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--allow-tool"})
+		return true
+	}
+	if !canElicit {
+		why := "ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
+			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto"
+		if s.opts.Approval != ApprovalElicit {
+			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
+		}
+		r.Answer(ipybox.Answer{Reason: why, By: ipybox.ByDefault, Channel: elicitChannel})
+		return true
+	}
+	return false
+}
+
+// question is the elicitation that asks the client about r, and the form
+// that reads its answer. The client gets it as an input request of an
+// input-required result (2026-07-28), or as an elicitation request (older
+// clients; see mrtr.go).
+func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approvalForm) {
+	form := newApprovalForm(r, s.opts.ApprovalPolicy.File())
+	return &mcp.ElicitParams{
+		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r, form)},
+		Mode:            "form",
+		Message:         approvalMessage(r),
+		RequestedSchema: form.schema(),
+	}, form
+}
+
+// settle answers r with the client's reply to its question.
+func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult, client string) {
+	a := form.answer(res)
+	if res.Action == "decline" {
+		a.Reason = declineReason(res)
+	}
+	a.By, a.Channel = ipybox.ByPerson, elicitChannel
+	if client != "" {
+		a.Channel += " (client " + client + ")"
+	}
+	if err := r.Answer(a); errors.Is(err, ipybox.ErrCannotRemember) {
+		// A widened rule that does not match the call: this answer
+		// counts once, and the refusal says why nothing was remembered.
+		a.Remember, a.Rules = ipybox.RememberOnce, nil
+		if !a.Accept {
+			a.Reason += "; not remembered: " + err.Error()
+		}
+		r.Answer(a)
+	}
+}
+
+// failAsk answers r when asking the client failed.
+func failAsk(r *ipybox.ApprovalRequest, err error) {
+	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: ipybox.ByDefault, Channel: elicitChannel})
+}
+
+// elicitChannel names MCP elicitation in the audit log.
+const elicitChannel = "MCP elicitation"
+
+// The values of the approval form's "answer" field. The client's decline
+// is a refusal, once.
+const (
+	answerAllow        = "allow"
+	answerAllowSession = "allow-session"
+	answerAllowAlways  = "allow-always"
+	answerDenySession  = "deny-session"
+	answerDenyAlways   = "deny-always"
+)
+
+// approvalForm is what an approval's elicitation asks: which answers it
+// offers (those that can be remembered, as ipybox.ApprovalRequest.
+// CanRemember says), and the rule that remembering writes, which the
+// person may edit to widen it.
+type approvalForm struct {
+	answers []string
+	titles  []string
+	rule    string // the narrow rule, when there is exactly one
+}
+
+func newApprovalForm(r *ipybox.ApprovalRequest, file string) *approvalForm {
+	f := &approvalForm{answers: []string{answerAllow}, titles: []string{"Allow this call, once"}}
+	where := "the approval policy"
+	if file != "" {
+		where = file
+	}
+	for _, c := range []struct {
+		value, title string
+		accept       bool
+		how          ipybox.Remember
+	}{
+		{answerAllowSession, "Allow calls like this for this session", true, ipybox.RememberSession},
+		{answerAllowAlways, "Allow calls like this always (writes the rule into " + where + ")", true, ipybox.RememberAlways},
+		{answerDenySession, "Refuse calls like this for this session", false, ipybox.RememberSession},
+		{answerDenyAlways, "Refuse calls like this always (writes a deny rule into " + where + ")", false, ipybox.RememberAlways},
+	} {
+		if r.CanRemember(c.accept, c.how) == nil {
+			f.answers = append(f.answers, c.value)
+			f.titles = append(f.titles, c.title)
+		}
+	}
+	if len(f.answers) > 1 {
+		if rules, err := r.NarrowRules(); err == nil && len(rules) == 1 {
+			f.rule = rules[0]
+		}
+	}
+	return f
+}
+
+// schema is the form's requested schema. Without a policy it is empty:
+// accept or decline, as before.
+func (f *approvalForm) schema() map[string]any {
+	props := map[string]any{}
+	if len(f.answers) > 1 {
+		props["answer"] = map[string]any{
+			"type": "string", "title": "Answer",
+			"description": "Decline refuses this call once. Calls \"like this\" are those the rule below matches.",
+			"enum":        f.answers, "enumNames": f.titles, "default": answerAllow,
+		}
+	}
+	if f.rule != "" {
+		props["rule"] = map[string]any{
+			"type": "string", "title": "Rule to remember",
+			"description": "What an answer for this session or always remembers: as narrow as this call. Edit it to widen it (it must still match this call): tool SERVER.TOOL [ARG=GLOB ...], or shell COMMAND with a last * for any arguments.",
+			"default":     f.rule,
+		}
+	}
+	return map[string]any{"type": "object", "properties": props}
+}
+
+// answer reads the client's reply. A value the form did not offer is a
+// refusal: the client is not trusted to invent answers.
+func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
+	switch res.Action {
+	case "accept":
+	case "decline":
+		return ipybox.Answer{Reason: "declined by the user"}
+	default:
+		return ipybox.Answer{Reason: "the user cancelled the approval request"}
+	}
+	choice, _ := res.Content["answer"].(string)
+	if choice == "" {
+		choice = answerAllow
+	}
+	if !slices.Contains(f.answers, choice) {
+		return ipybox.Answer{Reason: fmt.Sprintf("the client answered %q, which the question did not offer", escape.Text(choice))}
+	}
+	a := ipybox.Answer{Accept: strings.HasPrefix(choice, "allow")}
+	switch {
+	case strings.HasSuffix(choice, "-session"):
+		a.Remember = ipybox.RememberSession
+	case strings.HasSuffix(choice, "-always"):
+		a.Remember = ipybox.RememberAlways
+	}
+	if !a.Accept {
+		a.Reason = "refused by the user"
+	}
+	if rule, _ := res.Content["rule"].(string); a.Remember != "" && rule != "" && rule != f.rule {
+		for _, w := range []string{"allow ", "deny ", "ask "} {
+			rule = strings.TrimPrefix(rule, w)
+		}
+		a.Rules = []string{rule}
+	}
+	return a
+}
+
 // ApprovalMetaKey is the key, in the _meta of an approval's elicitation
 // request, of what is asked in structured form, for programs such as the
 // Python API: {"kind": "tool", "server": ..., "tool": ..., "args": {...}}
-// or {"kind": "shell", "command": ...}. The message says the same for a
-// person.
+// or {"kind": "shell", "command": ...}, with "why" (why it asks),
+// "rule_asks" (an ask rule asked, whatever the mode), "answers" (the
+// values the form's "answer" field offers) and "rule" (the narrow rule
+// that remembering writes) when there is an approval policy.
+// The message says the same for a person.
 const ApprovalMetaKey = "ipybox/approval"
 
-func approvalMeta(r *ipybox.ApprovalRequest) map[string]any {
+func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
+	var m map[string]any
 	if r.Kind == ipybox.KindShell {
-		return map[string]any{"kind": string(r.Kind), "command": r.Command}
+		m = map[string]any{"kind": string(r.Kind), "command": r.Command}
+	} else {
+		args := r.Args
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		m = map[string]any{"kind": string(r.Kind), "server": r.Server, "tool": r.Tool, "args": args}
 	}
-	args := r.Args
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
+	if r.Why != "" {
+		m["why"] = r.Why
+		m["rule_asks"] = r.RuleAsks()
+		m["answers"] = f.answers
+		if f.rule != "" {
+			m["rule"] = f.rule
+		}
 	}
-	return map[string]any{"kind": string(r.Kind), "server": r.Server, "tool": r.Tool, "args": args}
+	return m
 }
 
 // approvalMessage is what the user sees when asked. Kernel code chose the
@@ -74,11 +267,21 @@ func approvalMeta(r *ipybox.ApprovalRequest) map[string]any {
 // The terminal prompt of `ipybox exec --approval prompt` shows the same
 // summary (internal/approvaltext): every line of a command numbered, runs
 // of blank lines counted, and a long one's first and last lines with what
-// is left out between, so that a line that runs cannot scroll out of view.
+// is left out between, so that a line that runs cannot scroll out of view;
+// then the same facts: why it asks, and what remembering writes.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
+	var msg string
 	if r.Kind == ipybox.KindShell {
-		return "ipybox: code run by the agent wants to run this shell command:\n\n" + approvaltext.Command(r.Command) + "\n\nAccept to run it, decline to refuse."
+		msg = "ipybox: code run by the agent wants to run this shell command:\n\n" + approvaltext.Command(r.Command)
+	} else {
+		msg = fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s",
+			escape.Text(r.Tool), escape.Text(r.Server), approvaltext.Args(r.Args))
 	}
-	return fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s\n\nAccept to allow the call, decline to refuse it.",
-		escape.Text(r.Tool), escape.Text(r.Server), approvaltext.Args(r.Args))
+	if facts := r.Facts(); len(facts) > 0 {
+		msg += "\n\n" + strings.Join(facts, "\n")
+	}
+	if r.Kind == ipybox.KindShell {
+		return msg + "\n\nAccept to run it, decline to refuse."
+	}
+	return msg + "\n\nAccept to allow the call, decline to refuse it."
 }

@@ -258,6 +258,11 @@ func destOK(dr dirFS, dst, dstName string) error {
 	case !cst.Mode().IsRegular():
 		return fmt.Errorf("%s exists and is not a regular file", dstName)
 	}
+	if owner, ok := fileOwner(cst); ok && owner != os.Geteuid() {
+		// Root is not held by a sticky folder: it would replace another
+		// user's file in /tmp as the rename below.
+		return fmt.Errorf("%s exists and belongs to another user (uid %d); choose another name", dstName, owner)
+	}
 	return nil
 }
 

@@ -67,8 +67,9 @@ type cellRun struct {
 	res       *ipybox.Result
 	err       error
 	warnings  []string
-	changed   chan struct{} // closed, and replaced, at every change
-	state     [32]byte      // the key of the requestState it is suspended under
+	regErrs   map[string]string // servers this session could not register
+	changed   chan struct{}     // closed, and replaced, at every change
+	state     [32]byte          // the key of the requestState it is suspended under
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -87,10 +88,13 @@ type attachment struct {
 	clear func()      // forgets the request as the OAuth sign-in's
 }
 
-// ask is an approval put to the client.
+// ask is an approval put to the client: the request, its question, and
+// the form that reads the answer.
 type ask struct {
-	id string
-	r  *ipybox.ApprovalRequest
+	id       string
+	r        *ipybox.ApprovalRequest
+	question *mcp.ElicitParams
+	form     *approvalForm
 }
 
 // maxBacklog bounds the output that is kept, as progress to send, while
@@ -117,13 +121,13 @@ func argsDigest(name string, raw json.RawMessage) [32]byte {
 
 // startCell starts code in x's executor and returns the run, with req
 // attached to it.
-func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *session, ex *ipybox.Executor, a executeArgs, warnings []string) (*cellRun, *attachment) {
+func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *session, ex *ipybox.Executor, a executeArgs, warnings []string, regErrs map[string]string) (*cellRun, *attachment) {
 	rctx, cancel := context.WithCancel(x.ctx)
 	c := &cellRun{
 		s: s, x: x, principal: x.principal, tool: req.Params.Name,
 		args:     argsDigest(req.Params.Name, req.Params.Arguments),
 		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
-		warnings: warnings, changed: make(chan struct{}),
+		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
 	}
 	att := c.attach(ctx, req)
 	timeout := time.Duration(a.Timeout * float64(time.Second))
@@ -249,26 +253,23 @@ func (c *cellRun) changedLocked() {
 }
 
 // approval answers what the server can answer itself (--approval auto,
-// --allow-tool, a client that cannot be asked), and puts the rest to the
-// client.
+// --allow-tool, a client that cannot be asked; see answerItself), and
+// puts the rest to the client.
 func (c *cellRun) approval(r *ipybox.ApprovalRequest) {
-	s := c.s
-	if s.opts.Approval != ApprovalElicit || r.Kind == ipybox.KindTool && s.toolAllowed(r.Server, r.Tool) {
-		r.Accept()
+	c.mu.Lock()
+	canElicit := c.canElicit
+	c.mu.Unlock()
+	if c.s.answerItself(r, canElicit) {
 		return
 	}
+	q, form := c.s.question(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.canElicit {
-		r.Reject("ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
-			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto")
-		return
-	}
 	if r.Deadline.IsZero() {
 		r.Deadline = time.Now().Add(elicitTimeout)
 	}
 	c.nasks++
-	c.asks = append(c.asks, &ask{id: fmt.Sprintf("approval-%d", c.nasks), r: r})
+	c.asks = append(c.asks, &ask{id: fmt.Sprintf("approval-%d", c.nasks), r: r, question: q, form: form})
 	c.changedLocked()
 }
 
@@ -300,7 +301,13 @@ func (c *cellRun) result() *mcp.CallToolResult {
 	c.progMu.Lock()
 	chunks := c.progChunks
 	c.progMu.Unlock()
-	return cellResult(c.res, c.err, c.maxChars, c.warnings, chunks)
+	out := cellResult(c.res, c.err, c.maxChars, c.warnings, chunks)
+	if len(c.regErrs) > 0 {
+		m := out.Meta[CellMetaKey].(cellMeta)
+		m.Unregistered = c.regErrs
+		out.Meta[CellMetaKey] = m
+	}
+	return out
 }
 
 // openAsks drops the approvals whose deadline passed (the call failed in
@@ -336,12 +343,7 @@ func (s *Server) await(ctx context.Context, c *cellRun, att *attachment) (*mcp.C
 		case len(asks) > 0:
 			reqs := mcp.InputRequestMap{}
 			for _, a := range asks {
-				reqs[a.id] = &mcp.ElicitParams{
-					Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(a.r)},
-					Mode:            "form",
-					Message:         approvalMessage(a.r),
-					RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
-				}
+				reqs[a.id] = a.question
 			}
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
@@ -462,6 +464,10 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	}
 	c.x.begin()
 	defer c.x.end()
+	client := ""
+	if ci := req.ClientInfo(); ci != nil {
+		client = ci.Name
+	}
 	c.mu.Lock()
 	var keep []*ask
 	for _, a := range c.asks {
@@ -469,15 +475,11 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		er, isElicit := resp.(*mcp.ElicitResult)
 		switch {
 		case failed != nil:
-			a.r.Reject("asking the MCP client for approval failed: " + failed.Error())
+			failAsk(a.r, failed)
 		case !ok || !isElicit || er == nil:
 			keep = append(keep, a) // asked again
-		case er.Action == "accept":
-			a.r.Accept()
-		case er.Action == "decline":
-			a.r.Reject(declineReason(er))
 		default:
-			a.r.Reject("the user cancelled the approval request")
+			settle(a.r, a.form, er, client)
 		}
 	}
 	c.asks = keep

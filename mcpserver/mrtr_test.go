@@ -304,3 +304,56 @@ for i in range(3, 5):
 		})
 	}
 }
+
+// TestPolicyRememberedAsInputRequired: a 2026-07-28 client answers the
+// approval policy's form (allow-session, allow-always with a widened
+// rule, deny-always) in the rounds of input-required results, and the
+// answers are remembered as through an elicitation request.
+func TestPolicyRememberedAsInputRequired(t *testing.T) {
+	t.Parallel()
+	p, file := loadPolicy(t, "")
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approval: ApprovalElicit, ApprovalPolicy: p})
+	var mu sync.Mutex
+	var asked []string
+	cs := connect(t, srv, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			var m map[string]any
+			metaOf(t, r.Params.Meta, ApprovalMetaKey, &m)
+			cmd := m["command"].(string)
+			mu.Lock()
+			asked = append(asked, cmd)
+			mu.Unlock()
+			switch cmd {
+			case "echo a":
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "allow-session"}}, nil
+			case "echo c":
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "allow-always", "rule": "shell echo *"}}, nil
+			case "echo bad":
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "deny-always"}}, nil
+			}
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		},
+	})
+	if v := cs.InitializeResult().ProtocolVersion; v != newVersion {
+		t.Fatalf("negotiated %s", v)
+	}
+	out := run(t, cs, shellCell+`
+for c in ['echo a', 'echo a', 'echo bad', 'echo c', 'echo d', 'echo bad']:
+    sh(c)
+`)
+	mu.Lock()
+	got := strings.Join(asked, "|")
+	mu.Unlock()
+	if got != "echo a|echo bad|echo c" {
+		t.Errorf("asked %q", got)
+	}
+	if strings.Count(out, "ApprovalRejectedError") != 2 {
+		t.Errorf("output:\n%s", out)
+	}
+	text, _ := os.ReadFile(file)
+	for _, w := range []string{"deny shell echo bad", "allow shell echo *"} {
+		if !strings.Contains(string(text), w) {
+			t.Errorf("the policy lacks %q:\n%s", w, text)
+		}
+	}
+}

@@ -169,6 +169,10 @@ type cellMeta struct {
 	// notifications may reach it after the result (the go-sdk hands them
 	// over on their own) waits for that many.
 	Chunks int `json:"chunks,omitempty"`
+	// Unregistered names the servers registered at start (--mcp-config,
+	// or by another session) that this session could not register, with
+	// the error: the Python API fails its start on them.
+	Unregistered map[string]string `json:"unregistered,omitempty"`
 }
 
 // restartedMeta is when (RFC 3339, if known) and why the kernel died.

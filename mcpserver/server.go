@@ -97,9 +97,17 @@ type Options struct {
 	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
 	Approval ApprovalMode
 	// AllowTools are "server.tool" patterns (path.Match globs on each part)
-	// whose tool calls are approved without asking, in ApprovalElicit mode.
-	// Nil means none.
+	// whose tool calls are approved without asking, in ApprovalElicit mode
+	// (unless an ask rule of ApprovalPolicy asks). Nil means none.
 	AllowTools []string
+	// ApprovalPolicy decides the tool calls and shell commands of every
+	// session's cells by its rules before anyone is asked, and logs each
+	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
+	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
+	// when the client cannot be asked. The elicitation offers to remember
+	// an answer for the session or always. The caller closes it after the
+	// Server. Nil means no rules and no audit log.
+	ApprovalPolicy *ipybox.ApprovalPolicy
 	// SessionIdleTimeout ends a session (and stops its kernel) that
 	// received no call for this long: a session of create_session, and an
 	// HTTP transport session of a 2025-11-25 client with its implicit
@@ -152,6 +160,13 @@ type Options struct {
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. Zero means none (each session starts its own).
 	Pool int
+	// PoolMax is how far the pool grows with demand: each session that
+	// finds it empty raises what it keeps ready by one, up to PoolMax, and
+	// every two quiet minutes it shrinks by one back to Pool. Each pooled
+	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
+	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// 4 (or Pool, if larger); below Pool means Pool.
+	PoolMax int
 	// NoZygote turns off the fork server that unsandboxed kernels are
 	// forked from (a fifth of a cold start). False means it is used
 	// whenever the kernels are not sandboxed.
@@ -191,6 +206,9 @@ type Options struct {
 // kernel in a shared workspace. Create it with New, serve it with Serve
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
+// defaultPoolMax is Options.PoolMax's default.
+const defaultPoolMax = 4
+
 type Server struct {
 	// pkgDirs maps each Executor to its package folder (see
 	// closeExecutor).
@@ -318,6 +336,11 @@ func New(opts *Options) (*Server, error) {
 	if real, err := filepath.EvalSymlinks(ws); err == nil {
 		ws = real
 	}
+	// Every session's kernel start would fail on these, and the pool
+	// would retry them in the background: fail once, here.
+	if err := ipybox.CheckWorkspace(ws); err != nil {
+		return nil, err
+	}
 	dirs := o.AllowedDirs
 	if dirs == nil {
 		dirs = []string{ws, os.TempDir()}
@@ -385,6 +408,13 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.warm = newWarmPool(s, o.Pool)
+	if o.Pool > 0 {
+		most := o.PoolMax
+		if most == 0 {
+			most = max(o.Pool, defaultPoolMax)
+		}
+		s.warm.Grow(most)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
 		Logger:             log,

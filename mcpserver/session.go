@@ -52,6 +52,9 @@ type session struct {
 	// warnings are registration problems to report with the next execute;
 	// guarded by mu.
 	warnings []string
+	// regErrs are the servers of warnings that could not be registered,
+	// and why, for the next execute's structured result.
+	regErrs map[string]string
 	// owner is the current executor's holder of this session for OAuth
 	// sign-ins; guarded by mu.
 	owner *oauthOwner
@@ -176,6 +179,15 @@ func (x *session) startErr(ctx context.Context, err error, wait time.Duration) e
 	return fmt.Errorf("the kernel did not start within %v (--start-timeout); see the server's log (--log-file) for why: %w", wait, err)
 }
 
+// takeRegErrors returns and clears the pending registration errors.
+func (x *session) takeRegErrors() map[string]string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.regErrs
+	x.regErrs = nil
+	return e
+}
+
 // takeWarnings returns and clears the pending warnings.
 func (x *session) takeWarnings() []string {
 	x.mu.Lock()
@@ -212,6 +224,10 @@ func (x *session) syncLocked(ctx context.Context, ex *ipybox.Executor) {
 			x.s.log.Warn("registering an MCP server", "server", p.name, "err", err)
 			x.mu.Lock()
 			x.warnings = append(x.warnings, fmt.Sprintf("[ipybox: MCP server %q could not be registered: %v]", p.name, err))
+			if x.regErrs == nil {
+				x.regErrs = map[string]string{}
+			}
+			x.regErrs[p.name] = err.Error()
 			x.mu.Unlock()
 		}
 	}
@@ -288,7 +304,12 @@ func (x *session) close() error {
 // there is one, else one started now. The generations of the
 // registrations it knows are recorded in x.synced.
 func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	if w, ok := s.warm.Take(); ok {
+	if w, ok := s.warm.Take(); ok && w.ex.Stale() {
+		// It started before a server with a secret file was registered:
+		// its kernel would see what a start now hides.
+		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
+		s.closeExecutor(w.ex)
+	} else if ok {
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -359,9 +380,10 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
-		o.ApproveToolCalls = ipybox.Bool(false)
+		o.NoToolApproval = true
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
+	o.ApprovalPolicy = s.opts.ApprovalPolicy
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	switch {

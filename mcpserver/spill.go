@@ -129,11 +129,14 @@ func (s *spill) finish() string {
 // spillDir, reading at most maxSpillEntries entries (more count as full).
 // Nothing is followed: a link there counts as nothing.
 func spillUsage(ws string) int64 {
-	d, err := safefs.OpenFile(ws, spillDir, os.O_RDONLY|oDirectory, 0)
+	d, err := safefs.OpenFile(ws, spillDir, os.O_RDONLY, 0)
 	if err != nil {
 		return 0
 	}
 	defer d.Close()
+	if fi, err := d.Stat(); err != nil || !fi.IsDir() {
+		return 0
+	}
 	ents, _ := d.ReadDir(maxSpillEntries + 1)
 	if len(ents) > maxSpillEntries {
 		return 1 << 62

@@ -201,7 +201,7 @@ func TestApprovalMeta(t *testing.T) {
 		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
 	} {
 		// As the client gets it: encoded.
-		b, err := json.Marshal(approvalMeta(tc.r))
+		b, err := json.Marshal(approvalMeta(tc.r, newApprovalForm(tc.r, "")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,7 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
   "required": ["code"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: boolPtr(true)},
 	}, s.executeTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -175,7 +175,7 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
   "required": ["server_name", "server_params"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: boolPtr(true)},
 	}, s.registerTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -193,7 +193,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
   "required": ["package_name"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: ipybox.Bool(true)},
+		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: boolPtr(true)},
 	}, s.installTool)
 
 	mcp.AddTool(s.mcp, &mcp.Tool{
@@ -201,7 +201,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
 		Title:       "Reset the kernel",
 		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
 		InputSchema: schema(`{"type": "object", "properties": {` + sessionProp + `}, "additionalProperties": false}`),
-		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: ipybox.Bool(true), IdempotentHint: true},
+		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
 	}, s.resetTool)
 
 	fileSchema := func(rel, local string) json.RawMessage {
@@ -244,7 +244,7 @@ Pass the handle as the session argument of execute_ipython_cell, and of reset, i
 
 The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 2026-07-28 every call needs a handle; over stdio, and for clients of 2025-11-25 and older, calls without one use the connection's own kernel.`,
 		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
-		Annotations: &mcp.ToolAnnotations{Title: "Start a session", IdempotentHint: false, OpenWorldHint: ipybox.Bool(false)},
+		Annotations: &mcp.ToolAnnotations{Title: "Start a session", IdempotentHint: false, OpenWorldHint: boolPtr(false)},
 	}, s.createSessionTool)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "close_session",
@@ -258,14 +258,14 @@ The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 202
   "required": ["session"],
   "additionalProperties": false
 }`),
-		Annotations: &mcp.ToolAnnotations{Title: "End a session", DestructiveHint: ipybox.Bool(true), IdempotentHint: true, OpenWorldHint: ipybox.Bool(false)},
+		Annotations: &mcp.ToolAnnotations{Title: "End a session", DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
 	}, s.closeSessionTool)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "list_sessions",
 		Title:       "List your sessions",
 		Description: `List the sessions your token created with create_session and that have not ended: each one's handle, when it was created and last used, whether its kernel has started, and whether something runs in it now. Use it to find a handle you lost track of.`,
 		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
-		Annotations: &mcp.ToolAnnotations{Title: "List your sessions", ReadOnlyHint: true, OpenWorldHint: ipybox.Bool(false)},
+		Annotations: &mcp.ToolAnnotations{Title: "List your sessions", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
 	}, s.listSessionsTool)
 }
 
@@ -389,7 +389,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return nil, nil, err
 	}
 	defer done()
-	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings())
+	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
 	res, err := s.await(ctx, c, att)
 	return res, nil, err
 }
@@ -765,3 +765,5 @@ func localRequirementInside(workspace, req string) error {
 	}
 	return nil
 }
+
+func boolPtr(b bool) *bool { return &b }

@@ -57,7 +57,9 @@ func TestPythonAPI(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
-			cmd.Env = append(os.Environ(), "IPYBOX_BIN="+bin, "IPYBOX_TEST_EVERYTHING="+everything, "PYTHONDONTWRITEBYTECODE=1")
+			// ipybox mcp keeps its approval policy and log in the user's
+			// config folder: the suite gets one of its own.
+			cmd.Env = append(os.Environ(), "IPYBOX_BIN="+bin, "IPYBOX_TEST_EVERYTHING="+everything, "PYTHONDONTWRITEBYTECODE=1", "XDG_CONFIG_HOME="+t.TempDir())
 			cmd.WaitDelay = 10 * time.Second
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/egress"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -106,6 +108,8 @@ const (
 	DefaultMemory int64 = 2 << 30
 	// DefaultPids is the default Limits.Pids.
 	DefaultPids = 512
+	// DefaultFileSize is the default Limits.FileSize: 4 GiB.
+	DefaultFileSize int64 = 4 << 30
 )
 
 // Limits bounds the resources of sandboxed processes. They are resource
@@ -125,6 +129,24 @@ type Limits struct {
 	// beyond it fails with EAGAIN. Zero means DefaultPids; a negative
 	// value means no limit.
 	Pids int `json:"pids,omitempty"`
+	// FileSize is the largest file, in bytes, that a process may write or
+	// allocate (RLIMIT_FSIZE): a write beyond it fails with EFBIG. The
+	// workspace is the host's disk, and one fallocate would otherwise take
+	// all of it at once. Without quotas the total a kernel writes is not
+	// bounded, only each file. Zero means DefaultFileSize; a negative
+	// value means no limit.
+	FileSize int64 `json:"fileSize,omitempty"`
+}
+
+// fileSize returns the file size limit in force (0: none).
+func (l Limits) fileSize() int64 {
+	switch {
+	case l.FileSize == 0:
+		return DefaultFileSize
+	case l.FileSize < 0:
+		return 0
+	}
+	return l.FileSize
 }
 
 // memory returns the memory limit in force (0: none).
@@ -151,14 +173,17 @@ func (l Limits) pids() int {
 
 // String describes the limits in force, for logs and doctor.
 func (l Limits) String() string {
-	m, p := "unlimited", "unlimited"
+	m, p, f := "unlimited", "unlimited", "unlimited"
 	if v := l.memory(); v > 0 {
 		m = FormatSize(v)
 	}
 	if v := l.pids(); v > 0 {
 		p = strconv.Itoa(v)
 	}
-	return fmt.Sprintf("memory %s per process (RLIMIT_DATA), %s processes and threads (RLIMIT_NPROC)", m, p)
+	if v := l.fileSize(); v > 0 {
+		f = FormatSize(v)
+	}
+	return fmt.Sprintf("memory %s per process (RLIMIT_DATA), %s processes and threads (RLIMIT_NPROC), files up to %s (RLIMIT_FSIZE)", m, p, f)
 }
 
 // minMemory is the smallest memory limit accepted: below it Python cannot
@@ -420,12 +445,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.pids %d: too small for a kernel (it runs several threads); want at least 16, or -1 for no limit", p)
 	}
 	for _, d := range c.Network.AllowedDomains {
-		if _, err := parseHostRule(d, false); err != nil {
+		if err := egress.CheckPattern(d, false); err != nil {
 			return fmt.Errorf("network.allowedDomains: %w", err)
 		}
 	}
 	for _, d := range c.Network.DeniedDomains {
-		if _, err := parseHostRule(d, true); err != nil {
+		if err := egress.CheckPattern(d, true); err != nil {
 			return fmt.Errorf("network.deniedDomains: %w", err)
 		}
 	}
@@ -453,7 +478,7 @@ func validPattern(p string) error {
 // added.
 func (c *Config) AllowDomains(patterns ...string) error {
 	for _, p := range patterns {
-		if _, err := parseHostRule(p, false); err != nil {
+		if err := egress.CheckPattern(p, false); err != nil {
 			return fmt.Errorf("allowed domain: %w", err)
 		}
 	}

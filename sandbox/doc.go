@@ -15,7 +15,7 @@
 // The ipybox binary must dispatch to the sandbox's init (InitMain) when
 // its first argument is InitCommand; the init runs inside the sandbox.
 //
-// # Layers
+// # Layers (Linux)
 //
 // Start and Command run bwrap directly, with new user, pid, ipc, uts,
 // cgroup and network namespaces, all capabilities dropped, no nested user
@@ -23,20 +23,35 @@
 // is a read-only minimal root (/usr, /etc without its secrets, the Python
 // prefix; or the whole host with rootMode "host"), a private /tmp, /dev
 // and /proc, the workspace and the run directory writable at their host
-// paths, with denyRead paths masked and write-protected paths read-only.
+// paths (nosuid, nodev), with denyRead paths and secrets masked.
 //
 // Inside, the init (this package's InitMain, a hidden subcommand of the
 // ipybox binary) relays 127.0.0.1 ports to host unix sockets (the tool
 // server, the egress proxy), then starts the program with no_new_privs,
-// optional Landlock, and a seccomp filter that refuses AF_VSOCK sockets,
-// io_uring, the kernel keyring, x32 system calls and foreign
-// architectures. It stays as the program's parent to relay signals: a
-// SIGINT sent with Process.Signal reaches the program's process group.
+// optional Landlock, resource limits set at its exec, and the seccomp
+// filter of internal/seccomp: no setuid or setgid file, no io_uring, no
+// keyrings, no AF_VSOCK, memory outside the limit refused. The init also
+// runs the workspace guard: the filter hands it every call that creates,
+// changes, renames or removes a name, and it refuses those that touch a
+// path host programs run or obey (internal/hostpaths), at any depth. It
+// stays as the program's parent to relay signals: a SIGINT sent with
+// Process.Signal reaches the program's process group.
 //
-// The only way out to the network is the egress proxy, which runs in this
-// process: HTTP CONNECT and plain HTTP, for the names the settings allow,
-// never to IP literals that are not listed, never to loopback, private or
-// link-local addresses.
+// The only way out to the network is the egress proxy (internal/egress),
+// which runs in this process: HTTP CONNECT and plain HTTP, for the names
+// the settings allow, never to IP literals that are not listed, never to
+// loopback, private or link-local addresses.
+//
+// # macOS
+//
+// On macOS the same Config runs the program under sandbox-exec with a
+// Seatbelt profile generated from it (seatbelt_policy.go, golden-tested
+// on every system): reads of the system, writes to the workspace and the
+// writable folders, the proxy on loopback; writes denied to every entry
+// of internal/hostpaths' list at any depth and case-insensitively, to the
+// secrets (also unreadable), and file-write-setugid. Namespaces, seccomp,
+// Landlock, the guard's git-config walk and the per-process limits do not
+// exist there. Elsewhere (Windows) New fails: no sandbox runs.
 //
 // # Settings
 //

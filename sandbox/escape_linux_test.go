@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ipybox/ipybox/internal/egress"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -100,7 +101,7 @@ time.sleep(60)  # stay until killed
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Kill()
+	p.Kill(context.Background())
 	waitFor(t, p, 10*time.Second)
 	wsInfo, err := os.Stat(ws)
 	if err != nil {
@@ -191,8 +192,8 @@ func TestAttackSymlinkedMetadata(t *testing.T) {
 			x := newSbx(t, nil, &Options{Workspace: ws})
 			p, err := x.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: x.run})
 			if p != nil {
-				p.Kill()
-				p.Wait()
+				p.Kill(context.Background())
+				p.Wait(context.Background())
 			}
 			if err == nil || !strings.Contains(err.Error(), "is a symbolic link") || !strings.Contains(err.Error(), name) {
 				t.Fatalf("Start = %v, want an error naming the link %s", err, name)
@@ -380,7 +381,7 @@ func TestAttackProxyIPForms(t *testing.T) {
 	if err := cfg.AllowDomains(AnyPublicDomain); err != nil {
 		t.Fatal(err)
 	}
-	x := newSbx(t, cfg, &Options{proxy: &proxyOptions{
+	x := newSbx(t, cfg, &Options{proxy: &egress.Options{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			switch host {
 			case "loopback.test":

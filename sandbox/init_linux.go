@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/egress"
 	"github.com/ipybox/ipybox/internal/seccomp"
 )
 
@@ -47,10 +48,11 @@ type initConfig struct {
 	ScopeAbstract bool `json:"scope_abstract,omitempty"`
 	// DenyUnixSockets makes socket(AF_UNIX, …) fail with EPERM (seccomp).
 	DenyUnixSockets bool `json:"deny_unix,omitempty"`
-	// Memory and Pids are the program's resource limits (0: none); see
-	// limitMain.
-	Memory int64 `json:"memory,omitempty"`
-	Pids   int   `json:"pids,omitempty"`
+	// Memory, Pids and FileSize are the program's resource limits (0:
+	// none); see limitMain.
+	Memory   int64 `json:"memory,omitempty"`
+	Pids     int   `json:"pids,omitempty"`
+	FileSize int64 `json:"file_size,omitempty"`
 	// Self is the init's own path inside the sandbox, which runs
 	// limitMain where ptrace is not allowed.
 	Self string `json:"self,omitempty"`
@@ -126,7 +128,8 @@ func InitMain(args []string) int {
 }
 
 // limitMain is the step between the init and the program when limits are
-// set: "limit MEMORY PIDS PATH ARGV0 ARGS..." sets the resource limits
+// set and ptrace is not allowed: "limit MEMORY PIDS FSIZE PATH ARGV0
+// ARGS..." sets the resource limits
 // (0: none) on itself and execs the program, which inherits them. The
 // limits cannot be set from the init for the program alone (resource
 // limits belong to a process, and the init must stay free to start
@@ -143,14 +146,21 @@ func limitMain(args []string) int {
 		}
 		return exitInitFailed
 	}
-	if len(args) < 4 {
-		return fail("limit: want MEMORY PIDS PATH ARGV0 [ARGS...]")
+	if len(args) < 5 {
+		return fail("limit: want MEMORY PIDS FSIZE PATH ARGV0 [ARGS...]")
 	}
 	mem, err1 := strconv.ParseInt(args[0], 10, 64)
 	pids, err2 := strconv.ParseInt(args[1], 10, 64)
-	if err1 != nil || err2 != nil || mem < 0 || pids < 0 {
-		return fail("limit: bad limits %q %q", args[0], args[1])
+	fsize, err3 := strconv.ParseInt(args[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || mem < 0 || pids < 0 || fsize < 0 {
+		return fail("limit: bad limits %q %q %q", args[0], args[1], args[2])
 	}
+	if fsize > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(fsize), Max: uint64(fsize)}); err != nil {
+			return fail("setrlimit(RLIMIT_FSIZE, %d): %v", fsize, err)
+		}
+	}
+	args = append(args[:2], args[3:]...)
 	if mem > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: uint64(mem), Max: uint64(mem)}); err != nil {
 			return fail("setrlimit(RLIMIT_DATA, %d): %v", mem, err)
@@ -325,6 +335,9 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 	if c.Pids > 0 {
 		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(c.Pids)})
 	}
+	if c.FileSize > 0 {
+		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(c.FileSize)})
+	}
 	cmd := newCmd(path, c.Argv)
 	err := seccomp.Start(cmd, o)
 	if !errors.Is(err, seccomp.ErrNoTrace) {
@@ -339,7 +352,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer execErr.Close()
-	argv := append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), path}, c.Argv...)
+	argv := append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), strconv.FormatInt(c.FileSize, 10), path}, c.Argv...)
 	cmd = newCmd(c.Self, argv)
 	cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
 	o.Rlimits = nil
@@ -426,10 +439,10 @@ func relay(c net.Conn, sock string) {
 	done := make(chan struct{})
 	go func() {
 		io.Copy(u, c)
-		closeWrite(u)
+		egress.CloseWrite(u)
 		close(done)
 	}()
 	io.Copy(c, u)
-	closeWrite(c)
+	egress.CloseWrite(c)
 	<-done
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +63,26 @@ func (s *Sandbox) logFeatures() {
 // Start runs Probe first and returns its error: it never runs the process
 // unsandboxed.
 func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
+	p, err := s.start(ctx, spec)
+	var le launchError
+	if errors.As(err, &le) && ctx.Err() == nil {
+		return nil, s.explainStart(ctx, le.err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.started()
+	return p, nil
+}
+
+// launchError is a start that failed once bwrap was to run: the probe
+// may explain it.
+type launchError struct{ err error }
+
+func (e launchError) Error() string { return e.err.Error() }
+func (e launchError) Unwrap() error { return e.err }
+
+func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
 	runDir, err := s.checkStart(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -112,7 +134,7 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if err != nil {
 		ctl.Close()
 		ctlChild.Close()
-		return nil, err
+		return nil, launchError{err}
 	}
 	closeFiles := func() {
 		for _, f := range cmd.ExtraFiles {
@@ -135,9 +157,19 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	closeFiles() // the child has its copies; the init's EOF needs ours closed
 	if err != nil {
 		ctl.Close()
-		return nil, fmt.Errorf("sandbox: start %s: %w", s.bwrap, err)
+		return nil, launchError{fmt.Errorf("sandbox: start bwrap: %w", err)}
 	}
 
+	if err := awaitReady(ctx, cmd, ctl, tail, path); err != nil {
+		return nil, err
+	}
+	return newProcess(cmd, ctl), nil
+}
+
+// awaitReady waits for the init's "ok" on the control socket (bounded by
+// startTimeout and ctx), and ends the sandbox, with why, when the init
+// reports an error or bwrap exits first.
+func awaitReady(ctx context.Context, cmd *exec.Cmd, ctl *os.File, tail *linelog.Writer, path string) error {
 	ready := make(chan string, 1)
 	go func() { ready <- readLine(ctl) }()
 	wait, cancel := context.WithTimeout(ctx, startTimeout)
@@ -147,24 +179,24 @@ func (s *Sandbox) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	case line = <-ready:
 	case <-wait.Done():
 		abortStart(cmd, ctl, ready)
-		return nil, fmt.Errorf("sandbox: waiting for the sandbox to start %s: %w", path, wait.Err())
+		return fmt.Errorf("sandbox: waiting for the sandbox to start %s: %w", path, wait.Err())
 	}
-	if line != "ok" {
-		shutdownCtl(ctl)
-		cmd.Process.Kill()
-		cmd.Wait()
-		ctl.Close()
-		why := strings.TrimPrefix(line, "error: ")
-		if why == "" {
-			why = "bwrap exited before the process started"
-		}
-		tail.Flush()
-		if t := tail.Tail(8); t != "" {
-			why += ": " + t
-		}
-		return nil, fmt.Errorf("sandbox: start %s: %s", path, why)
+	if line == "ok" {
+		return nil
 	}
-	return &process{cmd: cmd, ctl: ctl}, nil
+	shutdownCtl(ctl)
+	cmd.Process.Kill()
+	cmd.Wait()
+	ctl.Close()
+	why := strings.TrimPrefix(line, "error: ")
+	if why == "" {
+		why = "bwrap exited before the process started"
+	}
+	tail.Flush()
+	if t := tail.Tail(8); t != "" {
+		why += ": " + t
+	}
+	return launchError{fmt.Errorf("sandbox: start %s: %s", path, why)}
 }
 
 // Command returns an unstarted command that runs path inside the sandbox,
@@ -240,7 +272,7 @@ func forwardPath(port int) string { return fmt.Sprintf("%s/fwd-%d.sock", insideD
 // initConfig builds the init's instructions for one process.
 func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool) *initConfig {
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
-		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), Self: insideInit, Guard: v.guard}
+		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), FileSize: s.cfg.Limits.fileSize(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
 		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
 	}
@@ -304,6 +336,9 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		extra = append(append([]*os.File(nil), extra...), v.fds...)
 	}
 	var buf bytes.Buffer
+	if v.tmpDir != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }) {
+		env = append(slices.Clip(env), "TMPDIR="+v.tmpDir)
+	}
 	for _, a := range append(append([]string{}, args...), s.envArgs(env)...) {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: an option or environment value contains a NUL byte")
@@ -320,7 +355,9 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		argsFile.Close()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	s.probeMu.Lock()
 	bwrap := s.bwrap
+	s.probeMu.Unlock()
 	if st != nil {
 		// MappedID must be able to run it, wherever it lives.
 		bwrap = st.add(bwrap, false, true)

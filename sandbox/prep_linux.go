@@ -314,8 +314,24 @@ func prepMain(args []string) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fail("make the mount namespace private: %v", err)
 	}
-	// Clone everything first: some sources live in the stage directory,
-	// which the tmpfs is about to cover.
+	if err := stageMounts(&c); err != nil {
+		return fail("%v", err)
+	}
+	if err := dropToMapped(c.Parent); err != nil {
+		return fail("%v", err)
+	}
+	for _, fd := range c.CloseFDs {
+		unix.CloseOnExec(fd)
+	}
+	err = syscall.Exec(c.Bwrap, c.Argv, []string{})
+	return fail("exec %s: %v", c.Bwrap, err)
+}
+
+// stageMounts clones each mount's source (idmapped when asked), covers
+// the stage with a private tmpfs, and attaches the clones there. Every
+// clone is taken first: some sources live in the stage directory, which
+// the tmpfs is about to cover.
+func stageMounts(c *prepConfig) error {
 	trees := make([]int, len(c.Mounts))
 	dirs := make([]bool, len(c.Mounts))
 	for i, m := range c.Mounts {
@@ -325,15 +341,15 @@ func prepMain(args []string) int {
 		}
 		t, err := unix.OpenTree(unix.AT_FDCWD, m.Source, uint(flags))
 		if err != nil {
-			return fail("clone %s: %v", m.Source, err)
+			return fmt.Errorf("clone %s: %v", m.Source, err)
 		}
 		trees[i] = t
 		var st unix.Stat_t
 		if err := unix.Fstat(t, &st); err != nil {
-			return fail("stat %s: %v", m.Source, err)
+			return fmt.Errorf("stat %s: %v", m.Source, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return fail("%s is a symbolic link now (protected paths must not be links); refusing to start", m.Source)
+			return fmt.Errorf("%s is a symbolic link now (protected paths must not be links); refusing to start", m.Source)
 		}
 		dirs[i] = st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if m.UsernsFD == 0 {
@@ -344,16 +360,17 @@ func prepMain(args []string) int {
 			if m.Optional {
 				continue
 			}
-			return fail("%s: an idmapped mount failed (%v): running the sandbox as root needs idmapped mounts "+
+			return fmt.Errorf("%s: an idmapped mount failed (%v): running the sandbox as root needs idmapped mounts "+
 				"(Linux 5.12 or newer, and a file system that supports them: ext4, xfs, btrfs, tmpfs since 6.3…); "+
 				"run ipybox as an unprivileged user, or choose a workspace on such a file system", m.Source, err)
 		}
 	}
 	if err := unix.Mount("tmpfs", c.Stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size=1m"); err != nil {
-		return fail("stage %s: %v", c.Stage, err)
+		return fmt.Errorf("stage %s: %v", c.Stage, err)
 	}
 	for i, m := range c.Mounts {
 		target := filepath.Join(c.Stage, m.Name)
+		var err error
 		if dirs[i] {
 			err = os.Mkdir(target, 0o711)
 		} else {
@@ -364,34 +381,34 @@ func prepMain(args []string) int {
 			}
 		}
 		if err != nil {
-			return fail("stage %s: %v", target, err)
+			return fmt.Errorf("stage %s: %v", target, err)
 		}
 		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fail("attach %s at %s: %v", m.Source, target, err)
+			return fmt.Errorf("attach %s at %s: %v", m.Source, target, err)
 		}
 		unix.Close(trees[i])
 	}
-	// Drop to MappedID: no supplementary group, no capability left.
+	return nil
+}
+
+// dropToMapped becomes MappedID, with no supplementary group and no
+// capability left, and sets the parent-death signal again (the uid change
+// cleared it), then makes sure the parent did not die in between.
+func dropToMapped(parent int) error {
 	if err := syscall.Setgroups([]int{}); err != nil {
-		return fail("setgroups: %v", err)
+		return fmt.Errorf("setgroups: %v", err)
 	}
 	if err := syscall.Setresgid(MappedID, MappedID, MappedID); err != nil {
-		return fail("setresgid(%d): %v", MappedID, err)
+		return fmt.Errorf("setresgid(%d): %v", MappedID, err)
 	}
 	if err := syscall.Setresuid(MappedID, MappedID, MappedID); err != nil {
-		return fail("setresuid(%d): %v", MappedID, err)
+		return fmt.Errorf("setresuid(%d): %v", MappedID, err)
 	}
-	// The uid change cleared the parent-death signal: set it again, then
-	// make sure the parent did not die in between.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return fail("prctl(PR_SET_PDEATHSIG): %v", err)
+		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %v", err)
 	}
-	if os.Getppid() != c.Parent {
-		return fail("ipybox exited")
+	if os.Getppid() != parent {
+		return fmt.Errorf("ipybox exited")
 	}
-	for _, fd := range c.CloseFDs {
-		unix.CloseOnExec(fd)
-	}
-	err = syscall.Exec(c.Bwrap, c.Argv, []string{})
-	return fail("exec %s: %v", c.Bwrap, err)
+	return nil
 }

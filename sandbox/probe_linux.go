@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/seccomp"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -36,6 +38,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 		return s.probeErr
 	}
 	err := checkInit(ctx, s.initBinary)
+	if err == nil {
+		if gerr := seccomp.GuardSupported(); gerr != nil {
+			err = &ProbeError{Cause: gerr.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}
+		}
+	}
 	var path string
 	if err == nil {
 		key := bwrapKey{s.bwrap, s.mapped}
@@ -54,6 +61,55 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	s.probed, s.probeErr = true, err
 	if err == nil {
 		s.bwrap = path
+	}
+	return err
+}
+
+// quickCheck is what a kernel start checks before it runs bwrap: a Probe
+// that already failed, the guard's kernel support, and bwrap on PATH. The
+// full Probe (an init and a bwrap run, about 40 ms) runs only when a start
+// fails, to say why (see explainStart); a start that succeeds proves what
+// it would.
+func (s *Sandbox) quickCheck(context.Context) error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probed {
+		return s.probeErr
+	}
+	if err := seccomp.GuardSupported(); err != nil {
+		return &ProbeError{Cause: err.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}
+	}
+	if s.bwrap == "" {
+		p, err := exec.LookPath("bwrap")
+		if err != nil {
+			return &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH",
+				Fix: "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) so that bwrap is on PATH"}
+		}
+		s.bwrap = p
+	}
+	return nil
+}
+
+// started records that a process started: the sandbox works here.
+func (s *Sandbox) started() {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if !s.probed {
+		s.probed, s.probeErr = true, nil
+	}
+}
+
+// explainStart turns a failed start into the Probe's explanation when the
+// sandbox cannot run here at all; otherwise it returns err.
+func (s *Sandbox) explainStart(ctx context.Context, err error) error {
+	s.probeMu.Lock()
+	probed := s.probed
+	s.probeMu.Unlock()
+	if probed {
+		return err
+	}
+	if perr := s.Probe(ctx); perr != nil {
+		return perr
 	}
 	return err
 }

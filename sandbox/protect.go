@@ -65,3 +65,9 @@ func (s *Sandbox) homeDotfiles() []string {
 	}
 	return out
 }
+
+// Protections lists, for ipybox doctor, what protects the host from
+// kernel code in this sandbox on this host.
+func Protections() []string {
+	return protections()
+}

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/egress"
+
 	"context"
 	"errors"
 	"fmt"
@@ -127,7 +129,7 @@ type Options struct {
 	// proxy holds the egress proxy's test hooks (this package's tests
 	// only). Nil means the real resolver and dialer, and the SSRF guard
 	// with no exception.
-	proxy *proxyOptions
+	proxy *egress.Options
 }
 
 // Sandbox launches processes inside a bubblewrap sandbox. It implements
@@ -142,13 +144,13 @@ type Sandbox struct {
 	initBinary string
 	bwrap      string
 	forwards   []Forward
-	proxyOpts  *proxyOptions
+	proxyOpts  *egress.Options
 	secrets    func() []string
 
 	privDir    string // host-only: proxy socket, mask file
 	maskFile   string
 	etcSecrets []secretPath
-	proxy      *proxy
+	proxy      *egress.Proxy
 	proxyAddr  net.Addr // where the proxy listens on the host
 
 	probeMu  sync.Mutex
@@ -205,50 +207,19 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	ws := o.Workspace
-	if ws == "" {
-		ws = "."
-	}
-	ws, err := filepath.Abs(ws)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox workspace: %w", err)
-	}
-	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("sandbox workspace %s is not a directory; create it or pass another Options.Workspace", ws)
-	}
-	if ws == "/" {
-		return nil, fmt.Errorf("sandbox workspace is /: that would make the whole file system writable; choose a project directory")
-	}
-	s.workspace = ws
 	if h, err := os.UserHomeDir(); err == nil {
 		s.home = filepath.Clean(h)
 	}
-	s.initBinary = o.InitBinary
-	if s.initBinary == "" {
-		if s.initBinary, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("sandbox init binary: %w; set Options.InitBinary", err)
+	for _, set := range []func() error{
+		func() error { return s.setWorkspace(o.Workspace) },
+		func() error { return s.setInitBinary(o.InitBinary) },
+		func() error { return s.setForwards(o.Forwards) },
+		func() error { return s.setWritable(o.Writable) },
+	} {
+		if err := set(); err != nil {
+			return nil, err
 		}
 	}
-	if fi, err := os.Stat(s.initBinary); err != nil || fi.IsDir() {
-		return nil, fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", s.initBinary)
-	}
-	proxyOn := len(s.cfg.Network.AllowedDomains) > 0
-	ports := map[int]bool{}
-	for _, f := range o.Forwards {
-		switch {
-		case f.Port < 1 || f.Port > 65535:
-			return nil, fmt.Errorf("sandbox forward port %d: want 1-65535", f.Port)
-		case ports[f.Port]:
-			return nil, fmt.Errorf("sandbox forward port %d is listed twice", f.Port)
-		case proxyOn && f.Port == ProxyPort:
-			return nil, fmt.Errorf("sandbox forward port %d is the egress proxy's; choose another", f.Port)
-		case !filepath.IsAbs(f.Socket):
-			return nil, fmt.Errorf("sandbox forward socket %q: want an absolute path", f.Socket)
-		}
-		ports[f.Port] = true
-		s.forwards = append(s.forwards, f)
-	}
-	sort.Slice(s.forwards, func(i, j int) bool { return s.forwards[i].Port < s.forwards[j].Port })
 	for _, k := range s.cfg.Ignored {
 		// A warning, once per key and process: a key dropped without a
 		// word is a rule the user thinks holds.
@@ -256,41 +227,113 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			s.log.Warn("sandbox: settings key has no effect here; ignored", "key", k)
 		}
 	}
-
-	if s.privDir, err = os.MkdirTemp("", "ipybox-sandbox-"); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	s.maskFile = filepath.Join(s.privDir, "mask")
-	if err := os.WriteFile(s.maskFile, nil, 0); err != nil {
+	if err := s.startPrivate(); err != nil {
 		os.RemoveAll(s.privDir)
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	s.etcSecrets = scanEtc("/etc")
-	if proxyOn {
-		r, err := newRules(s.cfg.Network)
-		if err != nil { // Validate passed, so this cannot happen
-			os.RemoveAll(s.privDir)
-			return nil, err
-		}
-		ln, err := s.listenProxy()
-		if err != nil {
-			os.RemoveAll(s.privDir)
-			return nil, fmt.Errorf("sandbox egress proxy: %w", err)
-		}
-		s.proxyAddr = ln.Addr()
-		s.proxy = newProxy(r, s.proxyOpts, s.log)
-		s.proxy.serve(ln)
-	}
-	for _, w := range o.Writable {
-		w = filepath.Clean(w)
-		if !filepath.IsAbs(w) || !under(w, filepath.Join(s.workspace, ".ipybox")) || w == filepath.Join(s.workspace, ".ipybox") {
-			os.RemoveAll(s.privDir)
-			return nil, fmt.Errorf("sandbox writable path %q: want a folder inside %s", w, filepath.Join(s.workspace, ".ipybox"))
-		}
-		s.writableState = append(s.writableState, w)
+		return nil, err
 	}
 	s.logFeatures()
 	return s, nil
+}
+
+// setWorkspace checks and sets the workspace (empty: the current
+// directory).
+func (s *Sandbox) setWorkspace(ws string) error {
+	if ws == "" {
+		ws = "."
+	}
+	ws, err := filepath.Abs(ws)
+	if err != nil {
+		return fmt.Errorf("sandbox workspace: %w", err)
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		return fmt.Errorf("sandbox workspace %s is not a directory; create it or pass another Options.Workspace", ws)
+	}
+	if ws == "/" {
+		return fmt.Errorf("sandbox workspace is /: that would make the whole file system writable; choose a project directory")
+	}
+	s.workspace = ws
+	return nil
+}
+
+// setInitBinary checks and sets the init binary (empty: this one).
+func (s *Sandbox) setInitBinary(p string) error {
+	if p == "" {
+		var err error
+		if p, err = os.Executable(); err != nil {
+			return fmt.Errorf("sandbox init binary: %w; set Options.InitBinary", err)
+		}
+	}
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		return fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", p)
+	}
+	s.initBinary = p
+	return nil
+}
+
+// setForwards checks the forwarded ports and keeps them sorted.
+func (s *Sandbox) setForwards(fs []Forward) error {
+	proxyOn := len(s.cfg.Network.AllowedDomains) > 0
+	ports := map[int]bool{}
+	for _, f := range fs {
+		switch {
+		case f.Port < 1 || f.Port > 65535:
+			return fmt.Errorf("sandbox forward port %d: want 1-65535", f.Port)
+		case ports[f.Port]:
+			return fmt.Errorf("sandbox forward port %d is listed twice", f.Port)
+		case proxyOn && f.Port == ProxyPort:
+			return fmt.Errorf("sandbox forward port %d is the egress proxy's; choose another", f.Port)
+		case !filepath.IsAbs(f.Socket):
+			return fmt.Errorf("sandbox forward socket %q: want an absolute path", f.Socket)
+		}
+		ports[f.Port] = true
+		s.forwards = append(s.forwards, f)
+	}
+	sort.Slice(s.forwards, func(i, j int) bool { return s.forwards[i].Port < s.forwards[j].Port })
+	return nil
+}
+
+// setWritable checks Options.Writable: folders inside .ipybox.
+func (s *Sandbox) setWritable(ws []string) error {
+	state := filepath.Join(s.workspace, ".ipybox")
+	for _, w := range ws {
+		w = filepath.Clean(w)
+		if !filepath.IsAbs(w) || !under(w, state) || w == state {
+			return fmt.Errorf("sandbox writable path %q: want a folder inside %s", w, state)
+		}
+		s.writableState = append(s.writableState, w)
+	}
+	return nil
+}
+
+// startPrivate makes the sandbox's private folder (the mask file, the
+// proxy's socket), reads which /etc files to mask, and starts the egress
+// proxy when the policy allows domains. The caller removes privDir on
+// error.
+func (s *Sandbox) startPrivate() error {
+	var err error
+	if s.privDir, err = os.MkdirTemp("", "ipybox-sandbox-"); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	s.maskFile = filepath.Join(s.privDir, "mask")
+	if err := os.WriteFile(s.maskFile, nil, 0); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	s.etcSecrets = scanEtc("/etc")
+	if len(s.cfg.Network.AllowedDomains) == 0 {
+		return nil
+	}
+	r, err := egress.NewRules(egress.Lists{AllowedDomains: s.cfg.Network.AllowedDomains, DeniedDomains: s.cfg.Network.DeniedDomains})
+	if err != nil { // Validate passed, so this cannot happen
+		return err
+	}
+	ln, err := s.listenProxy()
+	if err != nil {
+		return fmt.Errorf("sandbox egress proxy: %w", err)
+	}
+	s.proxyAddr = ln.Addr()
+	s.proxy = egress.New(r, s.proxyOpts, s.log)
+	s.proxy.Serve(ln)
+	return nil
 }
 
 // ForwardURL returns the URL at which a process inside the sandbox reaches
@@ -316,7 +359,7 @@ func (s *Sandbox) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		if s.proxy != nil {
-			s.closeErr = s.proxy.close()
+			s.closeErr = s.proxy.Close()
 		}
 		if err := os.RemoveAll(s.privDir); err != nil && s.closeErr == nil {
 			s.closeErr = err
@@ -365,7 +408,7 @@ func (s *Sandbox) commandPath(ctx context.Context, path string) (string, error) 
 // checkStart checks that the sandbox can run a kernel (Start) and that
 // spec names absolute paths; it returns the clean run directory.
 func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, error) {
-	if err := s.Probe(ctx); err != nil {
+	if err := s.quickCheck(ctx); err != nil {
 		return "", err
 	}
 	if s.isClosed() {

@@ -94,7 +94,29 @@ func (s *Sandbox) seatbeltPolicy(writable, sockets, programs []string) (*seatbel
 		}
 	}
 
-	// Secrets: masked and write-protected, as on Linux.
+	denyRead, denyWrite, err := s.seatbeltDenials()
+	if err != nil {
+		return nil, err
+	}
+	for _, list := range []*[]string{&denyRead, &denyWrite} {
+		var out []string
+		for _, p := range *list {
+			if r := real(p); !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+		*list = out
+	}
+	pol.DenyRead, pol.DenyWrite = denyRead, denyWrite
+	return pol, nil
+}
+
+// seatbeltDenials lists what the profile denies: the configured denyRead
+// and denyWrite paths, the workspace's secrets (masked and write-protected,
+// as on Linux), the paths host programs read and act on anywhere in the
+// workspace (internal/hostpaths), and what the host's git configuration
+// names there.
+func (s *Sandbox) seatbeltDenials() (denyRead, denyWrite []string, err error) {
 	secrets := []string{filepath.Join(s.workspace, ".ipybox", "servers.json")}
 	for _, e := range hostpaths.Entries {
 		if e.Secret {
@@ -111,42 +133,27 @@ func (s *Sandbox) seatbeltPolicy(writable, sockets, programs []string) (*seatbel
 	if s.secrets != nil {
 		secrets = append(secrets, s.secrets()...)
 	}
-	var denyRead, denyWrite []string
-	for _, p := range s.cfg.Filesystem.DenyRead {
-		abs, err := expandPath(p, s.workspace, s.home)
-		if err != nil {
-			return nil, err
+	for _, l := range []struct {
+		in  []string
+		out *[]string
+	}{{s.cfg.Filesystem.DenyRead, &denyRead}, {s.cfg.Filesystem.DenyWrite, &denyWrite}} {
+		for _, p := range l.in {
+			abs, err := expandPath(p, s.workspace, s.home)
+			if err != nil {
+				return nil, nil, err
+			}
+			*l.out = append(*l.out, abs)
 		}
-		denyRead = append(denyRead, abs)
-	}
-	for _, p := range s.cfg.Filesystem.DenyWrite {
-		abs, err := expandPath(p, s.workspace, s.home)
-		if err != nil {
-			return nil, err
-		}
-		denyWrite = append(denyWrite, abs)
 	}
 	denyRead = append(denyRead, secrets...)
 	denyWrite = append(denyWrite, secrets...)
-	// The paths host programs read and act on, anywhere in the workspace
-	// (internal/hostpaths), and what the host's git configuration names.
 	for _, e := range hostpaths.Entries {
 		denyWrite = append(denyWrite, hostGlobs(s.workspace, e)...)
 	}
 	if prot, err := s.protection(); err == nil {
 		denyWrite = append(denyWrite, prot.Protected...)
 	}
-	for _, list := range []*[]string{&denyRead, &denyWrite} {
-		var out []string
-		for _, p := range *list {
-			if r := real(p); !slices.Contains(out, r) {
-				out = append(out, r)
-			}
-		}
-		*list = out
-	}
-	pol.DenyRead, pol.DenyWrite = denyRead, denyWrite
-	return pol, nil
+	return denyRead, denyWrite, nil
 }
 
 // hostGlobs turns a hostpaths entry into the globs of the paths it

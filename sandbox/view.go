@@ -58,6 +58,7 @@ type view struct {
 	fds      []*os.File // sources of --ro-bind-fd, in fdRef order
 	remount  []string   // tmpfs mounts made read-only once filled
 	runDir   string     // the kernel's run directory ("" for Command)
+	tmpDir   string     // TMPDIR for the process ("" for /tmp)
 	guard    *seccomp.Policy
 }
 
@@ -517,6 +518,10 @@ func (s *Sandbox) maskArgs(v *view, late []secretPath, prot *wsguard.Protection,
 	}
 }
 
+// privateTmp is the process's temporary folder when /tmp holds the
+// workspace (see guardPolicy).
+const privateTmp = "/tmp/.ipybox-tmp"
+
 // guardPolicy is what the guard in the sandbox protects: the writable
 // places that host programs see (the workspace and allowWrite folders),
 // but the shared state this sandbox may write.
@@ -526,6 +531,24 @@ func (s *Sandbox) guardPolicy(v *view, prot *wsguard.Protection) {
 	for _, b := range v.binds {
 		if b.rw && !under(b.path, runDirOf(v)) {
 			pol.Roots = append(pol.Roots, b.path)
+		}
+	}
+	// Socket files may be made where the process writes but host programs
+	// do not look: its private /tmp, /dev/shm and home, its run directory.
+	// Landlock allows a folder with everything beneath it, so a private
+	// folder that holds a root (a workspace in /tmp) gets a socket folder
+	// of its own instead, and TMPDIR points there.
+	for _, w := range v.writable {
+		switch {
+		case underAny(w, pol.Roots):
+		case slices.ContainsFunc(pol.Roots, func(r string) bool { return under(r, w) }):
+			if w == "/tmp" {
+				v.add("--perms", "0700", "--dir", privateTmp)
+				v.tmpDir = privateTmp
+				pol.SocketDirs = append(pol.SocketDirs, privateTmp)
+			}
+		default:
+			pol.SocketDirs = append(pol.SocketDirs, w)
 		}
 	}
 	v.guard = pol

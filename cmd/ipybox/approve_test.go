@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -19,8 +20,10 @@ func TestPromptEscapes(t *testing.T) {
 		{Kind: "tool", Server: "s\x1b[8m", Tool: "t\r", Args: json.RawMessage(`{"a":"` + payload + `"}`)},
 	} {
 		tty := &fakeTTY{Reader: strings.NewReader("n\n")}
-		if ok, err := ask(tty, r); ok || err != nil {
-			t.Fatalf("ask = %v, %v", ok, err)
+		// A request made by hand has no call waiting on it: the answer
+		// goes nowhere, and says so.
+		if err := prompt(tty, r); !errors.Is(err, ipybox.ErrNotPending) {
+			t.Fatalf("prompt = %v", err)
 		}
 		shown, ok := strings.CutPrefix(tty.out.String(), sgrReset)
 		if !ok {
@@ -50,8 +53,10 @@ func TestPromptShowsEveryLine(t *testing.T) {
 		{Kind: "tool", Server: "s", Tool: "t", Args: json.RawMessage(`{"a":"touch /tmp/pwned` + strings.Repeat(" ", 1<<20) + `ls"}`)},
 	} {
 		tty := &fakeTTY{Reader: strings.NewReader("n\n")}
-		if ok, err := ask(tty, r); ok || err != nil {
-			t.Fatalf("ask = %v, %v", ok, err)
+		// A request made by hand has no call waiting on it: the answer
+		// goes nowhere, and says so.
+		if err := prompt(tty, r); !errors.Is(err, ipybox.ErrNotPending) {
+			t.Fatalf("prompt = %v", err)
 		}
 		shown := tty.out.String()
 		var want string

@@ -40,6 +40,9 @@ var sandboxProbe func(ctx context.Context) error
 // sandboxInfo describes the limits and the uid the sandbox uses here.
 var sandboxInfo func() string
 
+// sandboxProtections lists what protects the host from kernel code here.
+var sandboxProtections func() []string
+
 func doctorCommand() *command {
 	return &command{name: "doctor", summary: "check the host for Python, ipykernel and the sandbox", run: runDoctor}
 }
@@ -72,7 +75,10 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 
 func doctorChecks(ctx context.Context, python string) []check {
 	var checks []check
-	py, err := kernel.FindPython(ctx, python)
+	py, err := kernel.FindPython(ctx, "")
+	if python != "" {
+		py, err = kernel.CheckPython(ctx, python, "--python")
+	}
 	if err != nil {
 		checks = append(checks, check{name: "python", required: true, detail: err.Error()})
 	} else {
@@ -96,6 +102,12 @@ func doctorChecks(ctx context.Context, python string) []check {
 		}
 	}
 	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
+	if sandboxProtections != nil {
+		for _, p := range sandboxProtections() {
+			missing := strings.HasPrefix(p, "MISSING: ")
+			checks = append(checks, check{name: "protection", ok: !missing, detail: strings.TrimPrefix(p, "MISSING: ")})
+		}
+	}
 	return checks
 }
 

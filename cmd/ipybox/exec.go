@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/kernel"
 )
 
 const execUsage = `
@@ -40,6 +41,7 @@ type execFlags struct {
 	mcpConfig string
 	approval  string
 	shell     bool
+	policy    policyFlags
 	sandbox   sandboxFlags
 	container containerFlags
 	gateway   gatewayFlags
@@ -64,6 +66,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	f.sandbox.register(fs, false)
 	f.container.register(fs)
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
+	f.policy.register(fs)
 	f.gateway.register(fs)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
@@ -116,9 +119,25 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make ipybox non-dumpable", "err", err)
 	}
+	pol, err := f.policy.load(log)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	if pol != nil {
+		defer pol.Close()
+	}
 
 	if f.workspace != "" {
 		if err := ensureWorkspace(env, "ipybox exec", f.workspace); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitUsage
+		}
+	}
+	if f.python != "" && policy == nil && ctr == nil && gw == nil {
+		// Checked here to name the flag; a sandboxed kernel's interpreter
+		// is never run on the host, not even to probe it.
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
 			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
 			return exitUsage
 		}
@@ -130,6 +149,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Logger:    log,
 
 		ApproveShellCommands: f.shell,
+		ApprovalPolicy:       pol,
 		Sandbox:              policy,
 		Container:            ctr,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
@@ -137,13 +157,13 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		ToolServerAddr:       f.gateway.toolAddr,
 	})
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
 		return exitFail
 	}
 	defer ex.Close()
 	for _, s := range servers {
 		if _, err := ex.RegisterMCPServer(ctx, s.name, s.cfg); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
 			return exitFail
 		}
 	}
@@ -151,7 +171,11 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if f.approval == approvalAuto && len(ex.MCPServers()) > 0 {
 		// Explicit at the command line (the default), but said once, so
 		// that nobody mistakes it for a gate.
-		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)\n", strings.Join(ex.MCPServers(), ", "))
+		rules := ""
+		if f := pol.File(); f != "" {
+			rules = "; the deny and ask rules of " + f + " still apply"
+		}
+		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)%s\n", strings.Join(ex.MCPServers(), ", "), rules)
 	}
 	out := newPrinter(env, f.json)
 	out.decider = newDecider(f.approval)
@@ -159,6 +183,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		// The output streams out as it comes: the result keeps only a
 		// head and a tail of it, so that memory stays bounded.
 		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout, KeepText: execKeepText}) {
+			if left := len(cells) - i - 1; left > 0 {
+				flushTerminal(env)
+				fmt.Fprintf(env.stderr, "ipybox exec: cell %d of %d failed; %s not run\n", i+1, len(cells), plural(left, "the cell after it was", "the %d cells after it were"))
+			}
 			return exitFail
 		}
 	}
@@ -270,6 +298,7 @@ type jsonEvent struct {
 	Tool      string          `json:"tool,omitempty"`
 	Args      json.RawMessage `json:"args,omitempty"`
 	Command   string          `json:"command,omitempty"`
+	Why       string          `json:"why,omitempty"`
 }
 
 // cell runs one cell and reports whether it succeeded.
@@ -303,7 +332,7 @@ func (p *printer) event(i int, ev ipybox.Event) {
 				j.Restarted = e.Restarted.Error()
 			}
 		case *ipybox.ApprovalRequest:
-			j = jsonEvent{Type: "approval", Kind: string(e.Kind), Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command}
+			j = jsonEvent{Type: "approval", Kind: string(e.Kind), Server: e.Server, Tool: e.Tool, Args: e.Args, Command: e.Command, Why: e.Why}
 		default:
 			return
 		}
@@ -364,4 +393,12 @@ func (p *printer) fail(i int, err error) {
 	}
 	flushTerminal(p.env)
 	fmt.Fprintf(p.env.stderr, "ipybox: %v\n", err)
+}
+
+// plural returns one when n is 1, else many with n formatted in.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
 }

@@ -10,10 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
 )
@@ -40,31 +44,32 @@ Nothing else from the environment reaches the kernel.
 `
 
 type mcpFlags struct {
-	workspace, python   string
-	imagesDir           string
-	requireShellEscape  bool
-	logLevel, logFile   string
-	allowedDirs         stringList
-	kernelEnv, binds    stringList
-	kernelEnvFile       string
-	mcpConfig           string
-	approval            string
-	allowTools          stringList
-	httpAddr, authToken string
-	authTokenFile       string
-	principals          map[string]string // from --auth-token-file
-	noAuth              bool
-	generatedToken      bool // authToken was generated: write it to a file
-	idle, startTimeout  time.Duration
-	approvalTimeout     time.Duration
-	pool, maxSessions   int
-	maxPerPrincipal     int
-	noZygote            bool
-	shutdownGrace       time.Duration
-	sandbox             sandboxFlags
-	container           containerFlags
-	sandboxExplicit     bool // set by mcpOptions
-	gateway             gatewayFlags
+	workspace, python          string
+	imagesDir                  string
+	requireShellEscape         bool
+	logLevel, logFile          string
+	allowedDirs                stringList
+	kernelEnv, binds           stringList
+	kernelEnvFile              string
+	mcpConfig                  string
+	approval                   string
+	allowTools                 stringList
+	policy                     policyFlags
+	httpAddr, authToken        string
+	authTokenFile              string
+	principals                 map[string]string // from --auth-token-file
+	noAuth                     bool
+	generatedToken             bool // authToken was generated: write it to a file
+	idle, startTimeout         time.Duration
+	approvalTimeout            time.Duration
+	pool, poolMax, maxSessions int
+	maxPerPrincipal            int
+	noZygote                   bool
+	shutdownGrace              time.Duration
+	sandbox                    sandboxFlags
+	container                  containerFlags
+	sandboxExplicit            bool // set by mcpOptions
+	gateway                    gatewayFlags
 }
 
 func mcpCommand() *command {
@@ -87,6 +92,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
+	f.policy.register(fs)
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
@@ -95,6 +101,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
+	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
 	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
 	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
@@ -121,7 +128,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	case f.noAuth && f.authTokenFile != "":
 		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
 	case f.authTokenFile != "":
-		principals, err := readTokenFile(f.authTokenFile)
+		principals, err := readTokenFile(env, f.authTokenFile)
 		if err != nil {
 			return fail(exitUsage, err)
 		}
@@ -143,10 +150,15 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
 		return fail(exitUsage, err)
 	}
+	// Kernels start with the sessions, in the background: a workspace
+	// they cannot use would show only as retries in the log.
+	if err := ipybox.CheckWorkspace(f.workspace); err != nil {
+		return fail(exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err))
+	}
 	if f.python != "" {
 		// Kernels start with the sessions, in the background: a wrong
 		// interpreter would show only as retries in the log.
-		if _, err := ipybox.FindPython(ctx, f.python); err != nil {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
 			return fail(exitUsage, err)
 		}
 	}
@@ -157,6 +169,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if opts.Container != nil {
 		if err := containerProbe(ctx, opts.Container); err != nil {
 			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
+		}
+		// Whether the kernels' user can write the workspace, now, not as
+		// retries of every session.
+		if err := container.CheckUser(f.workspace); err != nil {
+			return fail(exitFail, err)
 		}
 	}
 	if opts.Sandbox != nil {
@@ -184,6 +201,12 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make the server non-dumpable; kernel code of this user could read its environment", "err", err)
 	}
+	if opts.ApprovalPolicy, err = f.policy.load(log); err != nil {
+		return fail(exitUsage, err)
+	}
+	if opts.ApprovalPolicy != nil {
+		defer opts.ApprovalPolicy.Close() // after the server's Close, deferred below
+	}
 	srv, err := mcpserver.New(opts)
 	if err != nil {
 		return fail(exitUsage, err)
@@ -206,7 +229,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFlags) int {
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", listenError(f.httpAddr, err))
 		return exitFail
 	}
 	if f.generatedToken {
@@ -225,6 +248,11 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	h := srv.Handler() // one handler: it holds the sessions
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
+	// Everything else, the OAuth endpoints that clients probe after a
+	// 401 among them, is not found, with the reason and the fix.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, mcpserver.NoOAuth, http.StatusNotFound)
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
@@ -247,6 +275,25 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	return exitOK
 }
 
+// listenError says what to do when --http cannot listen on addr.
+func listenError(addr string, err error) error {
+	host, port, _ := net.SplitHostPort(addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		next := "8081"
+		if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
+			next = strconv.Itoa(n + 1)
+		}
+		return fmt.Errorf("--http %s: the address is in use, by another ipybox mcp or another server "+
+			"(`ss -ltnp 'sport = :%s'` shows which); stop it, or choose another port, as in --http %s", addr, port, net.JoinHostPort(host, next))
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("--http %s: %v; ports below 1024 need privileges: choose one above, as in --http %s", addr, err, net.JoinHostPort(host, "8080"))
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("--http %s: no interface of this machine has the address %s; use 127.0.0.1, or one that `ip addr` lists", addr, host)
+	}
+	return fmt.Errorf("--http %s: %w", addr, err)
+}
+
 // mcpOptions turns the flags into the server's options: the workspace's
 // .env, the kernel's environment, binds and servers to register.
 func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
@@ -264,6 +311,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		StartTimeout:            f.startTimeout,
 		ApprovalTimeout:         f.approvalTimeout,
 		Pool:                    f.pool,
+		PoolMax:                 f.poolMax,
 		MaxSessions:             f.maxSessions,
 		MaxSessionsPerPrincipal: f.maxPerPrincipal,
 		NoZygote:                f.noZygote,
@@ -275,6 +323,9 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	}
 	if len(f.allowTools) > 0 && mcpserver.ApprovalMode(f.approval) != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
+	}
+	if f.poolMax < 0 || f.poolMax > 64 {
+		return nil, fmt.Errorf("--pool-max %d: want 0 to 64", f.poolMax)
 	}
 	if f.pool < 0 || f.pool > 64 {
 		return nil, fmt.Errorf("--pool %d: want 0 to 64", f.pool)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,13 +21,24 @@ const maxTokenFile = 4096
 // readTokenFile reads the bearer tokens of --auth-token-file: one token
 // (the whole file, trimmed), which is the principal "default"'s, or lines
 // of NAME:TOKEN, one principal each. Blank lines and lines that start with
-// # are skipped.
-func readTokenFile(path string) (map[string]string, error) {
+// # are skipped. A file this user may not read is named with its owner,
+// and, in the image, with the docker run option that runs ipybox as that
+// owner.
+func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
 	}
 	b, err := safefs.ReadFile(filepath.Dir(abs), filepath.Base(abs), maxTokenFile)
+	if errors.Is(err, fs.ErrPermission) {
+		if uid, gid, ok := dirOwner(abs); ok {
+			fix := fmt.Sprintf("run ipybox as its owner (uid %d), or let this user (uid %d) read it", uid, os.Getuid())
+			if env.getenv(imageEnv) != "" {
+				fix = fmt.Sprintf("run the container as its owner: add --user %d:%d to the docker run command", uid, gid)
+			}
+			return nil, fmt.Errorf("--auth-token-file %s: this process (uid %d) may not read it (it belongs to %d:%d); %s", path, os.Getuid(), uid, gid, fix)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--auth-token-file: %w", err)
 	}

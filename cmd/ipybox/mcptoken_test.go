@@ -31,7 +31,7 @@ func TestReadTokenFile(t *testing.T) {
 	} {
 		p := filepath.Join(t.TempDir(), "tokens")
 		os.WriteFile(p, []byte(tc.file), 0o600)
-		got, err := readTokenFile(p)
+		got, err := readTokenFile(&cliEnv{getenv: func(string) string { return "" }}, p)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%q: error %v, want one with %q", tc.file, err, tc.err)

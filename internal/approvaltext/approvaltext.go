@@ -183,3 +183,27 @@ func runeOffset(s string, i int) int {
 	}
 	return off
 }
+
+// Facts returns the lines that every approval question shows after what
+// it asks about, in the terminal prompt and in the MCP elicitation alike:
+// why it asks (an ask rule of the policy, or "no rule matched"), and the
+// rules that an answer remembered for the session or always would write
+// (as narrow as the call), or why none can be. The rules hold
+// kernel-chosen text and the reason quotes a rule: both are escaped.
+// Without a reason (no approval policy) there are no facts.
+func Facts(why string, rules []string, cannot string) []string {
+	if why == "" {
+		return nil
+	}
+	out := []string{"why: " + escape.Text(why)}
+	switch {
+	case cannot != "":
+		out = append(out, "remember: only once: "+escape.Text(cannot))
+	case len(rules) > 0:
+		for _, r := range rules {
+			s, _ := clip(r)
+			out = append(out, "remember as: "+s)
+		}
+	}
+	return out
+}

@@ -79,3 +79,22 @@ func TestArgs(t *testing.T) {
 		t.Errorf("Args of 16 MiB shows %d bytes", len(got))
 	}
 }
+
+func TestFacts(t *testing.T) {
+	if got := approvaltext.Facts("", []string{"x"}, ""); got != nil {
+		t.Errorf("Facts without a reason = %q", got)
+	}
+	got := strings.Join(approvaltext.Facts("ask rule 1a2b (ask shell git push *) at /p:3", []string{"shell echo '\u202e'", "shell " + strings.Repeat("x", 1000)}, ""), "\n")
+	for _, w := range []string{"why: ask rule 1a2b", "remember as: shell echo '\\u202e'", "characters not shown"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("Facts = %q; want %q in it", got, w)
+		}
+	}
+	if strings.Contains(got, "\u202e") {
+		t.Errorf("Facts = %q: not escaped", got)
+	}
+	got = strings.Join(approvaltext.Facts("no rule matched", nil, "the command has $(...)"), "\n")
+	if !strings.Contains(got, "remember: only once: the command has $(...)") {
+		t.Errorf("Facts = %q", got)
+	}
+}

@@ -219,6 +219,14 @@ type HostConfig struct {
 	Init           *bool             `json:"Init,omitempty"`
 	IpcMode        string            `json:"IpcMode,omitempty"`
 	Privileged     bool              `json:"Privileged"`
+	Ulimits        []Ulimit          `json:"Ulimits,omitempty"`
+}
+
+// Ulimit is one resource limit of a container's processes ("fsize"...).
+type Ulimit struct {
+	Name string `json:"Name"`
+	Soft int64  `json:"Soft"`
+	Hard int64  `json:"Hard"`
 }
 
 // CreateConfig is the body of a container create.

@@ -86,9 +86,9 @@ func (p *Process) start(r *os.File) error {
 	return nil
 }
 
-// Signal delivers sig: SIGINT sets ipykernel's interrupt event; any other
+// signal delivers sig: SIGINT sets ipykernel's interrupt event; any other
 // signal ends the job (the child and everything it started).
-func (p *Process) Signal(sig syscall.Signal) error {
+func (p *Process) signal(sig syscall.Signal) error {
 	p.sys.mu.Lock()
 	defer p.sys.mu.Unlock()
 	if sig == syscall.SIGINT {

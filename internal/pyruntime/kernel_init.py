@@ -44,6 +44,10 @@ def setup(config):
         # that what pip installs imports without a restart.
         import site
 
+        # From the environment, not site's cache: a kernel forked from the
+        # fork server imported site before it had this environment.
+        site.USER_BASE = os.environ["PYTHONUSERBASE"]
+        site.USER_SITE = None
         user_site = site.getusersitepackages()
         try:
             os.makedirs(user_site, exist_ok=True)
@@ -56,7 +60,7 @@ def setup(config):
         for p in [""] + end:
             while p in sys.path:
                 sys.path.remove(p)
-        sys.path.extend(end + [""])
+        sys.meta_path.append(_WorkspaceFinder(end, ip.user_ns))
         _safe_pip_magic(ip)
 
     if config.get("remote"):
@@ -66,6 +70,49 @@ def setup(config):
 
     if config.get("shell_approval") or config.get("require_shell_escape"):
         _install_shell_hooks(ip, config)
+
+
+class _WorkspaceFinder:
+    """Imports top-level modules from the workspace, last, and only for
+    the user's own code: the cells (whose globals are the user's
+    namespace) and modules that live in the workspace. The standard
+    library and installed packages never import from it, not even a
+    module they would import only if it were there (Pillow tries cffi,
+    pickle5, backports_abc): sessions share the workspace, and one
+    session's cffi.py would otherwise run in another's kernel when it
+    draws a plot."""
+
+    def __init__(self, dirs, user_ns):
+        import os
+
+        self.dirs = list(dirs)
+        self.real = [os.path.realpath(d) + os.sep for d in dirs]
+        self.user_ns = user_ns
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or "." in name:
+            return None  # a submodule: its package decides
+        if not self._user_code():
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(name, self.dirs)
+
+    def _user_code(self):
+        import os
+        import sys
+
+        f = sys._getframe(2)
+        while f is not None:
+            fn = f.f_code.co_filename
+            if fn.startswith("<frozen importlib") or fn.endswith(os.sep + "importlib" + os.sep + "__init__.py"):
+                f = f.f_back
+                continue
+            if f.f_globals is self.user_ns:
+                return True
+            real = os.path.realpath(fn)
+            return any(real.startswith(d) for d in self.real)
+        return False
 
 
 def _safe_pip_magic(ip):

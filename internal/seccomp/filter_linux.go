@@ -115,6 +115,17 @@ var unavailableCalls = []uintptr{unix.SYS_OPENAT2}
 
 var confinedUnavailable = []uintptr{unix.SYS_MEMFD_CREATE, unix.SYS_MEMFD_SECRET, unix.SYS_SHMGET}
 
+// noXattrCalls fail with EOPNOTSUPP, as on a file system without extended
+// attributes (shutil.copystat and cp -p carry on): an ACL
+// (system.posix_acl_access) changes a file's mode as chmod does, and
+// security.capability gives a program file capabilities, which a setuid
+// bit's refusal would not stop.
+var noXattrCalls = []uintptr{
+	unix.SYS_SETXATTR, unix.SYS_LSETXATTR, unix.SYS_FSETXATTR,
+	unix.SYS_REMOVEXATTR, unix.SYS_LREMOVEXATTR, unix.SYS_FREMOVEXATTR,
+	unix.SYS_SETXATTRAT, unix.SYS_REMOVEXATTRAT,
+}
+
 // deniedCalls fail with EPERM: io_uring carries out opens and chmods that
 // the filter would never see.
 var deniedCalls = []uintptr{unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER}
@@ -158,6 +169,9 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	}
 	for _, nr := range unavailable {
 		a.jump(unix.BPF_JEQ, uint32(nr), "enosys", "")
+	}
+	for _, nr := range noXattrCalls {
+		a.jump(unix.BPF_JEQ, uint32(nr), "eopnotsupp", "")
 	}
 	if o.Confine {
 		a.jump(unix.BPF_JEQ, uint32(unix.SYS_MMAP), "mmap", "")
@@ -206,6 +220,8 @@ func Program(o Options) ([]unix.SockFilter, error) {
 	a.stmt(ret, allow)
 	a.label("notify")
 	a.stmt(ret, notify)
+	a.label("eopnotsupp")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EOPNOTSUPP))
 	a.label("enosys")
 	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
 	a.label("eperm")

@@ -226,7 +226,6 @@ func (g *Guard) sendFD(c *caller, fd int, call call) {
 // do carries out one allowed call, or says why not. fd >= 0 is a file to
 // hand to the caller as the call's result.
 func (g *Guard) do(c *caller, call call) (fd int, val int64, errno unix.Errno) {
-	fd = -1
 	flags := call.fixedFlags
 	if call.flags >= 0 {
 		flags = c.args[call.flags]
@@ -242,150 +241,221 @@ func (g *Guard) do(c *caller, call call) (fd int, val int64, errno unix.Errno) {
 	case opOpen:
 		return g.doOpen(c, call, int(flags), mode)
 	case opMkdir, opMknod, opSymlink:
-		var target string
-		if call.op == opSymlink {
-			t, err := readString(c, c.args[call.target])
-			if err != nil {
-				return -1, 0, errnoOf(err)
-			}
-			target = t
-		}
-		p, err := g.resolve(c, call.dirfd, call.path, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if p.obj >= 0 || p.dot {
-			return -1, 0, unix.EEXIST
-		}
-		if e := g.check(c, p, true); e != 0 {
-			return -1, 0, e
-		}
-		um := callerUmask(c)
-		err = g.create(p, func() error {
-			switch call.op {
-			case opMkdir:
-				return unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777)
-			case opMknod:
-				dev := 0
-				if call.dev >= 0 {
-					dev = int(c.args[call.dev])
-				}
-				return unix.Mknodat(p.dir, p.name, mode&^(um&0o777), dev)
-			default:
-				return unix.Symlinkat(target, p.dir, p.name)
-			}
-		})
-		return -1, 0, errnoOf(err)
+		return -1, 0, g.doCreate(c, call, mode)
 	case opUnlink:
-		p, err := g.resolve(c, call.dirfd, call.path, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if p.obj >= 0 {
-			return -1, 0, unix.EACCES
-		}
-		if p.dot {
-			if flags&unix.AT_REMOVEDIR != 0 {
-				return -1, 0, unix.EINVAL
-			}
-			return -1, 0, unix.EISDIR
-		}
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(unix.Unlinkat(p.dir, p.opName(), int(flags&unix.AT_REMOVEDIR)))
+		return -1, 0, g.doUnlink(c, call, flags)
 	case opRename, opLink:
-		follow := call.op == opLink && flags&unix.AT_SYMLINK_FOLLOW != 0
-		var from *resolved
-		var err error
-		if call.op == opLink && flags&unix.AT_EMPTY_PATH != 0 {
-			from, err = g.resolveEmpty(c, call.dirfd, call.path)
-		} else {
-			from, err = g.resolve(c, call.dirfd, call.path, follow)
-		}
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer from.close()
-		to, err := g.resolve(c, call.dirfd2, call.path2, false)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer to.close()
-		if to.obj >= 0 || to.dot || from.dot || call.op == opRename && from.obj >= 0 {
-			return -1, 0, unix.EBUSY
-		}
-		if e := g.check(c, from, false); e != 0 {
-			return -1, 0, e
-		}
-		if e := g.check(c, to, true); e != 0 {
-			return -1, 0, e
-		}
-		if call.op == opRename && flags&unix.RENAME_EXCHANGE != 0 {
-			// The destination moves to the source's place: it must be
-			// allowed there too, and its own path is checked above.
-			if e := g.check(c, &resolved{dir: from.dir, name: to.name, obj: -1}, true); e != 0 {
-				return -1, 0, e
-			}
-		}
-		var undo []func()
-		if call.op == opRename {
-			undo = append(undo, func() { unix.Renameat2(to.dir, to.name, from.dir, from.name, unix.RENAME_NOREPLACE) })
-		}
-		err = g.create(to, func() error {
-			if call.op == opRename {
-				return unix.Renameat2(from.dir, from.opName(), to.dir, to.opName(), uint(flags))
-			}
-			if from.obj >= 0 {
-				return unix.Linkat(unix.AT_FDCWD, selfFD(from.obj), to.dir, to.name, unix.AT_SYMLINK_FOLLOW)
-			}
-			return unix.Linkat(from.dir, from.name, to.dir, to.name, 0)
-		}, undo...)
-		return -1, 0, errnoOf(err)
+		return -1, 0, g.doMove(c, call, flags)
 	case opTruncate:
-		p, err := g.resolve(c, call.dirfd, call.path, true)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		f, err := p.open(unix.O_WRONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer unix.Close(f)
-		return -1, 0, errnoOf(unix.Ftruncate(f, int64(c.args[1])))
-	case opChmod:
-		follow := flags&unix.AT_SYMLINK_NOFOLLOW == 0
-		p, err := g.resolve(c, call.dirfd, call.path, follow)
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		defer p.close()
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(p.chmod(mode))
-	case opFchmod:
-		obj, err := openCallerFD(c, int(int32(c.args[call.fd])))
-		if err != nil {
-			return -1, 0, errnoOf(err)
-		}
-		p := &resolved{dir: -1, obj: obj}
-		defer p.close()
-		if !g.valid(c) {
-			return -1, 0, unix.ESRCH
-		}
-		if e := g.check(c, p, false); e != 0 {
-			return -1, 0, e
-		}
-		return -1, 0, errnoOf(p.chmod(mode))
+		return -1, 0, g.doTruncate(c, call)
+	case opChmod, opFchmod:
+		return -1, 0, g.doChmod(c, call, flags, mode)
 	}
 	return -1, 0, unix.ENOSYS
+}
+
+// doCreate makes a folder, a node or a symbolic link.
+func (g *Guard) doCreate(c *caller, call call, mode uint32) unix.Errno {
+	var target string
+	if call.op == opSymlink {
+		t, err := readString(c, c.args[call.target])
+		if err != nil {
+			return errnoOf(err)
+		}
+		target = t
+	}
+	p, err := g.resolve(c, call.dirfd, call.path, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	if p.obj >= 0 || p.dot {
+		return unix.EEXIST
+	}
+	if e := g.check(c, p, true); e != 0 {
+		return e
+	}
+	um := callerUmask(c)
+	if g.inRoot(p) {
+		um |= unix.S_IWOTH // see worldWritable
+	}
+	return errnoOf(g.create(p, func() error {
+		switch call.op {
+		case opMkdir:
+			if err := unix.Mkdirat(p.dir, p.opName(), mode&^um&0o7777); err != nil {
+				return err
+			}
+			return g.noInheritedSetgid(p)
+		case opMknod:
+			dev := 0
+			if call.dev >= 0 {
+				dev = int(c.args[call.dev])
+			}
+			return unix.Mknodat(p.dir, p.name, mode&^(um&0o777), dev)
+		default:
+			return unix.Symlinkat(target, p.dir, p.name)
+		}
+	}))
+}
+
+// doUnlink removes a name.
+func (g *Guard) doUnlink(c *caller, call call, flags uint64) unix.Errno {
+	p, err := g.resolve(c, call.dirfd, call.path, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	switch {
+	case p.obj >= 0:
+		return unix.EACCES
+	case p.dot && flags&unix.AT_REMOVEDIR != 0:
+		return unix.EINVAL
+	case p.dot:
+		return unix.EISDIR
+	}
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	return errnoOf(unix.Unlinkat(p.dir, p.opName(), int(flags&unix.AT_REMOVEDIR)))
+}
+
+// doMove renames a name, or makes a second name of a file: both the
+// source and the destination must be allowed.
+func (g *Guard) doMove(c *caller, call call, flags uint64) unix.Errno {
+	follow := call.op == opLink && flags&unix.AT_SYMLINK_FOLLOW != 0
+	var from *resolved
+	var err error
+	if call.op == opLink && flags&unix.AT_EMPTY_PATH != 0 {
+		from, err = g.resolveEmpty(c, call.dirfd, call.path)
+	} else {
+		from, err = g.resolve(c, call.dirfd, call.path, follow)
+	}
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer from.close()
+	to, err := g.resolve(c, call.dirfd2, call.path2, false)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer to.close()
+	if to.obj >= 0 || to.dot || from.dot || call.op == opRename && from.obj >= 0 {
+		return unix.EBUSY
+	}
+	if e := g.check(c, from, false); e != 0 {
+		return e
+	}
+	if e := g.check(c, to, true); e != 0 {
+		return e
+	}
+	if call.op == opLink && g.inRoot(to) && !unnamed(from) {
+		// A second name of a file in the workspace would show its content
+		// after the file became a secret that a start masks by name. Only
+		// an unnamed file (O_TMPFILE) may get its first name this way.
+		g.log("guard: refused a hard link in the workspace")
+		return unix.EPERM
+	}
+	if call.op == opRename && flags&unix.RENAME_EXCHANGE != 0 {
+		// The destination moves to the source's place: it must be allowed
+		// there too, and its own path is checked above.
+		if e := g.check(c, &resolved{dir: from.dir, name: to.name, obj: -1}, true); e != 0 {
+			return e
+		}
+	}
+	var undo []func()
+	if call.op == opRename {
+		undo = append(undo, func() { unix.Renameat2(to.dir, to.name, from.dir, from.name, unix.RENAME_NOREPLACE) })
+	}
+	return errnoOf(g.create(to, func() error {
+		if call.op == opRename {
+			return unix.Renameat2(from.dir, from.opName(), to.dir, to.opName(), uint(flags))
+		}
+		if from.obj >= 0 {
+			return unix.Linkat(unix.AT_FDCWD, selfFD(from.obj), to.dir, to.name, unix.AT_SYMLINK_FOLLOW)
+		}
+		return unix.Linkat(from.dir, from.name, to.dir, to.name, 0)
+	}, undo...))
+}
+
+// unnamed reports whether r is a file without a name (made with O_TMPFILE).
+func unnamed(r *resolved) bool {
+	var st unix.Stat_t
+	var err error
+	if r.obj >= 0 {
+		err = unix.Fstat(r.obj, &st)
+	} else {
+		err = unix.Fstatat(r.dir, r.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return err == nil && st.Nlink == 0
+}
+
+// doTruncate changes a file's length.
+func (g *Guard) doTruncate(c *caller, call call) unix.Errno {
+	p, err := g.resolve(c, call.dirfd, call.path, true)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer p.close()
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	f, err := p.open(unix.O_WRONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return errnoOf(err)
+	}
+	defer unix.Close(f)
+	return errnoOf(unix.Ftruncate(f, int64(c.args[1])))
+}
+
+// doChmod changes a file's mode, by path or by the caller's descriptor.
+func (g *Guard) doChmod(c *caller, call call, flags uint64, mode uint32) unix.Errno {
+	var p *resolved
+	if call.op == opFchmod {
+		obj, err := openCallerFD(c, int(int32(c.args[call.fd])))
+		if err != nil {
+			return errnoOf(err)
+		}
+		p = &resolved{dir: -1, obj: obj}
+		if !g.valid(c) {
+			p.close()
+			return unix.ESRCH
+		}
+	} else {
+		var err error
+		if p, err = g.resolve(c, call.dirfd, call.path, flags&unix.AT_SYMLINK_NOFOLLOW == 0); err != nil {
+			return errnoOf(err)
+		}
+	}
+	defer p.close()
+	if e := g.check(c, p, false); e != 0 {
+		return e
+	}
+	if mode&unix.S_IWOTH != 0 && g.inRoot(p) {
+		g.log("guard: refused making a file or folder of the workspace writable by every user")
+		return unix.EACCES
+	}
+	return errnoOf(p.chmod(mode))
+}
+
+// The roots are where the host's programs work: a file or folder there
+// that every local user may write would let any of them plant what the
+// guard keeps kernel code from planting (a hook in a repository, a
+// .claude folder at the root). So the guard leaves S_IWOTH out of what
+// kernel code creates there, and refuses a chmod that adds it; ACLs are
+// refused for all (the filter refuses the xattr calls).
+
+// noInheritedSetgid takes off the S_ISGID bit a folder just made inherits
+// from a setgid parent: no file or folder kernel code makes carries a
+// setuid or setgid bit.
+func (g *Guard) noInheritedSetgid(p *resolved) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(p.dir, p.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil
+	}
+	if st.Mode&unix.S_ISGID == 0 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	return unix.Fchmodat(p.dir, p.name, st.Mode&0o1777, 0)
 }
 
 func (g *Guard) doOpen(c *caller, call call, flags int, mode uint32) (int, int64, unix.Errno) {
@@ -400,7 +470,11 @@ func (g *Guard) doOpen(c *caller, call call, flags int, mode uint32) (int, int64
 	if e := g.check(c, p, flags&unix.O_CREAT != 0); e != 0 {
 		return -1, 0, e
 	}
-	m := mode &^ callerUmask(c) & 0o7777
+	um := callerUmask(c)
+	if g.inRoot(p) {
+		um |= unix.S_IWOTH // see worldWritable
+	}
+	m := mode &^ um & 0o7777
 	fd := -1
 	err = g.create(p, func() error {
 		var err error
@@ -473,36 +547,53 @@ func (r *resolved) chmod(mode uint32) error {
 	return unix.Fchmodat(r.dir, r.name, mode, 0)
 }
 
-// path returns where the resolved path is, as the caller sees it ("" when
-// unknown: a deleted folder, a pipe).
-func (r *resolved) path() string {
+// path returns where the resolved path is, as the caller sees it: "" for
+// a descriptor that has no path (a pipe, a socket) or a folder that was
+// removed (nothing can be made in it). An error when the path cannot be
+// told (longer than PATH_MAX): the caller refuses the call.
+func (r *resolved) path() (string, error) {
 	if r.obj >= 0 {
 		return fdPath(r.obj)
 	}
 	d := r.dirPath
 	if d == "" {
-		d = fdPath(r.dir)
+		var err error
+		if d, err = fdPath(r.dir); err != nil || d == "" {
+			return "", err
+		}
 		r.dirPath = d
 	}
-	if d == "" {
-		return ""
-	}
 	if r.dot {
-		return d
+		return d, nil
 	}
-	return filepath.Join(d, r.name)
+	return filepath.Join(d, r.name), nil
 }
 
 func selfFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// fdPath is the path of one of the guard's descriptors, or "" for one
-// that has none (deleted, a pipe, a socket).
-func fdPath(fd int) string {
+// fdPath is the path of one of the guard's descriptors. The kernel writes
+// " (deleted)" after the path of a removed file or folder, and a name may
+// end so too: the link count tells which. A path longer than PATH_MAX is
+// an error (kernel code could build one deep down, then rename the
+// folders above it short).
+func fdPath(fd int) (string, error) {
 	p, err := os.Readlink(selfFD(fd))
-	if err != nil || !strings.HasPrefix(p, "/") || strings.HasSuffix(p, " (deleted)") {
-		return ""
+	if err != nil {
+		return "", err
 	}
-	return p
+	if !strings.HasPrefix(p, "/") {
+		return "", nil // a pipe, a socket, an anonymous inode
+	}
+	if strings.HasSuffix(p, " (deleted)") {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "", err
+		}
+		if st.Nlink == 0 {
+			return "", nil // removed: nothing can be made below it
+		}
+	}
+	return p, nil
 }
 
 // maxLinks is how many symbolic links a path may pass through, as in the

@@ -16,9 +16,16 @@ import (
 // check returns EACCES when the call may not change r; creating says the
 // call makes r's last name.
 func (g *Guard) check(c *caller, r *resolved, creating bool) unix.Errno {
-	full := r.path()
+	full, err := r.path()
+	if err != nil {
+		g.log(fmt.Sprintf("guard: refused a change to a path it cannot read back: %v", err))
+		if errno := errnoOf(err); errno == unix.ENAMETOOLONG {
+			return errno
+		}
+		return unix.EACCES
+	}
 	if full == "" {
-		// No path: a descriptor of a pipe or socket, or a deleted folder,
+		// No path: a descriptor of a pipe or socket, or a removed folder,
 		// where nothing can be made.
 		return 0
 	}
@@ -43,6 +50,14 @@ func (g *Guard) Refusal(full string) string {
 	}
 	for _, o := range g.pol.Open {
 		if under(full, o) {
+			// The shared state that this process may write (the
+			// virtualenv, for pip): the list holds below it all the same,
+			// but for the bytecode caches that pip writes there (which
+			// only kernels read; the host never runs the virtualenv).
+			rel := strings.TrimPrefix(strings.TrimPrefix(full, o), "/")
+			if e, ok := hostpaths.Match(rel); ok && e.Pattern != "__pycache__" {
+				return e.Pattern + " is read or run by the host: " + e.Who
+			}
 			return ""
 		}
 	}
@@ -238,7 +253,10 @@ func (g *Guard) create(r *resolved, do func() error, undo ...func()) error {
 	if r.obj >= 0 || r.dot || !bareName(r.name) {
 		return do()
 	}
-	full := r.path()
+	full, err := r.path()
+	if err != nil {
+		return err
+	}
 	inRoot := false
 	for _, root := range g.pol.Roots {
 		inRoot = inRoot || full != "" && under(full, root)
@@ -292,4 +310,18 @@ func under(p, dir string) bool {
 		return strings.HasPrefix(p, "/")
 	}
 	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// inRoot reports whether r is below one of the roots.
+func (g *Guard) inRoot(r *resolved) bool {
+	full, err := r.path()
+	if err != nil || full == "" {
+		return false
+	}
+	for _, root := range g.pol.Roots {
+		if under(full, root) {
+			return true
+		}
+	}
+	return false
 }

@@ -21,6 +21,10 @@ type Policy struct {
 	// that may not change: a global core.hooksPath given as a relative
 	// path applies to each repository.
 	GitRelative []string `json:"git_relative,omitempty"`
+	// SocketDirs are the folders where the program may make socket files
+	// (bind): its private /tmp, its run directory. Nowhere else, by
+	// Landlock: see restrictSockets.
+	SocketDirs []string `json:"socket_dirs,omitempty"`
 	// Home is the user's home, for "~" in git configs. Empty: unknown.
 	Home string `json:"home,omitempty"`
 }

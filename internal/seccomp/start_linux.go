@@ -39,6 +39,11 @@ type Rlimit struct {
 // traced, to get its Rlimits.
 var ErrNoTrace = errors.New("seccomp: the program cannot be started traced to set its resource limits")
 
+// ErrNoLandlock is returned by Start, with a guard, where the kernel has no
+// Landlock to keep socket files out of the roots (Linux 5.13, with landlock
+// among its security modules).
+var ErrNoLandlock = errors.New("seccomp: the kernel has no Landlock, which keeps socket files out of the workspace (Linux 5.13 or newer, with landlock in its lsm= list)")
+
 // Start starts cmd with no_new_privs and the filter applied to it alone,
 // and, with a guard, sets the calling process's umask to 0 once cmd runs,
 // and, with a guard, serves the guard until cmd and what it started have
@@ -178,6 +183,11 @@ func restrict(o StartOptions, prog []unix.SockFilter) (int, error) {
 	}
 	if o.Before != nil {
 		if err := o.Before(); err != nil {
+			return -1, err
+		}
+	}
+	if o.Filter.Guard {
+		if err := restrictSockets(o.Guard.SocketDirs); err != nil {
 			return -1, err
 		}
 	}

@@ -5,4 +5,4 @@ package wsguard
 import "log/slog"
 
 // hardLinks: no sandbox runs here, so there is nothing to mask.
-func hardLinks(ws string, masks, dirs []string, log *slog.Logger) []string { return nil }
+func hardLinks(ws string, masks, dirs []string, log *slog.Logger) ([]string, error) { return nil, nil }

@@ -3,6 +3,7 @@
 package wsguard
 
 import (
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
@@ -15,9 +16,10 @@ import (
 // made earlier (perhaps by kernel code, before the file was filled with
 // secrets) would show the same content unmasked. It walks the workspace
 // only when such a file exists.
-func hardLinks(ws string, masks, dirs []string, log *slog.Logger) []string {
+func hardLinks(ws string, masks, dirs []string, log *slog.Logger) ([]string, error) {
 	type key struct{ dev, ino uint64 }
-	want := map[key]int{} // missing links per inode
+	want := map[key]int{}     // missing links per inode
+	names := map[key]string{} // a masked name of each
 	var hidden []string
 	for _, d := range dirs {
 		filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
@@ -33,11 +35,13 @@ func hardLinks(ws string, masks, dirs []string, log *slog.Logger) []string {
 	for _, m := range slices.Concat(masks, hidden) {
 		var st syscall.Stat_t
 		if err := syscall.Lstat(m, &st); err == nil && st.Nlink > 1 {
-			want[key{uint64(st.Dev), st.Ino}] = int(st.Nlink) - 1
+			k := key{uint64(st.Dev), st.Ino}
+			want[k] = int(st.Nlink) - 1
+			names[k] = m
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
 	var out []string
 	budget := secretBudget * 4
@@ -64,8 +68,10 @@ func hardLinks(ws string, masks, dirs []string, log *slog.Logger) []string {
 	})
 	for k, n := range want {
 		if n > 0 {
-			log.Warn("sandbox: a masked secret file has hard links that were not found in the workspace", "inode", k.ino, "missing", n)
+			name := names[k]
+			return nil, fmt.Errorf("the secret file %s has %d other name(s) (hard links) in the workspace that ipybox did not find (the search stops after %d entries and at paths longer than PATH_MAX); "+
+				"a kernel would read the secret through them: remove the other names, or move the file out of the workspace", name, n, secretBudget*4)
 		}
 	}
-	return out
+	return out, nil
 }

@@ -135,7 +135,11 @@ func Protect(in Input) (*Protection, error) {
 			}
 		}
 	}
-	p.Masks = appendNew(p.Masks, hardLinks(ws, p.Masks, p.MaskDirs, log)...)
+	links, err := hardLinks(ws, p.Masks, p.MaskDirs, log)
+	if err != nil {
+		return nil, err
+	}
+	p.Masks = appendNew(p.Masks, links...)
 	p.Protected, p.GitRelative = hostGit(ws, in.Home)
 	return p, nil
 }

@@ -128,6 +128,18 @@ class ApprovalRequest:
     waits, and the cell's timeout is paused; the answers of one round (the
     requests that came together) go to ipybox when all are given, or when
     the approval timeout has passed.
+
+    With an approval policy (ipybox's own; see docs/approvals.md):
+        why: why it is asked: the ask rule of the policy that matched, or
+            "no rule matched" (None without a policy).
+        rule: the rule that remembering the answer writes, as narrow as
+            the call (None when the call cannot be named by one rule).
+        remember: the ways the answer can be remembered, as ("accept" or
+            "reject", "session" or "always") pairs.
+    ``accept(remember="session")``, ``accept(remember="always")`` and the
+    same for ``reject`` remember the answer for this executor's session or,
+    always, in the policy file; ``rule=`` widens it (it must still match
+    the call; if it does not, the answer counts once).
     """
 
     def __init__(
@@ -135,13 +147,29 @@ class ApprovalRequest:
         server_name: str,
         tool_name: str,
         tool_args: dict[str, Any],
-        respond: Callable[[bool], Any],
+        respond: Callable[..., Any],
+        *,
+        why: str | None = None,
+        rule: str | None = None,
+        answers: list[str] | None = None,
     ):
         self.server_name = server_name
         self.tool_name = tool_name
         self.tool_args = tool_args
+        self.why = why
+        self.rule = rule
+        self._answers = list(answers or [])
         self._respond = respond
         self._decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    @property
+    def remember(self) -> list[tuple[str, str]]:
+        out = []
+        for a in self._answers:
+            verb, _, how = a.partition("-")
+            if how:
+                out.append(("accept" if verb == "allow" else "reject", how))
+        return out
 
     def __str__(self) -> str:
         # Kernel code chose these strings: control characters and bidi
@@ -152,13 +180,14 @@ class ApprovalRequest:
     def __repr__(self) -> str:
         return f"ApprovalRequest({self})"
 
-    async def accept(self) -> None:
-        """Let the call run."""
-        await self._decide(True)
+    async def accept(self, *, remember: str = "once", rule: str | None = None) -> None:
+        """Let the call run; remember="session" or "always" remembers it."""
+        await self._decide(True, remember, rule)
 
-    async def reject(self) -> None:
-        """Refuse the call: the cell gets ``ApprovalRejectedError``."""
-        await self._decide(False)
+    async def reject(self, *, remember: str = "once", rule: str | None = None) -> None:
+        """Refuse the call: the cell gets ``ApprovalRejectedError``;
+        remember="session" or "always" refuses calls like it too."""
+        await self._decide(False, remember, rule)
 
     async def response(self) -> bool:
         """Wait for the decision and return it (True: accepted)."""
@@ -177,11 +206,27 @@ class ApprovalRequest:
 
         self._decision.add_done_callback(invoke)
 
-    async def _decide(self, accepted: bool) -> None:
+    async def _decide(self, accepted: bool, remember: str = "once", rule: str | None = None) -> None:
+        if remember not in ("once", "session", "always"):
+            raise ValueError(f"remember={remember!r}: want 'once', 'session' or 'always'")
+        content = None
+        if remember != "once":
+            if ("accept" if accepted else "reject", remember) not in self.remember:
+                raise ValueError(
+                    f"this answer cannot be remembered for {remember!r}"
+                    + (f" (an ask rule asks each time: {self.why})" if accepted and self.why and self.why.startswith("asked by") else "")
+                    + f"; the ways it can: {self.remember or 'none (no approval policy, or a call no rule can name)'}"
+                )
+            content = {"answer": ("allow-" if accepted else "deny-") + remember}
+            if rule is not None:
+                content["rule"] = rule
         if self._decision.done():
             return  # only the first decision counts
         self._decision.set_result(accepted)
-        await self._respond(accepted)
+        if content is None:
+            await self._respond(accepted)
+        else:
+            await self._respond(accepted, content)
 
 
 def _visible(s: str) -> str:
@@ -297,6 +342,13 @@ class CodeExecutor:
         require_shell_escape: guard subprocess and the like in the kernel,
             so that processes start through ! (a guard, not a boundary).
     Ours:
+        approval_policy: the file of allow, ask and deny rules that decide
+            tool calls and shell commands before an ApprovalRequest is
+            made, and where answers remembered "always" go (None: ipybox's
+            default, $XDG_CONFIG_HOME/ipybox/approvals.policy; "none": no
+            rules). Keep it outside working_dir: ipybox refuses it there.
+        approval_log: the audit log of every decision, JSON lines (None:
+            ipybox's default, approvals.jsonl beside the policy; "none").
         binary: the ipybox binary (else $IPYBOX_BIN, else the one this
             package installed, else PATH).
         mcp_servers: {name: server_params} registered at start.
@@ -333,6 +385,8 @@ class CodeExecutor:
         approve_tool_calls: bool = True,
         approve_shell_cmds: bool = False,
         require_shell_escape: bool = False,
+        approval_policy: str | os.PathLike[str] | None = None,
+        approval_log: str | os.PathLike[str] | None = None,
         binary: str | os.PathLike[str] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         python: str | os.PathLike[str] | None = None,
@@ -370,6 +424,8 @@ class CodeExecutor:
         self.approve_tool_calls = approve_tool_calls
         self.approve_shell_cmds = approve_shell_cmds
         self.require_shell_escape = require_shell_escape
+        self.approval_policy = approval_policy
+        self.approval_log = approval_log
         self.binary = binary
         self.mcp_servers = dict(mcp_servers or {})
         self.python = python
@@ -386,6 +442,7 @@ class CodeExecutor:
         self._progress_token: str | None = None
         self._tokens = 0
         self._current_rid: int | None = None
+        self._unregistered: dict[str, str] = {}  # of the last cell: server -> error
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -421,6 +478,10 @@ class CodeExecutor:
             argv += ["--approval", "auto"]
         if self.approval_timeout is not None:
             argv += ["--approval-timeout", f"{self.approval_timeout}s"]
+        for flag, value in (("--approval-policy", self.approval_policy), ("--approval-log", self.approval_log)):
+            if value is not None:
+                v = os.fspath(value)
+                argv += [flag, v if v == "none" else os.path.abspath(v)]
         if self.require_shell_escape:
             argv += ["--require-shell-escape"]
         if self.kernel_env:
@@ -476,7 +537,13 @@ class CodeExecutor:
             # Wait for the kernel, so that a missing ipykernel, a sandbox
             # that cannot run, or an unknown session fails here, with the
             # cause.
+            # And for the servers of mcp_servers, which the first cell
+            # registers (over stdio).
+            self._unregistered = {}
             await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
+            failed = {name: err for name, err in self._unregistered.items() if name in self.mcp_servers}
+            if failed:
+                raise RuntimeError("; ".join(f"mcp_servers[{name!r}] could not be registered: {err}" for name, err in sorted(failed.items())))
         except BaseException as e:
             tail = self._client.stderr_tail() if self._client else ""
             await self.stop()
@@ -545,21 +612,37 @@ class CodeExecutor:
         elif method == "$/exited":
             sink(("exited", None))
 
-    def _approval(self, params: dict[str, Any]) -> ApprovalRequest | None:
-        """The ApprovalRequest of an input request's elicitation, or None
-        when it is not an approval of a cell of ours."""
+    def _approval(self, params: dict[str, Any]) -> tuple[ApprovalRequest | None, bool]:
+        """The ApprovalRequest of an input request's elicitation (None when
+        it is not an approval of a cell of ours), and whether the executor
+        accepts it without asking (a shell command without
+        approve_shell_cmds)."""
         meta = (params.get("_meta") or {}).get("ipybox/approval")
-
-        async def decided(accepted: bool) -> None:
-            pass  # the answers of a round go together, in the retry
-
         if not isinstance(meta, dict):
-            return None
+            return None, False
+        answer: dict[str, Any] = {}
+
+        async def decided(accepted: bool, content: dict[str, Any] | None = None) -> None:
+            # The answers of a round go together, in the retry.
+            answer["content"] = content
+
+        why = meta.get("why") if isinstance(meta.get("why"), str) else None
+        rule = meta.get("rule") if isinstance(meta.get("rule"), str) else None
+        answers = [a for a in meta.get("answers") or [] if isinstance(a, str)]
+        extra = {"why": why, "rule": rule, "answers": answers}
         if meta.get("kind") == "shell":
             cmd = str(meta.get("command", ""))
-            return ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, decided)
-        args = meta.get("args")
-        return ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, decided)
+            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, decided, **extra)
+            # The server asks about every shell command when it asks at
+            # all; without approve_shell_cmds they run, unless an ask rule
+            # of the approval policy asks about this one.
+            auto = not self.approve_shell_cmds and not meta.get("rule_asks")
+        else:
+            args = meta.get("args")
+            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, decided, **extra)
+            auto = False
+        req._answer = answer
+        return req, auto
 
     # --- cells -----------------------------------------------------------------
 
@@ -671,15 +754,12 @@ class CodeExecutor:
                     answers: dict[str, Any] = {}
                     asked: list[tuple[str, ApprovalRequest]] = []
                     for key, ir in (res.get("inputRequests") or {}).items():
-                        req = self._approval((ir or {}).get("params") or {}) if (ir or {}).get("method") == "elicitation/create" else None
+                        req, auto = self._approval((ir or {}).get("params") or {}) if (ir or {}).get("method") == "elicitation/create" else (None, False)
                         if req is None:
                             # Not an approval of a cell of ours: refuse
                             # rather than guess.
                             answers[key] = {"action": "decline"}
-                        elif req.server_name == "ipybox" and not self.approve_shell_cmds:
-                            # The server asks about every shell command when
-                            # it asks at all; without approve_shell_cmds
-                            # they run.
+                        elif auto:
                             answers[key] = {"action": "accept", "content": {}}
                         else:
                             asked.append((key, req))
@@ -693,7 +773,12 @@ class CodeExecutor:
                         deadline += time.monotonic() - paused_at
                     for key, req in asked:
                         if req._decision.done() and not req._decision.cancelled():
-                            answers[key] = {"action": "accept", "content": {}} if req._decision.result() else {"action": "decline"}
+                            content = req._answer.get("content")
+                            if content is not None:
+                                # Remembered (policy): the form's answer.
+                                answers[key] = {"action": "accept", "content": content}
+                            else:
+                                answers[key] = {"action": "accept", "content": {}} if req._decision.result() else {"action": "decline"}
                     params = {**params, "inputResponses": answers, "requestState": res.get("requestState")}
             finally:
                 self._sink = None
@@ -757,6 +842,9 @@ class CodeExecutor:
             # session, a limit): the text says why.
             raise CodeExecutionError(_texts(res) or "ipybox mcp returned no cell outcome")
         text = meta.get("text") or None
+        unregistered = meta.get("unregistered")
+        if isinstance(unregistered, dict):
+            self._unregistered = {str(k): str(v) for k, v in unregistered.items()}
         warnings = list(meta.get("warnings") or [])
         for w in warnings:
             logger.warning("%s", w)

@@ -31,6 +31,29 @@ class ApprovalRequestTest(unittest.TestCase):
         sent, seen, late, response = asyncio.run(run())
         self.assertEqual((sent, seen, late, response), ([False], [False], [False], False))
 
+    def test_remembered_answers(self):
+        async def run():
+            sent = []
+
+            async def respond(accepted, content=None):
+                sent.append((accepted, content))
+
+            offered = ["allow", "allow-session", "deny-always"]
+            r = ApprovalRequest("srv", "tool", {}, respond, why="no rule matched", rule="tool srv.tool args={}", answers=offered)
+            self.assertEqual(r.remember, [("accept", "session"), ("reject", "always")])
+            with self.assertRaises(ValueError):
+                await r.accept(remember="always")  # not offered
+            with self.assertRaises(ValueError):
+                await r.accept(remember="forever")
+            await r.accept(remember="session", rule="tool srv.*")
+            plain = ApprovalRequest("srv", "tool", {}, respond)
+            with self.assertRaises(ValueError):
+                await plain.reject(remember="session")  # no policy: once only
+            await plain.reject()
+            return sent
+
+        self.assertEqual(asyncio.run(run()), [(True, {"answer": "allow-session", "rule": "tool srv.*"}), (False, None)])
+
     def test_str_escapes_what_kernel_code_chose(self):
         async def make():
             return ApprovalRequest("srv\x1b[2J", "to\u202eol", {"cmd": "ls\x1b]52;c;x\x07", "k\n": "v"}, None)

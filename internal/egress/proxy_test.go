@@ -1,4 +1,4 @@
-package sandbox
+package egress
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ type proxyFixture struct {
 	dialed  []string
 }
 
-func newProxyFixture(t *testing.T, network NetworkConfig, hosts map[string][]string, allowLoopback bool) *proxyFixture {
+func newProxyFixture(t *testing.T, network Lists, hosts map[string][]string, allowLoopback bool) *proxyFixture {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "fixture %s %s host=%s", r.Method, r.URL.Path, r.Host)
@@ -38,11 +38,11 @@ func newProxyFixture(t *testing.T, network NetworkConfig, hosts map[string][]str
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	f := &proxyFixture{port: u.Port(), lookups: map[string]int{}}
-	r, err := newRules(network)
+	r, err := NewRules(network)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &proxyOptions{
+	opts := &Options{
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			f.mu.Lock()
 			f.lookups[host]++
@@ -69,15 +69,15 @@ func newProxyFixture(t *testing.T, network NetworkConfig, hosts map[string][]str
 		// stay refused.
 		opts.AllowPrivate = func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.1") }
 	}
-	p := newProxy(r, opts, slog.New(slog.DiscardHandler))
+	p := New(r, opts, slog.New(slog.DiscardHandler))
 	f.sock = filepath.Join(t.TempDir(), "proxy.sock")
 	ln, err := net.Listen("unix", f.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.serve(ln)
+	p.Serve(ln)
 	t.Cleanup(func() {
-		if err := p.close(); err != nil {
+		if err := p.Close(); err != nil {
 			t.Errorf("proxy close: %v", err)
 		}
 	})
@@ -141,7 +141,7 @@ func (f *proxyFixture) connect(t *testing.T, target string) (int, string) {
 
 func TestProxyRules(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	f := newProxyFixture(t, NetworkConfig{
+	f := newProxyFixture(t, Lists{
 		AllowedDomains: []string{"allowed.test", "*.wild.test", "private.test", "mixed.test"},
 		DeniedDomains:  []string{"bad.wild.test"},
 	}, map[string][]string{
@@ -210,7 +210,7 @@ func TestProxyRules(t *testing.T) {
 func TestProxyGuardOnByDefault(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	// Without the test hook, a name that resolves to loopback is refused.
-	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"allowed.test"}},
+	f := newProxyFixture(t, Lists{AllowedDomains: []string{"allowed.test"}},
 		map[string][]string{"allowed.test": {"127.0.0.1"}}, false)
 	if code, body := f.get(t, "http://allowed.test:PORT/"); code != 403 || !strings.Contains(body, "loopback") {
 		t.Errorf("GET = %d %q, want 403 for a loopback address", code, body)
@@ -225,7 +225,7 @@ func TestProxyGuardOnByDefault(t *testing.T) {
 // reached; a loopback address outside it, or reached through "*", is not.
 func TestProxyExplicitIPPassesGuard(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"*", "127.0.0.1/32"}},
+	f := newProxyFixture(t, Lists{AllowedDomains: []string{"*", "127.0.0.1/32"}},
 		map[string][]string{"named.test": {"127.0.0.2"}}, false)
 	if code, body := f.get(t, "http://127.0.0.1:PORT/"); code != 200 {
 		t.Errorf("GET 127.0.0.1 (listed) = %d %q, want 200", code, body)
@@ -243,7 +243,7 @@ func TestProxyExplicitIPPassesGuard(t *testing.T) {
 
 func TestProxyBadRequests(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	f := newProxyFixture(t, NetworkConfig{AllowedDomains: []string{"allowed.test"}}, nil, true)
+	f := newProxyFixture(t, Lists{AllowedDomains: []string{"allowed.test"}}, nil, true)
 	c, err := net.Dial("unix", f.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -278,8 +278,8 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 		}
 		close(accepted)
 	}()
-	r, _ := newRules(NetworkConfig{AllowedDomains: []string{"silent.test"}})
-	p := newProxy(r, &proxyOptions{
+	r, _ := NewRules(Lists{AllowedDomains: []string{"silent.test"}})
+	p := New(r, &Options{
 		Resolve: func(context.Context, string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
@@ -290,7 +290,7 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.serve(pl)
+	p.Serve(pl)
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -305,13 +305,13 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 	up := <-accepted
 	defer up.Close()
 	done := make(chan error, 1)
-	go func() { done <- p.close() }()
+	go func() { done <- p.Close() }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("close did not end an open tunnel")
 	}
-	if err := p.close(); err != nil {
+	if err := p.Close(); err != nil {
 		t.Errorf("second close: %v", err)
 	}
 }

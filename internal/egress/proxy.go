@@ -1,4 +1,4 @@
-package sandbox
+package egress
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"time"
 )
 
-// proxyOptions holds test hooks of the egress proxy. They exist so that a
+// Options holds test hooks of the egress proxy. They exist so that a
 // test can send an allowed name to a fixture on loopback; a settings file
 // cannot set any of them.
-type proxyOptions struct {
+type Options struct {
 	// Resolve looks up the addresses of a host name. Nil uses
 	// net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -47,8 +47,8 @@ func (r *refusal) Error() string { return r.reason }
 
 // proxy is the egress proxy: HTTP CONNECT and absolute-URI HTTP requests,
 // filtered by host rules, served on a unix socket.
-type proxy struct {
-	rules        *rules
+type Proxy struct {
+	rules        *Rules
 	resolve      func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
 	allowPrivate func(netip.Addr) bool
@@ -66,8 +66,8 @@ type proxy struct {
 	closeErr  error
 }
 
-func newProxy(r *rules, o *proxyOptions, log *slog.Logger) *proxy {
-	p := &proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
+func New(r *Rules, o *Options, log *slog.Logger) *Proxy {
+	p := &Proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
 	if o != nil {
 		p.resolve, p.dial, p.allowPrivate = o.Resolve, o.Dial, o.AllowPrivate
 	}
@@ -113,7 +113,7 @@ func newProxy(r *rules, o *proxyOptions, log *slog.Logger) *proxy {
 }
 
 // serve serves on ln until close.
-func (p *proxy) serve(ln net.Listener) {
+func (p *Proxy) Serve(ln net.Listener) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -123,12 +123,12 @@ func (p *proxy) serve(ln net.Listener) {
 
 // close stops the server and every open tunnel, and waits for them. It is
 // idempotent.
-func (p *proxy) close() error {
+func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() { p.closeErr = p.shutdown() })
 	return p.closeErr
 }
 
-func (p *proxy) shutdown() error {
+func (p *Proxy) shutdown() error {
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.tunnels {
@@ -146,7 +146,7 @@ func (p *proxy) shutdown() error {
 	return err
 }
 
-func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r)
@@ -169,7 +169,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fail answers a refused or failed request.
-func (p *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ref *refusal
 	if errors.As(err, &ref) {
 		p.log.Info("sandbox proxy: refused", "method", r.Method, "target", r.Host, "reason", ref.reason)
@@ -182,7 +182,7 @@ func (p *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, "ipybox sandbox proxy: "+err.Error()+"\n", http.StatusBadGateway)
 }
 
-func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	t, err := parseTarget(r.Host, 0)
 	if err != nil {
 		p.fail(w, r, &refusal{err.Error()})
@@ -228,18 +228,19 @@ func (p *proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		io.Copy(up, down)
-		closeWrite(up)
+		CloseWrite(up)
 	}()
 	go func() {
 		defer wg.Done()
 		io.Copy(down, up)
-		closeWrite(down)
+		CloseWrite(down)
 	}()
 	wg.Wait()
 	p.untrack(down, up)
 }
 
-func closeWrite(c net.Conn) {
+// CloseWrite half-closes c when it can (TCP, unix), or closes it.
+func CloseWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 		return
@@ -250,7 +251,7 @@ func closeWrite(c net.Conn) {
 // track registers a tunnel so that close can end it; it refuses (and
 // closes both ends) once the proxy is closed. The tunnel's goroutine is
 // counted in wg.
-func (p *proxy) track(a, b net.Conn) bool {
+func (p *Proxy) track(a, b net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -263,7 +264,7 @@ func (p *proxy) track(a, b net.Conn) bool {
 	return true
 }
 
-func (p *proxy) untrack(a, b net.Conn) {
+func (p *Proxy) untrack(a, b net.Conn) {
 	a.Close()
 	b.Close()
 	p.mu.Lock()
@@ -277,7 +278,7 @@ func (p *proxy) untrack(a, b net.Conn) {
 // dials the remaining addresses in order. The address dialed is always one
 // that was checked: there is no second lookup that DNS rebinding could
 // change.
-func (p *proxy) connect(ctx context.Context, t target) (net.Conn, error) {
+func (p *Proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 	var addrs []netip.Addr
 	if t.ip.IsValid() {
 		addrs = []netip.Addr{t.ip}

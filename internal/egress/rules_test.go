@@ -1,4 +1,4 @@
-package sandbox
+package egress
 
 import (
 	"net/netip"
@@ -64,7 +64,7 @@ func TestParseHostRule(t *testing.T) {
 // guard for that range only.
 func TestCIDRRules(t *testing.T) {
 	t.Parallel()
-	r, err := newRules(NetworkConfig{AllowedDomains: []string{"*", "example.com", "10.1.0.0/16", "127.0.0.1", "2001:db8::/32"}})
+	r, err := NewRules(Lists{AllowedDomains: []string{"*", "example.com", "10.1.0.0/16", "127.0.0.1", "2001:db8::/32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestCIDRRules(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	t.Parallel()
-	r, err := newRules(NetworkConfig{
+	r, err := NewRules(Lists{
 		AllowedDomains: []string{"pypi.org", "*.github.com", "api.example.com:443", "192.0.2.7", "[2001:db8::7]", "*.corp.example"},
 		DeniedDomains:  []string{"evil.github.com", "*.internal.corp.example"},
 	})
@@ -147,7 +147,7 @@ func TestDecide(t *testing.T) {
 // entries still win.
 func TestAnyPublicDomain(t *testing.T) {
 	t.Parallel()
-	r, err := newRules(NetworkConfig{AllowedDomains: []string{AnyPublicDomain}, DeniedDomains: []string{"*.evil.example"}})
+	r, err := NewRules(Lists{AllowedDomains: []string{AnyPublicDomain}, DeniedDomains: []string{"*.evil.example"}})
 	if err != nil {
 		t.Fatal(err)
 	}

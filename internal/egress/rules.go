@@ -1,4 +1,4 @@
-package sandbox
+package egress
 
 import (
 	"fmt"
@@ -130,7 +130,7 @@ func unmapBits(a netip.Addr) int {
 // explicit reports whether a was allowed by an IP literal or a CIDR range
 // of allowedDomains: such an address passes the proxy's private-address
 // guard, for that range only ("*" and names never do).
-func (r *rules) explicit(a netip.Addr) bool {
+func (r *Rules) explicit(a netip.Addr) bool {
 	for _, h := range r.allow {
 		if h.ip.IsValid() && h.ip == a || h.prefix.IsValid() && h.prefix.Contains(a) {
 			return true
@@ -178,12 +178,26 @@ func (r hostRule) match(name string, ip netip.Addr, port uint16) bool {
 }
 
 // rules is the egress policy.
-type rules struct {
+// Rules decide which destinations the proxy lets through: denied first,
+// then allowed.
+type Rules struct {
 	allow, deny []hostRule
 }
 
-func newRules(n NetworkConfig) (*rules, error) {
-	r := &rules{}
+// AnyPublicDomain is the allowedDomains entry that lets through any
+// public host; IP literals and names that resolve to loopback, private or
+// link-local addresses are still refused.
+const AnyPublicDomain = "*"
+
+// Lists are the host patterns of sandbox-runtime's network settings.
+type Lists struct {
+	AllowedDomains, DeniedDomains []string
+}
+
+// NewRules parses the lists: names, "*.suffix" wildcards, "*" (any public
+// name: AnyPublicDomain), IP addresses and CIDR ranges.
+func NewRules(n Lists) (*Rules, error) {
+	r := &Rules{}
 	for _, d := range n.AllowedDomains {
 		h, err := parseHostRule(d, false)
 		if err != nil {
@@ -279,7 +293,7 @@ func numericName(host string) bool {
 
 // decide applies the policy: denied entries first, then IP literals (only
 // when listed), then allowed names. The reason explains a refusal.
-func (r *rules) decide(t target) (ok bool, reason string) {
+func (r *Rules) decide(t target) (ok bool, reason string) {
 	for _, d := range r.deny {
 		if d.match(t.name, t.ip, t.port) {
 			return false, fmt.Sprintf("%s matches deniedDomains entry %q", t, d.raw)
@@ -297,4 +311,11 @@ func (r *rules) decide(t target) (ok bool, reason string) {
 		return false, fmt.Sprintf("%s is an IP address; IP literals are refused unless listed in allowedDomains", t)
 	}
 	return false, fmt.Sprintf("%s is not in allowedDomains", t)
+}
+
+// CheckPattern reports whether s is a valid allowedDomains entry (denied
+// false) or deniedDomains entry (denied true).
+func CheckPattern(s string, denied bool) error {
+	_, err := parseHostRule(s, denied)
+	return err
 }

@@ -1,0 +1,290 @@
+package policy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Entry is one line of the audit log: one decision about one call.
+type Entry struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session,omitempty"`
+	Kind    string    `json:"kind"` // tool or shell
+	Server  string    `json:"server,omitempty"`
+	Tool    string    `json:"tool,omitempty"`
+	// Args are the call's arguments, redacted: the values of argument
+	// names that the policy's redact lines name, and every ${VAR} value
+	// substituted into a server config, are replaced by "<redacted>".
+	// Arguments too long to log are left out; ArgsNote then says how
+	// long they were, with their SHA-256.
+	Args     json.RawMessage `json:"args,omitempty"`
+	ArgsNote string          `json:"args_note,omitempty"`
+	Command  string          `json:"command,omitempty"`
+	// Decision is allow, deny, timeout (nobody decided in time) or
+	// abandoned (the cell ended, or the kernel gave up, first).
+	Decision string `json:"decision"`
+	// By says who decided: "rule" (a rule of the policy file), "session"
+	// (an answer remembered for the session), "person" (someone asked
+	// through Channel), "application" (the program embedding ipybox),
+	// "default" (no rule matched and the mode's default applied, as
+	// Channel says), or "nobody" (timeout, abandoned).
+	By      string   `json:"by"`
+	Rule    *RuleRef `json:"rule,omitempty"`
+	Channel string   `json:"channel,omitempty"`
+	Person  string   `json:"person,omitempty"`
+	// Asked is why a person or the application was asked: the ask rule,
+	// or that no rule matched.
+	Asked string `json:"asked,omitempty"`
+	// Remember is how long the answer counts (session, always) when it
+	// was remembered, and Remembered the rules it added.
+	Remember   string   `json:"remember,omitempty"`
+	Remembered []string `json:"remembered,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	WaitedMS   float64  `json:"waited_ms"`
+}
+
+// RuleRef names the rule that decided.
+type RuleRef struct {
+	ID   string `json:"id"`
+	Text string `json:"text"`
+	File string `json:"file,omitempty"`
+	Line int    `json:"line,omitempty"`
+}
+
+// Ref returns a reference to r for the log.
+func Ref(r *Rule) *RuleRef {
+	if r == nil {
+		return nil
+	}
+	return &RuleRef{ID: r.ID, Text: r.String(), File: r.File, Line: r.Line}
+}
+
+// DefaultMaxLogBytes is when the log is rotated: it is renamed to
+// <name>.1 (replacing the one before) and a new one is started. Kernel
+// code can make calls as fast as they are denied, so the log is bounded.
+const DefaultMaxLogBytes = 64 << 20
+
+// maxLoggedArgs and maxLoggedCommand bound what one entry repeats.
+const (
+	maxLoggedArgs    = 64 << 10
+	maxLoggedCommand = 64 << 10
+)
+
+// Log is the audit log: JSON lines appended to a host file (mode 0600),
+// by any number of ipybox processes at once (each line is one write to a
+// file opened for appending).
+type Log struct {
+	path string
+	max  int64
+
+	mu     sync.Mutex
+	f      *os.File
+	closed bool
+}
+
+// OpenLog opens (or creates) the audit log at path. maxBytes bounds it
+// before rotation; 0 means DefaultMaxLogBytes.
+func OpenLog(path string, maxBytes int64) (*Log, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxLogBytes
+	}
+	l := &Log{path: RealPath(abs), max: maxBytes}
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Path returns the log's path, links resolved.
+func (l *Log) Path() string { return l.path }
+
+func (l *Log) open() error {
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+		return fmt.Errorf("approval log: %w", err)
+	}
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("approval log: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return fmt.Errorf("approval log %s is not a regular file", l.path)
+	}
+	l.f = f
+	return nil
+}
+
+// Write appends e as one line.
+func (l *Log) Write(e *Entry) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // one line, ending in a newline
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return err
+	}
+	line := buf.Bytes()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("approval log: closed")
+	}
+	// Another process may have rotated it: follow the name.
+	cur, err1 := l.f.Stat()
+	now, err2 := os.Stat(l.path)
+	if err1 != nil || err2 != nil || !os.SameFile(cur, now) {
+		l.f.Close()
+		if err := l.open(); err != nil {
+			return err
+		}
+		cur, _ = l.f.Stat()
+	}
+	if cur != nil && cur.Size()+int64(len(line)) > l.max && cur.Size() > 0 {
+		if err := os.Rename(l.path, l.path+".1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("approval log: rotate: %w", err)
+		}
+		l.f.Close()
+		if err := l.open(); err != nil {
+			return err
+		}
+	}
+	_, err := l.f.Write(line)
+	return err
+}
+
+// Close closes the log. It is idempotent.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	return l.f.Close()
+}
+
+// ReadLog returns the entries of the log at path, oldest first, the
+// rotated file's before the current one's. Lines that are not entries
+// (a line cut short by a crash) are skipped and counted.
+func ReadLog(path string) (entries []Entry, skipped int, err error) {
+	found := false
+	for _, p := range []string{path + ".1", path} {
+		f, err := os.Open(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		found = true
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			var e Entry
+			if json.Unmarshal(sc.Bytes(), &e) != nil || e.Decision == "" {
+				skipped++
+				continue
+			}
+			entries = append(entries, e)
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if !found {
+		return nil, 0, fmt.Errorf("no approval log at %s yet", path)
+	}
+	return entries, skipped, nil
+}
+
+// Redacted is the redaction mark.
+const Redacted = "<redacted>"
+
+// RedactArgs returns raw for the log: the values of argument names that
+// match fields (globs, at any depth) replaced by Redacted, then scrub
+// applied to the text (it removes secrets; nil: none). Arguments too long
+// to log, or that are not JSON, are left out, and note says so.
+func RedactArgs(raw []byte, fields []string, scrub func(string) string) (json.RawMessage, string) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, ""
+	}
+	sum := sha256.Sum256(raw)
+	digest := hex.EncodeToString(sum[:8])
+	if len(raw) > maxLoggedArgs {
+		return nil, fmt.Sprintf("%d bytes, not logged (sha256 %s…)", len(raw), digest)
+	}
+	v, ok := decodeArgs(raw)
+	if !ok {
+		return nil, fmt.Sprintf("%d bytes, not one JSON value without repeated keys; not logged (sha256 %s…)", len(raw), digest)
+	}
+	v = redactValue(v, fields)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, "not logged: " + err.Error()
+	}
+	text := bytes.TrimSpace(b.Bytes())
+	if scrub != nil {
+		s := scrub(string(text))
+		if !json.Valid([]byte(s)) {
+			return nil, fmt.Sprintf("%d bytes, not logged: they hold a secret that could not be cut out cleanly (sha256 %s…)", len(raw), digest)
+		}
+		text = []byte(s)
+	}
+	return json.RawMessage(text), ""
+}
+
+func redactValue(v any, fields []string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			hit := false
+			for _, f := range fields {
+				if globMatch(f, k) {
+					hit = true
+					break
+				}
+			}
+			if hit {
+				x[k] = Redacted
+			} else {
+				x[k] = redactValue(val, fields)
+			}
+		}
+	case []any:
+		for i := range x {
+			x[i] = redactValue(x[i], fields)
+		}
+	}
+	return v
+}
+
+// RedactCommand returns a shell command for the log: scrubbed of secrets,
+// and its head and tail when it is too long.
+func RedactCommand(cmd string, scrub func(string) string) string {
+	// Scrubbed first: a cut could split a secret and leave half of it.
+	if scrub != nil {
+		cmd = scrub(cmd)
+	}
+	if len(cmd) > maxLoggedCommand {
+		sum := sha256.Sum256([]byte(cmd))
+		cmd = fmt.Sprintf("%s[... %d bytes not logged (sha256 %s…) ...]%s", cmd[:maxLoggedCommand/2], len(cmd)-maxLoggedCommand, hex.EncodeToString(sum[:8]), cmd[len(cmd)-maxLoggedCommand/2:])
+	}
+	return cmd
+}
