@@ -132,7 +132,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("zygote: %w", err)
+		return nil, fmt.Errorf("fork server: %w", err)
 	}
 	ctl, child := os.NewFile(uintptr(fds[0]), "zygote-ctl"), os.NewFile(uintptr(fds[1]), "zygote-ctl-child")
 	out := &linelog.Writer{Emit: func(line string) { z.log.Debug("zygote output", "line", line) }}
@@ -150,7 +150,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	child.Close()
 	if err != nil {
 		ctl.Close()
-		return nil, fmt.Errorf("zygote: start %s: %w", z.python, err)
+		return nil, fmt.Errorf("fork server: start %s: %w", z.python, err)
 	}
 	p := &zygoteProc{cmd: cmd, ctl: ctl, dead: make(chan struct{}),
 		replies: map[int]chan zygoteReply{}, procs: map[int]*zygoteKernel{}}
@@ -163,14 +163,14 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	case r := <-ready:
 		if r.Error != "" {
 			p.stop()
-			return nil, fmt.Errorf("zygote: %s", r.Error)
+			return nil, fmt.Errorf("fork server: %s", r.Error)
 		}
 	case <-p.dead:
 		p.stop()
-		return nil, fmt.Errorf("zygote: %s exited while importing ipykernel", z.python)
+		return nil, fmt.Errorf("fork server: %s exited while importing ipykernel", z.python)
 	case <-ctx.Done():
 		p.stop()
-		return nil, fmt.Errorf("zygote: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
+		return nil, fmt.Errorf("fork server: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
 	case <-z.closed:
 		p.stop()
 		return nil, ErrClosed
@@ -243,10 +243,10 @@ func (p *zygoteProc) stop() {
 // this zygote's interpreter with ipykernel's launch arguments.
 func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	if spec.Path != z.python {
-		return nil, fmt.Errorf("zygote: it runs %s, not %s", z.python, spec.Path)
+		return nil, fmt.Errorf("fork server: it runs %s, not %s", z.python, spec.Path)
 	}
 	if len(spec.Args) < 2 || spec.Args[0] != "-c" || spec.Args[1] != launchShim {
-		return nil, errors.New("zygote: the spec does not launch ipykernel")
+		return nil, errors.New("fork server: the spec does not launch ipykernel")
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -258,7 +258,7 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	// spec.Stderr through a pipe whose write end the child gets.
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("zygote: %w", err)
+		return nil, fmt.Errorf("fork server: %w", err)
 	}
 	out := io.Writer(io.Discard)
 	if spec.Stderr != nil {
@@ -290,14 +290,14 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	}
 	w.Close()
 	if err != nil {
-		return nil, fmt.Errorf("zygote: send the request: %w", err)
+		return nil, fmt.Errorf("fork server: send the request: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	select {
 	case rep := <-reply:
 		if rep.Error != "" {
-			return nil, fmt.Errorf("zygote: %s", rep.Error)
+			return nil, fmt.Errorf("fork server: %s", rep.Error)
 		}
 		p.mu.Lock()
 		k := p.procs[rep.Pid]
@@ -308,9 +308,9 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 		}
 		return k, nil
 	case <-p.dead:
-		return nil, errors.New("zygote: it exited while forking a kernel")
+		return nil, errors.New("fork server: it exited while forking a kernel")
 	case <-ctx.Done():
-		return nil, fmt.Errorf("zygote: waiting for a fork: %w", ctx.Err())
+		return nil, fmt.Errorf("fork server: waiting for a fork: %w", ctx.Err())
 	case <-z.closed:
 		// Close stops the zygote, and the kernel it may have forked
 		// with it.

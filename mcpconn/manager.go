@@ -26,7 +26,7 @@ import (
 var ErrUnknownServer = errors.New("unknown MCP server")
 
 // ErrClosed is returned by a Manager's methods after Close.
-var ErrClosed = errors.New("mcpconn: manager closed")
+var ErrClosed = errors.New("MCP server connections closed")
 
 // Default values of Options.
 const (
@@ -140,7 +140,7 @@ func (e *entry) swap(old, new *session) bool {
 // next call reconnect.
 func New(reg *Registry, opts *Options) (*Manager, error) {
 	if reg == nil {
-		return nil, errors.New("mcpconn: New needs a Registry (NewRegistry or LoadRegistry)")
+		return nil, errors.New("mcpconn.New needs a Registry (NewRegistry or LoadRegistry)")
 	}
 	var o Options
 	if opts != nil {
@@ -438,7 +438,7 @@ func waitStopped(ctx context.Context, done <-chan struct{}, server string) error
 		return nil
 	case <-ctx.Done():
 		if server == "" {
-			return fmt.Errorf("mcpconn: servers still stopping: %w", ctx.Err())
+			return fmt.Errorf("servers still stopping: %w", ctx.Err())
 		}
 		return fmt.Errorf("MCP server %q still stopping: %w", server, ctx.Err())
 	}
@@ -468,7 +468,7 @@ func (m *Manager) Close() error {
 		m.mu.Unlock()
 		m.cancel()
 		if bound := m.closeBound(); !m.bg.Wait(bound) {
-			m.closeErr = fmt.Errorf("mcpconn: close: some servers did not stop within %v", bound)
+			m.closeErr = fmt.Errorf("close: some servers did not stop within %v", bound)
 		}
 		m.http.CloseIdleConnections()
 	})

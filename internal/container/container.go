@@ -292,34 +292,67 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if l.closed.Load() {
 		return nil, errors.New("container: launcher closed")
 	}
-	root := os.Geteuid() == 0
 	sockDir := spec.SocketDir
 	if sockDir == "" {
 		sockDir = spec.RunDir
 	}
-	if root {
-		// The run directory stays root's (0711: no listing); the kernel's
-		// own directory and the sockets it dials are handed to its user.
-		if err := os.Chmod(spec.RunDir, 0o711); err != nil {
-			return nil, fmt.Errorf("container: %w", err)
-		}
-		for _, p := range append([]string{sockDir}, l.cfg.Sockets...) {
-			if err := os.Lchown(p, l.uid, l.gid); err != nil {
-				return nil, fmt.Errorf("container: %w", err)
-			}
-		}
-		filepath.WalkDir(sockDir, func(p string, _ os.DirEntry, err error) error {
-			if err == nil {
-				os.Lchown(p, l.uid, l.gid)
-			}
-			return nil
-		})
+	if err := l.handOver(spec.RunDir, sockDir); err != nil {
+		return nil, err
 	}
+	mounts, err := l.workspaceMounts(spec.RunDir, sockDir)
+	if err != nil {
+		return nil, err
+	}
+	prot, masks, err := l.protectionMounts(spec.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, masks...)
+	binds, err := l.bindMounts()
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, binds...)
+	entry, initMount, err := l.entrypoint(spec.RunDir, sockDir, prot)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, initMount...)
+	return l.run(ctx, spec, l.createConfig(spec, mounts, entry))
+}
+
+// handOver makes, under root, the kernel's own directory and the sockets
+// it dials its user's. The run directory stays root's (0711: no listing).
+func (l *Launcher) handOver(runDir, sockDir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := os.Chmod(runDir, 0o711); err != nil {
+		return fmt.Errorf("container: %w", err)
+	}
+	for _, p := range append([]string{sockDir}, l.cfg.Sockets...) {
+		if err := os.Lchown(p, l.uid, l.gid); err != nil {
+			return fmt.Errorf("container: %w", err)
+		}
+	}
+	filepath.WalkDir(sockDir, func(p string, _ os.DirEntry, err error) error {
+		if err == nil {
+			os.Lchown(p, l.uid, l.gid)
+		}
+		return nil
+	})
+	return nil
+}
+
+// workspaceMounts are the workspace (through its idmapped mount, when it
+// has one), the run directory (read-only, but for the kernel's own
+// directory), and the workspace's read-only and writable folders.
+func (l *Launcher) workspaceMounts(runDir, sockDir string) ([]docker.Mount, error) {
 	mounts := []docker.Mount{
 		{Type: "bind", Source: l.wsSource, Target: WorkspaceDir},
-		{Type: "bind", Source: spec.RunDir, Target: spec.RunDir, ReadOnly: true},
+		{Type: "bind", Source: runDir, Target: runDir, ReadOnly: true},
 	}
-	if sockDir != spec.RunDir {
+	if sockDir != runDir {
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockDir, Target: sockDir})
 	}
 	for _, rel := range l.cfg.ReadOnly {
@@ -347,37 +380,52 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		}
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(WorkspaceDir, rel)})
 	}
-	var prot *wsguard.Protection
-	if l.cfg.Protect != nil {
-		var err error
-		if prot, err = l.cfg.Protect(); err != nil {
-			return nil, fmt.Errorf("container: %w", err)
-		}
-		l.startedFP.Store(prot.Fingerprint())
-		empty := filepath.Join(spec.RunDir, "masked")
-		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
-			if err := os.WriteFile(empty, nil, 0o444); err != nil {
-				return nil, fmt.Errorf("container: %w", err)
-			}
-		}
-		for _, p := range prot.ReadOnly {
-			if l.inWorkspace(p) {
-				mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
-			}
-		}
-		for _, p := range prot.Masks {
-			if l.inWorkspace(p) {
-				mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
-			}
-		}
-		for _, p := range prot.MaskDirs {
-			if l.inWorkspace(p) {
-				// Empty and unlistable for the kernel's user.
-				mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
-					TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
-			}
+	return mounts, nil
+}
+
+// protectionMounts computes the workspace's protection (Config.Protect),
+// records its fingerprint, and returns it with its mounts: protected paths
+// read-only, masked files as an empty file, masked folders as an empty,
+// unlistable tmpfs. Only paths in the workspace are mounted: the
+// container shows nothing else of the host.
+func (l *Launcher) protectionMounts(runDir string) (*wsguard.Protection, []docker.Mount, error) {
+	if l.cfg.Protect == nil {
+		return nil, nil, nil
+	}
+	prot, err := l.cfg.Protect()
+	if err != nil {
+		return nil, nil, fmt.Errorf("container: %w", err)
+	}
+	l.startedFP.Store(prot.Fingerprint())
+	empty := filepath.Join(runDir, "masked")
+	if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(empty, nil, 0o444); err != nil {
+			return nil, nil, fmt.Errorf("container: %w", err)
 		}
 	}
+	var mounts []docker.Mount
+	for _, p := range prot.ReadOnly {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
+		}
+	}
+	for _, p := range prot.Masks {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
+		}
+	}
+	for _, p := range prot.MaskDirs {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
+				TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
+		}
+	}
+	return prot, mounts, nil
+}
+
+// bindMounts are Config.Binds, under BindRoot.
+func (l *Launcher) bindMounts() ([]docker.Mount, error) {
+	var mounts []docker.Mount
 	for i, b := range l.cfg.Binds {
 		if err := os.MkdirAll(b.Host, 0o755); err != nil {
 			return nil, fmt.Errorf("container bind %s: %w", b.Host, err)
@@ -388,26 +436,40 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		}
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(BindRoot, b.Rel)})
 	}
-	init := true
-	life, err := l.lifeline(spec.RunDir)
+	return mounts, nil
+}
+
+// entrypoint is the container's first program: the shim (with the
+// lifeline and the egress relay), under ipybox's own binary when
+// Config.InitBinary is set, which applies the filter and the workspace
+// guard; it returns that binary's mount too.
+func (l *Launcher) entrypoint(runDir, sockDir string, prot *wsguard.Protection) ([]string, []docker.Mount, error) {
+	life, err := l.lifeline(runDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entry := []string{l.cfg.Python, "-c", shim, life}
 	if f := l.cfg.Forward; f != nil {
 		entry = append(entry, "--forward", strconv.Itoa(f.Port), f.Socket)
 	}
 	entry = append(entry, "--")
-	if l.cfg.InitBinary != "" {
-		// The kernel runs under the filter (no setuid or setgid file,
-		// and the workspace guard), applied by ipybox's own binary.
-		pol, err := l.guardPolicy(prot, sockDir)
-		if err != nil {
-			return nil, err
-		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true})
-		entry = append([]string{initPath, initCommand, "guard", pol, "--"}, entry...)
+	if l.cfg.InitBinary == "" {
+		return entry, nil, nil
 	}
+	// The kernel runs under the filter (no setuid or setgid file, and the
+	// workspace guard), applied by ipybox's own binary.
+	pol, err := l.guardPolicy(prot, sockDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	mount := docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true}
+	return append([]string{initPath, initCommand, "guard", pol, "--"}, entry...), []docker.Mount{mount}, nil
+}
+
+// createConfig is the container's configuration: no capabilities, no new
+// privileges, a read-only root, a private /tmp, and Config's limits.
+func (l *Launcher) createConfig(spec *kernel.Spec, mounts []docker.Mount, entry []string) *docker.CreateConfig {
+	init := true
 	cfg := &docker.CreateConfig{
 		Image:      l.cfg.Image,
 		Entrypoint: entry,
@@ -442,6 +504,13 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if f := l.cfg.FileSize; f > 0 {
 		cfg.HostConfig.Ulimits = append(cfg.HostConfig.Ulimits, docker.Ulimit{Name: "fsize", Soft: f, Hard: f})
 	}
+	return cfg
+}
+
+// run creates and starts the container, each call bounded by apiTimeout
+// (the caller's ending context does not cut a create short: what was
+// created is removed instead).
+func (l *Launcher) run(ctx context.Context, spec *kernel.Spec, cfg *docker.CreateConfig) (kernel.Process, error) {
 	name := fmt.Sprintf("ipybox-%s-%d", strings.TrimPrefix(filepath.Base(spec.RunDir), "ipybox-"), l.seq.Add(1))
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
 	defer cancel()

@@ -65,11 +65,11 @@ type Process struct {
 // internal/seccomp's Start).
 func Start(cmd *exec.Cmd, start ...func(*exec.Cmd) error) (*Process, error) {
 	if cmd.SysProcAttr != nil {
-		return nil, fmt.Errorf("lifeline: %s already has process attributes", cmd.Path)
+		return nil, fmt.Errorf("kernel lifeline: %s already has process attributes", cmd.Path)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("lifeline: %w", err)
+		return nil, fmt.Errorf("kernel lifeline: %w", err)
 	}
 	p := &Process{cmd: cmd, w: w, starter: (*exec.Cmd).Start}
 	if len(start) > 0 && start[0] != nil {
