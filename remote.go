@@ -441,6 +441,7 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 			Name      string `json:"name"`
 			Value     string `json:"value"`
 			Traceback string `json:"traceback"`
+			Restarted bool   `json:"restarted"`
 		} `json:"error"`
 	}
 	raw, ok := res.Meta[cellMetaKey]
@@ -469,7 +470,7 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 	case "python":
 		return r, m.Chunks, &PythonError{Name: e.Name, Value: e.Value, Traceback: strings.Split(e.Traceback, "\n")}
 	case "timeout":
-		return r, m.Chunks, &TimeoutError{Timeout: time.Duration(timeout * float64(time.Second)), Restarted: strings.Contains(e.Message, "restarted")}
+		return r, m.Chunks, &TimeoutError{Timeout: time.Duration(timeout * float64(time.Second)), Restarted: e.Restarted}
 	case "kernel_died":
 		return r, m.Chunks, fmt.Errorf("ipybox: %s: %w", e.Message, ErrKernelDied)
 	case "cancelled":

@@ -117,6 +117,8 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, 
 			notes = append(notes, meta.Error.Traceback)
 		case errors.Is(err, ipybox.ErrTimeout):
 			meta.Error.Kind = "timeout"
+			var te *ipybox.TimeoutError
+			meta.Error.Restarted = errors.As(err, &te) && te.Restarted
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.Is(err, ipybox.ErrKernelDied):
 			meta.Error.Kind = "kernel_died"
@@ -189,6 +191,9 @@ type cellError struct {
 	Name      string `json:"name,omitempty"`
 	Value     string `json:"value,omitempty"`
 	Traceback string `json:"traceback,omitempty"`
+	// Restarted, for a timeout: the cell ignored the interrupt, so the
+	// kernel was restarted and its state is lost.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // StreamMetaKey is the key, in the _meta of a progress notification that

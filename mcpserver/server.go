@@ -379,7 +379,7 @@ func New(opts *Options) (*Server, error) {
 		regs:      map[string]*registration{},
 	}
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
-		return nil, fmt.Errorf("mcpserver: %w", err)
+		return nil, fmt.Errorf("principals: %w", err)
 	}
 	names := make([]string, 0, len(o.Servers))
 	for name := range o.Servers {
