@@ -91,3 +91,54 @@ func TestProbeIgnoresHeldOutput(t *testing.T) {
 		t.Errorf("CheckPython returned %v after it was called, for a deadline of 300ms", d)
 	}
 }
+
+// deafLauncher starts kernels as DirectLauncher does, but their Wait does
+// not see the exit until release is closed: to the kernel, a process that
+// outlives SIGKILL (in uninterruptible sleep), or a Launcher whose Wait
+// ignores the kill.
+type deafLauncher struct{ release chan struct{} }
+
+func (l deafLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
+	p, err := kernel.DirectLauncher{}.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return deafProcess{p, l.release}, nil
+}
+
+type deafProcess struct {
+	kernel.Process
+	release chan struct{}
+}
+
+func (p deafProcess) Wait(ctx context.Context) error {
+	select {
+	case <-p.release:
+		return p.Process.Wait(ctx)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestCloseGivesUpOnUndeadProcess: Close returns, with an error, when the
+// kernel's process does not exit after its kill, within StartTimeout and
+// three ShutdownGrace.
+func TestCloseGivesUpOnUndeadProcess(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	o := kernel.Options{Launcher: deafLauncher{release}, StartTimeout: 10 * time.Second, ShutdownGrace: 100 * time.Millisecond}
+	k := startKernel(t, &o)
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- k.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Error("Close returned no error, with the process's exit unseen")
+		}
+		t.Logf("Close after %v: %v", time.Since(start), err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close still waits after 30s for a process that does not exit")
+	}
+}
