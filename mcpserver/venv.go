@@ -304,6 +304,10 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = procattr.Group()
 	}
+	// The helper's exit is what counts: a child that left its group with
+	// the output pipe (a daemon a package's build started) must not hold
+	// Wait after it.
+	cmd.WaitDelay = 3 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -311,6 +315,9 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // it exited 0; the straggler's output is not its
+		}
 		return out.Bytes(), err
 	case <-ctx.Done():
 		procattr.SignalGroup(cmd.Process.Pid, syscall.SIGTERM)
