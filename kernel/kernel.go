@@ -314,7 +314,7 @@ func (k *Kernel) writeConnection() (socketDir, connFile string, info *jupyter.Co
 // watchExit waits for the kernel's process to end, kills what it started,
 // and marks the instance dead with the cause and the kernel's last output.
 func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
-	err := proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
+	err := proc.Wait(context.Background()) // lifetime: the kernel's process (the exit's watcher)
 	// What the kernel started (a `!sleep`, a subprocess) dies with it.
 	in.kill()
 	cause := "process exited"

@@ -57,7 +57,7 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 			errs[i] = probe(ctx, c)
 		}()
 	}
-	wg.Wait()
+	wg.Wait() // bound: each probe has probeTimeout
 	for i, c := range cs {
 		if errs[i] == nil {
 			return c, nil
@@ -221,7 +221,7 @@ func pyLauncher(ctx context.Context) string {
 	cmd := exec.CommandContext(ctx, py, "-3", "-c", "import sys; print(sys.executable)")
 	cmd.Env = minimalEnv()
 	cmd.WaitDelay = probeWaitDelay
-	out, err := cmd.Output()
+	out, err := cmd.Output() // bound: probeTimeout, then probeWaitDelay
 	if err != nil {
 		return ""
 	}
@@ -244,7 +244,7 @@ func probe(ctx context.Context, python string) error {
 		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else "+strconv.Itoa(noIpykernelExit)+")")
 	cmd.Env = minimalEnv()
 	cmd.WaitDelay = probeWaitDelay
-	out, err := cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput() // bound: probeTimeout, then probeWaitDelay
 	if ctx.Err() != nil {
 		return fmt.Errorf("probe: %w", ctx.Err()) // not cached: may be transient
 	}

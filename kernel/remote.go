@@ -186,7 +186,8 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 		pctx, pcancel := context.WithTimeout(context.Background(), k.opts.StartTimeout)
 		defer pcancel()
 		id, err := k.remote.c.StartKernel(pctx, &gateway.StartRequest{Env: kernelVars(k.opts.Env)})
-		res <- started{id, err}
+		res <- started{id, err} // bound: buffered
+		// bound: the caller closes taken or abandoned, whichever way it goes
 		select {
 		case <-taken:
 			return
@@ -216,7 +217,7 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	k.wg.Add()
 	go func() {
 		defer k.wg.Done()
-		proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
+		proc.Wait(context.Background()) // lifetime: the gateway kernel, until its bounded DELETE
 		in.exitCause = "the gateway kernel was deleted"
 		close(in.exited)
 		in.markDead(in.exitCause)

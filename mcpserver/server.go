@@ -400,7 +400,7 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- ss.Wait() }()
+	go func() { done <- ss.Wait() }() // lifetime: the MCP session; done is buffered
 	select {
 	case err = <-done:
 		s.endSession(ss)
@@ -474,7 +474,7 @@ func (s *Server) Close() error {
 			}
 		}()
 	}
-	ewg.Wait()
+	ewg.Wait() // bound: each session's close is bounded
 	for _, ss := range all {
 		ss.Close()
 	}
@@ -524,7 +524,7 @@ func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
 	// away, DELETE, idle timeout).
 	go func() {
 		defer s.wg.Done()
-		ss.Wait()
+		ss.Wait() // lifetime: the MCP session
 		s.endSession(ss)
 		s.mu.Lock()
 		delete(s.live, ss)

@@ -239,7 +239,7 @@ func (x *session) close() error {
 	x.mu.Unlock()
 	x.cancel()
 	// A start in progress ends with the context.
-	<-x.ready
+	<-x.ready // bound: the start ends with x.ctx, cancelled above
 	x.startMu.Lock()
 	x.mu.Lock()
 	ex := x.ex

@@ -312,7 +312,7 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 		return nil, err
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- cmd.Wait() }() // bound: done is buffered; WaitDelay after the exit
 	select {
 	case err := <-done:
 		if errors.Is(err, exec.ErrWaitDelay) {
@@ -325,7 +325,7 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 		case <-done:
 		case <-time.After(3 * time.Second):
 			procattr.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
-			<-done
+			<-done // bound: the group was killed; WaitDelay
 		}
 		err := ctx.Err()
 		if errors.Is(err, context.DeadlineExceeded) {

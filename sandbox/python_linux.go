@@ -131,7 +131,7 @@ func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
 	// Killed at the deadline, a wrapper's child may keep stdout open: the
 	// answer must not wait for it (every start waits behind pyMu).
 	cmd.WaitDelay = time.Second
-	out, err := cmd.Output()
+	out, err := cmd.Output() // bound: pythonTimeout, then WaitDelay
 	info := &pyInfo{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	switch {

@@ -193,7 +193,7 @@ print(json.dumps(out))`
 	cmd := exec.CommandContext(ctx, py, append([]string{"-c", script}, mods...)...)
 	// Killed at the deadline, a wrapper's child may keep stdout open.
 	cmd.WaitDelay = time.Second
-	b, err := cmd.Output()
+	b, err := cmd.Output() // bound: ctx (30s), then WaitDelay
 	out := map[string]string{}
 	if err == nil {
 		json.Unmarshal([]byte(strings.TrimSpace(string(b))), &out)

@@ -65,7 +65,7 @@ func (l *Launcher) lifeline(runDir string) (string, error) {
 	go func() {
 		defer lf.wg.Done()
 		for {
-			c, err := ln.Accept()
+			c, err := ln.Accept() // lifetime: the Launcher, until close closes ln
 			if err != nil {
 				return
 			}
@@ -106,5 +106,5 @@ func (lf *lifeline) close() {
 		c.Close()
 	}
 	lf.mu.Unlock()
-	lf.wg.Wait()
+	lf.wg.Wait() // bound: close closed the listener and every held connection
 }
