@@ -226,7 +226,7 @@ func (s *RemoteSession) Execute(ctx context.Context, code string, opts *ExecOpti
 				if err := s.r.opts.Approver(ctx, ev); err != nil {
 					ev.Reject(err.Error())
 				} else {
-					ev.Accept()
+					ev.Accept() // bound: records the answer, and returns
 				}
 			}
 		}
@@ -379,15 +379,17 @@ func (r *Remote) call(ctx context.Context, params *mcp.CallToolParams, q *output
 	done := make(chan outcome, 1)
 	go func() {
 		res, err := r.cs.CallTool(cctx, params)
-		done <- outcome{res, err}
+		done <- outcome{res, err} // bound: buffered
 	}()
 	for {
+		// bound: done comes when CallTool returns, which cctx (the
+		// caller's ctx) bounds
 		select {
 		case <-q.ready:
 			for _, o := range q.take() {
 				if !yield(o, nil) {
 					cancel()
-					<-done
+					<-done // bound: the cancel ends CallTool
 					return nil, false, nil
 				}
 			}

@@ -215,7 +215,7 @@ func (p *zygoteProc) read() {
 				// report for this pid can only come after.
 				p.procs[r.Pid] = newZygoteKernel(r.Pid)
 			}
-			ch <- r
+			ch <- r // bound: a reply channel has room for its one reply
 		}
 		p.mu.Unlock()
 	}
@@ -236,8 +236,8 @@ func waitError(ws syscall.WaitStatus) error {
 func (p *zygoteProc) stop() {
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.ctl.Close()
-	p.cmd.Wait()
-	<-p.dead
+	p.cmd.Wait() // bound: its group was killed; its kernels replaced its pipes at the fork
+	<-p.dead     // bound: read ends at EOF: the zygote is dead, and its kernels closed their copies
 }
 
 // Start implements Launcher: it forks a kernel for spec, which must run

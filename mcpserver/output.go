@@ -285,7 +285,7 @@ func (p *progress) end() {
 		return
 	}
 	close(p.stop)
-	<-p.done
+	<-p.done // bound: the ticker ends at stop; a send in progress has the call's ctx
 }
 
 // restartedNote tells that the kernel had died since the last call.

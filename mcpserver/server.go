@@ -441,7 +441,7 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- ss.Wait() }()
+	go func() { done <- ss.Wait() }() // lifetime: the MCP session; done is buffered
 	select {
 	case err = <-done:
 		s.endConn(ss)
@@ -512,7 +512,7 @@ func (s *Server) Close() error {
 			}
 		}()
 	}
-	ewg.Wait()
+	ewg.Wait() // bound: each session's close is bounded
 	for _, ss := range all {
 		ss.Close()
 	}

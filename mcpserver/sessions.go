@@ -46,7 +46,7 @@ func (s *Server) trackConn(ss *mcp.ServerSession) bool {
 	s.wg.Add()
 	go func() {
 		defer s.wg.Done()
-		ss.Wait()
+		ss.Wait() // lifetime: the MCP connection
 		s.endConn(ss)
 		s.mu.Lock()
 		delete(s.live, ss)

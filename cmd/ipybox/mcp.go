@@ -256,7 +256,7 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(ln) }() // bound: errc is buffered
 	select {
 	case err := <-errc:
 		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
@@ -271,7 +271,7 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()
 	}
-	<-errc
+	<-errc // bound: Serve returns once Shutdown or Close closed the listener
 	return exitOK
 }
 

@@ -773,7 +773,7 @@ func (p *process) wait() error {
 	})
 	code, err := p.c.Wait(ctx, p.id)
 	cancel()
-	bound.Wait()
+	bound.Wait() // bound: its goroutine ends with ctx, cancelled above
 	p.gone.Store(true)
 	if !p.isHung() {
 		// The last output may still be on its way.
@@ -783,11 +783,12 @@ func (p *process) wait() error {
 		}
 	}
 	p.stopLogs()
-	<-p.logsDone
+	<-p.logsDone // bound: Logs ends with lctx, which stopLogs cancelled
 	if p.isHung() {
 		return fmt.Errorf("container %s: %w; it is left for the next start to reap", p.name, errDaemonHung)
 	}
 	oom := false
+	// bound: stopTimeout (stopCall)
 	if p.stopCall(context.Background(), "inspect", func(ctx context.Context) error {
 		in, err := p.c.Inspect(ctx, p.id)
 		if err == nil {
@@ -812,6 +813,7 @@ func (p *process) wait() error {
 // remove removes the container, once, bounded by stopTimeout.
 func (p *process) remove() {
 	p.rmOnce.Do(func() {
+		// bound: stopTimeout (stopCall)
 		if err := p.stopCall(context.Background(), "remove", func(ctx context.Context) error { return p.c.Remove(ctx, p.id, true) }); err != nil {
 			p.log.Warn("could not remove kernel container; the next start reaps it", "name", p.name, "err", err)
 		}

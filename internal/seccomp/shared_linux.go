@@ -39,6 +39,7 @@ func StartShared(cmd *exec.Cmd) error {
 		return forker.err
 	}
 	done := make(chan error, 1)
+	// bound: the forker takes requests in turn, each a cmd.Start
 	forker.reqs <- forkRequest{cmd, done}
 	return <-done // bound: cmd.Start returns once the child has exec'd or failed
 }
@@ -55,7 +56,7 @@ func startForker() {
 	// Any thread will do, the main one too: unlike Start's, this one is
 	// never retired, so nothing of it is lost.
 	go forkerLoop(prog, ready)
-	forker.err = <-ready
+	forker.err = <-ready // bound: restrict makes a few system calls
 }
 
 // forkerLoop is the forker thread's life: it restricts its thread, then
@@ -64,14 +65,14 @@ func startForker() {
 func forkerLoop(prog []unix.SockFilter, ready chan<- error) {
 	runtime.LockOSThread()
 	if _, err := restrict(StartOptions{}, prog); err != nil {
-		ready <- fmt.Errorf("seccomp: restrict the forker thread: %w", err)
+		ready <- fmt.Errorf("seccomp: restrict the forker thread: %w", err) // bound: buffered
 		// Neither retired (other goroutines may have forked children from
 		// this thread before it was locked) nor given back (it may be
 		// half restricted): kept, idle.
 		select {} // lifetime: the process's
 	}
-	ready <- nil
-	for r := range forker.reqs {
-		r.done <- r.cmd.Start()
+	ready <- nil                 // bound: buffered
+	for r := range forker.reqs { // lifetime: the process's
+		r.done <- r.cmd.Start() // bound: buffered
 	}
 }

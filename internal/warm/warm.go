@@ -199,7 +199,7 @@ func (p *Pool[T]) Close() error {
 	p.closed = true
 	p.mu.Unlock()
 	p.cancel()
-	p.wg.Wait()
+	p.wg.Wait() // bound: fill ends with p.ctx, cancelled above (a start honours it)
 	errs := make([]error, len(idle))
 	var wg sync.WaitGroup
 	for i, v := range idle {
@@ -209,6 +209,6 @@ func (p *Pool[T]) Close() error {
 			errs[i] = p.discard(v)
 		}()
 	}
-	wg.Wait()
+	wg.Wait() // bound: each discard is a bounded Close
 	return errors.Join(errs...)
 }
