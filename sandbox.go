@@ -38,7 +38,7 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox, &sandbox.Options{
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
-		Writable: nonEmpty(e.packageDir),
+		Writable: e.ownState(),
 	}, e.secretFiles)
 	if err != nil {
 		return nil, err
