@@ -292,6 +292,7 @@ type Executor struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	detached  bool // Detach, not Close: the gateway kernel runs on
 }
 
 // Start starts a kernel and returns an Executor for it.
@@ -742,7 +743,11 @@ func (e *Executor) closeParts() error {
 		errs = append(errs, e.tools.Close())
 	}
 	if e.k != nil {
-		if err := e.k.Close(); !errors.Is(err, kernel.ErrClosed) {
+		stop := e.k.Close
+		if e.detached {
+			stop = e.k.Detach
+		}
+		if err := stop(); !errors.Is(err, kernel.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/pyruntime"
@@ -267,3 +268,51 @@ func seconds(s float64) time.Duration {
 // maxSnapshotEntries bounds how many entries the host counts in a
 // snapshot folder: kernel code can fill it with files.
 const maxSnapshotEntries = 10_000
+
+// KernelID returns the gateway's id of the kernel (Options.Gateway), or ""
+// for a local kernel: what GatewayConfig.KernelID takes to attach to it
+// again after Detach. It changes when the kernel is replaced (Reset, a
+// death).
+func (e *Executor) KernelID() string { return e.k.RemoteID() }
+
+// Detach ends the Executor as Close does, but leaves its gateway kernel
+// running on the server with its state: a later Executor started with
+// Options.Gateway.KernelID set to KernelID() attaches to it, and its tool
+// calls then reach that Executor's tool server. A cell running now goes on
+// on the server; its output is lost, and its tool calls fail until an
+// Executor attaches. Only a gateway kernel can be detached: for a local one
+// Detach fails, and does nothing.
+func (e *Executor) Detach() error {
+	if e.opts.Gateway == nil {
+		return errors.New("ipybox: only a gateway kernel can be detached (Options.Gateway); Close ends a local one")
+	}
+	e.closeOnce.Do(func() {
+		e.detached = true
+		if err := e.closeParts(); err != nil {
+			e.closeErr = fmt.Errorf("ipybox: detach: %w", err)
+		}
+	})
+	return e.closeErr
+}
+
+// Repoint sets the tool server's address and token in the kernel again:
+// for a gateway kernel that another front end attached to since this
+// Executor did, whose tool calls would otherwise reach that front end. It
+// waits for a running cell, as Execute does.
+func (e *Executor) Repoint(ctx context.Context) error {
+	if err := e.acquire(ctx); err != nil {
+		return err
+	}
+	defer e.release()
+	env := map[string]string{}
+	for _, kv := range e.toolEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	b, _ := json.Marshal(env)
+	code := fmt.Sprintf("__import__('os').environ.update(__import__('json').loads(%s))\n", pyruntime.Quote(string(b)))
+	if _, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true}); err != nil {
+		return fmt.Errorf("ipybox: pointing the kernel at this tool server: %w", executorErr(err))
+	}
+	return nil
+}

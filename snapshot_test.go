@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/kernel"
 )
 
 // snapshotCells make a namespace of every kind: values, a shared object,
@@ -122,5 +123,65 @@ func TestSnapshotNone(t *testing.T) {
 	}
 	if _, err := os.Stat(ex.SnapshotDir()); err != nil {
 		t.Errorf("the snapshot folder was not made: %v", err)
+	}
+}
+
+// TestGatewayDetachAttach: a gateway kernel needs no snapshot. An
+// Executor detaches from it, and it runs on with its state; a new Executor
+// attaches to it by its id, finds the state, and the kernel's tool calls
+// reach the new Executor's tool server (the old one is gone). An id the
+// gateway no longer has is ErrNoKernel.
+func TestGatewayDetachAttach(t *testing.T) {
+	t.Parallel()
+	j := testenv.JupyterServer(t, nil)
+	g := &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}
+	ws := t.TempDir()
+	ex := start(t, &ipybox.Options{Gateway: g, NoToolApproval: true, WorkDir: ws})
+	run(t, ex, "x = 41\ndef inc(v):\n    return v + 1")
+	register(t, ex, "go", testmcpStdio(t))
+	before := run(t, ex, "import os\nprint(os.environ['IPYBOX_TOOL_URL'])").Text
+	id := ex.KernelID()
+	if id == "" {
+		t.Fatal("no kernel id")
+	}
+	if err := ex.Detach(); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if _, err := ex.Execute(t.Context(), "1", nil); !errors.Is(err, ipybox.ErrClosed) {
+		t.Errorf("Execute after Detach: %v, want ErrClosed", err)
+	}
+	ga := *g
+	ga.KernelID = id
+	ex2 := start(t, &ipybox.Options{Gateway: &ga, NoToolApproval: true, WorkDir: ws})
+	if got := ex2.KernelID(); got != id {
+		t.Errorf("attached to %q, want %q", got, id)
+	}
+	if got := run(t, ex2, "print(inc(x))").Text; got != "42" {
+		t.Errorf("state after the attach: %q", got)
+	}
+	after := run(t, ex2, "print(os.environ['IPYBOX_TOOL_URL'])").Text
+	if after == before {
+		t.Errorf("the kernel still points at the old tool server %s", before)
+	}
+	if got := run(t, ex2, "from mcptools.go.tool_1 import Params, run\nprint(run(Params(s='1')))").Text; got != "tool-1: 1" {
+		t.Errorf("a tool call after the attach: %q", got)
+	}
+	ex2.Close()
+	gb := *g
+	gb.KernelID = id // Close deleted it
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if ex3, err := ipybox.Start(ctx, &ipybox.Options{Gateway: &gb}); !errors.Is(err, kernel.ErrNoKernel) {
+		if ex3 != nil {
+			ex3.Close()
+		}
+		t.Errorf("attach to a deleted kernel: %v, want ErrNoKernel", err)
+	}
+	local := start(t, nil)
+	if err := local.Detach(); err == nil {
+		t.Error("Detach of a local kernel succeeded")
+	}
+	if got := run(t, local, "print(1)").Text; got != "1" {
+		t.Errorf("a local executor after a refused Detach: %q", got)
 	}
 }

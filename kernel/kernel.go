@@ -143,6 +143,9 @@ type Kernel struct {
 	wg          waitgroup.Group // background goroutines of all instances
 
 	remote *remote // nil for a local kernel
+	// attach is GatewayConfig.KernelID until the first spawn attaches to
+	// it; guarded by startMu.
+	attach string
 }
 
 // Start launches a kernel and waits until it is ready to execute.
@@ -169,6 +172,9 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 		return nil, err
 	}
 	k := &Kernel{opts: o, python: python, session: jupyter.NewID(), remote: rem}
+	if o.Gateway != nil {
+		k.attach = o.Gateway.KernelID
+	}
 	k.closeCtx, k.closeCancel = context.WithCancel(context.Background())
 	k.imagesDir = o.ImagesDir
 	if k.imagesDir == "" {
