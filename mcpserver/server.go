@@ -202,13 +202,30 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// defaultPoolMax is Options.PoolMax's default.
+const defaultPoolMax = 4
+
 // Server is ipybox's MCP server: it gives each MCP session its own stateful
 // kernel in a shared workspace. Create it with New, serve it with Serve
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
-// defaultPoolMax is Options.PoolMax's default.
-const defaultPoolMax = 4
-
+//
+// Locks, outer first; a goroutine that holds one may take only those
+// after it on its line:
+//
+//	s.closeMu → s.mu → s.zygMu
+//	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
+//	s.runMu → c.mu
+//	c.outMu → c.mu → c.progMu
+//	s.venvMu (alone)
+//
+// (x is a session, c a cell run, store the handle table.) s.mu, x.mu,
+// store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
+// under them. Three are held across I/O, each bounded and each waited for
+// only by what must wait: x.startMu across its session's kernel start
+// (StartTimeout), lockName(name) across a registration of that name (its
+// context and the connect timeout: registrations of other names, and
+// cells, go on), and s.venvMu across the virtualenv's creation.
 type Server struct {
 	// pkgDirs maps each Executor to its package folder (see
 	// closeExecutor).
@@ -265,13 +282,12 @@ type Server struct {
 	runMu sync.Mutex
 	runs  map[[32]byte]*cellRun
 
-	// regMu serialises registrations, so that every executor that saves
-	// servers.json has first learnt every registration before it.
-	regMu sync.Mutex
 	// regs is the registration table and regGen its last generation,
-	// guarded by mu.
-	regs   map[string]*registration
-	regGen int
+	// guarded by mu. nameLocks order the registrations of one name (see
+	// lockName), guarded by mu too.
+	regs      map[string]*registration
+	regGen    int
+	nameLocks map[string]*nameLock
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -377,6 +393,7 @@ func New(opts *Options) (*Server, error) {
 		handlesBy: map[string]int{},
 		runs:      map[[32]byte]*cellRun{},
 		regs:      map[string]*registration{},
+		nameLocks: map[string]*nameLock{},
 	}
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
