@@ -136,7 +136,9 @@ func (r *Registry) SaveEntry(path, name string) error {
 	f := registryFile{MCPServers: map[string]json.RawMessage{}}
 	data, err := safefs.ReadFile(base, rel, maxRegistry)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, safefs.ErrSymlink):
+		// A link kernel code planted is neither read nor kept: the write
+		// below replaces it with the registry's own file.
 	case err != nil:
 		return fmt.Errorf("saving servers: %w", err)
 	default:
