@@ -3,7 +3,7 @@
 // right when what it writes reads back, here and in Python itself, as the
 // string it was given.
 //
-// It reads one plain str literal: '...', "...", '''...''' or """...""",
+// It reads one plain str literal in single, double or tripled quotes,
 // with no prefix. It is strict where Python is lenient, so that a quoter
 // that leans on leniency fails its test: an unknown escape (which Python
 // keeps with a SyntaxWarning), \N{...}, a surrogate, a raw carriage return
