@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -82,11 +83,23 @@ func newServer(t *testing.T, o *Options) *Server {
 // stdio path, Serve).
 func connect(t *testing.T, srv *Server, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connectWire(t, srv, copts, nil)
+}
+
+// connectWire is connect, with every message the client reads written to
+// wire (when not nil) as it is read: what the server sent before a
+// response is in wire when the call returns.
+func connectWire(t *testing.T, srv *Server, copts *mcp.ClientOptions, wire io.Writer) *mcp.ClientSession {
+	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), st) }()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	cs, err := c.Connect(t.Context(), ct, nil)
+	var transport mcp.Transport = ct
+	if wire != nil {
+		transport = &mcp.LoggingTransport{Transport: ct, Writer: wire}
+	}
+	cs, err := c.Connect(t.Context(), transport, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
