@@ -928,7 +928,7 @@ func TestRedteamFixedRedirectPortSquatted(t *testing.T) {
 // authorization code, no state and no PKCE verifier or challenge.
 func TestRedteamLogsHoldNoSignInSecrets(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second, Network: n})
 		var secrets sync.Map
 		open := func(ctx context.Context, server, u string) error {

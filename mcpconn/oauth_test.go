@@ -27,13 +27,13 @@ type browser struct {
 	opened atomic.Int32
 	delay  time.Duration
 	urls   chan string
-	net    *mcptest.Network // where it browses; nil: the real network
+	net    *testenv.Network // where it browses; nil: the real network
 }
 
 func newBrowser() *browser { return &browser{urls: make(chan string, 16)} }
 
 // on makes b browse on the in-memory network n.
-func (b *browser) on(n *mcptest.Network) *browser {
+func (b *browser) on(n *testenv.Network) *browser {
 	b.net = n
 	return b
 }
@@ -62,17 +62,17 @@ func (b *browser) open(ctx context.Context, server, u string) error {
 }
 
 // bubble runs f in a synctest bubble, on an in-memory network (see
-// mcptest.Network): token lifetimes, refresh margins and sign-in waits
+// testenv.Network): token lifetimes, refresh margins and sign-in waits
 // pass on the bubble's fake clock, at once and exactly, and the bubble
 // ends only when every goroutine it started has.
-func bubble(t *testing.T, f func(t *testing.T, n *mcptest.Network)) {
+func bubble(t *testing.T, f func(t *testing.T, n *testenv.Network)) {
 	t.Helper()
-	synctest.Test(t, func(t *testing.T) { f(t, mcptest.NewNetwork()) })
+	synctest.Test(t, func(t *testing.T) { f(t, testenv.NewNetwork()) })
 }
 
 // onNetwork makes m reach its servers, and take its sign-in's redirect,
 // on the in-memory network n.
-func onNetwork(m *Manager, n *mcptest.Network) *Manager {
+func onNetwork(m *Manager, n *testenv.Network) *Manager {
 	m.http = n.Transport()
 	m.listen = n.ListenAddr
 	return m
@@ -176,7 +176,7 @@ func TestOAuthSignInStoreReuse(t *testing.T) {
 // one is used by the other, even when refresh tokens rotate.
 func TestOAuthSharedTokenFile(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second, Network: n})
 		dir := t.TempDir()
 		a, _ := oauthManager(t, Config{URL: s.URL}, dir, nil) // cannot sign in
@@ -232,7 +232,7 @@ func TestOAuthLoginRequiredIsFast(t *testing.T) {
 // that says to sign in again; nothing hangs.
 func TestOAuthRefresh(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second, Network: n})
 		dir := t.TempDir()
 		b := newBrowser().on(n)
@@ -291,7 +291,7 @@ func TestOAuthRefresh(t *testing.T) {
 // revoked, in a process that cannot sign in, gives the clear error.
 func TestOAuthExpiredWithoutRefresh(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: time.Second, Network: n})
 		dir := t.TempDir()
 		m, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: newBrowser().on(n).open})
@@ -314,7 +314,7 @@ func TestOAuthExpiredWithoutRefresh(t *testing.T) {
 // and otherwise the error says to.
 func TestOAuthExpiredNoRefreshToken(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: time.Second, NoRefresh: true, Network: n})
 		dir := t.TempDir()
 		m, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: newBrowser().on(n).open})
@@ -418,7 +418,7 @@ func freePort(t *testing.T) int {
 // error.
 func TestOAuthSignInTimeouts(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	bubble(t, func(t *testing.T, n *mcptest.Network) {
+	bubble(t, func(t *testing.T, n *testenv.Network) {
 		s := oauthServer(t, &mcptest.OAuthServerOptions{Network: n})
 		slow := newBrowser().on(n)
 		slow.delay = 1500 * time.Millisecond

@@ -16,6 +16,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // OAuthServer is an MCP server (NewServer's tools, streamable HTTP at
@@ -68,7 +70,7 @@ type OAuthServerOptions struct {
 	NoRefresh bool
 	// Network, when set, is where the server listens (in memory, for a
 	// test in a synctest bubble); nil means a real loopback port.
-	Network *Network
+	Network *testenv.Network
 }
 
 // NewOAuthServer starts an OAuthServer; Close stops it.

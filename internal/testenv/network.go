@@ -1,4 +1,4 @@
-package mcptest
+package testenv
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func (n *Network) ListenAddr(network, address string) (net.Listener, error) {
 	host, p, err := net.SplitHostPort(address)
 	port, perr := strconv.Atoi(p)
 	if err != nil || perr != nil || host != "127.0.0.1" || network != "tcp" {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("mcptest.Network listens on tcp 127.0.0.1:port only, not %s %s", network, address)}
+		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("testenv.Network listens on tcp 127.0.0.1:port only, not %s %s", network, address)}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
