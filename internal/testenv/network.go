@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // Network is an in-memory network for tests that run in a testing/synctest
@@ -116,3 +118,18 @@ func (l *memListener) Close() error {
 }
 
 func (l *memListener) Addr() net.Addr { return l.addr }
+
+// Server starts an httptest.Server for h on the network; t's cleanup
+// closes it.
+func (n *Network) Server(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = n.Listen()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Client returns an HTTP client that reaches the network's servers.
+func (n *Network) Client() *http.Client { return &http.Client{Transport: n.Transport()} }
