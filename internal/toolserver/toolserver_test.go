@@ -114,6 +114,34 @@ func start(t *testing.T, c toolserver.Caller, opts *toolserver.Options) *testSer
 	return &testServer{Server: s, sock: sock, unixURL: unixURL, tcpURL: tcpURL, unix: unix, tcp: tcp}
 }
 
+// startOn is start on the in-memory network n, for a test in a synctest
+// bubble: the server's "unix socket" and its loopback port are n's.
+func startOn(t *testing.T, n *testenv.Network, c toolserver.Caller, opts *toolserver.Options) *testServer {
+	t.Helper()
+	s, err := toolserver.New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const sock = "/ipybox-test/tool.sock"
+	ul, err := n.ListenAddr("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := n.Listen()
+	s.ServeListener(ul)
+	s.ServeListener(tl)
+	unix := &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return n.DialContext(ctx, "unix", sock)
+		},
+	}}
+	tcp := n.Client()
+	tcp.Transport.(*http.Transport).DisableKeepAlives = true
+	return &testServer{Server: s, sock: sock, unixURL: "unix://" + sock, tcpURL: "http://" + tl.Addr().String(), unix: unix, tcp: tcp}
+}
+
 // reply is a decoded answer of the tool server.
 type reply struct {
 	status int
