@@ -739,7 +739,13 @@ func testTokenFileConcurrentWriters(t *testing.T) {
 // deadline rather than block forever in flock(2).
 func TestRedteamTokenLockHeld(t *testing.T) {
 	t.Parallel()
-	s := oauthServer(t, nil)
+	// The call's deadline and the lock's bounded wait run on the bubble's
+	// clock: the waits are exact and take no time.
+	bubble(t, testTokenLockHeld)
+}
+
+func testTokenLockHeld(t *testing.T, n *testenv.Network) {
+	s := oauthServer(t, &mcptest.OAuthServerOptions{Network: n})
 	dir := t.TempDir()
 	lock := filepath.Join(dir, "."+tokenFileName+".lock")
 	f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600)
@@ -759,10 +765,11 @@ func TestRedteamTokenLockHeld(t *testing.T) {
 	defer release()
 	reg := NewRegistry()
 	reg.Add("srv", Config{URL: s.URL})
-	m, err := New(reg, &Options{TokenFile: filepath.Join(dir, tokenFileName), OAuthURL: newBrowser().open, ConnectTimeout: 3 * time.Second, Logger: testLogger(t)})
+	m, err := New(reg, &Options{TokenFile: filepath.Join(dir, tokenFileName), OAuthURL: newBrowser().on(n).open, ConnectTimeout: 3 * time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	onNetwork(m, n)
 	done := make(chan error, 1)
 	go func() {
 		_, err := callErr(m, "tool-1", 3*time.Second)
