@@ -477,6 +477,7 @@ func TestKernelDeath(t *testing.T) {
 }
 
 func TestDeadKernelTakesItsChildren(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	pid, _ := strconv.Atoi(run(t, ex, "import os, subprocess\nsubprocess.Popen(['sleep', '60'])\nos.getpid()").Text)
 	if len(testenv.GroupMembers(pid)) < 2 {
