@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/sandbox"
 )
 
@@ -14,5 +15,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		os.Exit(sandbox.InitMain(os.Args[2:]))
 	}
+	// The examples run kernels, and one an npm server: without them they
+	// skip, as the tests do, rather than fail on their output.
+	testenv.SkipExamples("^Example", testenv.HavePython)
+	testenv.SkipExamples("^ExampleExecutor_RegisterMCPServer$", testenv.HaveNPMBin("mcp-server-everything"))
 	os.Exit(m.Run())
 }

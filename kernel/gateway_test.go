@@ -319,11 +319,19 @@ func TestGatewayLifecycle(t *testing.T) {
 
 	t.Run("server goes away mid-cell", func(t *testing.T) {
 		k := startGatewayKernel(t, j, kernel.Options{HeartbeatInterval: 200 * time.Millisecond})
-		time.AfterFunc(500*time.Millisecond, j.Stop)
-		begin := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err := k.Execute(ctx, "import time\ntime.sleep(20)", nil)
+		// Stop the server once the cell runs.
+		var begin time.Time
+		var once sync.Once
+		_, err := k.Execute(ctx, "import time\nprint('running', flush=True)\ntime.sleep(20)", &kernel.ExecOptions{OnEvent: func(e kernel.Event) {
+			if o, ok := e.(*kernel.Output); ok && strings.Contains(o.Text, "running") {
+				once.Do(func() {
+					begin = time.Now()
+					go j.Stop()
+				})
+			}
+		}})
 		if !errors.Is(err, kernel.ErrKernelDied) {
 			t.Fatalf("err = %v, want ErrKernelDied", err)
 		}

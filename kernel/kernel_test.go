@@ -81,9 +81,17 @@ func TestHeartbeatDetectsHang(t *testing.T) {
 	k := startKernel(t, &kernel.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatMisses: 3})
 	ctx := context.Background()
 	pid := k.Pid()
-	time.AfterFunc(300*time.Millisecond, func() { testenv.Suspend(pid) })
-	begin := time.Now()
-	_, err := k.Execute(ctx, "import time\ntime.sleep(30)", nil)
+	// Stop the kernel once the cell runs.
+	var begin time.Time
+	var once sync.Once
+	_, err := k.Execute(ctx, "import time\nprint('running', flush=True)\ntime.sleep(30)", &kernel.ExecOptions{OnEvent: func(e kernel.Event) {
+		if o, ok := e.(*kernel.Output); ok && strings.Contains(o.Text, "running") {
+			once.Do(func() {
+				begin = time.Now()
+				testenv.Suspend(pid)
+			})
+		}
+	}})
 	if !errors.Is(err, kernel.ErrKernelDied) || !strings.Contains(err.Error(), "heartbeat") {
 		t.Fatalf("err = %v, want ErrKernelDied from the heartbeat", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"unicode"
 
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -42,12 +43,14 @@ func parseDotEnv(src string) (map[string]string, error) {
 		line, src, _ = strings.Cut(src, "\n")
 		lineNo++
 		start := lineNo
-		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "#") {
+		// Trimmed on the left only: a quoted value that continues on the
+		// next line keeps the spaces that end this one.
+		t := strings.TrimLeftFunc(line, unicode.IsSpace)
+		if strings.TrimSpace(t) == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
 		if rest, ok := strings.CutPrefix(t, "export"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
-			t = strings.TrimSpace(rest)
+			t = strings.TrimLeftFunc(rest, unicode.IsSpace)
 		}
 		key, val, ok := strings.Cut(t, "=")
 		key = strings.TrimSpace(key)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,6 +92,9 @@ type Manager struct {
 	log    *slog.Logger
 	client *mcp.Client
 	http   *http.Transport // shared by remote sessions; its idle connections are closed by Close
+	// listen opens the sign-in's redirect listener: net.Listen, which
+	// tests replace with an in-memory network's.
+	listen func(network, address string) (net.Listener, error)
 
 	ctx    context.Context // cancelled by Close, which aborts connects in progress
 	cancel context.CancelFunc
@@ -177,6 +181,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 			Capabilities: &mcp.ClientCapabilities{},
 		}),
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
+		listen:  net.Listen,
 		store:   tokenStore{path: o.TokenFile},
 		ctx:     ctx,
 		cancel:  cancel,

@@ -382,9 +382,9 @@ func (h *oauthHandler) signIn(ctx context.Context, req *http.Request, resp *http
 	if port == 0 {
 		port = h.lastPort
 	}
-	rl, err := listenRedirect(h.server, port)
+	rl, err := listenRedirect(h.m.listen, h.server, port)
 	if err != nil && h.cfg.RedirectPort == 0 && port != 0 {
-		rl, err = listenRedirect(h.server, 0) // the last port is taken now
+		rl, err = listenRedirect(h.m.listen, h.server, 0) // the last port is taken now
 	}
 	if err != nil {
 		discard(resp)
@@ -714,8 +714,8 @@ type redirectResult struct {
 }
 
 // listenRedirect listens on 127.0.0.1:port (0: a free port).
-func listenRedirect(server string, port int) (*redirectListener, error) {
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+func listenRedirect(listen func(network, address string) (net.Listener, error), server string, port int) (*redirectListener, error) {
+	ln, err := listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return nil, err
 	}

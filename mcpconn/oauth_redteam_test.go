@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -671,6 +672,13 @@ func TestRedteamTokenFileLooseMode(t *testing.T) {
 // every save that was not removed is there.
 func TestRedteamTokenFileConcurrentWriters(t *testing.T) {
 	t.Parallel()
+	// In a bubble the lock's bounded wait (a second) runs on the fake
+	// clock, which moves only while every writer waits: what is checked is
+	// that no update is lost, whatever the machine's load.
+	synctest.Test(t, testTokenFileConcurrentWriters)
+}
+
+func testTokenFileConcurrentWriters(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens.json")
 	var wg sync.WaitGroup
@@ -731,7 +739,13 @@ func TestRedteamTokenFileConcurrentWriters(t *testing.T) {
 // deadline rather than block forever in flock(2).
 func TestRedteamTokenLockHeld(t *testing.T) {
 	t.Parallel()
-	s := oauthServer(t, nil)
+	// The call's deadline and the lock's bounded wait run on the bubble's
+	// clock: the waits are exact and take no time.
+	bubble(t, testTokenLockHeld)
+}
+
+func testTokenLockHeld(t *testing.T, n *testenv.Network) {
+	s := oauthServer(t, &mcptest.OAuthServerOptions{Network: n})
 	dir := t.TempDir()
 	lock := filepath.Join(dir, "."+tokenFileName+".lock")
 	f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600)
@@ -751,10 +765,11 @@ func TestRedteamTokenLockHeld(t *testing.T) {
 	defer release()
 	reg := NewRegistry()
 	reg.Add("srv", Config{URL: s.URL})
-	m, err := New(reg, &Options{TokenFile: filepath.Join(dir, tokenFileName), OAuthURL: newBrowser().open, ConnectTimeout: 3 * time.Second, Logger: testLogger(t)})
+	m, err := New(reg, &Options{TokenFile: filepath.Join(dir, tokenFileName), OAuthURL: newBrowser().on(n).open, ConnectTimeout: 3 * time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	onNetwork(m, n)
 	done := make(chan error, 1)
 	go func() {
 		_, err := callErr(m, "tool-1", 3*time.Second)
@@ -928,62 +943,65 @@ func TestRedteamFixedRedirectPortSquatted(t *testing.T) {
 // authorization code, no state and no PKCE verifier or challenge.
 func TestRedteamLogsHoldNoSignInSecrets(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second})
-	var secrets sync.Map
-	open := func(ctx context.Context, server, u string) error {
-		au, _ := url.Parse(u)
-		for _, k := range []string{"state", "code_challenge"} {
-			secrets.Store(au.Query().Get(k), k)
-		}
-		go func() {
-			c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
-				if code := r.URL.Query().Get("code"); code != "" {
-					secrets.Store(code, "code")
-				}
-				return nil
-			}}
-			if resp, err := c.Get(u); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+	bubble(t, func(t *testing.T, n *testenv.Network) {
+		s := oauthServer(t, &mcptest.OAuthServerOptions{TokenLifetime: 2 * time.Second, Network: n})
+		var secrets sync.Map
+		open := func(ctx context.Context, server, u string) error {
+			au, _ := url.Parse(u)
+			for _, k := range []string{"state", "code_challenge"} {
+				secrets.Store(au.Query().Get(k), k)
 			}
-		}()
-		return nil
-	}
-	dir := t.TempDir()
-	m, logs := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: open})
-	if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
-		t.Fatalf("sign-in: %q %v", got, err)
-	}
-	time.Sleep(2500 * time.Millisecond) // the token expires: the next call refreshes it
-	if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
-		t.Fatalf("after the refresh: %q %v", got, err)
-	}
-	if c := s.Counts(); c.Refreshes == 0 {
-		t.Errorf("no refresh happened: %+v", c)
-	}
-	data, _ := os.ReadFile(filepath.Join(dir, "tokens.json"))
-	var f tokenFile
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range f.Servers {
-		secrets.Store(e.ClientSecret, "client secret")
-	}
-	for _, tok := range s.Tokens() {
-		secrets.Store(tok, "token")
-	}
-	n := 0
-	secrets.Range(func(k, v any) bool {
-		if k.(string) == "" {
+			go func() {
+				c := &http.Client{Transport: n.Transport(), Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+					if code := r.URL.Query().Get("code"); code != "" {
+						secrets.Store(code, "code")
+					}
+					return nil
+				}}
+				if resp, err := c.Get(u); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+			return nil
+		}
+		dir := t.TempDir()
+		m, logs := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: open})
+		onNetwork(m, n)
+		if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
+			t.Fatalf("sign-in: %q %v", got, err)
+		}
+		time.Sleep(2500 * time.Millisecond) // on the bubble's clock: the token expires, the next call refreshes it
+		if got, err := callErr(m, "tool-1", 30*time.Second); err != nil || got != "tool-1: x" {
+			t.Fatalf("after the refresh: %q %v", got, err)
+		}
+		if c := s.Counts(); c.Refreshes == 0 {
+			t.Errorf("no refresh happened: %+v", c)
+		}
+		data, _ := os.ReadFile(filepath.Join(dir, "tokens.json"))
+		var f tokenFile
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range f.Servers {
+			secrets.Store(e.ClientSecret, "client secret")
+		}
+		for _, tok := range s.Tokens() {
+			secrets.Store(tok, "token")
+		}
+		count := 0
+		secrets.Range(func(k, v any) bool {
+			if k.(string) == "" {
+				return true
+			}
+			count++
+			if strings.Contains(logs.String(), k.(string)) {
+				t.Errorf("the logs hold the %s", v)
+			}
 			return true
+		})
+		if count < 5 {
+			t.Errorf("only %d secrets were collected; the test proves little", count)
 		}
-		n++
-		if strings.Contains(logs.String(), k.(string)) {
-			t.Errorf("the logs hold the %s", v)
-		}
-		return true
 	})
-	if n < 5 {
-		t.Errorf("only %d secrets were collected; the test proves little", n)
-	}
 }
