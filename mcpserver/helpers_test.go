@@ -20,9 +20,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 var shared struct {

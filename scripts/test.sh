@@ -27,7 +27,7 @@ scripts/leftovers.sh snapshot "$before"
 # last runs alone at the end (python did, for minutes). The slow ones are
 # named here, by their measured times; every other package follows in go
 # list's order, so a new package is tested all the same.
-slow=(. ./python ./cmd/ipybox ./kernel ./internal/toolserver ./mcpserver ./internal/seccomp ./sandbox ./mcpconn)
+slow=(. ./python ./cmd/ipybox ./internal/kernel ./internal/toolserver ./mcpserver ./internal/seccomp ./internal/sandbox ./internal/mcpconn)
 mod=$(go list -m)
 all=$(go list ./...)
 pkgs=()

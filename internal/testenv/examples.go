@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // SkipExamples makes the Example functions whose names match pattern skip
