@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // A snapshot is a kernel's namespace saved to a file: what hibernation

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // snapshotCells make a namespace of every kind: values, a shared object,

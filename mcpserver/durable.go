@@ -12,8 +12,8 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/safefs"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // Durable sessions.
