@@ -487,6 +487,7 @@ func (s *Server) afterCell(x *session, ex *ipybox.Executor, cellErr error) {
 		return
 	}
 	x.ckBusy = true
+	x.ckDone = make(chan struct{})
 	x.active++
 	x.mu.Unlock()
 	s.wg.Add()
@@ -500,16 +501,34 @@ func (s *Server) afterCell(x *session, ex *ipybox.Executor, cellErr error) {
 			if !x.ckAgain || x.ex != ex || x.closed {
 				x.ckBusy, x.ckAgain = false, false
 				x.active--
+				done := x.ckDone
 				x.mu.Unlock()
 				if err == nil {
 					s.saveRecord(x)
 				}
+				close(done)
 				return
 			}
 			x.ckAgain = false
 			x.mu.Unlock()
 		}
 	}()
+}
+
+// checkpointWait waits for a checkpoint in flight, so that what it could
+// not save reaches the next cell's result. The next cell would wait for
+// it anyway: a save holds the kernel.
+func (x *session) checkpointWait(ctx context.Context) {
+	x.mu.Lock()
+	busy, done := x.ckBusy, x.ckDone
+	x.mu.Unlock()
+	if !busy {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 func (x *session) ckUnsavedNow() string {
@@ -585,11 +604,15 @@ func (s *Server) saveRecord(x *session) {
 func (s *Server) revive(h string, key [32]byte, r *record) *session {
 	x := &session{s: s, handle: h, key: key, id: logID(h), principal: r.Principal, created: r.Created, used: r.Used, synced: map[string]int{},
 		pkg: r.Packages, snap: r.Snapshot, kernelID: r.Kernel}
-	why := r.Asleep
-	if why == "" {
-		why = "ipybox mcp stopped"
+	if r.Snapshot != "" || r.Kernel != "" {
+		// It had a kernel: its next call brings its state back. (One that
+		// never ran a cell has nothing to bring back, and no note.)
+		why := r.Asleep
+		if why == "" {
+			why = "ipybox mcp stopped"
+		}
+		x.asleep = &sleep{at: r.Used, why: why, detached: r.Kernel != ""}
 	}
-	x.asleep = &sleep{at: r.Used, why: why, detached: r.Kernel != ""}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x
 }

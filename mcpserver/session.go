@@ -62,6 +62,7 @@ type session struct {
 	// meanwhile; ckUnsaved is what the last checkpoint left out. Guarded
 	// by mu.
 	ckBusy, ckAgain bool
+	ckDone          chan struct{} // closed when ckBusy clears
 	ckUnsaved       string
 
 	closeMu   sync.Mutex // makes close wait for a concurrent close

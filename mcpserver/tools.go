@@ -421,6 +421,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return nil, nil, err
 	}
 	defer done()
+	x.checkpointWait(ctx)
 	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
 	res, err := s.await(ctx, c, att)
 	return res, nil, err
