@@ -1,0 +1,179 @@
+package mcpserver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// snapshotPath is the snapshot file of session h of srv.
+func snapshotPath(t *testing.T, srv *Server, ws, h string) string {
+	t.Helper()
+	x := srv.store.get(h)
+	if x == nil {
+		t.Fatalf("no session %s", h)
+	}
+	x.mu.Lock()
+	snap := x.snap
+	x.mu.Unlock()
+	if !folderName(snap) {
+		t.Fatalf("session %s has no snapshot folder (%q)", h, snap)
+	}
+	return filepath.Join(ws, ".ipybox", "snapshots", snap, ipybox.SnapshotFile)
+}
+
+// shutdown hibernates srv's sessions, as SIGTERM does.
+func shutdown(t *testing.T, srv *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// TestHostileSnapshot: a truncated snapshot, one that is not a snapshot,
+// and one whose unpickling kills its kernel (kernel code planted an
+// object whose reduce calls os._exit) each cost their own session its
+// state, with a message that says so, and nothing else: the server serves
+// on, the session runs on in a fresh kernel, and a session beside them
+// comes back whole.
+func TestHostileSnapshot(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	hs := map[string]string{}
+	for _, name := range []string{"truncated", "garbage", "killer", "bystander"} {
+		hs[name] = createSession(t, cs)
+	}
+	runIn(t, cs, hs["truncated"], "v = list(range(1000))")
+	runIn(t, cs, hs["garbage"], "v = 1")
+	runIn(t, cs, hs["killer"], "import os\nclass K:\n    def __reduce__(self):\n        return (os._exit, (3,))\nk = K()\nv = 1")
+	runIn(t, cs, hs["bystander"], "v = 'intact'")
+	paths := map[string]string{}
+	for name, h := range hs {
+		paths[name] = snapshotPath(t, srv, ws, h)
+	}
+	shutdown(t, srv)
+
+	b, err := os.ReadFile(paths["truncated"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(paths["truncated"], b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(paths["garbage"], []byte(strings.Repeat("\x80\x05 not a snapshot at all ", 8)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
+	for name, want := range map[string]string{"truncated": "truncated", "garbage": "not an ipybox snapshot", "killer": "could not be restored"} {
+		got := runIn(t, cs2, hs[name], "print('v' in globals())")
+		if !strings.Contains(got, "state was lost") || !strings.Contains(got, want) || !strings.HasSuffix(got, "False") {
+			t.Errorf("%s snapshot: the first result is %q, want a note with %q, then a fresh kernel", name, got, want)
+		}
+		if got := runIn(t, cs2, hs[name], "v = 2\nprint(v)"); got != "2" {
+			t.Errorf("%s: the session after the failed restore: %q", name, got)
+		}
+	}
+	if got := runIn(t, cs2, hs["bystander"], "print(v)"); !strings.HasSuffix(got, "intact") || !strings.Contains(got, "names came back") {
+		t.Errorf("the session beside them: %q", got)
+	}
+}
+
+// TestSnapshotBudget: a value past the session's budget is left out and
+// named, and what fits comes back; once the workspace's budget is taken,
+// a hibernation saves nothing, and the next result says why and what to
+// do.
+func TestSnapshotBudget(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	o := &Options{Workspace: ws, NoZygote: true, SnapshotBytes: 300 << 10, SnapshotWorkspaceBytes: 300 << 10}
+	srv := newServer(t, o)
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	a, b := createSession(t, cs), createSession(t, cs)
+	runIn(t, cs, a, "fits = bytes(250_000)\nhuge = bytes(400_000)\nk = 1")
+	runIn(t, cs, b, "k = 2")
+	x := srv.store.get(a)
+	if !x.hibernate(t.Context(), "test", false) {
+		t.Fatal("session a did not hibernate")
+	}
+	y := srv.store.get(b)
+	if !y.hibernate(t.Context(), "test", false) {
+		t.Fatal("session b did not hibernate")
+	}
+	got := runIn(t, cs, a, "print(len(fits), k, 'huge' in globals())")
+	if !strings.Contains(got, "huge (over the snapshot's size limit") || !strings.HasSuffix(got, "250000 1 False") {
+		t.Errorf("a session past its budget: %q", got)
+	}
+	got = runIn(t, cs, b, "print('k' in globals())")
+	if !strings.Contains(got, "could not be saved") || !strings.Contains(got, "--snapshot-workspace-budget") || !strings.HasSuffix(got, "False") {
+		t.Errorf("a session past the workspace's budget: %q", got)
+	}
+}
+
+// TestSnapshotReplace: a sandboxed kernel cannot see another session's
+// snapshot folder, nor write a snapshot there: the folders of
+// .ipybox/snapshots but its own are hidden. The victim's handle restores
+// its own state.
+func TestSnapshotReplace(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, NoZygote: true, Sandbox: ipybox.DefaultSandbox()})
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	victim, attacker := createSession(t, cs), createSession(t, cs)
+	runIn(t, cs, victim, "secret = 'victim'")
+	runIn(t, cs, attacker, "secret = 'attacker'")
+	vpath := snapshotPath(t, srv, ws, victim)
+	x := srv.store.get(victim)
+	if !x.hibernate(t.Context(), "test", false) {
+		t.Fatal("the victim did not hibernate")
+	}
+	rel, _ := filepath.Rel(ws, vpath)
+	// The attacker knows the victim's folder (as if it guessed the random
+	// name), saves its own namespace, and tries to put it there: by a
+	// copy, by a link, by listing the folder.
+	code := `import os, shutil
+rel = ` + pyString(rel) + `
+out = []
+out.append(sorted(os.listdir(".ipybox/snapshots")) if os.path.isdir(".ipybox/snapshots") else "none")
+for attempt in ("write", "mkdir", "link"):
+    try:
+        if attempt == "write":
+            open(rel, "wb").write(b"IPYBOX-SNAPSHOT 1\n")
+        elif attempt == "mkdir":
+            os.makedirs(os.path.dirname(rel), exist_ok=True)
+            open(rel, "wb").write(b"IPYBOX-SNAPSHOT 1\n")
+        else:
+            os.symlink("/etc/passwd", rel)
+        out.append(attempt + " succeeded")
+    except OSError as e:
+        out.append(attempt + " refused")
+print(out)`
+	got := runIn(t, cs, attacker, code)
+	t.Logf("the attacker saw: %s", got)
+	if strings.Contains(got, "succeeded") || strings.Contains(got, filepath.Base(filepath.Dir(vpath))) {
+		t.Errorf("the attacker reached the victim's snapshot: %s", got)
+	}
+	if got := runIn(t, cs, victim, "print(secret)"); !strings.HasSuffix(got, "victim") {
+		t.Errorf("the victim after the attempt: %q", got)
+	}
+}
+
+// pyString quotes s for Python.
+func pyString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
