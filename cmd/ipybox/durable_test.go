@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// durableClient connects to b speaking 2026-07-28, whose sessions have
+// handles.
+func durableClient(t *testing.T, b *mcpBinary) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: b.url, DisableStandaloneSSE: true, HTTPClient: b.httpClient()},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// newHandle calls create_session.
+func newHandle(t *testing.T, cs *mcp.ClientSession) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_session", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("create_session: %v %v", err, res)
+	}
+	var out struct{ Session string }
+	b, _ := json.Marshal(res.StructuredContent)
+	if json.Unmarshal(b, &out) != nil || out.Session == "" {
+		t.Fatalf("create_session: %s", b)
+	}
+	return out.Session
+}
+
+// runIn runs code in session h.
+func runIn(t *testing.T, cs *mcp.ClientSession, h, code string) string {
+	t.Helper()
+	out, isErr := callText(t, cs, "execute_ipython_cell", map[string]any{"code": code, "session": h})
+	if isErr {
+		t.Fatalf("cell %q in %s: %s", code, h, out)
+	}
+	return out
+}
+
+// TestMCPDurableRestart restarts the binary with real signals on one
+// workspace and one token. SIGTERM hibernates every session, and the
+// restarted server restores each at its first call. SIGKILL saves
+// nothing at the end, but with --checkpoint cell each session comes back
+// as it was after its last completed cell.
+func TestMCPDurableRestart(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	for _, how := range []string{"sigterm", "sigkill"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			args := []string{"--workspace", ws, "--no-sandbox", "--pool", "0", "--no-fork-server"}
+			if how == "sigkill" {
+				args = append(args, "--checkpoint", "cell")
+			}
+			b := startHTTP(t, args...)
+			cs := durableClient(t, b)
+			h1, h2 := newHandle(t, cs), newHandle(t, cs)
+			runIn(t, cs, h1, "import json as j\nv = {'n': 1}\ndef f(): return v['n'] + 1")
+			runIn(t, cs, h2, "w = 'two'")
+			runIn(t, cs, h1, "v['n'] = 41")
+			if how == "sigkill" {
+				// The checkpoint of the last cell runs behind its result;
+				// the next cell waits for it.
+				runIn(t, cs, h1, "print(v)")
+				runIn(t, cs, h2, "print(w)")
+				b.cmd.Process.Signal(syscall.SIGKILL)
+			} else {
+				b.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			select {
+			case <-b.exited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("ipybox mcp did not exit after %s\n%s", how, b.stderr)
+			}
+			if how == "sigterm" && b.err != nil {
+				t.Errorf("exit after SIGTERM: %v\n%s", b.err, b.stderr)
+			}
+			cs.Close()
+
+			b2 := startHTTPCmd(t, exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokenFileOf(t, b)}, args...)...))
+			b2.token = b.token
+			cs2 := durableClient(t, b2)
+			got := runIn(t, cs2, h1, "print(f(), j.dumps(1))")
+			if !strings.HasSuffix(got, "42 1") || !strings.Contains(got, "names came back") {
+				t.Errorf("the first session after %s and a restart: %q", how, got)
+			}
+			if got := runIn(t, cs2, h2, "print(w)"); !strings.HasSuffix(got, "two") {
+				t.Errorf("the second session after %s and a restart: %q", how, got)
+			}
+		})
+	}
+}
+
+// tokenFileOf writes b's token to a file, for a server started again with
+// the same token.
+func tokenFileOf(t *testing.T, b *mcpBinary) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(f, []byte(b.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
