@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -65,13 +67,25 @@ func runIn(t *testing.T, cs *mcp.ClientSession, h, code string) string {
 func TestMCPDurableRestart(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	for _, how := range []string{"sigterm", "sigkill"} {
+	for _, how := range []string{"sigterm", "sigkill", "gateway-sigkill"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			ws := t.TempDir()
 			args := []string{"--workspace", ws, "--no-sandbox", "--pool", "0", "--no-fork-server"}
-			if how == "sigkill" {
+			var j *testenv.Jupyter
+			switch how {
+			case "sigkill":
 				args = append(args, "--checkpoint", "cell")
+			case "gateway-sigkill":
+				// No snapshot: the kernels run on in the Jupyter Server,
+				// and the restarted front end reattaches to them.
+				j = testenv.JupyterServer(t, nil)
+				tok := filepath.Join(t.TempDir(), "gateway-token")
+				if err := os.WriteFile(tok, []byte(j.Token+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = []string{"--workspace", ws, "--pool", "0", "--gateway-url", j.URL, "--gateway-token-file", tok,
+					"--mcp-config", writeMCPConfig(t, map[string]any{"startgo": map[string]any{"command": mcptest.Build(t)}})}
 			}
 			b := startHTTP(t, args...)
 			cs := durableClient(t, b)
@@ -79,7 +93,7 @@ func TestMCPDurableRestart(t *testing.T) {
 			runIn(t, cs, h1, "import json as j\nv = {'n': 1}\ndef f(): return v['n'] + 1")
 			runIn(t, cs, h2, "w = 'two'")
 			runIn(t, cs, h1, "v['n'] = 41")
-			if how == "sigkill" {
+			if how != "sigterm" {
 				// The checkpoint of the last cell runs behind its result;
 				// the next cell waits for it.
 				runIn(t, cs, h1, "print(v)")
@@ -102,8 +116,21 @@ func TestMCPDurableRestart(t *testing.T) {
 			b2.token = b.token
 			cs2 := durableClient(t, b2)
 			got := runIn(t, cs2, h1, "print(f(), j.dumps(1))")
-			if !strings.HasSuffix(got, "42 1") || !strings.Contains(got, "names came back") {
+			want := "names came back"
+			if j != nil {
+				want = "reattached"
+			}
+			if !strings.HasSuffix(got, "42 1") || !strings.Contains(got, want) {
 				t.Errorf("the first session after %s and a restart: %q", how, got)
+			}
+			if j != nil {
+				// The kernel's tool calls reach the new front end.
+				if got := runIn(t, cs2, h1, "from mcptools.startgo.tool_1 import Params, run\nprint(run(Params(s='again')))"); got != "tool-1: again" {
+					t.Errorf("a tool call after the reattach: %q", got)
+				}
+				if n := len(gatewayKernelIDs(t, j)); n != 2 {
+					t.Errorf("the gateway runs %d kernels after the restart, want the 2 it ran", n)
+				}
 			}
 			if got := runIn(t, cs2, h2, "print(w)"); !strings.HasSuffix(got, "two") {
 				t.Errorf("the second session after %s and a restart: %q", how, got)
@@ -121,4 +148,25 @@ func tokenFileOf(t *testing.T, b *mcpBinary) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// gatewayKernelIDs lists the kernels j runs.
+func gatewayKernelIDs(t *testing.T, j *testenv.Jupyter) []string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", j.URL+"/api/kernels", nil)
+	req.Header.Set("Authorization", "token "+j.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ks []struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&ks); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, k := range ks {
+		out = append(out, k.ID)
+	}
+	return out
 }
