@@ -71,6 +71,7 @@ func (e *Executor) startTools() error {
 		ApprovalTimeout: e.approvalTimeout(),
 		Modules:         modules,
 		Logger:          e.log,
+		Observe:         e.observe,
 	})
 	if err != nil {
 		return err
@@ -129,6 +130,14 @@ func (e *Executor) toolEnv() []string {
 // name must be a Python identifier that is not a keyword. Registering a
 // name again replaces the server and its modules.
 func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
+	t, _ := cfg.Transport()
+	ctx, span := e.tel.StartRegister(ctx, name, string(t))
+	mods, err := e.registerMCPServer(ctx, name, cfg)
+	e.tel.EndRegister(span, len(mods), err)
+	return mods, err
+}
+
+func (e *Executor) registerMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: register MCP server: %w", err)
 	}
