@@ -58,9 +58,7 @@ func (e *Executor) startTools() error {
 	// With a policy, every call goes to the approver: deny and ask rules
 	// apply where tool approval is off.
 	autoTools := e.opts.NoToolApproval && e.opts.ApprovalPolicy == nil
-	ts, err := toolserver.New(toolserver.CallerFunc(func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-		return e.mcp.CallTool(ctx, server, tool, args)
-	}), &toolserver.Options{
+	ts, err := toolserver.New(toolserver.CallerFunc(e.callTool), &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: autoTools,
 		KnownServer: func(name string) bool {

@@ -2,9 +2,11 @@ package ipybox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipybox/ipybox/internal/telemetry"
@@ -87,6 +89,22 @@ func (e *Executor) observe(ctx context.Context, call *toolserver.ToolCall, shell
 	}
 	ctx, sp := e.tel.StartShell(ctx, parent, len(shell))
 	return ctx, func(outcome string) { e.tel.EndShell(sp, outcome) }
+}
+
+// callTool is the tool server's Caller: the MCP request of an approved
+// call, in its span.
+func (e *Executor) callTool(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
+	ctx, sp := e.tel.StartMCPCall(ctx, server, tool)
+	res, err := e.mcp.CallTool(ctx, server, tool, args)
+	switch {
+	case err != nil:
+		e.tel.EndMCPCall(sp, "error")
+	case res != nil && res.IsError:
+		e.tel.EndMCPCall(sp, "tool_error")
+	default:
+		e.tel.EndMCPCall(sp, "ok")
+	}
+	return res, err
 }
 
 // egressDecided is the egress proxy's hook: a decision, under the running

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,8 +25,9 @@ import (
 // TestTracing runs one cell that makes three tool calls, each approved
 // through Stream, under a span of the application's, with a recording
 // TracerProvider: the cell's span is the child of the application's, each
-// call's is the cell's child with its approval below it, the MCP server
-// gets each call's traceparent in _meta, kernel code reads the cell's,
+// call's is the cell's child with its approval and its MCP request below
+// it, the MCP server gets the request's traceparent in _meta, kernel code
+// reads the cell's,
 // the log lines of a call carry its trace, and no attribute holds a
 // secret.
 func TestTracing(t *testing.T) {
@@ -126,15 +128,26 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`
 			t.Errorf("approval decision %q by %q, want allow by application", d, by)
 		}
 	}
-	// The MCP server saw each call's span as its parent.
+	// Each call's MCP request has a span of its own, and the MCP server
+	// got it as its parent.
+	reqIDs := map[trace.SpanID]bool{}
+	for _, r := range byName[telemetry.SpanMCPCall] {
+		reqIDs[r.SpanContext().SpanID()] = true
+		if !callIDs[r.Parent().SpanID()] {
+			t.Errorf("an MCP request's parent %v is no tool call", r.Parent().SpanID())
+		}
+	}
+	if len(reqIDs) != 3 {
+		t.Errorf("%d MCP request spans, want 3", len(reqIDs))
+	}
 	mu.Lock()
 	if len(seen) != 3 {
 		t.Errorf("the server saw %d tools/call requests, want 3", len(seen))
 	}
 	for _, tp := range seen {
 		sc := parseTP(t, tp)
-		if sc.TraceID() != app.TraceID() || !callIDs[sc.SpanID()] {
-			t.Errorf("the server got traceparent %q: not a tool call span of trace %v", tp, app.TraceID())
+		if sc.TraceID() != app.TraceID() || !reqIDs[sc.SpanID()] {
+			t.Errorf("the server got traceparent %q: not an MCP request span of trace %v", tp, app.TraceID())
 		}
 	}
 	mu.Unlock()
@@ -250,4 +263,119 @@ func mustSpanID(t *testing.T, s string) trace.SpanID {
 		t.Errorf("span id %q: %v", s, err)
 	}
 	return id
+}
+
+// TestTracingKernelLifecycle: a kernel's start, its death (with the cause),
+// the restart the next cell makes (under that cell), and Reset's restart.
+func TestTracingKernelLifecycle(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ex := start(t, &ipybox.Options{TracerProvider: tp})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := ex.Execute(ctx, "import os\nos._exit(3)", nil); !errors.Is(err, ipybox.ErrKernelDied) {
+		t.Fatalf("os._exit: %v, want ErrKernelDied", err)
+	}
+	run(t, ex, "1")
+	if err := ex.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byName[s.Name()] = append(byName[s.Name()], s)
+	}
+	if n := len(byName[telemetry.SpanKernelStart]); n != 1 {
+		t.Errorf("%d kernel starts, want 1", n)
+	}
+	deaths := byName[telemetry.SpanKernelDeath]
+	if len(deaths) != 1 {
+		t.Fatalf("%d kernel deaths, want 1: %v", len(deaths), names(rec.Ended()))
+	}
+	// The cause is the first sign the host saw: the exit, or a channel
+	// that closed.
+	if c := attr(deaths[0], telemetry.KeyCause); c == "" || attr(deaths[0], telemetry.KeySession) != ex.SessionID() {
+		t.Errorf("death: cause %q, session %q", c, attr(deaths[0], telemetry.KeySession))
+	}
+	cells := byName[telemetry.SpanCell]
+	if len(cells) != 2 || attr(cells[0], telemetry.KeyOutcome) != telemetry.CellKernelDied {
+		t.Fatalf("cells %v: want 2, the first kernel_died", names(cells))
+	}
+	restarts := byName[telemetry.SpanKernelRestart]
+	if len(restarts) != 2 {
+		t.Fatalf("%d restarts, want 2 (the next cell's, Reset's)", len(restarts))
+	}
+	if restarts[0].Parent().SpanID() != cells[1].SpanContext().SpanID() {
+		t.Errorf("the restart a cell made is not that cell's child")
+	}
+	if restarts[1].Parent().IsValid() {
+		t.Errorf("Reset's restart has a parent %v, want none (Reset's ctx had no span)", restarts[1].Parent())
+	}
+	if b := attr(restarts[0], telemetry.KeyBackend); b != telemetry.BackendLocal {
+		t.Errorf("backend %q, want %q", b, telemetry.BackendLocal)
+	}
+}
+
+// TestTracingEgress: each decision of a sandbox's egress proxy is a span
+// under the cell that made the request, with the entry that allowed it or
+// the reason it was refused.
+func TestTracingEgress(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	cfg := ipybox.DefaultSandbox()
+	if err := cfg.AllowDomains("localhost"); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{TracerProvider: tp, Sandbox: cfg})
+	// CONNECT through the proxy by hand: urllib would skip it for
+	// localhost (NO_PROXY).
+	res := run(t, ex, `import os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+for target in ["localhost:9", "denied.example:443"]:
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    print(target, s.recv(64).split(b"\r\n")[0].decode())
+    s.close()`)
+	if strings.Count(res.Text, " 403 ") != 2 {
+		t.Fatalf("the proxy did not refuse both: %q", res.Text)
+	}
+	var cell sdktrace.ReadOnlySpan
+	var egress []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case telemetry.SpanEgress:
+			egress = append(egress, s)
+		case telemetry.SpanCell:
+			cell = s
+		}
+	}
+	var got []string
+	for _, s := range egress {
+		if s.Parent().SpanID() != cell.SpanContext().SpanID() {
+			t.Errorf("egress span %v: parent %v, want the cell", attrs(s), s.Parent().SpanID())
+		}
+		got = append(got, attr(s, telemetry.KeyTarget)+" "+attr(s, telemetry.KeyEgress)+": "+attr(s, telemetry.KeyEgressRule))
+	}
+	want := []string{
+		`localhost:9 allow: allowedDomains entry "localhost"`,
+		`localhost:9 deny: localhost:9 resolves only to loopback`,
+		`denied.example:443 deny: denied.example:443 is not in allowedDomains`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("egress spans %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("egress span %d: %q, want %q...", i, got[i], want[i])
+		}
+	}
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[string]string {
+	out := map[string]string{}
+	for _, kv := range s.Attributes() {
+		out[string(kv.Key)] = kv.Value.Emit()
+	}
+	return out
 }

@@ -216,3 +216,42 @@ func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	}
 	return out
 }
+
+// BenchmarkHooks is what the hooks of one cell, and of one tool call
+// (its span, its approval's, its MCP request's and the traceparent in
+// _meta), cost with tracing off and on (the SDK's batch processor, its
+// exporter discarding): the part of BenchmarkTracing (bench/) that is
+// ipybox's own, without the kernel's noise.
+func BenchmarkHooks(b *testing.B) {
+	next := func(context.Context, string, mcp.Request) (mcp.Result, error) { return nil, nil }
+	for _, on := range []bool{false, true} {
+		var tr *Tracer
+		name := "off"
+		if on {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			b.Cleanup(func() { tp.Shutdown(context.Background()) })
+			tr, name = New(tp, false), "on"
+		}
+		b.Run("cell-"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, sp := tr.StartCell(context.Background(), "0123456789abcdef", "pass")
+				_ = sp.TraceParent()
+				tr.EndCell(sp, CellOK, "")
+			}
+		})
+		b.Run("call-"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			send := InjectMeta(next)
+			for b.Loop() {
+				ctx, call := tr.StartToolCall(context.Background(), trace.SpanContext{}, "go", "tool_2")
+				_, appr := tr.StartApproval(ctx, "tool")
+				tr.EndApproval(appr, "tool", "allow", "application", "")
+				rctx, req := tr.StartMCPCall(ctx, "go", "tool_2")
+				send(rctx, "tools/call", &mcp.ClientRequest[*mcp.CallToolParams]{Params: &mcp.CallToolParams{Name: "tool_2"}})
+				tr.EndMCPCall(req, "ok")
+				tr.EndToolCall(call, "go", "ok")
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ const ScopeName = "github.com/ipybox/ipybox"
 const (
 	SpanCell          = "ipybox.cell"
 	SpanToolCall      = "ipybox.tool_call"
+	SpanMCPCall       = "ipybox.mcp.call"
 	SpanShell         = "ipybox.shell"
 	SpanApproval      = "ipybox.approval"
 	SpanEgress        = "ipybox.egress"
@@ -200,8 +201,8 @@ func (t *Tracer) StartToolCall(ctx context.Context, parent trace.SpanContext, se
 	if t == nil {
 		return ctx, Span{start: time.Now()}
 	}
-	return t.start(withParent(ctx, parent), SpanToolCall, trace.SpanKindClient,
-		KeyMCPMethod.String("tools/call"), KeyServer.String(server), KeyToolName.String(clip(tool, maxName)))
+	return t.start(withParent(ctx, parent), SpanToolCall, trace.SpanKindInternal,
+		KeyServer.String(server), KeyToolName.String(clip(tool, maxName)))
 }
 
 // EndToolCall ends a tool call and counts it under its server. outcome is
@@ -212,6 +213,21 @@ func (t *Tracer) EndToolCall(s Span, server, outcome string) {
 	metrics.toolSeconds.WithLabelValues(server).Observe(s.Since().Seconds())
 	s.end(outcome)
 }
+
+// StartMCPCall starts the span of the MCP request of an approved tool
+// call, a child of ctx's span (the tool call): the MCP server's part of
+// the time, and the span whose traceparent the request carries in _meta.
+func (t *Tracer) StartMCPCall(ctx context.Context, server, tool string) (context.Context, Span) {
+	if t == nil {
+		return ctx, Span{}
+	}
+	return t.start(ctx, SpanMCPCall, trace.SpanKindClient,
+		KeyMCPMethod.String("tools/call"), KeyServer.String(server), KeyToolName.String(clip(tool, maxName)))
+}
+
+// EndMCPCall ends an MCP request's span: "ok", "tool_error" (a result
+// with isError) or "error" (no result).
+func (t *Tracer) EndMCPCall(s Span, outcome string) { s.end(outcome) }
 
 // StartShell starts the span of a shell command that asks for approval,
 // under parent (its cell's span). The command itself is never recorded:
