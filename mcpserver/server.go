@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
 	"github.com/ipybox/ipybox/internal/warm"
 )
@@ -183,6 +185,14 @@ type Options struct {
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
+	// TracerProvider, when set, traces the server with OpenTelemetry: each
+	// session's start, and everything ipybox.Options.TracerProvider traces
+	// in its kernels. A request's cell is the child of the traceparent in
+	// the request's _meta. Nil means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceCode puts each cell's code on its span
+	// (ipybox.Options.TraceCode). False leaves it out.
+	TraceCode bool
 	// Logger receives the server's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -205,6 +215,7 @@ type Server struct {
 	allow     []allowPattern
 	log       *slog.Logger
 	mcp       *mcp.Server
+	tel       *telemetry.Tracer // nil: not tracing
 
 	ctx    context.Context // ends at Close; bounds background kernel starts
 	cancel context.CancelFunc
@@ -325,7 +336,13 @@ func New(opts *Options) (*Server, error) {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
+	tel := telemetry.New(o.TracerProvider, o.TraceCode)
+	if tel != nil {
+		log = telemetry.Logger(log)
+		o.Logger = log
+	}
 	s := &Server{
+		tel:       tel,
 		opts:      o,
 		workspace: ws,
 		allowed:   allowed,
@@ -378,6 +395,10 @@ func New(opts *Options) (*Server, error) {
 		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
 	})
 	s.mcp.AddReceivingMiddleware(plainValidationMiddleware)
+	if tel != nil {
+		// A traceparent in a request's _meta is the parent of its cell.
+		s.mcp.AddReceivingMiddleware(telemetry.ExtractMeta)
+	}
 	s.addTools()
 	return s, nil
 }
@@ -509,6 +530,7 @@ func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
 	x := newSession(s, ss)
 	s.sessions[ss] = x
 	s.live[ss] = struct{}{}
+	telemetry.SessionOpened()
 	s.wg.Add()
 	s.wg.Add()
 	go func() {
@@ -535,6 +557,7 @@ func (s *Server) endSession(ss *mcp.ServerSession) {
 	delete(s.sessions, ss)
 	s.mu.Unlock()
 	if x != nil {
+		telemetry.SessionClosed()
 		if err := x.close(); err != nil {
 			s.log.Warn("closing a session's kernel", "session", ss.ID(), "err", err)
 		}

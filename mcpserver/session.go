@@ -47,6 +47,9 @@ type session struct {
 	// owner is the current executor's holder of this session for OAuth
 	// sign-ins; guarded by mu.
 	owner *oauthOwner
+	// pooled says the executor came from the warm pool; guarded by
+	// startMu.
+	pooled bool
 }
 
 func newSession(s *Server, ss *mcp.ServerSession) *session {
@@ -67,7 +70,9 @@ func (x *session) start() {
 // know yet. Called with startMu held.
 func (x *session) startLocked(ctx context.Context) {
 	t0 := time.Now()
+	ctx, span := x.s.tel.StartSession(ctx)
 	ex, err := x.s.startExecutor(ctx, x)
+	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	x.mu.Lock()
 	if x.closed && ex != nil {
 		x.mu.Unlock()
@@ -246,6 +251,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
 		s.closeExecutor(w.ex)
 	} else if ok {
+		x.pooled = true
 		w.owner.set(x.ss)
 		x.mu.Lock()
 		x.owner = w.owner
@@ -304,6 +310,9 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", rand.Text())
 	}
 	o := ipybox.Options{
+		TracerProvider: s.opts.TracerProvider,
+		TraceCode:      s.opts.TraceCode,
+
 		PackageDir: pkgDir,
 		Python:     py,
 		WorkDir:    s.workspace,
@@ -343,6 +352,14 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		s.pkgDirs.Store(ex, pkgDir)
 	}
 	return ex, synced, owner, nil
+}
+
+// sessionID names ex's session in traces ("" for none).
+func sessionID(ex *ipybox.Executor) string {
+	if ex == nil {
+		return ""
+	}
+	return ex.SessionID()
 }
 
 // closeExecutor closes ex and removes its package folder (os.RemoveAll
