@@ -41,6 +41,7 @@ type execFlags struct {
 	approval  string
 	shell     bool
 	policy    policyFlags
+	telemetry telemetryFlags
 	sandbox   sandboxFlags
 	container containerFlags
 	gateway   gatewayFlags
@@ -67,6 +68,7 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	f.policy.register(fs)
 	f.gateway.register(fs)
+	f.telemetry.register(fs, false)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -126,6 +128,12 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if pol != nil {
 		defer pol.Close()
 	}
+	tp, flush, err := f.telemetry.tracing(ctx, env, log)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		return exitUsage
+	}
+	defer flush() // after the executor's Close: its last spans go out
 
 	if f.workspace != "" {
 		if err := ensureWorkspace(env, "ipybox exec", f.workspace); err != nil {
@@ -146,6 +154,8 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
 		Gateway:              gw,
 		ToolServerAddr:       f.gateway.toolAddr,
+		TracerProvider:       tp,
+		TraceCode:            f.telemetry.includeCode,
 	})
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)

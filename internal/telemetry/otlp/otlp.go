@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,9 +29,10 @@ var SecretEnv = []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACE
 
 // Config says how to trace.
 type Config struct {
-	// Endpoint is --otel-endpoint: the OTLP/HTTP receiver's URL, such as
-	// http://127.0.0.1:4318 (spans go to its /v1/traces) or a URL with
-	// the path to post to. Empty means the OTEL_* variables decide.
+	// Endpoint is --otel-endpoint: the OTLP/HTTP receiver's base URL, as
+	// OTEL_EXPORTER_OTLP_ENDPOINT takes it: spans go to <Endpoint>/v1/traces
+	// (http://127.0.0.1:4318 is a local collector's). Empty means the
+	// OTEL_* variables decide.
 	Endpoint string
 	// Version is the service.version resource attribute.
 	Version string
@@ -99,7 +101,9 @@ func Start(ctx context.Context, c *Config) (*sdktrace.TracerProvider, error) {
 	}
 	var opts []otlptracehttp.Option
 	if c.Endpoint != "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(c.Endpoint))
+		u, _ := url.Parse(c.Endpoint) // checked
+		u.Path = path.Join("/", u.Path, "v1/traces")
+		opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
