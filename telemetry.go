@@ -100,7 +100,7 @@ func (e *Executor) callTool(ctx context.Context, server, tool string, args json.
 	case err != nil:
 		e.tel.EndMCPCall(sp, "error")
 	case res != nil && res.IsError:
-		e.tel.EndMCPCall(sp, "tool_error")
+		e.tel.EndMCPCall(sp, "is_error")
 	default:
 		e.tel.EndMCPCall(sp, "ok")
 	}

@@ -75,7 +75,7 @@ func newMetrics() *metricSet {
 		cellSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricCellSeconds,
 			Help: "Time from a cell's start to its result, approval waits included.", Buckets: latency}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricToolCalls,
-			Help: "MCP tool calls made by kernel code, by registered server and outcome (ok, tool_error, rejected, approval_timeout, timeout, ...)."}, []string{"server", "outcome"}),
+			Help: "MCP tool calls made by kernel code, by registered server and outcome (ok, is_error: a result with isError, rejected, approval_timeout, timeout, tool_error: no result, ...)."}, []string{"server", "outcome"}),
 		toolSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricToolSeconds,
 			Help: "Time of a tool call from kernel code, from the tool server's view: its approval wait and the MCP server's answer.", Buckets: latency}, []string{"server"}),
 		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricApprovals,

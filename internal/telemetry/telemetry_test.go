@@ -162,11 +162,11 @@ func TestLogHandler(t *testing.T) {
 }
 
 func TestMetricsCount(t *testing.T) {
-	before := counter(t, MetricToolCalls, map[string]string{"server": "metrics_test", "outcome": "tool_error"})
+	before := counter(t, MetricToolCalls, map[string]string{"server": "metrics_test", "outcome": "is_error"})
 	var tr *Tracer
 	_, sp := tr.StartToolCall(context.Background(), trace.SpanContext{}, "metrics_test", "t")
-	tr.EndToolCall(sp, "metrics_test", "tool_error")
-	if got := counter(t, MetricToolCalls, map[string]string{"server": "metrics_test", "outcome": "tool_error"}); got != before+1 {
+	tr.EndToolCall(sp, "metrics_test", "is_error")
+	if got := counter(t, MetricToolCalls, map[string]string{"server": "metrics_test", "outcome": "is_error"}); got != before+1 {
 		t.Errorf("%s = %v, want %v", MetricToolCalls, got, before+1)
 	}
 	remove := Pool(func() int { return 2 })

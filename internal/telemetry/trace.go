@@ -206,7 +206,7 @@ func (t *Tracer) StartToolCall(ctx context.Context, parent trace.SpanContext, se
 }
 
 // EndToolCall ends a tool call and counts it under its server. outcome is
-// "ok", "tool_error" (a result with isError) or the tool server's error
+// "ok", "is_error" (a result with isError) or the tool server's error
 // kind ("rejected", "approval_timeout", "timeout", ...).
 func (t *Tracer) EndToolCall(s Span, server, outcome string) {
 	metrics.toolCalls.WithLabelValues(server, outcome).Inc()
@@ -225,7 +225,7 @@ func (t *Tracer) StartMCPCall(ctx context.Context, server, tool string) (context
 		KeyMCPMethod.String("tools/call"), KeyServer.String(server), KeyToolName.String(clip(tool, maxName)))
 }
 
-// EndMCPCall ends an MCP request's span: "ok", "tool_error" (a result
+// EndMCPCall ends an MCP request's span: "ok", "is_error" (a result
 // with isError) or "error" (no result).
 func (t *Tracer) EndMCPCall(s Span, outcome string) { s.end(outcome) }
 

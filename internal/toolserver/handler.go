@@ -423,7 +423,7 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 			message: fmt.Sprintf("encode the result of %s: %v", what, err)}
 	}
 	if res.IsError {
-		outcome = "tool_error"
+		outcome = "is_error"
 	}
 	s.log.DebugContext(ctx, "toolserver: call", "server", req.Server, "tool", req.Tool,
 		"args_bytes", len(req.Args), "result_bytes", len(out), "is_error", res.IsError, "dur", time.Since(start))

@@ -169,7 +169,7 @@ type Options struct {
 	// server is known) or a shell command's approval (shell set) begins.
 	// It returns the context the request goes on with (its approval and
 	// the MCP call: a span there is their parent) and the function to call
-	// with its outcome: "ok", "tool_error" (a result with isError) or the
+	// with its outcome: "ok", "is_error" (a result with isError) or the
 	// error kind the kernel gets ("rejected", "timeout", ...). Nil
 	// observes nothing.
 	Observe func(ctx context.Context, call *ToolCall, shell string) (context.Context, func(outcome string))
