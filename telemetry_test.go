@@ -41,6 +41,8 @@ func TestTracing(t *testing.T) {
 		TracerProvider: tp,
 		Logger:         slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DotEnv:         map[string]string{"TRACING_TEST_SECRET": secret},
+
+		ApproveShellCommands: true,
 	})
 	var mu sync.Mutex
 	var seen []string // traceparents the MCP server got
@@ -65,7 +67,8 @@ tool_1.run(tool_1.Params(s="x"))
 tool_2.run(tool_2.Params())
 print("server", traceparent.run(traceparent.Params()))
 print("kernel", ipybox_runtime.traceparent())
-print("token", os.environ["IPYBOX_TOOL_TOKEN"])`
+print("token", os.environ["IPYBOX_TOOL_TOKEN"])
+!echo $IPYBOX_TOOL_TOKEN > /dev/null`
 	var out strings.Builder
 	approvals := 0
 	for ev, err := range ex.Stream(ctx, code, nil) {
@@ -80,8 +83,8 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`
 			ev.Accept()
 		}
 	}
-	if approvals != 3 {
-		t.Fatalf("%d approval requests, want 3", approvals)
+	if approvals != 4 {
+		t.Fatalf("%d approval requests, want 4 (3 tool calls, 1 shell command)", approvals)
 	}
 	lines := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -116,13 +119,17 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`
 			t.Errorf("tool call outcome %q, want ok", got)
 		}
 	}
+	shells := byName[telemetry.SpanShell]
+	if len(shells) != 1 || shells[0].Parent().SpanID() != cell.SpanContext().SpanID() {
+		t.Fatalf("shell spans %v: want one, the cell's child", shells)
+	}
 	apps := byName[telemetry.SpanApproval]
-	if len(apps) != 3 {
-		t.Fatalf("%d approval spans, want 3", len(apps))
+	if len(apps) != 4 {
+		t.Fatalf("%d approval spans, want 4", len(apps))
 	}
 	for _, a := range apps {
-		if !callIDs[a.Parent().SpanID()] {
-			t.Errorf("approval's parent %v is no tool call", a.Parent().SpanID())
+		if !callIDs[a.Parent().SpanID()] && a.Parent().SpanID() != shells[0].SpanContext().SpanID() {
+			t.Errorf("approval's parent %v is no tool call nor the shell command", a.Parent().SpanID())
 		}
 		if d, by := attr(a, telemetry.KeyDecision), attr(a, telemetry.KeyDecidedBy); d != "allow" || by != "application" {
 			t.Errorf("approval decision %q by %q, want allow by application", d, by)
