@@ -1,10 +1,17 @@
 # The ipybox image: the MCP server (`ipybox mcp`) with a Debian Python
 # runtime, and the default image of the container backend (--container-tag).
 #
-#   docker run -i --rm -v "$PWD":/app/workspace ipybox            # MCP over stdio
-#   docker run --rm -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
+#   docker run -i --rm --user "$(id -u):$(id -g)" -v "$PWD":/app/workspace ipybox   # MCP over stdio
+#   docker run --rm --user "$(id -u):$(id -g)" -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
 #     -v "$PWD/token":/run/token:ro ipybox \
 #     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /run/token
+#
+# --user: the server and its kernels run as the owner of the workspace
+# (and of the token file), whatever its uid, so that they can write it.
+# As root (--user 0:0), ipybox first drops every capability and sets
+# no-new-privileges (IPYBOX_IN_IMAGE). Without --user the image runs as
+# uid 1000, and a workspace that uid cannot write fails at start with the
+# docker run --user command that fixes it.
 #
 # --no-sandbox: the container is the boundary (the image has no bwrap, and
 # a sandbox inside a container needs privileges it should not have).
@@ -32,17 +39,19 @@ FROM ${BASE}
 # dependency: scipy would pull pythran, boost and a C++ compiler (+1 GB).
 RUN apt-get update -qq && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pydantic \
+      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pydantic python3-dill \
       python3-pip python3-venv python3-munkres ca-certificates >/dev/null && \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
-# A fixed non-root user. The container backend runs kernels as the calling
-# user's uid (or ipybox's mapped id under root) whatever the image says.
-RUN useradd --uid 1000 --user-group --create-home --home-dir /home/ipybox ipybox && \
+# A fixed non-root user, the default; `docker run --user UID:GID` runs as
+# any other (HOME is /tmp, which every uid can write). The container
+# backend runs kernels as the calling user's uid (or, under root, the
+# workspace owner's or the mapped id) whatever the image says.
+RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp ipybox && \
     mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace
 COPY --from=build /out/ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace
-ENV LANG=C.UTF-8 HOME=/home/ipybox
+ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1
 # The MCP registry checks the image's io.modelcontextprotocol.server.name
 # against server.json's name.
 ARG VERSION

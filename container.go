@@ -30,7 +30,8 @@ const ContainerWorkspace = container.WorkspaceDir
 // The workspace is mounted at /app/workspace, and the run directory (the
 // kernel's ipc sockets and the tool server's socket) at its host path, so
 // no port is published. Every container runs as a non-root user (the
-// caller's uid; under root, the workspace owner's, or 2000000000), with
+// caller's uid; under root, the workspace owner's, or, for a workspace
+// root owns, 2000000000 through an idmapped mount of it), with
 // all capabilities dropped, no-new-privileges, a read-only root and a
 // tmpfs /tmp, memory and pids limits, and the workspace's .ipybox
 // read-only and .env hidden.

@@ -311,6 +311,45 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if opts != nil {
 		o = *opts
 	}
+	e, err := newExecutor(&o)
+	if err != nil {
+		return nil, err
+	}
+	if e.runDir, err = kernel.NewRunDir(); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.closeParts()
+		}
+	}()
+	if err := checkOptions(e.workspace, &o); err != nil {
+		return nil, err
+	}
+	if err := e.startTools(); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	launcher, kws, err := e.launcher(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	ko, err := e.kernelOptions(&o, launcher, kws)
+	if err != nil {
+		return nil, err
+	}
+	e.kernelObs = e.tel.Kernel(backend(&o), e.session)
+	if e.k, err = kernel.Start(telemetry.WithKernel(ctx, e.kernelObs), ko); err != nil {
+		return nil, fmt.Errorf("ipybox: %w", err)
+	}
+	e.stopWatch = e.kernelObs.Watch(e.k.Pid)
+	ok = true
+	return e, nil
+}
+
+// newExecutor applies o's defaults and checks its workspace and package
+// folder.
+func newExecutor(o *Options) (*Executor, error) {
 	if err := defaults.Apply("ipybox",
 		defaults.Duration{Name: "Options.InitTimeout", V: &o.InitTimeout, Def: defaults.KernelStart},
 		defaults.Duration{Name: "Options.InterruptGrace", V: &o.InterruptGrace, Def: defaults.InterruptGrace},
@@ -327,7 +366,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if tel != nil {
 		log = telemetry.Logger(log)
 	}
-	e := &Executor{opts: o, sem: make(chan struct{}, 1), log: log, session: o.SessionID, tel: tel}
+	e := &Executor{opts: *o, sem: make(chan struct{}, 1), log: log, session: o.SessionID, tel: tel}
 	if e.session == "" {
 		e.session = newSessionID()
 	}
@@ -347,72 +386,75 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	e.workspace = ws
 	if o.PackageDir != "" {
-		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
-			return nil, err
-		}
 		if o.Gateway != nil {
 			return nil, errors.New("ipybox: Options.PackageDir is a folder of this machine's workspace; a gateway kernel installs on its own machine: leave it empty")
 		}
-	}
-
-	if e.runDir, err = kernel.NewRunDir(); err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			e.closeParts()
+		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
+			return nil, err
 		}
-	}()
-	if o.ToolServerAddr != "" && o.Gateway == nil {
-		return nil, errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
 	}
-	if o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil) {
-		return nil, errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
+	return e, nil
+}
+
+// checkOptions refuses options that exclude each other, and an approval
+// policy kernel code could write.
+func checkOptions(ws string, o *Options) error {
+	switch {
+	case o.ToolServerAddr != "" && o.Gateway == nil:
+		return errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
+	case o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil):
+		return errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
+	case o.Container != nil && o.Sandbox != nil:
+		return errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
 	}
 	exempt := ""
 	if o.Sandbox == nil && o.Container == nil {
 		exempt, _ = os.UserConfigDir()
 	}
-	if err := checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, &o), exempt); err != nil {
-		return nil, err
-	}
-	if err := e.startTools(); err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
-	}
-	var launcher kernel.Launcher
-	kws := ws // the workspace as the kernel sees it
+	return checkPolicyOutside(o.ApprovalPolicy, kernelWritable(ws, o), exempt)
+}
+
+// launcher prepares how the kernel runs (a container, a sandbox, the fork
+// server; nil: directly) and returns the workspace as the kernel sees it.
+func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, string, error) {
 	switch {
-	case o.Container != nil && o.Sandbox != nil:
-		return nil, errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
 	case o.Container != nil:
-		if launcher, err = e.startContainer(ctx); err != nil {
-			return nil, fmt.Errorf("ipybox: %w", err)
+		l, err := e.startContainer(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
-		kws = ContainerWorkspace
 		o.Python = ""
+		return l, ContainerWorkspace, nil
 	case o.Sandbox != nil:
-		if launcher, err = e.startSandbox(ctx); err != nil {
-			return nil, fmt.Errorf("ipybox: %w", err)
+		l, err := e.startSandbox(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
+		return l, e.workspace, nil
 	case o.Zygote != nil:
 		if o.Python != "" && o.Python != o.Zygote.Python() {
-			return nil, fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
+			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
 		}
 		o.Python = o.Zygote.Python()
-		launcher = o.Zygote
+		return o.Zygote, e.workspace, nil
 	}
+	return nil, e.workspace, nil
+}
+
+// kernelOptions builds the kernel's start: the runtime and its init code,
+// the environment, the images folder; kws is the workspace as the kernel
+// sees it.
+func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws string) (*kernel.Options, error) {
 	pyDir, err := pyruntime.Install(filepath.Join(e.runDir, "py"))
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	// The policy's shell rules apply to commands that would otherwise run
 	// without asking too: they go through approval.
-	shellApproval := o.ApproveShellCommands || o.ApprovalPolicy.hasShellRules()
 	init := pyruntime.InitConfig{
 		SysPath:            []string{pyDir},
 		SysPathEnd:         []string{kws},
-		ShellApproval:      shellApproval,
+		ShellApproval:      o.ApproveShellCommands || o.ApprovalPolicy.hasShellRules(),
 		RequireShellEscape: o.RequireShellEscape,
 	}
 	if o.WorkDir != "" {
@@ -420,7 +462,7 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	}
 	imagesDir := o.ImagesDir
 	if imagesDir == "" {
-		imagesDir = filepath.Join(ws, "images")
+		imagesDir = filepath.Join(e.workspace, "images")
 	}
 	if imagesDir, err = filepath.Abs(imagesDir); err != nil {
 		return nil, err
@@ -437,44 +479,34 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 		// host's own module.
 		env = append(env, "PYTHONPYCACHEPREFIX=/tmp/ipybox-pycache")
 	}
-	initCode := pyruntime.InitCode(init)
-	pythonPath := []string{pyDir}
-	var gw *kernel.GatewayConfig
-	if o.Gateway != nil {
-		// The kernel may not share this file system: the runtime travels
-		// as code over the channel, and the working directory is the
-		// gateway's (see docs/scale.md).
-		g := *o.Gateway
-		gw = &g
-		init.SysPath, init.SysPathEnd = nil, nil
-		init.WorkDir = ""
-		init.Remote = true
-		initCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
-		pythonPath = nil
-	} else {
-		e.kernelWorkspace = kws
-	}
-	e.kernelObs = e.tel.Kernel(backend(&o), e.session)
-	e.k, err = kernel.Start(telemetry.WithKernel(ctx, e.kernelObs), &kernel.Options{
-		Gateway:        gw,
+	ko := &kernel.Options{
 		Python:         o.Python,
 		Launcher:       launcher,
-		Dir:            ws,
+		Dir:            e.workspace,
 		Env:            env,
-		PythonPath:     pythonPath,
+		PythonPath:     []string{pyDir},
 		RunDir:         e.runDir,
 		ImagesDir:      imagesDir,
-		InitCode:       initCode,
+		InitCode:       pyruntime.InitCode(init),
 		StartTimeout:   o.InitTimeout,
 		InterruptGrace: o.InterruptGrace,
-		Logger:         log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ipybox: %w", err)
+		Logger:         e.log,
 	}
-	e.stopWatch = e.kernelObs.Watch(e.k.Pid)
-	ok = true
-	return e, nil
+	if o.Gateway == nil {
+		e.kernelWorkspace = kws
+		return ko, nil
+	}
+	// The kernel may not share this file system: the runtime travels as
+	// code over the channel, and the working directory is the gateway's
+	// (see docs/scale.md).
+	g := *o.Gateway
+	ko.Gateway = &g
+	init.SysPath, init.SysPathEnd = nil, nil
+	init.WorkDir = ""
+	init.Remote = true
+	ko.InitCode = pyruntime.InstallCode() + pyruntime.InitCode(init)
+	ko.PythonPath = nil
+	return ko, nil
 }
 
 // kernelWritable lists the host places that the kernel of o can write:

@@ -83,6 +83,12 @@ func BenchmarkMCPBurst(b *testing.B) {
 	fmt.Fprintf(&t, "%d sessions at once, start to each first result (ms); target: max < 1500 on 2 cores\n", burstSessions)
 	fmt.Fprintf(&t, "%-44s %8s %8s %7s %11s\n", "", "median", "max", "errors", "max/anchor")
 	_, bwrapErr := exec.LookPath("bwrap")
+	// IPYBOX_BENCH_BASELINE names an older ipybox binary to burst beside
+	// this one, case by case, in the same run.
+	binaries := []struct{ bin, name string }{{bin, ""}}
+	if base := os.Getenv("IPYBOX_BENCH_BASELINE"); base != "" {
+		binaries = append(binaries, struct{ bin, name string }{base, "baseline"})
+	}
 	for _, c := range []struct {
 		name string // also the metrics' prefix
 		args []string
@@ -93,36 +99,50 @@ func BenchmarkMCPBurst(b *testing.B) {
 		{"sandbox-pool20", []string{"--pool", "20"}}, // a pool the size of the burst
 		{"sandbox", nil}, // the default flags
 	} {
-		label := "ipybox mcp " + strings.Join(c.args, " ")
-		if c.args == nil {
-			label = "ipybox mcp (default flags: sandbox, pool 1)"
-		}
 		if !slices.Contains(c.args, "--no-sandbox") && bwrapErr != nil {
-			fmt.Fprintf(&t, "%-44s skipped: no bwrap\n", label)
+			fmt.Fprintf(&t, "%-44s skipped: no bwrap\n", strings.Join(c.args, " "))
 			continue
 		}
-		var all []float64
-		nerr := 0
-		for range b.N {
-			ms, errs := burstOnce(b, bin, py, c.args)
-			all = append(all, ms...)
-			nerr += len(errs)
-			for _, e := range errs {
-				b.Errorf("%s: %s", label, e)
+		for _, v := range binaries {
+			if v.name != "" && slices.Contains(c.args, "--no-sandbox") {
+				continue // the baseline is for the sandboxed bursts
 			}
+			burstCase(b, &t, v.bin, py, v.name, c.name, c.args, aMax)
 		}
-		if len(all) == 0 {
-			b.Fatalf("%s: no session answered", label)
-		}
-		med, mx := median(all), slices.Max(all)
-		b.ReportMetric(med, c.name+"-median-ms")
-		b.ReportMetric(mx, c.name+"-max-ms")
-		b.ReportMetric(mx/aMax, c.name+"-max-ratio")
-		fmt.Fprintf(&t, "%-44s %8.0f %8.0f %7d %11.2f\n", label, med, mx, nerr, mx/aMax)
 	}
 	b.ReportMetric(aMax, "anchor-max-ms")
 	fmt.Fprintf(&t, "%-44s %8.0f %8.0f %7d %11s\n", "jupyter_client: 20 KernelManagers, threads", aMed, aMax, len(anchorErrs), "1")
 	b.Log(strings.TrimSuffix(t.String(), "\n"))
+}
+
+// burstCase runs the bursts of one case with bin and adds its row to t.
+// A baseline binary's row and metrics carry its name.
+func burstCase(b *testing.B, t *strings.Builder, bin, py, binName, name string, args []string, aMax float64) {
+	label := "ipybox mcp " + strings.Join(args, " ")
+	if args == nil {
+		label = "ipybox mcp (default flags: sandbox, pool 1)"
+	}
+	if binName != "" {
+		label, name = binName+": "+label, binName+"-"+name
+	}
+	var all []float64
+	nerr := 0
+	for range b.N {
+		ms, errs := burstOnce(b, bin, py, args)
+		all = append(all, ms...)
+		nerr += len(errs)
+		for _, e := range errs {
+			b.Errorf("%s: %s", label, e)
+		}
+	}
+	if len(all) == 0 {
+		b.Fatalf("%s: no session answered", label)
+	}
+	med, mx := median(all), slices.Max(all)
+	b.ReportMetric(med, name+"-median-ms")
+	b.ReportMetric(mx, name+"-max-ms")
+	b.ReportMetric(mx/aMax, name+"-max-ratio")
+	fmt.Fprintf(t, "%-44s %8.0f %8.0f %7d %11.2f\n", label, med, mx, nerr, mx/aMax)
 }
 
 // burstOnce starts a server with args, warms it (one session's first

@@ -391,7 +391,7 @@ func (w *cellWaits) update(st *cellState, fresh bool) {
 		// The interrupt waited for the cell to start; its grace counts
 		// from now.
 		w.signalPending = false
-		w.in.proc.Signal(sigint)
+		w.in.signal(sigint)
 		w.grace = time.After(opts.InterruptGrace)
 	}
 	if st.gotIdle && !st.gotReply && !w.interruptedAt.IsZero() && !w.signalPending && w.noReply == nil {
@@ -418,7 +418,7 @@ func (w *cellWaits) interrupt(st *cellState, why error) {
 	w.stopErr = why
 	w.interruptedAt = time.Now()
 	if st.running || st.gotReply {
-		w.in.proc.Signal(sigint)
+		w.in.signal(sigint)
 	} else {
 		w.signalPending = true
 	}
@@ -893,7 +893,7 @@ func (st *cellState) handleInput(in *instance, m *jupyter.Message, o *ExecOption
 		}
 		if err != nil {
 			// The kernel waits for a reply; an interrupt makes input() raise.
-			in.proc.Signal(sigint)
+			in.signal(sigint)
 			return
 		}
 		reply, err := jupyter.NewMessage(in.k.session, "input_reply", map[string]string{"value": value})

@@ -23,7 +23,6 @@ import (
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
-	"github.com/ipybox/ipybox/internal/lifeline"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/telemetry"
@@ -327,9 +326,9 @@ func (k *Kernel) writeConnection() (socketDir, connFile string, info *jupyter.Co
 // watchExit waits for the kernel's process to end, kills what it started,
 // and marks the instance dead with the cause and the kernel's last output.
 func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
-	err := proc.Wait()
+	err := proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
 	// What the kernel started (a `!sleep`, a subprocess) dies with it.
-	proc.Kill()
+	in.kill()
 	cause := "process exited"
 	if err != nil {
 		cause = "process exited: " + err.Error()
@@ -443,115 +442,6 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	}
 	return in, nil
 }
-
-// launchShim starts ipykernel like `python -m ipykernel_launcher`, but
-// first takes the working directory off sys.path (see noCwdPath), watches
-// the lifeline (see DirectLauncher), and keeps the imports a kernel has no
-// use for out while it starts (see importGuard).
-const launchShim = noCwdPath + lifeline.WatchPython + importGuard + `sys.argv[0] = "ipykernel_launcher"
-from ipykernel import kernelapp as _app
-` + importGuardEnd + boundStreams + `_app.launch_new_instance()
-`
-
-// noCwdPath takes the working directory ("", which `python -c` puts first)
-// off sys.path before anything is imported: the working directory is the
-// workspace, which other sessions write, and a threading.py left there
-// would otherwise run in this kernel as it starts. The kernel's init puts
-// the workspace back, at the end of sys.path (see pyruntime.InitConfig).
-const noCwdPath = `import sys
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-`
-
-// importGuard keeps modules that an agent's kernel has no use for from
-// being imported while the kernel starts, which saves about a third of
-// the start's CPU time: the debugger (debugpy) and jedi completion, and
-// IPython.terminal.embed, which IPython's __init__ imports only to offer
-// embed() and which pulls in prompt_toolkit and the terminal shell (about
-// 60 ms). importGuardEnd lifts the guard once the kernel's modules are
-// imported, so that user code can import all three; IPython.embed then
-// imports the real embed on its first call.
-const importGuard = `import sys, types
-_b = ("debugpy", "jedi")
-for _m in _b: sys.modules.setdefault(_m, None)
-_e = types.ModuleType("IPython.terminal.embed")
-def _ipybox_embed(*a, **k):
-    import importlib
-    return importlib.import_module("IPython.terminal.embed").embed(*a, **k)
-_e.embed = _ipybox_embed
-sys.modules["IPython.terminal.embed"] = _e
-`
-
-const importGuardEnd = `for _m in _b:
-    if sys.modules.get(_m, 0) is None: del sys.modules[_m]
-if sys.modules.get("IPython.terminal.embed") is _e: del sys.modules["IPython.terminal.embed"]
-del _b, _m, _e
-`
-
-// boundStreams keeps each stream message the kernel sends to a few
-// megabytes. ipykernel buffers stdout and stderr and flushes them from its
-// IO thread 0.2 s after the first write. A cell printing in a loop fills
-// tens of megabytes in that time; the flush of a big buffer is slow, so the
-// next one is bigger still, and hundreds of megabytes would leave as a few
-// messages that the host must hold whole while it reads and decodes them.
-// Each write already calls _schedule_flush, which returns at once while a
-// flush is pending; there, a buffer past 1 MiB asks the IO thread to flush
-// now, and one past 8 MiB waits for the flush, which holds a writer back
-// to the pace the IO thread can send. A single write longer than that (one
-// print of a 100 MB string) leaves in messages of at most 2 Mi characters,
-// under the host's message limit (jupyter.MaxMessage). A wrapper around
-// write itself cost a fifth of the throughput of a cell printing in a
-// loop; this costs one tell() per write.
-const boundStreams = `def _ipybox_bound_streams():
-    from ipykernel.iostream import OutStream
-    soft, hard = 1 << 20, 8 << 20
-    orig = OutStream._schedule_flush
-    def _schedule_flush(self):
-        if not self._flush_pending:
-            return orig(self)
-        try:
-            size = self._buffer.tell()
-        except ValueError:
-            return  # the IO thread swapped and closed it: just flushed
-        if size < soft:
-            return
-        if size >= hard:
-            self.flush()
-        elif not self._ipybox_hurry:
-            self._ipybox_hurry = True
-            self.pub_thread.schedule(self._ipybox_flush_now)
-    def _ipybox_flush_now(self):
-        self._ipybox_hurry = False
-        self._flush()
-    OutStream._schedule_flush = _schedule_flush
-    OutStream._ipybox_flush_now = _ipybox_flush_now
-    OutStream._ipybox_hurry = False
-    if not hasattr(OutStream, "_flush_buffer"):
-        return
-    chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
-    orig_buffer, orig_flush = OutStream._flush_buffer, OutStream._flush
-    # The buffer's text and how far it was sent: an offset, because
-    # slicing off the rest after each chunk copies it again and again (a
-    # 200 MB write took a minute and more, past ipykernel's flush timeout:
-    # its status: idle then overtook its output).
-    def _flush_buffer(self):
-        data, off = self._ipybox_rest, self._ipybox_off
-        if off >= len(data):
-            data, off = orig_buffer(self), 0
-        self._ipybox_rest, self._ipybox_off = data, off + chunk
-        return data[off:off + chunk]
-    def _flush(self):
-        orig_flush(self)
-        while self._ipybox_off < len(self._ipybox_rest):
-            orig_flush(self)
-        self._ipybox_rest, self._ipybox_off = "", 0
-    OutStream._flush_buffer = _flush_buffer
-    OutStream._flush = _flush
-    OutStream._ipybox_rest = ""
-    OutStream._ipybox_off = 0
-_ipybox_bound_streams()
-del _ipybox_bound_streams
-`
 
 // launchArgs are the interpreter arguments for ipykernel. History is off:
 // an agent's kernel needs no sqlite database, and it costs start time.
@@ -796,14 +686,18 @@ func (k *Kernel) Alive() bool {
 	return k.cur != nil && !k.cur.isDead()
 }
 
-// Pid returns the pid of the current kernel process (0 if none).
+// Pid returns the host pid of the current kernel process: 0 if there is
+// none, or if it is not a process of this host (a gateway kernel).
 func (k *Kernel) Pid() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.cur == nil {
 		return 0
 	}
-	return k.cur.proc.Pid()
+	if hp, ok := k.cur.proc.(HostProcess); ok {
+		return hp.Pid()
+	}
+	return 0
 }
 
 // Interrupt sends SIGINT to the kernel, as a user's Ctrl-C would.
@@ -817,7 +711,22 @@ func (k *Kernel) Interrupt() error {
 	case in == nil:
 		return nil // a fresh kernel is starting: it runs nothing yet
 	}
-	return in.proc.Signal(syscall.SIGINT)
+	return in.signal(syscall.SIGINT)
+}
+
+// signal sends sig to the process, and kill kills it, each bounded by the
+// kernel's grace: a container's or a gateway's process takes the order
+// over the network.
+func (in *instance) signal(sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*in.k.opts.ShutdownGrace)
+	defer cancel()
+	return in.proc.Signal(ctx, sig)
+}
+
+func (in *instance) kill() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*in.k.opts.ShutdownGrace)
+	defer cancel()
+	return in.proc.Kill(ctx)
 }
 
 // retire stops an instance at once (it is dead or being replaced).
@@ -834,11 +743,11 @@ func (k *Kernel) kill(in *instance) {
 	default:
 		close(in.stopHB)
 	}
-	in.proc.Kill()
+	in.kill()
 	select {
 	case <-in.exited:
 	case <-time.After(k.opts.ShutdownGrace):
-		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "pid", in.proc.Pid())
+		k.opts.Logger.Warn("kernel process did not exit after SIGKILL", "process", in.proc.ID())
 	}
 	if in.conn != nil {
 		// Dead first: a reader waiting for a call's caller gives up, and
@@ -907,7 +816,7 @@ func (k *Kernel) shutdown(in *instance) {
 			select {
 			case <-in.exited:
 			default:
-				in.proc.Signal(syscall.SIGTERM)
+				in.signal(syscall.SIGTERM)
 				select {
 				case <-in.exited:
 				case <-time.After(g):
@@ -918,7 +827,7 @@ func (k *Kernel) shutdown(in *instance) {
 	in.markDead("closed")
 	k.kill(in)
 	// The process group may still hold children (a `!sleep` of a cell).
-	in.proc.Kill()
+	in.kill()
 }
 
 // waitShutdown waits up to grace for the shutdown_reply on c, or for the

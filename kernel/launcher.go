@@ -42,17 +42,32 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 }
 
-// Process is a started kernel process as a Launcher returns it.
+// Process is a started kernel process as a Launcher returns it. Each
+// method is bounded by its context, and none waits past it; the kernel
+// package passes contexts with deadlines (see Options.ShutdownGrace).
 type Process interface {
-	// Pid is the host pid of the process the Launcher started.
-	Pid() int
+	// ID names the process in logs and errors: a host pid, a container's
+	// name, a gateway kernel's id.
+	ID() string
 	// Signal delivers sig to the kernel. For SIGINT it must reach the Python
-	// interpreter, so that a running cell raises KeyboardInterrupt.
-	Signal(sig syscall.Signal) error
-	// Kill ends the kernel and everything it started, at once.
-	Kill() error
-	// Wait waits for the process to exit. It is called exactly once.
-	Wait() error
+	// interpreter, so that a running cell raises KeyboardInterrupt. It
+	// returns os.ErrProcessDone once the process is gone.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Kill ends the kernel and everything it started, at once. It may be
+	// called any number of times, also after the exit, to end what the
+	// kernel left behind.
+	Kill(ctx context.Context) error
+	// Wait waits for the process to exit, or for ctx to end (it then
+	// returns ctx's error, and a later Wait can still see the exit). Any
+	// number of callers may wait.
+	Wait(ctx context.Context) error
+}
+
+// HostProcess is a Process that is a process of this host, with a pid
+// that host tools can signal and inspect (Kernel.Pid).
+type HostProcess interface {
+	Process
+	Pid() int
 }
 
 // Launcher starts kernel processes. The zero configuration of the kernel

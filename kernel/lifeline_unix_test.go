@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/procexit"
 	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/kernel"
 )
@@ -43,15 +44,21 @@ func (plainLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Proce
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return plainProcess{cmd}, nil
+	return plainProcess{cmd, procexit.Go(cmd.Wait)}, nil
 }
 
-type plainProcess struct{ cmd *exec.Cmd }
+type plainProcess struct {
+	cmd  *exec.Cmd
+	exit *procexit.Exit
+}
 
-func (p plainProcess) Pid() int                        { return p.cmd.Process.Pid }
-func (p plainProcess) Signal(sig syscall.Signal) error { return syscall.Kill(-p.cmd.Process.Pid, sig) }
-func (p plainProcess) Kill() error                     { return p.Signal(syscall.SIGKILL) }
-func (p plainProcess) Wait() error                     { return p.cmd.Wait() }
+func (p plainProcess) ID() string { return strconv.Itoa(p.Pid()) }
+func (p plainProcess) Pid() int   { return p.cmd.Process.Pid }
+func (p plainProcess) Signal(_ context.Context, sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+func (p plainProcess) Kill(ctx context.Context) error { return p.Signal(ctx, syscall.SIGKILL) }
+func (p plainProcess) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
 
 func kernelHost(launcher string) int {
 	var l kernel.Launcher

@@ -34,10 +34,10 @@ var probeCache sync.Map // path -> error (nil: usable)
 // error of its own; it is never silently replaced by another interpreter.
 func FindPython(ctx context.Context, explicit string) (string, error) {
 	if explicit != "" {
-		return checkChosen(ctx, explicit, "Options.Python / --python")
+		return CheckPython(ctx, explicit, "Options.Python")
 	}
 	if env := os.Getenv("IPYBOX_PYTHON"); env != "" {
-		return checkChosen(ctx, env, "$IPYBOX_PYTHON")
+		return CheckPython(ctx, env, "$IPYBOX_PYTHON")
 	}
 	// Probe every candidate at once (each costs an interpreter start; a
 	// pyenv shim costs more), then take the first that works, in order.
@@ -69,21 +69,45 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 		"--python, Options.Python or $IPYBOX_PYTHON", ErrNoPython, tried, pyinstall.Hint(runtime.GOOS, "ipykernel"))
 }
 
-func checkChosen(ctx context.Context, p, source string) (string, error) {
+// CheckPython checks an interpreter that was named, not discovered, and
+// returns its absolute path. Its errors start with label and p (the flag,
+// option or variable that named it, as the user wrote it: "--python",
+// "Options.Python"), and tell a Python without ipykernel (install it
+// there) from a program that is not a Python 3 at all (name another).
+func CheckPython(ctx context.Context, p, label string) (string, error) {
 	abs, err := resolve(p)
 	if err != nil {
-		return "", fmt.Errorf("python %q from %s: %w", p, source, err)
+		return "", fmt.Errorf("%s %s: %w", label, p, err)
 	}
-	if err := probe(ctx, abs); err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("python %q from %s: %w", p, source, ctx.Err())
-		}
-		return "", fmt.Errorf("python %q from %s cannot import ipykernel (%v); "+
-			"install it there (`%s -m pip install ipykernel`, or `apt-get install python3-ipykernel` "+
-			"for Debian's /usr/bin/python3) or choose another interpreter", p, source, err, abs)
+	err = probe(ctx, abs)
+	switch {
+	case err == nil:
+		return abs, nil
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%s %s: %w", label, p, ctx.Err())
+	case errors.Is(err, errNoIpykernel):
+		return "", fmt.Errorf("%s %s: this Python cannot import ipykernel; install it there "+
+			"(`%s -m pip install ipykernel`, or `apt-get install python3-ipykernel` for Debian's /usr/bin/python3), "+
+			"or name another interpreter%s", label, p, abs, otherPython(ctx, abs))
 	}
-	return abs, nil
+	return "", fmt.Errorf("%s %s: not a Python 3 that runs (%v); name a Python 3 that has ipykernel%s",
+		label, p, err, otherPython(ctx, abs))
 }
+
+// otherPython names an interpreter with ipykernel that discovery finds,
+// other than not, as a suggestion (", such as /usr/bin/python3"), or "".
+func otherPython(ctx context.Context, not string) string {
+	if os.Getenv("IPYBOX_PYTHON") != "" {
+		return ""
+	}
+	if p, err := FindPython(ctx, ""); err == nil && p != not {
+		return ", such as " + p
+	}
+	return ""
+}
+
+// errNoIpykernel is a probe's error for a Python without ipykernel.
+var errNoIpykernel = errors.New("No module named ipykernel")
 
 func resolve(p string) (string, error) {
 	if filepath.Base(p) == p {
@@ -217,7 +241,11 @@ func probe(ctx context.Context, python string) error {
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 			msg = msg[i+1:]
 		}
-		err = fmt.Errorf("%v: %s", err, msg)
+		if msg == errNoIpykernel.Error() {
+			err = errNoIpykernel
+		} else if msg != "" {
+			err = fmt.Errorf("%v: %s", err, msg)
+		}
 		probeCache.Store(python, err)
 		return err
 	}

@@ -75,50 +75,64 @@ type remoteProcess struct {
 	err  error
 }
 
-func (p *remoteProcess) Pid() int { return 0 }
+// ID implements Process: the kernel's id on the server.
+func (p *remoteProcess) ID() string { return p.id }
 
-func (p *remoteProcess) Signal(sig syscall.Signal) error {
+// Signal implements Process: SIGINT is the REST interrupt; any other
+// signal deletes the kernel.
+func (p *remoteProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 	if sig != syscall.SIGINT {
-		return p.Kill()
+		return p.Kill(ctx)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*p.grace)
-	defer cancel()
 	return p.c.Interrupt(ctx, p.id)
 }
 
-// Kill deletes the kernel on the server, bounded; a second Kill waits for
-// the first.
-func (p *remoteProcess) Kill() error {
-	p.once.Do(func() {
-		// A server that is restarting the kernel (after it died) answers
-		// 500 until the restart is over: retry, bounded.
-		ctx, cancel := context.WithTimeout(context.Background(), 3*p.grace)
-		defer cancel()
-		for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
-			p.err = p.c.Delete(ctx, p.id)
-			var he *gateway.HTTPError
-			if !errors.As(p.err, &he) || he.Status < 500 {
-				break // done, or an answer a retry will not change
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
-				continue
-			}
-			break
-		}
-		if p.err != nil {
-			p.log("could not delete the gateway kernel", "kernel", p.id, "err", p.err)
-		}
-		close(p.done)
-	})
-	<-p.done
-	return p.err
+// Kill implements Process: it deletes the kernel on the server. The first
+// Kill starts the DELETE, which goes on (bounded by the kernel's grace)
+// when a caller's ctx ends; each call waits for it, or for its own ctx.
+func (p *remoteProcess) Kill(ctx context.Context) error {
+	p.once.Do(func() { go p.delete() })
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-func (p *remoteProcess) Wait() error {
-	<-p.done
-	return nil
+// delete deletes the kernel, bounded. A server that is restarting the
+// kernel (after it died) answers 500 until the restart is over: it
+// retries, within the bound.
+func (p *remoteProcess) delete() {
+	defer close(p.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*p.grace)
+	defer cancel()
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		p.err = p.c.Delete(ctx, p.id)
+		var he *gateway.HTTPError
+		if !errors.As(p.err, &he) || he.Status < 500 {
+			break // done, or an answer a retry will not change
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+			continue
+		}
+		break
+	}
+	if p.err != nil {
+		p.log("could not delete the gateway kernel", "kernel", p.id, "err", p.err)
+	}
+}
+
+// Wait implements Process: the kernel is gone once it is deleted.
+func (p *remoteProcess) Wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // kernelVars are the KERNEL_* entries of env: what Enterprise Gateway
@@ -202,7 +216,7 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
-		proc.Wait()
+		proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
 		in.exitCause = "the gateway kernel was deleted"
 		close(in.exited)
 		in.markDead(in.exitCause)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,12 @@ type Zygote struct {
 	python string
 	env    []string
 	log    *slog.Logger
+
+	// closed is closed by Close, so that a Start waiting on the zygote
+	// (its restart, up to zygoteStartTimeout, or a fork) gives up at once
+	// instead of making Close wait behind it.
+	closed    chan struct{}
+	closeOnce sync.Once
 
 	mu   sync.Mutex // one request at a time; guards the fields below
 	cur  *zygoteProc
@@ -87,7 +94,7 @@ func NewZygote(ctx context.Context, python string, env []string, log *slog.Logge
 		k := &Kernel{python: python}
 		env = k.env()
 	}
-	z := &Zygote{python: python, env: env, log: log}
+	z := &Zygote{python: python, env: env, log: log, closed: make(chan struct{})}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if _, err := z.proc(ctx); err != nil {
@@ -106,6 +113,11 @@ const zygoteStartTimeout = defaults.KernelStart
 // proc returns the running zygote, starting one when there is none or it
 // died. z.mu is held.
 func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
+	select {
+	case <-z.closed:
+		return nil, ErrClosed
+	default:
+	}
 	if z.done {
 		return nil, ErrClosed
 	}
@@ -120,7 +132,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("zygote: %w", err)
+		return nil, fmt.Errorf("fork server: %w", err)
 	}
 	ctl, child := os.NewFile(uintptr(fds[0]), "zygote-ctl"), os.NewFile(uintptr(fds[1]), "zygote-ctl-child")
 	out := &linelog.Writer{Emit: func(line string) { z.log.Debug("zygote output", "line", line) }}
@@ -138,7 +150,7 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	child.Close()
 	if err != nil {
 		ctl.Close()
-		return nil, fmt.Errorf("zygote: start %s: %w", z.python, err)
+		return nil, fmt.Errorf("fork server: start %s: %w", z.python, err)
 	}
 	p := &zygoteProc{cmd: cmd, ctl: ctl, dead: make(chan struct{}),
 		replies: map[int]chan zygoteReply{}, procs: map[int]*zygoteKernel{}}
@@ -151,14 +163,17 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	case r := <-ready:
 		if r.Error != "" {
 			p.stop()
-			return nil, fmt.Errorf("zygote: %s", r.Error)
+			return nil, fmt.Errorf("fork server: %s", r.Error)
 		}
 	case <-p.dead:
 		p.stop()
-		return nil, fmt.Errorf("zygote: %s exited while importing ipykernel", z.python)
+		return nil, fmt.Errorf("fork server: %s exited while importing ipykernel", z.python)
 	case <-ctx.Done():
 		p.stop()
-		return nil, fmt.Errorf("zygote: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
+		return nil, fmt.Errorf("fork server: waiting for %s to import ipykernel: %w", z.python, ctx.Err())
+	case <-z.closed:
+		p.stop()
+		return nil, ErrClosed
 	}
 	z.cur = p
 	return p, nil
@@ -228,10 +243,10 @@ func (p *zygoteProc) stop() {
 // this zygote's interpreter with ipykernel's launch arguments.
 func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	if spec.Path != z.python {
-		return nil, fmt.Errorf("zygote: it runs %s, not %s", z.python, spec.Path)
+		return nil, fmt.Errorf("fork server: it runs %s, not %s", z.python, spec.Path)
 	}
 	if len(spec.Args) < 2 || spec.Args[0] != "-c" || spec.Args[1] != launchShim {
-		return nil, errors.New("zygote: the spec does not launch ipykernel")
+		return nil, errors.New("fork server: the spec does not launch ipykernel")
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -243,7 +258,7 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	// spec.Stderr through a pipe whose write end the child gets.
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("zygote: %w", err)
+		return nil, fmt.Errorf("fork server: %w", err)
 	}
 	out := io.Writer(io.Discard)
 	if spec.Stderr != nil {
@@ -275,14 +290,14 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	}
 	w.Close()
 	if err != nil {
-		return nil, fmt.Errorf("zygote: send the request: %w", err)
+		return nil, fmt.Errorf("fork server: send the request: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	select {
 	case rep := <-reply:
 		if rep.Error != "" {
-			return nil, fmt.Errorf("zygote: %s", rep.Error)
+			return nil, fmt.Errorf("fork server: %s", rep.Error)
 		}
 		p.mu.Lock()
 		k := p.procs[rep.Pid]
@@ -293,15 +308,21 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 		}
 		return k, nil
 	case <-p.dead:
-		return nil, errors.New("zygote: it exited while forking a kernel")
+		return nil, errors.New("fork server: it exited while forking a kernel")
 	case <-ctx.Done():
-		return nil, fmt.Errorf("zygote: waiting for a fork: %w", ctx.Err())
+		return nil, fmt.Errorf("fork server: waiting for a fork: %w", ctx.Err())
+	case <-z.closed:
+		// Close stops the zygote, and the kernel it may have forked
+		// with it.
+		return nil, ErrClosed
 	}
 }
 
 // Close stops the zygote. Kernels it forked die with it. Close is
-// idempotent.
+// idempotent, and bounded: a Start in progress gives up (with ErrClosed)
+// rather than hold Close behind a restart or a fork.
 func (z *Zygote) Close() error {
+	z.closeOnce.Do(func() { close(z.closed) })
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.done = true
@@ -329,11 +350,14 @@ func (k *zygoteKernel) exit(err error) {
 	})
 }
 
-// Pid implements Process.
+// ID implements Process: the pid.
+func (k *zygoteKernel) ID() string { return strconv.Itoa(k.pid) }
+
+// Pid implements HostProcess.
 func (k *zygoteKernel) Pid() int { return k.pid }
 
 // Signal implements Process: the kernel leads its process group.
-func (k *zygoteKernel) Signal(sig syscall.Signal) error {
+func (k *zygoteKernel) Signal(_ context.Context, sig syscall.Signal) error {
 	select {
 	case <-k.exited:
 		return os.ErrProcessDone
@@ -349,122 +373,19 @@ func (k *zygoteKernel) Signal(sig syscall.Signal) error {
 }
 
 // Kill implements Process.
-func (k *zygoteKernel) Kill() error { return k.Signal(syscall.SIGKILL) }
+func (k *zygoteKernel) Kill(ctx context.Context) error { return k.Signal(ctx, syscall.SIGKILL) }
 
-// Wait implements Process.
-func (k *zygoteKernel) Wait() error {
-	<-k.exited
-	return k.err
+// Wait implements Process: the zygote reports the exit.
+func (k *zygoteKernel) Wait(ctx context.Context) error {
+	select {
+	case <-k.exited:
+		return k.err
+	default:
+	}
+	select {
+	case <-k.exited:
+		return k.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
-
-// zygoteScript is the fork server. It imports what a kernel imports, with
-// the modules importGuard names kept out as launchShim does; each child then launches
-// the kernel app. The protocol is
-// one JSON object per SOCK_SEQPACKET record on fd 3: requests carry the
-// kernel's argv, env, cwd and PYTHONPATH, and the descriptor of its
-// output; replies carry the pid or an error; exit reports carry a pid and
-// its wait status. The zygote stays single-threaded, so fork is safe.
-const zygoteScript = `# ipybox zygote
-` + noCwdPath + `import os, sys, json, socket, signal, select, ctypes, random
-` + importGuard + `from ipykernel import kernelapp as _app
-import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
-` + importGuardEnd + boundStreams + `_libc = ctypes.CDLL(None, use_errno=True)
-_sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
-_rd, _wr = os.pipe()
-os.set_blocking(_wr, False)
-signal.set_wakeup_fd(_wr)
-signal.signal(signal.SIGCHLD, lambda *a: None)
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-_base_path = list(sys.path)
-def _send(obj):
-    try:
-        _sock.send(json.dumps(obj).encode())
-    except OSError:
-        pass  # the host is gone: the next receive sees EOF
-def _child(req, out):
-    os.setpgid(0, 0)
-    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
-    if os.getppid() == 1:
-        os._exit(1)
-    signal.set_wakeup_fd(-1)
-    for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
-    _sock.close(); os.close(_rd); os.close(_wr)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0); os.dup2(out, 1); os.dup2(out, 2)
-    os.close(devnull); os.close(out)
-    os.chdir(req["cwd"] or "/")
-    os.environ.clear()
-    for kv in req["env"]:
-        k, _, v = kv.partition("=")
-        os.environ[k] = v
-    sys.path[:] = list(req["pythonpath"] or []) + [p for p in _base_path if p]
-    random.seed()
-    sys.argv = ["ipykernel_launcher"] + list(req["argv"])
-    _app.launch_new_instance()
-    os._exit(0)
-_kids = set()
-def _kill_kids():
-    for pid in _kids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-_send({"id": 0})
-while True:
-    try:
-        r, _, _ = select.select([_sock, _rd], [], [])
-    except InterruptedError:
-        continue
-    if _rd in r:
-        try:
-            os.read(_rd, 512)
-        except BlockingIOError:
-            pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            _kids.discard(pid)
-            _send({"exit": pid, "status": status})
-    if _sock in r:
-        try:
-            data, anc, _, _ = _sock.recvmsg(1 << 20, socket.CMSG_SPACE(4))
-        except InterruptedError:
-            continue
-        except OSError:
-            data = b""
-        if not data:
-            # The host is gone (or closed us): so are its kernels, with
-            # whatever they started.
-            _kill_kids()
-            os._exit(0)
-        fds = []
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += list(memoryview(payload).cast("i"))
-        try:
-            req = json.loads(data)
-            out = fds[0]
-        except Exception as e:
-            for f in fds: os.close(f)
-            _send({"id": -1, "error": "bad request: %s" % e})
-            continue
-        try:
-            pid = os.fork()
-        except OSError as e:
-            os.close(out)
-            _send({"id": req["id"], "error": "fork: %s" % e})
-            continue
-        if pid == 0:
-            try:
-                _child(req, out)
-            finally:
-                os._exit(1)
-        os.close(out)
-        _kids.add(pid)
-        _send({"id": req["id"], "pid": pid})
-`

@@ -184,3 +184,120 @@ func BenchmarkZygoteStart(b *testing.B) {
 	b.ReportMetric(float64(c.Microseconds())/1000, "cold-ms")
 	b.ReportMetric(float64(f)/float64(c), "ratio")
 }
+
+// zygoteWrapper returns an interpreter for a zygote whose next start can
+// be made to hang: a script that runs py, or, once the returned function
+// has been called, a Python that sleeps instead of importing ipykernel
+// (a restart that never finishes).
+func zygoteWrapper(t *testing.T, py string) (string, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	marker := dir + "/hang"
+	wrapper := dir + "/python3"
+	script := "#!/bin/sh\nif [ -e " + marker + " ]; then exec " + py + " -c 'import time; time.sleep(600)'; fi\nexec " + py + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, func() {
+		if err := os.WriteFile(marker, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// closeDuringStart starts a kernel from z in the background, waits until
+// stuck() says that start is stuck in the zygote, then checks that Close
+// returns within its bound, and that the start gives up too.
+func closeDuringStart(t *testing.T, z *kernel.Zygote, py string, stuck func() bool) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		k, err := kernel.Start(context.Background(), &kernel.Options{Python: py, Dir: t.TempDir(), Launcher: z})
+		if err == nil {
+			k.Close()
+		}
+		errc <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !stuck() {
+		select {
+		case err := <-errc:
+			t.Fatalf("the start ended before Close: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the start did not reach the zygote")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // well inside the wait
+	t0 := time.Now()
+	z.Close()
+	if d := time.Since(t0); d > 3*time.Second {
+		t.Errorf("Close took %v behind a Start", d)
+	}
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Error("the start succeeded after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the start did not give up after Close")
+	}
+}
+
+// TestZygoteCloseDuringRestart: Close during a Start that is restarting
+// a dead zygote (whose imports never finish here) returns at once; it
+// does not wait the restart's minute.
+func TestZygoteCloseDuringRestart(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	py := testenv.NeedsPython(t)
+	wrapper, hang := zygoteWrapper(t, py)
+	z, err := kernel.NewZygote(context.Background(), wrapper, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	old := kernel.ZygotePid(z)
+	hang()
+	syscall.Kill(old, syscall.SIGKILL)
+	for !kernel.ZygoteDead(z) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var sleeper int
+	closeDuringStart(t, z, wrapper, func() bool {
+		for _, p := range testenv.Processes() {
+			if p.PPid == os.Getpid() && p.Pid != old && strings.Contains(p.Cmdline, "time.sleep(600)") {
+				sleeper = p.Pid
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(100 * time.Millisecond)
+	if testenv.Alive(sleeper) {
+		t.Errorf("the restarting zygote %d outlived Close", sleeper)
+	}
+}
+
+// TestZygoteCloseDuringFork: Close during a Start that waits for the
+// zygote's fork (the zygote is stopped, so the answer never comes)
+// returns at once; it does not wait the fork's 30 s.
+func TestZygoteCloseDuringFork(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	py := testenv.NeedsPython(t)
+	z, err := kernel.NewZygote(context.Background(), py, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	zpid := kernel.ZygotePid(z)
+	if err := testenv.Suspend(zpid); err != nil {
+		t.Fatal(err)
+	}
+	closeDuringStart(t, z, py, func() bool { return true })
+	time.Sleep(100 * time.Millisecond)
+	if testenv.Alive(zpid) {
+		t.Errorf("the stopped zygote %d outlived Close", zpid)
+	}
+}

@@ -80,10 +80,10 @@ func ParseConfig(data []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		// The raw JSON is not echoed: it may hold secrets.
-		return Config{}, fmt.Errorf("mcpconn: server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth)", err)
+		return Config{}, fmt.Errorf("server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth)", err)
 	}
 	if dec.More() {
-		return Config{}, fmt.Errorf("mcpconn: server config: trailing data after the JSON object")
+		return Config{}, fmt.Errorf("server config: trailing data after the JSON object")
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -97,7 +97,7 @@ func (c Config) Validate() error {
 	if err == nil && c.OAuth != nil {
 		// What only a stored config must hold: no secret in it.
 		if err := c.OAuth.validate(true); err != nil {
-			return fmt.Errorf("mcpconn: server config %s: oauth: %v", c, err)
+			return fmt.Errorf("server config %s: oauth: %v", c, err)
 		}
 	}
 	return err

@@ -24,11 +24,11 @@ import (
 func LoadDotEnv(path string) (map[string]string, error) {
 	data, err := safefs.ReadFile(filepath.Dir(path), filepath.Base(path), 1<<20)
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: reading .env: %w", err)
+		return nil, fmt.Errorf("reading .env: %w", err)
 	}
 	m, err := parseDotEnv(string(data))
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, nil
 }

@@ -27,7 +27,7 @@ import (
 var ErrUnknownServer = errors.New("unknown MCP server")
 
 // ErrClosed is returned by a Manager's methods after Close.
-var ErrClosed = errors.New("mcpconn: manager closed")
+var ErrClosed = errors.New("MCP server connections closed")
 
 // Default values of Options.
 const (
@@ -141,7 +141,7 @@ func (e *entry) swap(old, new *session) bool {
 // next call reconnect.
 func New(reg *Registry, opts *Options) (*Manager, error) {
 	if reg == nil {
-		return nil, errors.New("mcpconn: New needs a Registry (NewRegistry or LoadRegistry)")
+		return nil, errors.New("mcpconn.New needs a Registry (NewRegistry or LoadRegistry)")
 	}
 	var o Options
 	if opts != nil {
@@ -269,7 +269,7 @@ func (m *Manager) do(ctx context.Context, server, what string, idempotent bool, 
 		case err == nil:
 			return nil
 		case timedOut:
-			return fmt.Errorf("MCP server %q: %s: no answer within %v (Options.CallTimeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
+			return fmt.Errorf("MCP server %q: %s: no answer within %v (the tool call timeout): %w", server, what, m.opts.CallTimeout, context.DeadlineExceeded)
 		case ctx.Err() != nil:
 			return fmt.Errorf("MCP server %q: %s: %w", server, what, err)
 		case s.ctx.Err() != nil && s.stopped.Load():
@@ -443,7 +443,7 @@ func waitStopped(ctx context.Context, done <-chan struct{}, server string) error
 		return nil
 	case <-ctx.Done():
 		if server == "" {
-			return fmt.Errorf("mcpconn: servers still stopping: %w", ctx.Err())
+			return fmt.Errorf("servers still stopping: %w", ctx.Err())
 		}
 		return fmt.Errorf("MCP server %q still stopping: %w", server, ctx.Err())
 	}
@@ -473,7 +473,7 @@ func (m *Manager) Close() error {
 		m.mu.Unlock()
 		m.cancel()
 		if bound := m.closeBound(); !m.bg.Wait(bound) {
-			m.closeErr = fmt.Errorf("mcpconn: close: some servers did not stop within %v", bound)
+			m.closeErr = fmt.Errorf("close: some servers did not stop within %v", bound)
 		}
 		m.http.CloseIdleConnections()
 	})

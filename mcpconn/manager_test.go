@@ -825,3 +825,18 @@ func TestFailedStartShowsStderr(t *testing.T) {
 		t.Fatalf("error %v, want one naming the server and quoting its stderr", err)
 	}
 }
+
+// TestNotJSONRPCNamed: a program that prints something other than MCP
+// JSON-RPC on stdout (a banner, its help) is named as such, with its
+// first line, not reported as "invalid character 'L' looking for
+// beginning of value".
+func TestNotJSONRPCNamed(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	sh := testenv.NeedsTool(t, "sh")
+	m := newManager(t, map[string]Config{"chatty": {Command: sh, Args: []string{"-c", "echo 'Listening on :3000'; echo more; exec cat >/dev/null"}}}, nil)
+	_, err := m.ListTools(ctxT(t), "chatty")
+	want := `MCP server "chatty": its command (` + sh + ` -c echo 'Listening on :3000'; echo more; exec cat >/dev/null) printed "Listening on :3000" on standard output, which is not MCP JSON-RPC; is it an MCP server that speaks stdio?`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("error %v\nwant it to start with %s", err, want)
+	}
+}

@@ -503,7 +503,7 @@ func (h *oauthHandler) fetcher() auth.AuthorizationCodeFetcher {
 			}
 			return r.res, nil
 		case <-timer.C:
-			return nil, fmt.Errorf("no redirect to %s within %v (Options.AuthorizeTimeout); was the sign-in completed in the browser?", rl.url, h.m.opts.AuthorizeTimeout)
+			return nil, fmt.Errorf("no redirect to %s within %v (the sign-in timeout); was the sign-in completed in the browser?", rl.url, h.m.opts.AuthorizeTimeout)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the sign-in: %w", ctx.Err())
 		case <-h.m.ctx.Done():

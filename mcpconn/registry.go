@@ -103,14 +103,14 @@ func (r *Registry) Save(path string) error {
 		b, err := json.Marshal(e.cfg)
 		if err != nil {
 			r.mu.RUnlock()
-			return fmt.Errorf("mcpconn: saving server %q: %w", name, err)
+			return fmt.Errorf("saving server %q: %w", name, err)
 		}
 		f.MCPServers[name] = b
 	}
 	r.mu.RUnlock()
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
+		return fmt.Errorf("saving servers: %w", err)
 	}
 	return writeFileAtomic(path, append(data, '\n'))
 }
@@ -122,10 +122,10 @@ func (r *Registry) Save(path string) error {
 func writeFileAtomic(path string, data []byte) error {
 	base, rel := splitRegistryPath(path)
 	if err := safefs.MkdirAll(base, filepath.Dir(rel), 0o700); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
+		return fmt.Errorf("saving servers: %w", err)
 	}
 	if err := safefs.WriteFile(base, rel, data, 0o600); err != nil {
-		return fmt.Errorf("mcpconn: saving servers: %w", err)
+		return fmt.Errorf("saving servers: %w", err)
 	}
 	return nil
 }
@@ -149,22 +149,22 @@ func LoadRegistry(path string) (*Registry, error) {
 		return NewRegistry(), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: loading servers: %w", err)
+		return nil, fmt.Errorf("loading servers: %w", err)
 	}
 	var f registryFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("mcpconn: loading %s: %w (want {\"mcpServers\": {\"name\": {...}}})", path, err)
+		return nil, fmt.Errorf("loading %s: %w (want {\"mcpServers\": {\"name\": {...}}})", path, err)
 	}
 	r := NewRegistry()
 	for name, raw := range f.MCPServers {
 		c, err := ParseConfig(raw)
 		if err != nil {
-			return nil, fmt.Errorf("mcpconn: loading %s: server %q: %w", path, name, err)
+			return nil, fmt.Errorf("loading %s: server %q: %w", path, name, err)
 		}
 		if err := r.Add(name, c); err != nil {
-			return nil, fmt.Errorf("mcpconn: loading %s: %w", path, err)
+			return nil, fmt.Errorf("loading %s: %w", path, err)
 		}
 	}
 	return r, nil

@@ -119,6 +119,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	var (
 		t   mcp.Transport
 		ht  *headerTransport
+		st  *stdioTransport
 		cmd *exec.Cmd
 	)
 	switch kind {
@@ -130,7 +131,8 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 			cancel()
 			return nil, false, err
 		}
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: m.opts.StopGrace}
+		st = &stdioTransport{cmd: cmd, stop: m.opts.StopGrace}
+		t = st
 	case StreamableHTTP:
 		ht = &headerTransport{base: m.http, headers: cfg.Headers}
 		// No standalone SSE stream: the host only lists and calls tools, and
@@ -179,7 +181,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		}
 		switch {
 		case timedOut.Load():
-			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (Options.ConnectTimeout); check that it is an MCP server speaking %s%s: %w",
+			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (the connect timeout); check that it is an MCP server speaking %s%s: %w",
 				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
 		case ctx.Err() != nil:
 			return nil, false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
@@ -189,6 +191,11 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 		var lre *LoginRequiredError
 		if errors.As(err, &lre) {
 			return nil, false, lre // it names the server and the fix
+		}
+		if st != nil {
+			if nj := st.notJSONRPC(name, cfg, err); nj != nil {
+				return nil, false, nj
+			}
 		}
 		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
 			return nil, false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)

@@ -44,7 +44,7 @@ const maxTokenFile = 4 << 20
 func DefaultTokenFile() (string, error) {
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("mcpconn: no folder for OAuth tokens: %w (set $XDG_CONFIG_HOME or $HOME)", err)
+		return "", fmt.Errorf("no folder for OAuth tokens: %w (set $XDG_CONFIG_HOME or $HOME)", err)
 	}
 	return filepath.Join(dir, "ipybox", tokenFileName), nil
 }
@@ -130,7 +130,7 @@ const maxStoredToken = 16 << 10
 
 func (s tokenStore) save(serverURL string, e *storedSignIn) error {
 	if len(e.AccessToken) > maxStoredToken || len(e.RefreshToken) > maxStoredToken {
-		return fmt.Errorf("mcpconn: the sign-in to %s was not stored: its token is longer than %d bytes; it lasts for this process only", tokenKey(serverURL), maxStoredToken)
+		return fmt.Errorf("the sign-in to %s was not stored: its token is longer than %d bytes; it lasts for this process only", tokenKey(serverURL), maxStoredToken)
 	}
 	return s.locked(true, func(f *tokenFile) bool {
 		f.Servers[tokenKey(serverURL)] = e
@@ -155,12 +155,12 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 	dir := filepath.Dir(s.path)
 	if write {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("mcpconn: OAuth token folder: %w", err)
+			return fmt.Errorf("OAuth token folder: %w", err)
 		}
 	}
 	unlock, err := lockFile(filepath.Join(dir, "."+tokenFileName+".lock"), write)
 	if err != nil {
-		return fmt.Errorf("mcpconn: locking the OAuth token file: %w", err)
+		return fmt.Errorf("locking the OAuth token file: %w", err)
 	}
 	defer unlock()
 	f, err := s.read()
@@ -175,28 +175,28 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 	enc.SetEscapeHTML(false) // a '<' in a token stays one byte, not six
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(f); err != nil {
-		return fmt.Errorf("mcpconn: OAuth token file: %w", err)
+		return fmt.Errorf("OAuth token file: %w", err)
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	tmp, err := os.CreateTemp(dir, "."+tokenFileName+".*")
 	if err != nil {
-		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
+		return fmt.Errorf("writing the OAuth token file: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	// CreateTemp makes the file 0600 already; Chmod says so explicitly.
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
+		return fmt.Errorf("writing the OAuth token file: %w", err)
 	}
 	if _, err := tmp.Write(append(data, '\n')); err != nil {
 		tmp.Close()
-		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
+		return fmt.Errorf("writing the OAuth token file: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
+		return fmt.Errorf("writing the OAuth token file: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("mcpconn: writing the OAuth token file: %w", err)
+		return fmt.Errorf("writing the OAuth token file: %w", err)
 	}
 	return nil
 }
@@ -210,29 +210,29 @@ func (s tokenStore) read() (*tokenFile, error) {
 		return f, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: reading the OAuth token file: %w", err)
+		return nil, fmt.Errorf("reading the OAuth token file: %w", err)
 	}
 	defer fh.Close()
 	fi, err := fh.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: reading the OAuth token file: %w", err)
+		return nil, fmt.Errorf("reading the OAuth token file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("mcpconn: the OAuth token file %s is not a regular file; remove it", s.path)
+		return nil, fmt.Errorf("the OAuth token file %s is not a regular file; remove it", s.path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("mcpconn: the OAuth token file %s has mode %04o, so others may have read its tokens; fix it with `chmod 600 %s` (and sign in again if in doubt)", s.path, perm, s.path)
+		return nil, fmt.Errorf("the OAuth token file %s has mode %04o, so others may have read its tokens; fix it with `chmod 600 %s` (and sign in again if in doubt)", s.path, perm, s.path)
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxTokenFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: reading the OAuth token file: %w", err)
+		return nil, fmt.Errorf("reading the OAuth token file: %w", err)
 	}
 	if len(data) > maxTokenFile {
-		return nil, fmt.Errorf("mcpconn: the OAuth token file %s is larger than %d bytes; remove it and sign in again", s.path, maxTokenFile)
+		return nil, fmt.Errorf("the OAuth token file %s is larger than %d bytes; remove it and sign in again", s.path, maxTokenFile)
 	}
 	if err := json.Unmarshal(data, f); err != nil {
 		// The parser's message is not shown: it may quote a token.
-		return nil, fmt.Errorf("mcpconn: the OAuth token file %s is not valid JSON; remove it and sign in again", s.path)
+		return nil, fmt.Errorf("the OAuth token file %s is not valid JSON; remove it and sign in again", s.path)
 	}
 	if f.Servers == nil {
 		f.Servers = map[string]*storedSignIn{}

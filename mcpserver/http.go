@@ -67,8 +67,7 @@ func (s *Server) Handler() http.Handler {
 	token := []byte(s.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.opts.NoAuth && !bearerOK(r.Header.Values("Authorization"), token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ipybox"`)
-			http.Error(w, "missing or wrong bearer token (send Authorization: Bearer <token>)", http.StatusUnauthorized)
+			Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
 			return
 		}
 		if err := checkOrigin(origin, r); err != nil {
@@ -94,6 +93,40 @@ func (s *Server) Handler() http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// The answers to a request without the right bearer token. The
+// descriptions name the fix: ipybox has no OAuth, so there is nothing to
+// sign in to. (RFC 6750's error_description allows no '"' and no '\\'.)
+const (
+	noTokenDescription = "no bearer token: ipybox mcp needs Authorization: Bearer <token> on every request, " +
+		"the token of its --auth-token-file (or $IPYBOX_MCP_AUTH_TOKEN, or the file it printed at start); it offers no OAuth"
+	wrongTokenDescription = "the bearer token is wrong: send Authorization: Bearer <token> with the token of " +
+		"ipybox mcp's --auth-token-file (or $IPYBOX_MCP_AUTH_TOKEN, or the file it printed at start); it offers no OAuth"
+)
+
+// NoOAuth is the body of ipybox mcp's answer to the OAuth endpoints
+// clients probe after a 401 (/.well-known/oauth-protected-resource,
+// /.well-known/oauth-authorization-server, /register…): there are none. A
+// client that starts an OAuth flow on any 401 (the MCP TypeScript SDK's
+// does, whatever WWW-Authenticate says) shows this text from its failed
+// client registration, instead of a bare "404 page not found".
+const NoOAuth = "ipybox mcp offers no OAuth (no authorization server, no client registration): " +
+	"an MCP client sends Authorization: Bearer <token>, the token of ipybox mcp's --auth-token-file, " +
+	"for example claude mcp add --transport http ipybox URL --header \"Authorization: Bearer $(cat TOKEN_FILE)\"\n"
+
+// Unauthorized answers a request without the right bearer token: 401,
+// with a WWW-Authenticate challenge that says why (RFC 6750: error
+// invalid_request when no token was sent, invalid_token when it was
+// wrong) and names the fix, and no resource_metadata: there is no OAuth
+// to advertise. sent says whether an Authorization header came.
+func Unauthorized(w http.ResponseWriter, sent bool) {
+	code, desc := "invalid_request", noTokenDescription
+	if sent {
+		code, desc = "invalid_token", wrongTokenDescription
+	}
+	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="ipybox", error="%s", error_description="%s"`, code, desc))
+	http.Error(w, "ipybox mcp: "+desc, http.StatusUnauthorized)
 }
 
 // full reports whether a new session would exceed Options.MaxSessions.

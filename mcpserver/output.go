@@ -153,6 +153,10 @@ type cellMeta struct {
 	Truncated bool       `json:"truncated,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`
 	Error     *cellError `json:"error,omitempty"`
+	// Unregistered names the servers registered at start (--mcp-config,
+	// or by another session) that this session could not register, with
+	// the error: the Python API fails its start on them.
+	Unregistered map[string]string `json:"unregistered,omitempty"`
 }
 
 // cellError is a cell's failure. Kind is "python" (with Name, Value and

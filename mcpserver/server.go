@@ -288,11 +288,11 @@ func New(opts *Options) (*Server, error) {
 		o.Approval = ApprovalAuto
 	case ApprovalAuto, ApprovalElicit:
 	default:
-		return nil, fmt.Errorf("mcpserver: approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
+		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
 	}
 	allow, err := parseAllowPatterns(o.AllowTools)
 	if err != nil {
-		return nil, fmt.Errorf("mcpserver: %w", err)
+		return nil, err
 	}
 	if o.SpillCellBytes == 0 {
 		o.SpillCellBytes = DefaultSpillCellBytes
@@ -305,13 +305,18 @@ func New(opts *Options) (*Server, error) {
 		ws = "."
 	}
 	if ws, err = filepath.Abs(ws); err != nil {
-		return nil, fmt.Errorf("mcpserver: workspace: %w", err)
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("mcpserver: workspace %q is not a directory; create it or choose another", ws)
+		return nil, fmt.Errorf("workspace %q is not a directory; create it or choose another", ws)
 	}
 	if real, err := filepath.EvalSymlinks(ws); err == nil {
 		ws = real
+	}
+	// Every session's kernel start would fail on these, and the pool
+	// would retry them in the background: fail once, here.
+	if err := ipybox.CheckWorkspace(ws); err != nil {
+		return nil, err
 	}
 	dirs := o.AllowedDirs
 	if dirs == nil {
@@ -321,16 +326,16 @@ func New(opts *Options) (*Server, error) {
 	for _, d := range dirs {
 		real, err := realDir(d)
 		if err != nil {
-			return nil, fmt.Errorf("mcpserver: allowed directory: %w", err)
+			return nil, fmt.Errorf("allowed directory: %w", err)
 		}
 		allowed = append(allowed, real)
 	}
 	if o.Container != nil && o.Sandbox != nil {
-		return nil, errors.New("mcpserver: Options.Container and Options.Sandbox exclude each other")
+		return nil, errors.New("Options.Container and Options.Sandbox exclude each other")
 	}
 	for _, b := range o.Binds {
 		if err := checkBind(b); err != nil {
-			return nil, fmt.Errorf("mcpserver: %w", err)
+			return nil, err
 		}
 	}
 	if o.Version == "" {
@@ -362,7 +367,7 @@ func New(opts *Options) (*Server, error) {
 		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
 	}
 	if o.Gateway != nil && (o.Sandbox != nil || o.Container != nil) {
-		return nil, errors.New("mcpserver: Options.Gateway runs kernels on the gateway, and Sandbox and Container confine local ones; leave them nil with a gateway")
+		return nil, errors.New("Options.Gateway runs kernels on the gateway, and Sandbox and Container confine local ones; leave them nil with a gateway")
 	}
 	if o.Sandbox != nil {
 		// A bind is a link in the workspace to a host directory; inside the
@@ -375,7 +380,7 @@ func New(opts *Options) (*Server, error) {
 		s.sandbox = &cp
 	}
 	if err := s.makeBinds(); err != nil {
-		return nil, fmt.Errorf("mcpserver: %w", err)
+		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.warm = newWarmPool(s, o.Pool)
@@ -413,7 +418,7 @@ func (s *Server) Workspace() string { return s.workspace }
 func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	ss, err := s.mcp.Connect(ctx, t, nil)
 	if err != nil {
-		return fmt.Errorf("mcpserver: %w", err)
+		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- ss.Wait() }()
@@ -426,7 +431,7 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 		err = s.stopSession(ss, done)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) && !isClosedErr(err) && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("mcpserver: %w", err)
+		return err
 	}
 	return nil
 }
@@ -504,7 +509,7 @@ func (s *Server) Close() error {
 	}
 	s.zygMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
-		s.closeErr = fmt.Errorf("mcpserver: close: %w", err)
+		s.closeErr = fmt.Errorf("close: %w", err)
 	}
 	return s.closeErr
 }

@@ -44,6 +44,9 @@ type session struct {
 	// warnings are registration problems to report with the next execute;
 	// guarded by mu.
 	warnings []string
+	// regErrs are the servers of warnings that could not be registered,
+	// and why, for the next execute's structured result.
+	regErrs map[string]string
 	// owner is the current executor's holder of this session for OAuth
 	// sign-ins; guarded by mu.
 	owner *oauthOwner
@@ -136,6 +139,15 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	return ex, nil
 }
 
+// takeRegErrors returns and clears the pending registration errors.
+func (x *session) takeRegErrors() map[string]string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.regErrs
+	x.regErrs = nil
+	return e
+}
+
 // takeWarnings returns and clears the pending warnings.
 func (x *session) takeWarnings() []string {
 	x.mu.Lock()
@@ -172,6 +184,10 @@ func (x *session) syncLocked(ctx context.Context, ex *ipybox.Executor) {
 			x.s.log.Warn("registering an MCP server", "server", p.name, "err", err)
 			x.mu.Lock()
 			x.warnings = append(x.warnings, fmt.Sprintf("[ipybox: MCP server %q could not be registered: %v]", p.name, err))
+			if x.regErrs == nil {
+				x.regErrs = map[string]string{}
+			}
+			x.regErrs[p.name] = err.Error()
 			x.mu.Unlock()
 		}
 	}

@@ -311,13 +311,14 @@ func TestKernelStartsInBackground(t *testing.T) {
 	if got := run(t, cs, "import sys; print(sys.prefix)"); got != filepath.Join(ws, ".ipybox", "venv") {
 		t.Errorf("kernel's prefix %q, want the workspace's virtualenv", got)
 	}
-	// `!pip install` in a cell installs into the virtualenv.
+	// `!pip install` in a cell installs into the session's own package
+	// folder (the shared virtualenv is install_package's).
 	whl := buildWheel(t, ws)
 	if got := run(t, cs, "!which pip\n!pip install --no-index "+whl); !strings.HasPrefix(got, filepath.Join(ws, ".ipybox", "venv", "bin", "pip")+"\n") || !strings.Contains(got, "Successfully installed ipybox-testpkg") {
 		t.Errorf("!pip install: %q", got)
 	}
-	if got := run(t, cs, "import ipybox_testpkg; print(ipybox_testpkg.__file__)"); !strings.HasPrefix(got, filepath.Join(ws, ".ipybox", "venv", "lib")) {
-		t.Errorf("installed at %q, want inside the virtualenv", got)
+	if got := run(t, cs, "import ipybox_testpkg; print(ipybox_testpkg.__file__)"); !strings.HasPrefix(got, filepath.Join(ws, ".ipybox", "packages")) {
+		t.Errorf("installed at %q, want inside the session's package folder", got)
 	}
 }
 

@@ -288,7 +288,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return nil, nil, err
 	}
 	defer done()
-	warnings := x.takeWarnings()
+	warnings, regErrs := x.takeWarnings(), x.takeRegErrors()
 	p := startProgress(ctx, req)
 	var res *ipybox.Result
 	var cellErr error
@@ -317,7 +317,13 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	if note := sp.finish(); note != "" {
 		warnings = append(warnings, note)
 	}
-	return cellResult(res, cellErr, a.MaxOutputChars, warnings), nil, nil
+	out := cellResult(res, cellErr, a.MaxOutputChars, warnings)
+	if len(regErrs) > 0 {
+		m := out.Meta[CellMetaKey].(cellMeta)
+		m.Unregistered = regErrs
+		out.Meta[CellMetaKey] = m
+	}
+	return out, nil, nil
 }
 
 func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a registerArgs) (*mcp.CallToolResult, any, error) {

@@ -99,10 +99,10 @@ func Generate(server string, tools []Tool) ([]File, []Module, error) {
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for i, t := range sorted {
 		if t.Name == "" {
-			return nil, nil, fmt.Errorf("pygen: server %s: a tool has an empty name; every MCP tool needs one", server)
+			return nil, nil, fmt.Errorf("server %s: a tool has an empty name; every MCP tool needs one", server)
 		}
 		if i > 0 && sorted[i-1].Name == t.Name {
-			return nil, nil, fmt.Errorf("pygen: server %s: tool name %q appears twice; tool names must be unique", server, t.Name)
+			return nil, nil, fmt.Errorf("server %s: tool name %q appears twice; tool names must be unique", server, t.Name)
 		}
 	}
 
@@ -157,11 +157,11 @@ func parseSchema(raw json.RawMessage) (any, error) {
 func generateModule(server string, t Tool, mod string) ([]byte, string, error) {
 	in, err := parseSchema(t.InputSchema)
 	if err != nil {
-		return nil, "", fmt.Errorf("pygen: tool %q: inputSchema: %w", t.Name, err)
+		return nil, "", fmt.Errorf("tool %q: inputSchema: %w", t.Name, err)
 	}
 	out, err := parseSchema(t.OutputSchema)
 	if err != nil {
-		return nil, "", fmt.Errorf("pygen: tool %q: outputSchema: %w", t.Name, err)
+		return nil, "", fmt.Errorf("tool %q: outputSchema: %w", t.Name, err)
 	}
 	g := newGen()
 	params := g.rootClass("Params", in, true)

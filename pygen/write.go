@@ -38,24 +38,24 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 
 	if _, err := r.Lstat("__init__.py"); errors.Is(err, fs.ErrNotExist) {
 		if err := r.WriteFile("__init__.py", nil, 0o644); err != nil {
-			return nil, fmt.Errorf("pygen: %w", err)
+			return nil, fmt.Errorf("write tool modules: %w", err)
 		}
 	}
 	removeLeftovers(r, server)
 
 	tmp := "." + server + ".tmp-" + randomSuffix()
 	if err := r.Mkdir(tmp, 0o755); err != nil {
-		return nil, fmt.Errorf("pygen: %w", err)
+		return nil, fmt.Errorf("write tool modules: %w", err)
 	}
 	for _, f := range files {
 		name, ok := strings.CutPrefix(f.Path, server+"/")
 		if !ok || name != path.Base(name) {
 			r.RemoveAll(tmp)
-			return nil, fmt.Errorf("pygen: internal error: unexpected generated path %q", f.Path)
+			return nil, fmt.Errorf("internal error: unexpected generated path %q", f.Path)
 		}
 		if err := r.WriteFile(tmp+"/"+name, f.Data, 0o644); err != nil {
 			r.RemoveAll(tmp)
-			return nil, fmt.Errorf("pygen: %w", err)
+			return nil, fmt.Errorf("write tool modules: %w", err)
 		}
 	}
 
@@ -67,7 +67,7 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 		old = "." + server + ".old-" + randomSuffix()
 		if err := r.Rename(server, old); err != nil {
 			r.RemoveAll(tmp)
-			return nil, fmt.Errorf("pygen: %w", err)
+			return nil, fmt.Errorf("write tool modules: %w", err)
 		}
 	}
 	if err := r.Rename(tmp, server); err != nil {
@@ -75,11 +75,11 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 			r.Rename(old, server) // put the previous modules back
 		}
 		r.RemoveAll(tmp)
-		return nil, fmt.Errorf("pygen: %w", err)
+		return nil, fmt.Errorf("write tool modules: %w", err)
 	}
 	if old != "" {
 		if err := r.RemoveAll(old); err != nil {
-			return mods, fmt.Errorf("pygen: remove the previous modules: %w", err)
+			return mods, fmt.Errorf("remove the previous modules: %w", err)
 		}
 	}
 	return mods, nil
@@ -93,27 +93,27 @@ func Write(root, server string, tools []Tool) ([]Module, error) {
 func openFolder(root string) (*os.Root, error) {
 	dir := filepath.Dir(root)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("pygen: create %s: %w", dir, err)
+		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	parent, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("pygen: %w", err)
+		return nil, fmt.Errorf("write tool modules: %w", err)
 	}
 	defer parent.Close()
 	name := filepath.Base(root)
 	if err := parent.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("pygen: create %s: %w", root, err)
+		return nil, fmt.Errorf("create %s: %w", root, err)
 	}
 	if fi, err := parent.Lstat(name); err != nil {
-		return nil, fmt.Errorf("pygen: %w", err)
+		return nil, fmt.Errorf("write tool modules: %w", err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("pygen: %s is not a directory (a symbolic link is refused too); pass the workspace's mcptools folder", root)
+		return nil, fmt.Errorf("%s is not a directory (a symbolic link is refused too); pass the workspace's mcptools folder", root)
 	}
 	// The check above gives the usual error; this open is the guard. A link
 	// that appears in between is followed only within the parent.
 	r, err := parent.OpenRoot(name)
 	if err != nil {
-		return nil, fmt.Errorf("pygen: open %s: %w", root, err)
+		return nil, fmt.Errorf("open %s: %w", root, err)
 	}
 	return r, nil
 }

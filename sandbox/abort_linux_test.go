@@ -46,7 +46,7 @@ func TestAbortedStartsLeaveNothing(t *testing.T) {
 			if err != nil {
 				return
 			}
-			p.Kill()
+			p.Kill(context.Background())
 			waitFor(t, p, 20*time.Second)
 		}()
 	}

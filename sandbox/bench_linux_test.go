@@ -21,7 +21,7 @@ func BenchmarkLauncherOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := p.Wait(); err != nil {
+		if err := p.Wait(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t0)

@@ -101,7 +101,7 @@ time.sleep(60)  # stay until killed
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Kill()
+	p.Kill(context.Background())
 	waitFor(t, p, 10*time.Second)
 	wsInfo, err := os.Stat(ws)
 	if err != nil {
@@ -192,8 +192,8 @@ func TestAttackSymlinkedMetadata(t *testing.T) {
 			x := newSbx(t, nil, &Options{Workspace: ws})
 			p, err := x.Start(context.Background(), &kernel.Spec{Path: python, Args: []string{"-c", "pass"}, Dir: ws, RunDir: x.run})
 			if p != nil {
-				p.Kill()
-				p.Wait()
+				p.Kill(context.Background())
+				p.Wait(context.Background())
 			}
 			if err == nil || !strings.Contains(err.Error(), "is a symbolic link") || !strings.Contains(err.Error(), name) {
 				t.Fatalf("Start = %v, want an error naming the link %s", err, name)

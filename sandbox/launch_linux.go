@@ -163,7 +163,7 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if err := awaitReady(ctx, cmd, ctl, tail, path); err != nil {
 		return nil, err
 	}
-	return &process{cmd: cmd, ctl: ctl}, nil
+	return newProcess(cmd, ctl), nil
 }
 
 // awaitReady waits for the init's "ok" on the control socket (bounded by

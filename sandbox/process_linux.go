@@ -1,16 +1,20 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/procexit"
 )
 
 // readLine reads one line (without the newline) from the init's control
@@ -80,18 +84,30 @@ func abortStart(cmd *exec.Cmd, ctl *os.File, ready <-chan string) {
 // the program runs in another session and pid namespace; the init sends
 // them to the program's process group.
 type process struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	ctl *os.File // nil after Wait
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	ctl  *os.File // nil after the exit
+	exit *procexit.Exit
 }
 
+// newProcess reaps bwrap from the start on.
+func newProcess(cmd *exec.Cmd, ctl *os.File) *process {
+	p := &process{cmd: cmd, ctl: ctl}
+	p.exit = procexit.Go(p.wait)
+	return p
+}
+
+// ID implements kernel.Process: bwrap's pid.
+func (p *process) ID() string { return strconv.Itoa(p.Pid()) }
+
+// Pid implements kernel.HostProcess: bwrap's pid.
 func (p *process) Pid() int { return p.cmd.Process.Pid }
 
 // Signal delivers sig to the program's process group inside the sandbox.
 // SIGKILL kills the whole sandbox (see Kill).
-func (p *process) Signal(sig syscall.Signal) error {
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 	if sig == syscall.SIGKILL {
-		return p.Kill()
+		return p.Kill(ctx)
 	}
 	if sig <= 0 || sig > 64 {
 		return fmt.Errorf("sandbox: cannot forward signal %d", int(sig))
@@ -113,7 +129,7 @@ func (p *process) Signal(sig syscall.Signal) error {
 // Kill ends the whole sandbox: it shuts the control socket down, which
 // makes the init (the sandbox's pid 1) exit, and the kernel then kills
 // every process in the sandbox's pid namespace; and it kills bwrap.
-func (p *process) Kill() error {
+func (p *process) Kill(context.Context) error {
 	p.mu.Lock()
 	if p.ctl != nil {
 		shutdownCtl(p.ctl)
@@ -126,7 +142,11 @@ func (p *process) Kill() error {
 	return err
 }
 
-func (p *process) Wait() error {
+// Wait implements kernel.Process.
+func (p *process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
+
+// wait reaps bwrap and closes the control socket.
+func (p *process) wait() error {
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	if p.ctl != nil {

@@ -95,7 +95,7 @@ func (x *sbx) env(t testing.TB) []string {
 }
 
 // start starts argv in the sandbox.
-func (x *sbx) start(t testing.TB, stdout, stderr io.Writer, argv ...string) kernel.Process {
+func (x *sbx) start(t testing.TB, stdout, stderr io.Writer, argv ...string) kernel.HostProcess {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -105,24 +105,23 @@ func (x *sbx) start(t testing.TB, stdout, stderr io.Writer, argv ...string) kern
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill() }) // after a failed test; harmless after Wait
-	return p
+	t.Cleanup(func() { p.Kill(context.Background()) }) // after a failed test; harmless after Wait
+	return p.(kernel.HostProcess)
 }
 
 // waitFor waits for p with a bound, killing it when the bound passes.
 func waitFor(t testing.TB, p kernel.Process, d time.Duration) error {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- p.Wait() }()
-	select {
-	case err := <-done:
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	err := p.Wait(ctx)
+	if ctx.Err() == nil {
 		return err
-	case <-time.After(d):
-		p.Kill()
-		<-done
-		t.Fatalf("sandboxed process still running after %v", d)
-		return nil
 	}
+	p.Kill(context.Background())
+	p.Wait(context.Background())
+	t.Fatalf("sandboxed process still running after %v", d)
+	return nil
 }
 
 // py runs a Python script in the sandbox and returns its stdout; the
@@ -367,7 +366,7 @@ func TestNothingAppears(t *testing.T) {
 	if got := list(); !slices.Equal(got, want) {
 		t.Errorf("while the sandbox runs, the workspace holds %q; want %q", got, want)
 	}
-	p.Kill()
+	p.Kill(context.Background())
 	waitFor(t, p, 10*time.Second)
 	x.attempts(t, "", []check{
 		{"env", `write(".env", b"EVIL=1")`, false, "EACCES"},
@@ -695,7 +694,7 @@ except KeyboardInterrupt:
     sys.exit(0)
 `)
 	out.wait(t)
-	if err := p.Signal(syscall.SIGINT); err != nil {
+	if err := p.Signal(context.Background(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitFor(t, p, 10*time.Second); err != nil {
@@ -704,7 +703,7 @@ except KeyboardInterrupt:
 	if !strings.Contains(out.String(), "interrupted") || strings.Contains(out.String(), "not interrupted") {
 		t.Errorf("output %q, want \"interrupted\"", out.String())
 	}
-	if err := p.Signal(syscall.SIGINT); !errors.Is(err, os.ErrProcessDone) {
+	if err := p.Signal(context.Background(), syscall.SIGINT); !errors.Is(err, os.ErrProcessDone) {
 		t.Errorf("Signal after Wait = %v, want os.ErrProcessDone", err)
 	}
 }
@@ -746,8 +745,8 @@ func TestStartErrors(t *testing.T) {
 			p, err := x.Start(ctx, &tt.spec)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				if p != nil {
-					p.Kill()
-					p.Wait()
+					p.Kill(context.Background())
+					p.Wait(context.Background())
 				}
 				t.Fatalf("Start = %v, want an error with %q", err, tt.want)
 			}
@@ -841,7 +840,7 @@ func TestKillRemovesSandbox(t *testing.T) {
 	if n := len(findMarker(marker)); n != 2 {
 		t.Fatalf("found %d processes with the marker, want 2 (the payload and its child): %v %s\n%s", n, findMarker(marker), out.String(), procTree(p.Pid()))
 	}
-	if err := p.Kill(); err != nil {
+	if err := p.Kill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, p, 10*time.Second)
@@ -867,7 +866,7 @@ func init() {
 			return 1
 		}
 		<-out.seen
-		fmt.Printf("started %d\n", p.Pid())
+		fmt.Printf("started %s\n", p.ID())
 		time.Sleep(time.Minute)
 		return 2
 	}
@@ -958,7 +957,7 @@ func TestProbeFailsClosed(t *testing.T) {
 			for i := 0; i < 2; i++ { // the second answer comes from the cache
 				p, err := s.Start(ctx, &kernel.Spec{Path: python, Args: []string{"-c", "print(1)"}, RunDir: t.TempDir()})
 				if p != nil {
-					p.Kill()
+					p.Kill(context.Background())
 					t.Fatal("Start returned a process")
 				}
 				var pe *ProbeError

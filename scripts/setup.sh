@@ -19,6 +19,7 @@ pkgs=(
   python3-venv python3-pip # the kernel's virtualenv and install_package
   python3-build python3-setuptools python3-wheel  # scripts/wheels.sh, offline (--no-isolation)
   pipx                     # the wheel tests' stand-in for uvx
+  python3-dill             # durable sessions: the kernel saves its namespace
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests
   docker.io debootstrap    # the container backend, and its image's Debian base

@@ -75,7 +75,10 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 
 func doctorChecks(ctx context.Context, python string) []check {
 	var checks []check
-	py, err := kernel.FindPython(ctx, python)
+	py, err := kernel.FindPython(ctx, "")
+	if python != "" {
+		py, err = kernel.CheckPython(ctx, python, "--python")
+	}
 	if err != nil {
 		checks = append(checks, check{name: "python", required: true, detail: err.Error()})
 	} else {

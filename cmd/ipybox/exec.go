@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/kernel"
 )
 
 const execUsage = `
@@ -141,6 +142,14 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 			return exitUsage
 		}
 	}
+	if f.python != "" && policy == nil && ctr == nil && gw == nil {
+		// Checked here to name the flag; a sandboxed kernel's interpreter
+		// is never run on the host, not even to probe it.
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
+			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			return exitUsage
+		}
+	}
 	ex, err := ipybox.Start(ctx, &ipybox.Options{
 		Python:    f.python,
 		WorkDir:   f.workspace,
@@ -158,13 +167,13 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		TraceCode:            f.telemetry.includeCode,
 	})
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+		fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
 		return exitFail
 	}
 	defer ex.Close()
 	for _, s := range servers {
 		if _, err := ex.RegisterMCPServer(ctx, s.name, s.cfg); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
+			fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
 			return exitFail
 		}
 	}
@@ -184,6 +193,10 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		// The output streams out as it comes: the result keeps only a
 		// head and a tail of it, so that memory stays bounded.
 		if !out.cell(ctx, ex, i, cell, &ipybox.ExecOptions{Timeout: f.timeout, KeepText: execKeepText}) {
+			if left := len(cells) - i - 1; left > 0 {
+				flushTerminal(env)
+				fmt.Fprintf(env.stderr, "ipybox exec: cell %d of %d failed; %s not run\n", i+1, len(cells), plural(left, "the cell after it was", "the %d cells after it were"))
+			}
 			return exitFail
 		}
 	}
@@ -390,4 +403,12 @@ func (p *printer) fail(i int, err error) {
 	}
 	flushTerminal(p.env)
 	fmt.Fprintf(p.env.stderr, "ipybox: %v\n", err)
+}
+
+// plural returns one when n is 1, else many with n formatted in.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
 }

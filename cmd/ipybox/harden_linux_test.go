@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,20 +19,7 @@ func TestHardenHidesEnviron(t *testing.T) {
 		t.Skip("needs root to run both sides as an unprivileged user")
 	}
 	const uid = 65534
-	dir, err := os.MkdirTemp("", "ipybox-harden-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o777)
-	bin := filepath.Join(dir, "ipybox")
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, bin := binaryForAll(t, 0o777)
 	cred := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 	srv := exec.Command(bin, "mcp", "--workspace", dir, "--no-sandbox")
 	srv.Env = []string{"IPYBOX_TEST_AS_MAIN=1", "HOME=" + dir, "PATH=/usr/bin:/bin", "IPYBOX_MCP_AUTH_TOKEN=env-secret-0123456789"}

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ipybox/ipybox/sandbox"
 )
@@ -55,6 +57,12 @@ func commands() []*command {
 func main() {
 	if h := hiddenCommand(os.Args); h != nil {
 		os.Exit(h(os.Args[2:]))
+	}
+	// In the image, as root: no capabilities from here on (it re-executes
+	// this binary once).
+	if err := dropRoot(os.Getenv); err != nil {
+		fmt.Fprintf(os.Stderr, "ipybox: %v\n", err)
+		os.Exit(exitFail)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
@@ -153,7 +161,9 @@ func newFlagSet(env *cliEnv, name, usage string) *flag.FlagSet {
 }
 
 // parseFlags parses args; -h prints the usage to stdout and ends with
-// exitOK, a bad flag ends with exitUsage.
+// exitOK, a bad flag ends with exitUsage after one line on stderr that
+// names the flag and the fix (never the whole usage: a typo should not
+// scroll the screen).
 func parseFlags(fs *flag.FlagSet, env *cliEnv, args []string) (done bool, code int) {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
@@ -165,13 +175,140 @@ func parseFlags(fs *flag.FlagSet, env *cliEnv, args []string) (done bool, code i
 			break
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, exitOK
+	// The flag package prints its error and the usage on failure; this
+	// prints one line instead. Each value is wrapped meanwhile, so that a
+	// bad value is known by its flag, not by parsing the message.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	var bad *badValue
+	restore := map[*flag.Flag]flag.Value{}
+	fs.VisitAll(func(f *flag.Flag) {
+		restore[f] = f.Value
+		w := &checkedValue{Value: f.Value, name: f.Name, bad: &bad}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			f.Value = &checkedBool{w}
+		} else {
+			f.Value = w
 		}
-		return true, exitUsage
+	})
+	err := fs.Parse(args)
+	for f, v := range restore {
+		f.Value = v
 	}
-	return false, 0
+	fs.SetOutput(out)
+	if err == nil {
+		return false, 0
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return true, exitOK
+	}
+	fmt.Fprintf(out, "ipybox %s: %s\n", fs.Name(), flagError(fs, err, bad))
+	return true, exitUsage
+}
+
+// badValue is a value a flag refused.
+type badValue struct {
+	name, value string
+	err         error
+}
+
+// checkedValue records the first value its flag refuses.
+type checkedValue struct {
+	flag.Value
+	name string
+	bad  **badValue
+}
+
+func (v *checkedValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err != nil && *v.bad == nil {
+		*v.bad = &badValue{name: v.name, value: s, err: err}
+	}
+	return err
+}
+
+// checkedBool is a checkedValue of a boolean flag.
+type checkedBool struct{ *checkedValue }
+
+func (checkedBool) IsBoolFlag() bool { return true }
+
+// flagError turns an error of fs.Parse into one line: the flag as it is
+// written (--name), what is wrong, and the fix.
+func flagError(fs *flag.FlagSet, err error, bad *badValue) string {
+	help := fmt.Sprintf("`ipybox help %s` lists the flags", fs.Name())
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if s := suggestFlag(fs, name); s != "" {
+			return fmt.Sprintf("unknown flag --%s; did you mean --%s?", name, s)
+		}
+		return fmt.Sprintf("unknown flag --%s; %s", name, help)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		f := fs.Lookup(name)
+		if f == nil {
+			return fmt.Sprintf("--%s needs a value", name)
+		}
+		arg, _ := flag.UnquoteUsage(f)
+		return fmt.Sprintf("--%s needs a value (--%s %s)", name, name, arg)
+	}
+	if bad != nil {
+		f := fs.Lookup(bad.name)
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case time.Duration:
+				if _, err := strconv.ParseFloat(bad.value, 64); err == nil {
+					return fmt.Sprintf("--%s %s: add a unit, as in --%s %ss (ms, s, m or h)", bad.name, bad.value, bad.name, bad.value)
+				}
+				return fmt.Sprintf("--%s %q: want a duration, as in --%s 30s (ms, s, m or h)", bad.name, bad.value, bad.name)
+			case int, int64, uint, uint64:
+				return fmt.Sprintf("--%s %q: want a whole number", bad.name, bad.value)
+			case bool:
+				return fmt.Sprintf("--%s=%s: want --%s, --%s=true or --%s=false", bad.name, bad.value, bad.name, bad.name, bad.name)
+			}
+		}
+		return fmt.Sprintf("--%s %q: %v", bad.name, bad.value, bad.err)
+	}
+	return fmt.Sprintf("%s; %s", msg, help)
+}
+
+// suggestFlag returns the flag of fs that name most likely misspells, or
+// "" when none is close.
+func suggestFlag(fs *flag.FlagSet, name string) string {
+	best, bestD := "", 0
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(strings.ToLower(name), f.Name)
+		if strings.HasPrefix(f.Name, name) && len(name) >= 3 {
+			d = 1 // an abbreviation
+		}
+		if best == "" || d < bestD || d == bestD && f.Name < best {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" || bestD > max(1, min(len(name), len(best))/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // stringList is a repeatable string flag.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,25 +99,55 @@ func TestHelpGolden(t *testing.T) {
 	}
 }
 
+// TestUsageErrors: a bad command line gets one line that names the flag
+// as it is written and the fix (a "did you mean" for a typo, a unit for
+// a bare number), never the whole usage, and exit 2. Golden:
+// testdata/usage-errors.golden.
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"nope"}, `unknown command "nope"`},
-		{[]string{"exec", "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
-		{[]string{"exec", "-c", "1", "file.py"}, `not both (got -c and "file.py")`},
-		{[]string{"exec", "a.py", "b.py"}, "one FILE at most"},
-		{[]string{"exec", "--timeout", "soon"}, `invalid value "soon" for flag -timeout`},
+	var all strings.Builder
+	for _, args := range [][]string{
+		{"nope"},
+		{"exec", "--timout", "5s"},
+		{"exec", "--workspac", "ws"},
+		{"exec", "--no-such-flag"},
+		{"exec", "--timeout", "5"},
+		{"exec", "--timeout", "soon"},
+		{"exec", "--timeout"},
+		{"exec", "--json=maybe"},
+		{"exec", "-c", "1", "file.py"},
+		{"exec", "a.py", "b.py"},
+		{"mcp", "--max-session", "3"},
+		{"mcp", "--pool", "many"},
+		{"mcp", "--http"},
+		{"mcp", "--session-idle-timeout", "30"},
+		{"apigen", "--nme", "x"},
+		{"doctor", "--pyton", "/usr/bin/python3"},
 	} {
 		var out bytes.Buffer
 		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: os.Getenv}
-		if code := run(context.Background(), env, tc.args); code != exitUsage {
-			t.Errorf("%q: exit %d, want %d", tc.args, code, exitUsage)
+		code := run(context.Background(), env, args)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d", args, code, exitUsage)
 		}
-		if !strings.Contains(out.String(), tc.want) {
-			t.Errorf("%q: output %q does not contain %q", tc.args, out.String(), tc.want)
+		if n := strings.Count(out.String(), "\n"); n != 1 {
+			t.Errorf("%q: %d lines, want 1:\n%s", args, n, out.String())
+		}
+		fmt.Fprintf(&all, "$ ipybox %s\n%sexit %d\n\n", strings.Join(args, " "), out.String(), code)
+	}
+	golden(t, "usage-errors", all.String())
+}
+
+// TestPythonErrors: --python names the flag, and tells a program that is
+// not a Python from a Python without ipykernel.
+func TestPythonErrors(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	for _, cmd := range []string{"exec", "mcp"} {
+		_, errOut, code := runBinary(t, "", cmd, "--python", "/bin/false", "--workspace", t.TempDir())
+		if code != exitUsage || !strings.HasPrefix(errOut, "ipybox "+cmd+": --python /bin/false: not a Python 3 that runs") ||
+			strings.Contains(errOut, "pip install") || strings.Contains(errOut, "Options.") {
+			t.Errorf("%s --python /bin/false: exit %d, %q", cmd, code, errOut)
 		}
 	}
 }
@@ -139,9 +170,11 @@ func TestExecBinary(t *testing.T) {
 	if out, _, code := runBinary(t, "print('from stdin')", "exec"); code != 0 || out != "from stdin\n" {
 		t.Errorf("stdin: exit %d, stdout %q", code, out)
 	}
-	// A Python error: traceback on stderr, exit 1, later cells not run.
+	// A Python error: traceback on stderr, exit 1, later cells not run,
+	// and that said.
 	out, errOut, code = runBinary(t, "", "exec", "-c", "print('before')", "-c", "def f():\n    1/0\nf()", "-c", "print('never')")
-	if code != 1 || out != "before\n" || !strings.Contains(errOut, "ZeroDivisionError") || !strings.Contains(errOut, "f()") {
+	if code != 1 || out != "before\n" || !strings.Contains(errOut, "ZeroDivisionError") || !strings.Contains(errOut, "f()") ||
+		!strings.HasSuffix(errOut, "\nipybox exec: cell 2 of 3 failed; the cell after it was not run\n") {
 		t.Errorf("error: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// A timeout.
@@ -198,10 +231,19 @@ func TestDoctor(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ipykernel") {
 		t.Errorf("doctor: exit %d\n%s", code, out)
 	}
-	// A Python without ipykernel: the fix is named, exit 1.
+	// Not a Python: named by its flag, exit 1.
 	out, _, code = runBinary(t, "", "doctor", "--python", "/bin/false")
-	if code != 1 || !strings.Contains(out, "apt-get install python3-ipykernel") {
+	if code != 1 || !strings.Contains(out, "--python /bin/false: not a Python 3") {
 		t.Errorf("doctor with a bad python: exit %d\n%s", code, out)
+	}
+	// A Python without ipykernel: the fix is named.
+	venv := filepath.Join(t.TempDir(), "venv")
+	if err := exec.Command(testenv.NeedsPython(t), "-m", "venv", "--without-pip", venv).Run(); err != nil {
+		t.Skipf("no venv module: %v", err)
+	}
+	out, _, code = runBinary(t, "", "doctor", "--python", filepath.Join(venv, "bin", "python"))
+	if code != 1 || !strings.Contains(out, "cannot import ipykernel") || !strings.Contains(out, "-m pip install ipykernel") {
+		t.Errorf("doctor with a python without ipykernel: exit %d\n%s", code, out)
 	}
 }
 

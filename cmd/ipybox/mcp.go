@@ -10,10 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/kernel"
 	"github.com/ipybox/ipybox/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
 )
@@ -121,7 +125,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	case f.noAuth && f.authTokenFile != "":
 		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
 	case f.authTokenFile != "":
-		tok, err := readTokenFile(f.authTokenFile)
+		tok, err := readTokenFile(env, f.authTokenFile)
 		if err != nil {
 			return fail(exitUsage, err)
 		}
@@ -148,10 +152,15 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
 		return fail(exitUsage, err)
 	}
+	// Kernels start with the sessions, in the background: a workspace
+	// they cannot use would show only as retries in the log.
+	if err := ipybox.CheckWorkspace(f.workspace); err != nil {
+		return fail(exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err))
+	}
 	if f.python != "" {
 		// Kernels start with the sessions, in the background: a wrong
 		// interpreter would show only as retries in the log.
-		if _, err := ipybox.FindPython(ctx, f.python); err != nil {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
 			return fail(exitUsage, err)
 		}
 	}
@@ -162,6 +171,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if opts.Container != nil {
 		if err := containerProbe(ctx, opts.Container); err != nil {
 			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
+		}
+		// Whether the kernels' user can write the workspace, now, not as
+		// retries of every session.
+		if err := container.CheckUser(f.workspace); err != nil {
+			return fail(exitFail, err)
 		}
 	}
 	if opts.Sandbox != nil {
@@ -228,7 +242,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFlags) int {
 	ln, err := net.Listen("tcp", f.httpAddr)
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
+		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", listenError(f.httpAddr, err))
 		return exitFail
 	}
 	if f.generatedToken {
@@ -247,6 +261,11 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	h := srv.Handler() // one handler: it holds the sessions
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
+	// Everything else, the OAuth endpoints that clients probe after a
+	// 401 among them, is not found, with the reason and the fix.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, mcpserver.NoOAuth, http.StatusNotFound)
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
@@ -267,6 +286,25 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	}
 	<-errc
 	return exitOK
+}
+
+// listenError says what to do when --http cannot listen on addr.
+func listenError(addr string, err error) error {
+	host, port, _ := net.SplitHostPort(addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		next := "8081"
+		if n, perr := strconv.Atoi(port); perr == nil && n > 0 && n < 65535 {
+			next = strconv.Itoa(n + 1)
+		}
+		return fmt.Errorf("--http %s: the address is in use, by another ipybox mcp or another server "+
+			"(`ss -ltnp 'sport = :%s'` shows which); stop it, or choose another port, as in --http %s", addr, port, net.JoinHostPort(host, next))
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("--http %s: %v; ports below 1024 need privileges: choose one above, as in --http %s", addr, err, net.JoinHostPort(host, "8080"))
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("--http %s: no interface of this machine has the address %s; use 127.0.0.1, or one that `ip addr` lists", addr, host)
+	}
+	return fmt.Errorf("--http %s: %w", addr, err)
 }
 
 // mcpOptions turns the flags into the server's options: the workspace's

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,20 +216,112 @@ func TestContainerReapedAfterSIGKILL(t *testing.T) {
 	}
 }
 
-// TestImageServesStdio: the image's default command serves MCP over stdio
-// to the MCP Inspector's CLI, the workspace mounted at /app/workspace.
-func TestImageServesStdio(t *testing.T) {
+// readmeImageCommand returns the README's docker run command for the
+// image over stdio, with the image name replaced by img.
+func readmeImageCommand(t *testing.T, img string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "docker run -i --rm ") {
+			cmd, _, _ := strings.Cut(line, "#")
+			cmd = strings.TrimSpace(cmd)
+			if !strings.HasSuffix(cmd, " ipybox") {
+				t.Fatalf("README's docker run command does not end with the image name: %q", cmd)
+			}
+			return strings.TrimSuffix(cmd, "ipybox") + img
+		}
+	}
+	t.Fatal("README has no `docker run -i --rm ...` line")
+	return ""
+}
+
+// imageCell is a cell that writes a file and prints who runs it: uid,
+// gid, the capability sets and no-new-privileges.
+const imageCell = `import os
+open('made-in-container', 'w').write('x')
+st = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(os.getuid(), os.getgid(), st['CapEff'], st['CapBnd'].strip('0') or '0', st['NoNewPrivs'])`
+
+// TestImageREADMECommand: the README's command for the image, run as
+// written in a workspace owned by root (as root) and in one owned by uid
+// 1234 (its $(id -u):$(id -g) is that user's), serves MCP over stdio;
+// the kernel writes the workspace as its owner, with no capability, and
+// no-new-privileges. Before, only uid 1000 could write it, and every
+// cell failed.
+func TestImageREADMECommand(t *testing.T) {
 	img := testenv.NeedsDocker(t)
-	ws := containerDir(t, 1000) // the image's user
-	cfg := filepath.Join(t.TempDir(), "inspector.json")
-	b, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"ipybox": map[string]any{
-		"command": "docker",
-		"args":    []string{"run", "-i", "--rm", "--network", "none", "-v", ws + ":/app/workspace", img},
-	}}})
-	os.WriteFile(cfg, b, 0o600)
-	list := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/list")
-	out := inspector(t, "--config", cfg, "--server", "ipybox", "--method", "tools/call", "--tool-name", "execute_ipython_cell", "--tool-arg", "code=print(6 * 7)")
-	checkInspectorOutput(t, list, out)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a workspace owned by root, and one by uid 1234")
+	}
+	command := readmeImageCommand(t, img)
+	for _, owner := range []int{0, 1234} {
+		t.Run(strconv.Itoa(owner), func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			os.Chmod(ws, 0o755)
+			os.Chown(ws, owner, owner)
+			c := command
+			if owner != 0 {
+				// As that user would run it.
+				c = strings.ReplaceAll(c, `"$(id -u):$(id -g)"`, fmt.Sprintf("%d:%d", owner, owner))
+			}
+			cmd := exec.Command("sh", "-c", c)
+			cmd.Dir = ws
+			stderr := &lockedBuffer{}
+			cmd.Stderr = stderr
+			cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+			got := runCell(t, cs, imageCell)
+			// Root keeps uid 0 (only it may write what root owns) and loses
+			// every capability; another uid has none to lose.
+			want := fmt.Sprintf("%d %d 0000000000000000 0 1", owner, owner)
+			if owner != 0 {
+				want = fmt.Sprintf("%d %d 0000000000000000 ", owner, owner)
+			}
+			if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, " 1") {
+				t.Errorf("%s: cell printed %q, want %q… with no-new-privileges\n%s", c, got, want, stderr)
+			}
+			if uid, gid, ok := dirOwner(filepath.Join(ws, "made-in-container")); !ok || uid != owner || gid != owner {
+				t.Errorf("the kernel's file on the host: owner %d:%d (%v), want %d:%d", uid, gid, ok, owner, owner)
+			}
+		})
+	}
+}
+
+// TestImageWithoutUserFailsOnce: the image run without --user (as uid
+// 1000) on a workspace that uid cannot write exits at once, with one line
+// that gives the docker run command that fixes it; no retries, no
+// warning every 2 s.
+func TestImageWithoutUserFailsOnce(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	ws := containerDir(t, 0)
+	if os.Geteuid() == 0 {
+		os.Chown(ws, 0, 0)
+		os.Chmod(ws, 0o755)
+	}
+	uid, gid, _ := dirOwner(ws)
+	if uid == 1000 {
+		t.Skip("the workspace belongs to uid 1000, the image's user")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", "run", "-i", "--rm", "-v", ws+":/app/workspace", img)
+	stdin, _ := cmd.StdinPipe() // left open, as a client would
+	defer stdin.Close()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	t0 := time.Now()
+	err := cmd.Run()
+	want := fmt.Sprintf("ipybox mcp: /app/workspace: not writable by this process (which runs as 1000:1000; the directory belongs to %d:%d, mode 0755); "+
+		"run the container as the directory's owner: docker run -i --rm --user %d:%d -v \"$PWD\":/app/workspace ipybox\n", uid, gid, uid, gid)
+	if code := cmd.ProcessState.ExitCode(); code != exitFail || stderr.String() != want {
+		t.Errorf("exit %d (%v), stderr:\n%s\nwant:\n%s", code, err, stderr.String(), want)
+	}
+	if el := time.Since(t0); el > 30*time.Second {
+		t.Errorf("took %v to fail", el)
+	}
 }
 
 // TestExecContainerAllowedDomain: --allowed-domain with a container gives
@@ -293,20 +385,39 @@ func TestContainerRemovedOnSIGTERM(t *testing.T) {
 }
 
 // TestImageServesHTTP: the image serves streamable HTTP with a bearer
-// token, published on 127.0.0.1 only.
+// token, published on 127.0.0.1 only, run as documented: --user of the
+// owner of the workspace and of the token file, which is 0600 (here uid
+// 1234; before, the image's uid 1000 could not read such a file).
 func TestImageServesHTTP(t *testing.T) {
 	img := testenv.NeedsDocker(t)
-	ws := containerDir(t, 1000)
+	owner := 1234
+	if os.Geteuid() != 0 {
+		owner = os.Getuid() // files of another uid need root to make
+	}
+	ws := t.TempDir()
 	tokDir := t.TempDir()
-	os.Chmod(tokDir, 0o755)
 	tok := fmt.Sprintf("test-token-%d-%032x", os.Getpid(), time.Now().UnixNano())
-	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o644)
+	os.WriteFile(filepath.Join(tokDir, "token"), []byte(tok), 0o600)
+	for _, p := range []string{ws, tokDir, filepath.Join(tokDir, "token")} {
+		os.Chown(p, owner, owner)
+	}
+	os.Chmod(ws, 0o755)
 	name := fmt.Sprintf("ipybox-test-http-%d", os.Getpid())
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "-p", "127.0.0.1::8080",
-		"-v", ws+":/app/workspace", "-v", tokDir+":/run/secrets:ro", img,
-		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/secrets/token")
+	if owner != 1000 {
+		// Without --user, the image's uid 1000 may not read the token: it
+		// says so at once, with the option that fixes it.
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
+			"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token").CombinedOutput()
+		want := fmt.Sprintf("ipybox mcp: --auth-token-file /run/token: this process (uid 1000) may not read it (it belongs to %d:%d); run the container as its owner: add --user %d:%d to the docker run command\n", owner, owner, owner, owner)
+		if err == nil || string(out) != want {
+			t.Errorf("without --user: %v\n%s\nwant:\n%s", err, out, want)
+		}
+	}
+	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "--user", fmt.Sprintf("%d:%d", owner, owner), "-p", "127.0.0.1::8080",
+		"-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
+		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token")
 	stderr, _ := run.StderrPipe()
 	logs := &lockedBuffer{}
 	if err := run.Start(); err != nil {
@@ -347,10 +458,94 @@ func TestImageServesHTTP(t *testing.T) {
 		t.Errorf("without the token: HTTP %d, want 401", resp.StatusCode)
 	}
 	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: testenv.Bearer{Token: tok}}}, nil)
-	if got := runCell(t, cs, "print(6 * 7)"); got != "42" {
+	if got := runCell(t, cs, "import os\nprint(6 * 7, os.getuid())"); got != fmt.Sprintf("42 %d", owner) {
 		t.Errorf("cell over HTTP: %q", got)
 	}
 	if strings.Contains(logs.String(), "UNSANDBOXED") {
 		t.Errorf("the image warns that kernels run unsandboxed, where the container is the boundary:\n%s", logs)
+	}
+}
+
+// idmapMounts lists the idmapped mounts that ipybox process pid attached
+// (their mount points, by name), and whether each is still mounted.
+func idmapMounts(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	ents, _ := os.ReadDir("/run/ipybox-idmap")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), strconv.Itoa(pid)+"-") {
+			out[e.Name()] = false
+		}
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], "/run/ipybox-idmap/"+strconv.Itoa(pid)+"-") {
+			out[filepath.Base(f[4])] = true
+		}
+	}
+	return out
+}
+
+// TestExecContainerRootOwnedWorkspace: ipybox exec --container-tag, run
+// by root on a workspace that root owns (as docs/container.md shows it:
+// the current directory), works: the kernel runs as the unprivileged
+// MappedID and writes the workspace through an idmapped mount, and its
+// files land on disk as root's. Before, it failed, saying to chown the
+// workspace. No mount is left after it, and the mounts of an ipybox
+// killed with SIGKILL are reaped by the next start.
+func TestExecContainerRootOwnedWorkspace(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	cell := "import os\nopen('f', 'w').write('x')\nos.mkdir('d')\nprint(os.getuid(), os.getcwd())"
+	cmd := exec.Command(os.Args[0], "exec", "--container-tag", img, "-c", cell)
+	cmd.Dir = ws
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if want := fmt.Sprintf("%d /app/workspace\n", container.MappedID); err != nil || string(out) != want {
+		t.Fatalf("exec: %v\n%s\nwant %q", err, out, want)
+	}
+	for _, name := range []string{"f", "d"} {
+		if uid, gid, ok := dirOwner(filepath.Join(ws, name)); !ok || uid != 0 || gid != 0 {
+			t.Errorf("%s on the host: owner %d:%d (%v), want root's", name, uid, gid, ok)
+		}
+	}
+	if left := idmapMounts(t, cmd.Process.Pid); len(left) != 0 {
+		t.Errorf("mounts left after exec: %v", left)
+	}
+
+	// SIGKILLed mid-cell: its mount stays until the next start reaps it.
+	killed := exec.Command(os.Args[0], "exec", "--workspace", ws, "--container-tag", img, "-c", "print('up', flush=True)\nimport time\ntime.sleep(120)")
+	killed.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+	kout := &lockedBuffer{}
+	killed.Stdout, killed.Stderr = kout, kout
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(kout.String(), "up") && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	pid := killed.Process.Pid
+	mounts := idmapMounts(t, pid)
+	killed.Process.Kill()
+	killed.Wait()
+	if len(mounts) != 1 {
+		t.Fatalf("mounts of the running exec: %v\n%s", mounts, kout)
+	}
+	if m := idmapMounts(t, pid); len(m) != 1 {
+		t.Fatalf("after SIGKILL: %v (want the mount left behind)", m)
+	}
+	if stdout, stderr, code := runBinary(t, "", "exec", "--workspace", ws, "--container-tag", img, "-c", "print('next')"); code != 0 || stdout != "next\n" {
+		t.Fatalf("next exec: %d %q %q", code, stdout, stderr)
+	}
+	if m := idmapMounts(t, pid); len(m) != 0 {
+		t.Errorf("the next start did not reap the killed exec's mount: %v", m)
 	}
 }

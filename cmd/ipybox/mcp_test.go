@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -462,4 +463,23 @@ func descendants(pid int) []int {
 		out = append(out, p.Pid)
 	}
 	return out
+}
+
+// TestMCPAddressInUse: --http on a port that another server holds fails
+// at once, with the port's owner to look up and another port to use.
+func TestMCPAddressInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	_, stderr, code := runBinary(t, "", "mcp", "--http", addr, "--no-sandbox", "--pool", "0", "--workspace", t.TempDir())
+	want := fmt.Sprintf("ipybox mcp: --http %s: the address is in use, by another ipybox mcp or another server (`ss -ltnp 'sport = :%s'` shows which); stop it, or choose another port, as in --http 127.0.0.1:%d\n", addr, port, n+1)
+	if code != exitFail || !strings.HasSuffix(stderr, want) {
+		t.Errorf("exit %d, stderr %q\nwant it to end with %q", code, stderr, want)
+	}
 }

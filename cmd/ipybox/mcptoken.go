@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,12 +18,23 @@ import (
 const maxTokenFile = 4096
 
 // readTokenFile reads a bearer token from a file (the whole file, trimmed).
-func readTokenFile(path string) (string, error) {
+// A file this user may not read is named with its owner, and, in the
+// image, with the docker run option that runs ipybox as that owner.
+func readTokenFile(env *cliEnv, path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", err
 	}
 	b, err := safefs.ReadFile(filepath.Dir(abs), filepath.Base(abs), maxTokenFile)
+	if errors.Is(err, fs.ErrPermission) {
+		if uid, gid, ok := dirOwner(abs); ok {
+			fix := fmt.Sprintf("run ipybox as its owner (uid %d), or let this user (uid %d) read it", uid, os.Getuid())
+			if env.getenv(imageEnv) != "" {
+				fix = fmt.Sprintf("run the container as its owner: add --user %d:%d to the docker run command", uid, gid)
+			}
+			return "", fmt.Errorf("--auth-token-file %s: this process (uid %d) may not read it (it belongs to %d:%d); %s", path, os.Getuid(), uid, gid, fix)
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("--auth-token-file: %w", err)
 	}

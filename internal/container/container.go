@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/procexit"
 	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
@@ -57,8 +58,12 @@ const (
 // host account has.
 const MappedID = 2_000_000_000
 
-// apiTimeout bounds each Engine API call but the wait for an exit.
+// apiTimeout bounds each Engine API call of a start (create, start,
+// inspect), and the checks of New.
 const apiTimeout = 20 * time.Second
+
+// DefaultStopTimeout is Config.StopTimeout's default.
+const DefaultStopTimeout = 5 * time.Second
 
 // Bind mounts a host directory at /app/<Rel> in the container.
 type Bind struct {
@@ -122,6 +127,13 @@ type Config struct {
 	// Host is the daemon's address; empty means $DOCKER_HOST or the
 	// default socket.
 	Host string
+	// StopTimeout bounds each Engine API call that stops a container
+	// (signal, kill, inspect, remove) and the wait for its exit once it
+	// was killed. A daemon that lets one of them time out is not asked
+	// again by that container's stop: the container is left for the next
+	// start to reap, so that Close never hangs on a daemon. Zero means
+	// DefaultStopTimeout.
+	StopTimeout time.Duration
 	// Logger receives the backend's logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -145,6 +157,12 @@ type Launcher struct {
 	owner  string
 	seq    atomic.Int64
 	closed atomic.Bool
+	// wsSource is the workspace's bind source: the workspace, or its
+	// idmapped mount (see chooseUser); bindSources are those of binds
+	// that are idmapped, by index. idmaps are the mounts Close detaches.
+	wsSource    string
+	bindSources map[int]string
+	idmaps      []string
 
 	startedFP atomic.Value // string: the last start's protection (see StartedFingerprint)
 }
@@ -161,6 +179,9 @@ func (l *Launcher) StartedFingerprint() string {
 func New(ctx context.Context, cfg Config) (*Launcher, error) {
 	if cfg.Python == "" {
 		cfg.Python = "python3"
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	if cfg.Image == "" {
 		return nil, errors.New("container: no image; name one (--container-tag), and build the default with scripts/image.sh")
@@ -194,21 +215,49 @@ func New(ctx context.Context, cfg Config) (*Launcher, error) {
 		}
 		return nil, fmt.Errorf("container: image %q: %w", cfg.Image, err)
 	}
-	if l.uid, l.gid, err = containerUser(cfg.Workspace); err != nil {
+	if os.Geteuid() == 0 {
+		reapIdmaps()
+	}
+	l.wsSource = cfg.Workspace
+	if err := l.chooseUser(); err != nil {
+		l.detachIdmaps()
 		c.Close()
 		return nil, err
 	}
+	l.idmapBinds()
 	Reap(actx, c, l.log)
 	return l, nil
 }
 
-// Close releases the client. Containers already started stop with their
-// kernels.
+// Close releases the client and detaches the idmapped mounts. Containers
+// already started stop with their kernels (they hold their own binds of
+// those mounts).
 func (l *Launcher) Close() error {
 	l.closed.Store(true)
 	l.life.close()
 	l.c.Close()
-	return nil
+	return l.detachIdmaps()
+}
+
+// detachIdmaps detaches the Launcher's idmapped mounts.
+func (l *Launcher) detachIdmaps() error {
+	var errs []error
+	for _, at := range l.idmaps {
+		if err := detachIdmap(at); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.idmaps = nil
+	return errors.Join(errs...)
+}
+
+// CheckUser reports, before any kernel starts, whether the kernels of
+// workspace can have a user that writes it (see chooseUser), so that a
+// server fails once at its start rather than at each session.
+func CheckUser(workspace string) error {
+	l := &Launcher{cfg: Config{Workspace: workspace}, log: slog.New(slog.DiscardHandler)}
+	defer l.detachIdmaps()
+	return l.chooseUser()
 }
 
 // Interpreter implements kernel.Interpreter: the image's Python.
@@ -243,34 +292,67 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if l.closed.Load() {
 		return nil, errors.New("container: launcher closed")
 	}
-	root := os.Geteuid() == 0
 	sockDir := spec.SocketDir
 	if sockDir == "" {
 		sockDir = spec.RunDir
 	}
-	if root {
-		// The run directory stays root's (0711: no listing); the kernel's
-		// own directory and the sockets it dials are handed to its user.
-		if err := os.Chmod(spec.RunDir, 0o711); err != nil {
-			return nil, fmt.Errorf("container: %w", err)
-		}
-		for _, p := range append([]string{sockDir}, l.cfg.Sockets...) {
-			if err := os.Lchown(p, l.uid, l.gid); err != nil {
-				return nil, fmt.Errorf("container: %w", err)
-			}
-		}
-		filepath.WalkDir(sockDir, func(p string, _ os.DirEntry, err error) error {
-			if err == nil {
-				os.Lchown(p, l.uid, l.gid)
-			}
-			return nil
-		})
+	if err := l.handOver(spec.RunDir, sockDir); err != nil {
+		return nil, err
 	}
+	mounts, err := l.workspaceMounts(spec.RunDir, sockDir)
+	if err != nil {
+		return nil, err
+	}
+	prot, masks, err := l.protectionMounts(spec.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, masks...)
+	binds, err := l.bindMounts()
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, binds...)
+	entry, initMount, err := l.entrypoint(spec.RunDir, sockDir, prot)
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, initMount...)
+	return l.run(ctx, spec, l.createConfig(spec, mounts, entry))
+}
+
+// handOver makes, under root, the kernel's own directory and the sockets
+// it dials its user's. The run directory stays root's (0711: no listing).
+func (l *Launcher) handOver(runDir, sockDir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := os.Chmod(runDir, 0o711); err != nil {
+		return fmt.Errorf("container: %w", err)
+	}
+	for _, p := range append([]string{sockDir}, l.cfg.Sockets...) {
+		if err := os.Lchown(p, l.uid, l.gid); err != nil {
+			return fmt.Errorf("container: %w", err)
+		}
+	}
+	filepath.WalkDir(sockDir, func(p string, _ os.DirEntry, err error) error {
+		if err == nil {
+			os.Lchown(p, l.uid, l.gid)
+		}
+		return nil
+	})
+	return nil
+}
+
+// workspaceMounts are the workspace (through its idmapped mount, when it
+// has one), the run directory (read-only, but for the kernel's own
+// directory), and the workspace's read-only and writable folders.
+func (l *Launcher) workspaceMounts(runDir, sockDir string) ([]docker.Mount, error) {
 	mounts := []docker.Mount{
-		{Type: "bind", Source: l.cfg.Workspace, Target: WorkspaceDir},
-		{Type: "bind", Source: spec.RunDir, Target: spec.RunDir, ReadOnly: true},
+		{Type: "bind", Source: l.wsSource, Target: WorkspaceDir},
+		{Type: "bind", Source: runDir, Target: runDir, ReadOnly: true},
 	}
-	if sockDir != spec.RunDir {
+	if sockDir != runDir {
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockDir, Target: sockDir})
 	}
 	for _, rel := range l.cfg.ReadOnly {
@@ -290,65 +372,104 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("container: %s is not a directory (a symbolic link?); remove it", p)
 		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel)})
+		// Through the workspace's idmapped mount, when it has one: the
+		// kernel's user writes what root owns there.
+		src := p
+		if l.wsSource != l.cfg.Workspace {
+			src = filepath.Join(l.wsSource, rel)
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(WorkspaceDir, rel)})
 	}
-	var prot *wsguard.Protection
-	if l.cfg.Protect != nil {
-		var err error
-		if prot, err = l.cfg.Protect(); err != nil {
-			return nil, fmt.Errorf("container: %w", err)
-		}
-		l.startedFP.Store(prot.Fingerprint())
-		empty := filepath.Join(spec.RunDir, "masked")
-		if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
-			if err := os.WriteFile(empty, nil, 0o444); err != nil {
-				return nil, fmt.Errorf("container: %w", err)
-			}
-		}
-		for _, p := range prot.ReadOnly {
-			if l.inWorkspace(p) {
-				mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
-			}
-		}
-		for _, p := range prot.Masks {
-			if l.inWorkspace(p) {
-				mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
-			}
-		}
-		for _, p := range prot.MaskDirs {
-			if l.inWorkspace(p) {
-				// Empty and unlistable for the kernel's user.
-				mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
-					TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
-			}
+	return mounts, nil
+}
+
+// protectionMounts computes the workspace's protection (Config.Protect),
+// records its fingerprint, and returns it with its mounts: protected paths
+// read-only, masked files as an empty file, masked folders as an empty,
+// unlistable tmpfs. Only paths in the workspace are mounted: the
+// container shows nothing else of the host.
+func (l *Launcher) protectionMounts(runDir string) (*wsguard.Protection, []docker.Mount, error) {
+	if l.cfg.Protect == nil {
+		return nil, nil, nil
+	}
+	prot, err := l.cfg.Protect()
+	if err != nil {
+		return nil, nil, fmt.Errorf("container: %w", err)
+	}
+	l.startedFP.Store(prot.Fingerprint())
+	empty := filepath.Join(runDir, "masked")
+	if _, err := os.Lstat(empty); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(empty, nil, 0o444); err != nil {
+			return nil, nil, fmt.Errorf("container: %w", err)
 		}
 	}
-	for _, b := range l.cfg.Binds {
+	var mounts []docker.Mount
+	for _, p := range prot.ReadOnly {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: l.path(p), ReadOnly: true})
+		}
+	}
+	for _, p := range prot.Masks {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: l.path(p), ReadOnly: true})
+		}
+	}
+	for _, p := range prot.MaskDirs {
+		if l.inWorkspace(p) {
+			mounts = append(mounts, docker.Mount{Type: "tmpfs", Target: l.path(p), ReadOnly: true,
+				TmpfsOptions: &docker.TmpfsOptions{SizeBytes: 4096, Mode: 0o100}})
+		}
+	}
+	return prot, mounts, nil
+}
+
+// bindMounts are Config.Binds, under BindRoot.
+func (l *Launcher) bindMounts() ([]docker.Mount, error) {
+	var mounts []docker.Mount
+	for i, b := range l.cfg.Binds {
 		if err := os.MkdirAll(b.Host, 0o755); err != nil {
 			return nil, fmt.Errorf("container bind %s: %w", b.Host, err)
 		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: b.Host, Target: filepath.Join(BindRoot, b.Rel)})
+		src := b.Host
+		if at, ok := l.bindSources[i]; ok {
+			src = at
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(BindRoot, b.Rel)})
 	}
-	init := true
-	life, err := l.lifeline(spec.RunDir)
+	return mounts, nil
+}
+
+// entrypoint is the container's first program: the shim (with the
+// lifeline and the egress relay), under ipybox's own binary when
+// Config.InitBinary is set, which applies the filter and the workspace
+// guard; it returns that binary's mount too.
+func (l *Launcher) entrypoint(runDir, sockDir string, prot *wsguard.Protection) ([]string, []docker.Mount, error) {
+	life, err := l.lifeline(runDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entry := []string{l.cfg.Python, "-c", shim, life}
 	if f := l.cfg.Forward; f != nil {
 		entry = append(entry, "--forward", strconv.Itoa(f.Port), f.Socket)
 	}
 	entry = append(entry, "--")
-	if l.cfg.InitBinary != "" {
-		// The kernel runs under the filter (no setuid or setgid file,
-		// and the workspace guard), applied by ipybox's own binary.
-		pol, err := l.guardPolicy(prot, sockDir)
-		if err != nil {
-			return nil, err
-		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true})
-		entry = append([]string{initPath, initCommand, "guard", pol, "--"}, entry...)
+	if l.cfg.InitBinary == "" {
+		return entry, nil, nil
 	}
+	// The kernel runs under the filter (no setuid or setgid file, and the
+	// workspace guard), applied by ipybox's own binary.
+	pol, err := l.guardPolicy(prot, sockDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	mount := docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true}
+	return append([]string{initPath, initCommand, "guard", pol, "--"}, entry...), []docker.Mount{mount}, nil
+}
+
+// createConfig is the container's configuration: no capabilities, no new
+// privileges, a read-only root, a private /tmp, and Config's limits.
+func (l *Launcher) createConfig(spec *kernel.Spec, mounts []docker.Mount, entry []string) *docker.CreateConfig {
+	init := true
 	cfg := &docker.CreateConfig{
 		Image:      l.cfg.Image,
 		Entrypoint: entry,
@@ -383,6 +504,13 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if f := l.cfg.FileSize; f > 0 {
 		cfg.HostConfig.Ulimits = append(cfg.HostConfig.Ulimits, docker.Ulimit{Name: "fsize", Soft: f, Hard: f})
 	}
+	return cfg
+}
+
+// run creates and starts the container, each call bounded by apiTimeout
+// (the caller's ending context does not cut a create short: what was
+// created is removed instead).
+func (l *Launcher) run(ctx context.Context, spec *kernel.Spec, cfg *docker.CreateConfig) (kernel.Process, error) {
 	name := fmt.Sprintf("ipybox-%s-%d", strings.TrimPrefix(filepath.Base(spec.RunDir), "ipybox-"), l.seq.Add(1))
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
 	defer cancel()
@@ -390,7 +518,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if err != nil {
 		return nil, fmt.Errorf("container: create from %s: %w", l.cfg.Image, err)
 	}
-	p := &process{c: l.c, id: id, name: name, log: l.log, logsDone: make(chan struct{})}
+	p := newProcess(l.c, id, name, l.cfg.StopTimeout, l.log)
 	if err := l.c.Start(actx, id); err != nil {
 		p.remove()
 		return nil, fmt.Errorf("container: start %s: %w", name, err)
@@ -402,12 +530,7 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if in, err := l.c.Inspect(actx, id); err == nil {
 		p.pid = in.State.Pid
 	}
-	var lctx context.Context
-	lctx, p.stopLogs = context.WithCancel(context.Background())
-	go func() {
-		defer close(p.logsDone)
-		l.c.Logs(lctx, id, orDiscard(spec.Stdout), orDiscard(spec.Stderr))
-	}()
+	p.follow(orDiscard(spec.Stdout), orDiscard(spec.Stderr))
 	l.log.Debug("kernel container started", "name", name, "id", id[:12], "image", l.cfg.Image)
 	return p, nil
 }
@@ -492,42 +615,129 @@ func (l *Launcher) env(kernelEnv []string) []string {
 }
 
 // process is a kernel container.
+//
+// Every call it makes to stop the container is bounded by stopTimeout,
+// and so is the wait for the exit once the container was killed: a hung
+// daemon must not hang the kernel's Close. After one such call timed out,
+// the daemon counts as unresponsive for this container, which is then
+// left for the next start to reap (by its labels) instead of being waited
+// for again.
 type process struct {
-	c        *docker.Client
-	id, name string
-	pid      int
-	log      *slog.Logger
-	stopLogs context.CancelFunc
-	logsDone chan struct{}
-	gone     atomic.Bool
-	rmOnce   sync.Once
+	c           *docker.Client
+	id, name    string
+	pid         int
+	log         *slog.Logger
+	stopTimeout time.Duration
+	stopLogs    context.CancelFunc
+	logsDone    chan struct{}
+	gone        atomic.Bool
+	rmOnce      sync.Once
+
+	killedOnce sync.Once
+	killed     chan struct{} // closed at the first Kill
+	hungOnce   sync.Once
+	hung       chan struct{} // closed when the daemon let a stop call time out
+
+	exit *procexit.Exit // from follow on
 }
 
-// Pid implements kernel.Process: the host pid of the container's init.
+func newProcess(c *docker.Client, id, name string, stopTimeout time.Duration, log *slog.Logger) *process {
+	if stopTimeout <= 0 {
+		stopTimeout = DefaultStopTimeout
+	}
+	return &process{
+		c: c, id: id, name: name, log: log, stopTimeout: stopTimeout,
+		logsDone: make(chan struct{}), killed: make(chan struct{}), hung: make(chan struct{}),
+	}
+}
+
+// follow copies the container's output to stdout and stderr until it
+// stops, or the wait gives up on it, and waits for its exit from now on.
+func (p *process) follow(stdout, stderr io.Writer) {
+	var lctx context.Context
+	lctx, p.stopLogs = context.WithCancel(context.Background())
+	go func() {
+		defer close(p.logsDone)
+		p.c.Logs(lctx, p.id, stdout, stderr)
+	}()
+	p.exit = procexit.Go(p.wait)
+}
+
+// errDaemonHung is returned by the stop calls of a container whose daemon
+// has stopped answering.
+var errDaemonHung = errors.New("the docker daemon does not answer")
+
+// isHung reports whether the daemon let a stop call time out.
+func (p *process) isHung() bool {
+	select {
+	case <-p.hung:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopCall runs one Engine API call of a stop, bounded by stopTimeout.
+// Unless it is a signal (an interrupt, which a daemon slow for a moment
+// must not turn into the loss of the kernel), a timeout marks the daemon
+// unresponsive.
+func (p *process) stopCall(parent context.Context, what string, call func(ctx context.Context) error) error {
+	if p.isHung() {
+		return fmt.Errorf("container %s: %s: %w", p.name, what, errDaemonHung)
+	}
+	ctx, cancel := context.WithTimeout(parent, p.stopTimeout)
+	defer cancel()
+	err := call(ctx)
+	if err != nil && parent.Err() != nil {
+		return fmt.Errorf("container %s: %s: %w", p.name, what, parent.Err())
+	}
+	if err != nil && ctx.Err() != nil {
+		if what != "signal" {
+			p.markHung(what)
+		}
+		return fmt.Errorf("container %s: %s: %w (no answer within %v)", p.name, what, errDaemonHung, p.stopTimeout)
+	}
+	return err
+}
+
+// markHung records that the daemon did not answer, and says so once.
+func (p *process) markHung(what string) {
+	p.hungOnce.Do(func() {
+		p.log.Warn("the docker daemon did not answer; the kernel container is left for the next start to reap",
+			"name", p.name, "call", what, "timeout", p.stopTimeout)
+		close(p.hung)
+	})
+}
+
+// ID implements kernel.Process: the container's name.
+func (p *process) ID() string { return p.name }
+
+// Pid implements kernel.HostProcess: the host pid of the container's init.
 func (p *process) Pid() int { return p.pid }
 
 // Signal implements kernel.Process through the Engine API's kill: docker's
 // init passes it on to the kernel.
-func (p *process) Signal(sig syscall.Signal) error {
+func (p *process) Signal(ctx context.Context, sig syscall.Signal) error {
 	if sig == syscall.SIGKILL {
-		return p.Kill()
+		return p.Kill(ctx)
 	}
 	if p.gone.Load() {
 		return os.ErrProcessDone
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
-	return notRunning(p.c.Kill(ctx, p.id, strconv.Itoa(int(sig))))
+	return notRunning(p.stopCall(ctx, "signal", func(ctx context.Context) error {
+		return p.c.Kill(ctx, p.id, strconv.Itoa(int(sig)))
+	}))
 }
 
 // Kill implements kernel.Process: the whole container ends.
-func (p *process) Kill() error {
+func (p *process) Kill(ctx context.Context) error {
+	p.killedOnce.Do(func() { close(p.killed) })
 	if p.gone.Load() {
 		return os.ErrProcessDone
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
-	return notRunning(p.c.Kill(ctx, p.id, "SIGKILL"))
+	return notRunning(p.stopCall(ctx, "kill", func(ctx context.Context) error {
+		return p.c.Kill(ctx, p.id, "SIGKILL")
+	}))
 }
 
 func notRunning(err error) error {
@@ -538,24 +748,59 @@ func notRunning(err error) error {
 	return err
 }
 
-// Wait implements kernel.Process: it waits for the container to stop,
-// then removes it.
-func (p *process) Wait() error {
-	code, err := p.c.Wait(context.Background(), p.id)
+// Wait implements kernel.Process.
+func (p *process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
+
+// wait waits for the container to stop, then removes it. Until a Kill it
+// waits as long as the kernel runs; from a Kill on, stopTimeout at most,
+// and not at all once the daemon is found unresponsive.
+func (p *process) wait() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var bound sync.WaitGroup
+	bound.Go(func() {
+		select {
+		case <-p.killed:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(p.stopTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.markHung("wait")
+			cancel()
+		case <-p.hung:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	code, err := p.c.Wait(ctx, p.id)
+	cancel()
+	bound.Wait()
 	p.gone.Store(true)
-	select {
-	case <-p.logsDone:
-	case <-time.After(2 * time.Second):
-		p.stopLogs()
-		<-p.logsDone
+	if !p.isHung() {
+		// The last output may still be on its way.
+		select {
+		case <-p.logsDone:
+		case <-time.After(2 * time.Second):
+		}
 	}
 	p.stopLogs()
-	oom := false
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	if in, ierr := p.c.Inspect(ctx, p.id); ierr == nil {
-		oom = in.State.OOMKilled
+	<-p.logsDone
+	if p.isHung() {
+		return fmt.Errorf("container %s: %w; it is left for the next start to reap", p.name, errDaemonHung)
 	}
-	cancel()
+	oom := false
+	if p.stopCall(context.Background(), "inspect", func(ctx context.Context) error {
+		in, err := p.c.Inspect(ctx, p.id)
+		if err == nil {
+			oom = in.State.OOMKilled
+		}
+		return err
+	}) != nil {
+		oom = false
+	}
 	p.remove()
 	switch {
 	case err != nil:
@@ -568,11 +813,10 @@ func (p *process) Wait() error {
 	return nil
 }
 
+// remove removes the container, once, bounded by stopTimeout.
 func (p *process) remove() {
 	p.rmOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-		defer cancel()
-		if err := p.c.Remove(ctx, p.id, true); err != nil {
+		if err := p.stopCall(context.Background(), "remove", func(ctx context.Context) error { return p.c.Remove(ctx, p.id, true) }); err != nil {
 			p.log.Warn("could not remove kernel container; the next start reaps it", "name", p.name, "err", err)
 		}
 	})

@@ -23,11 +23,15 @@
 package lifeline
 
 import (
+	"context"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
+	"strconv"
 	"syscall"
+
+	"github.com/ipybox/ipybox/internal/procexit"
 )
 
 // EnvVar names the environment variable that tells the child where its end
@@ -40,45 +44,16 @@ const EnvVar = "IPYBOX_LIFELINE"
 // sees it, and does nothing when EnvVar is unset (a launcher that has its
 // own means, such as the Linux sandbox). It uses only the standard library
 // and leaves no name behind but _ipybox_lifeline.
-const WatchPython = `def _ipybox_lifeline():
-    import os, sys, threading
-    v = os.environ.pop("` + EnvVar + `", "")
-    if not v:
-        return
-    if sys.platform == "win32":
-        import msvcrt
-        fd = msvcrt.open_osfhandle(int(v), os.O_RDONLY)
-    else:
-        fd = int(v)
-        os.set_inheritable(fd, False)
-    def watch():
-        while True:
-            try:
-                if not os.read(fd, 64):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-        if sys.platform != "win32":
-            import signal
-            try:
-                if os.getpgid(0) == os.getpid():
-                    os.killpg(0, signal.SIGKILL)
-            except OSError:
-                pass
-        os._exit(1)
-    threading.Thread(target=watch, name="ipybox-lifeline", daemon=True).start()
-_ipybox_lifeline()
-del _ipybox_lifeline
-`
+//
+//go:embed watch.py
+var WatchPython string
 
 // Process is a child started by Start.
 type Process struct {
 	cmd  *exec.Cmd
 	w    *os.File // the write end: this process's side of the pipe
 	sys  sysProcess
-	once sync.Once
+	exit *procexit.Exit
 
 	starter func(*exec.Cmd) error
 }
@@ -90,11 +65,11 @@ type Process struct {
 // internal/seccomp's Start).
 func Start(cmd *exec.Cmd, start ...func(*exec.Cmd) error) (*Process, error) {
 	if cmd.SysProcAttr != nil {
-		return nil, fmt.Errorf("lifeline: %s already has process attributes", cmd.Path)
+		return nil, fmt.Errorf("kernel lifeline: %s already has process attributes", cmd.Path)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("lifeline: %w", err)
+		return nil, fmt.Errorf("kernel lifeline: %w", err)
 	}
 	p := &Process{cmd: cmd, w: w, starter: (*exec.Cmd).Start}
 	if len(start) > 0 && start[0] != nil {
@@ -106,25 +81,34 @@ func Start(cmd *exec.Cmd, start ...func(*exec.Cmd) error) (*Process, error) {
 		return nil, err
 	}
 	r.Close() // the child has its copy
+	p.exit = procexit.Go(p.wait)
 	return p, nil
 }
+
+// ID returns the child's pid, in decimal.
+func (p *Process) ID() string { return strconv.Itoa(p.Pid()) }
 
 // Pid returns the child's pid.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Kill ends the child and everything it started (its process group on
-// Unix, its job on Windows), at once. It may be called after Wait, to end
-// what the child left behind.
-func (p *Process) Kill() error { return p.Signal(syscall.SIGKILL) }
+// Signal delivers sig to the child (on Unix, its process group); it does
+// not block.
+func (p *Process) Signal(_ context.Context, sig syscall.Signal) error { return p.signal(sig) }
 
-// Wait waits for the child to exit, then closes this side of the pipe
+// Kill ends the child and everything it started (its process group on
+// Unix, its job on Windows), at once. It may be called after the exit, to
+// end what the child left behind.
+func (p *Process) Kill(context.Context) error { return p.signal(syscall.SIGKILL) }
+
+// Wait waits for the child to exit, or for ctx to end.
+func (p *Process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
+
+// wait reaps the child, from Start on, then closes this side of the pipe
 // and releases what Start holds for it (on Windows, the job: what the
-// child started dies with it). Like exec.Cmd.Wait, it is called once.
-func (p *Process) Wait() error {
+// child started dies with it).
+func (p *Process) wait() error {
 	err := p.cmd.Wait()
-	p.once.Do(func() {
-		p.w.Close()
-		p.sys.release()
-	})
+	p.w.Close()
+	p.sys.release()
 	return err
 }

@@ -27,8 +27,8 @@ func (p *Process) start(r *os.File) error {
 	return nil
 }
 
-// Signal delivers sig to the child's process group.
-func (p *Process) Signal(sig syscall.Signal) error {
+// signal delivers sig to the child's process group.
+func (p *Process) signal(sig syscall.Signal) error {
 	err := syscall.Kill(-p.cmd.Process.Pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return os.ErrProcessDone

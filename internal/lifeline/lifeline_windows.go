@@ -38,7 +38,7 @@ func (s *sysProcess) release() {
 func (p *Process) start(r *os.File) error {
 	job, err := windows.CreateJobObject(nil, nil)
 	if err != nil {
-		return fmt.Errorf("lifeline: job object: %w", err)
+		return fmt.Errorf("kernel lifeline: job object: %w", err)
 	}
 	p.sys.job = job
 	info := windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION{}
@@ -46,7 +46,7 @@ func (p *Process) start(r *os.File) error {
 	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
 		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
 		p.sys.release()
-		return fmt.Errorf("lifeline: job object: %w", err)
+		return fmt.Errorf("kernel lifeline: job object: %w", err)
 	}
 	// The interrupt event, inheritable, as jupyter_client makes it:
 	// ipykernel waits on JPY_INTERRUPT_EVENT and raises KeyboardInterrupt
@@ -56,7 +56,7 @@ func (p *Process) start(r *os.File) error {
 	ev, err := windows.CreateEvent(sa, 0, 0, nil)
 	if err != nil {
 		p.sys.release()
-		return fmt.Errorf("lifeline: interrupt event: %w", err)
+		return fmt.Errorf("kernel lifeline: interrupt event: %w", err)
 	}
 	p.sys.interrupt = ev
 	p.cmd.Env = append(p.cmd.Env,
@@ -81,14 +81,14 @@ func (p *Process) start(r *os.File) error {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
 		p.sys.release()
-		return fmt.Errorf("lifeline: put %s in its job object: %w", p.cmd.Path, err)
+		return fmt.Errorf("kernel lifeline: put %s in its job object: %w", p.cmd.Path, err)
 	}
 	return nil
 }
 
-// Signal delivers sig: SIGINT sets ipykernel's interrupt event; any other
+// signal delivers sig: SIGINT sets ipykernel's interrupt event; any other
 // signal ends the job (the child and everything it started).
-func (p *Process) Signal(sig syscall.Signal) error {
+func (p *Process) signal(sig syscall.Signal) error {
 	p.sys.mu.Lock()
 	defer p.sys.mu.Unlock()
 	if sig == syscall.SIGINT {

@@ -44,6 +44,10 @@ def setup(config):
         # that what pip installs imports without a restart.
         import site
 
+        # From the environment, not site's cache: a kernel forked from the
+        # fork server imported site before it had this environment.
+        site.USER_BASE = os.environ["PYTHONUSERBASE"]
+        site.USER_SITE = None
         user_site = site.getusersitepackages()
         try:
             os.makedirs(user_site, exist_ok=True)

@@ -66,7 +66,7 @@ var (
 	ErrNoModule = errors.New("no such module")
 
 	// ErrClosed is returned by the Listen methods after Close.
-	ErrClosed = errors.New("toolserver: closed")
+	ErrClosed = errors.New("tool server: closed")
 )
 
 // RejectedError is a rejection with a reason. The reason is sent to the

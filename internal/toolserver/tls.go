@@ -33,7 +33,7 @@ func (s *Server) ListenTLS(addr string) (url, fingerprint string, err error) {
 		host, port = addr, "0"
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		return "", "", fmt.Errorf("toolserver: address %q: name the host or address the kernel dials (not a wildcard), e.g. 10.0.0.5 or host.internal:7000", addr)
+		return "", "", fmt.Errorf("tool server: address %q: name the host or address the kernel dials (not a wildcard), e.g. 10.0.0.5 or host.internal:7000", addr)
 	}
 	cert, fp, err := selfSigned(host)
 	if err != nil {
@@ -46,7 +46,7 @@ func (s *Server) ListenTLS(addr string) (url, fingerprint string, err error) {
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
-		return "", "", fmt.Errorf("toolserver: listen on %s: %w", addr, err)
+		return "", "", fmt.Errorf("tool server: listen on %s: %w", addr, err)
 	}
 	hostPort := net.JoinHostPort(host, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	if s.tlsHosts == nil {
@@ -94,7 +94,7 @@ func selfSigned(host string) (tls.Certificate, string, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return tls.Certificate{}, "", fmt.Errorf("toolserver: make a certificate: %w", err)
+		return tls.Certificate{}, "", fmt.Errorf("tool server: make a certificate: %w", err)
 	}
 	sum := sha256.Sum256(der)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, hex.EncodeToString(sum[:]), nil

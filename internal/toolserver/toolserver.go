@@ -215,7 +215,7 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	if o.Token == "" {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("toolserver: generate token: %w", err)
+			return nil, fmt.Errorf("tool server: generate token: %w", err)
 		}
 		o.Token = hex.EncodeToString(b)
 	} else if err := checkToken(o.Token); err != nil {
@@ -228,17 +228,17 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		return nil, err
 	}
 	if o.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d; use a positive size, or 0 for the default %d", o.MaxBodyBytes, DefaultMaxBodyBytes)
+		return nil, fmt.Errorf("tool server: Options.MaxBodyBytes is %d; use a positive size, or 0 for the default %d", o.MaxBodyBytes, DefaultMaxBodyBytes)
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if o.MaxBodyBytes > TotalHeldBytes {
-		return nil, fmt.Errorf("toolserver: Options.MaxBodyBytes is %d, over the process's budget of %d; pass large data through files", o.MaxBodyBytes, TotalHeldBytes)
+		return nil, fmt.Errorf("tool server: Options.MaxBodyBytes is %d, over the process's budget of %d; pass large data through files", o.MaxBodyBytes, TotalHeldBytes)
 	}
 	switch {
 	case o.MaxConcurrentCalls < 0:
-		return nil, fmt.Errorf("toolserver: Options.MaxConcurrentCalls is %d; use a positive number, or 0 for the default %d", o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
+		return nil, fmt.Errorf("tool server: Options.MaxConcurrentCalls is %d; use a positive number, or 0 for the default %d", o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
 	case o.MaxConcurrentCalls == 0:
 		o.MaxConcurrentCalls = DefaultMaxConcurrentCalls
 	}
@@ -246,7 +246,7 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		o.MaxHeldBytes = max(DefaultMaxHeldBytes, o.MaxBodyBytes)
 	}
 	if o.MaxHeldBytes < o.MaxBodyBytes {
-		return nil, fmt.Errorf("toolserver: Options.MaxHeldBytes is %d, less than MaxBodyBytes (%d): a largest request could never be served", o.MaxHeldBytes, o.MaxBodyBytes)
+		return nil, fmt.Errorf("tool server: Options.MaxHeldBytes is %d, less than MaxBodyBytes (%d): a largest request could never be served", o.MaxHeldBytes, o.MaxBodyBytes)
 	}
 	log := o.Logger
 	if log == nil {
@@ -280,14 +280,14 @@ func (s *Server) observe(ctx context.Context, call *ToolCall, shell string) (con
 
 func checkToken(tok string) error {
 	if len(tok) < 32 {
-		return fmt.Errorf("toolserver: Options.Token has %d characters; use at least 32, or leave it empty to generate one", len(tok))
+		return fmt.Errorf("tool server: Options.Token has %d characters; use at least 32, or leave it empty to generate one", len(tok))
 	}
 	for i := 0; i < len(tok); i++ {
 		c := tok[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			c == '.' || c == '_' || c == '~' || c == '+' || c == '/' || c == '=' || c == '-'
 		if !ok {
-			return fmt.Errorf("toolserver: Options.Token has the byte %q at %d; use only [A-Za-z0-9._~+/=-]", c, i)
+			return fmt.Errorf("tool server: Options.Token has the byte %q at %d; use only [A-Za-z0-9._~+/=-]", c, i)
 		}
 	}
 	return nil
@@ -304,10 +304,10 @@ func (s *Server) Token() string { return s.opts.Token }
 // EnvURL: "unix://" + path.
 func (s *Server) ListenUnix(path string) (string, error) {
 	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("toolserver: unix socket path %q is relative; use an absolute path", path)
+		return "", fmt.Errorf("tool server: unix socket path %q is relative; use an absolute path", path)
 	}
 	if len(path) > maxUnixPath {
-		return "", fmt.Errorf("toolserver: unix socket path %q is %d bytes, over the limit of %d; use a shorter run directory", path, len(path), maxUnixPath)
+		return "", fmt.Errorf("tool server: unix socket path %q is %d bytes, over the limit of %d; use a shorter run directory", path, len(path), maxUnixPath)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -316,11 +316,11 @@ func (s *Server) ListenUnix(path string) (string, error) {
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return "", fmt.Errorf("toolserver: listen on unix socket: %w", err)
+		return "", fmt.Errorf("tool server: listen on unix socket: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return "", fmt.Errorf("toolserver: restrict unix socket %q to mode 0600: %w", path, err)
+		return "", fmt.Errorf("tool server: restrict unix socket %q to mode 0600: %w", path, err)
 	}
 	s.serve(l)
 	return "unix://" + path, nil
@@ -353,7 +353,7 @@ func (s *Server) ListenTCP() (string, error) {
 	}
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
-		return "", fmt.Errorf("toolserver: listen on loopback: %w", err)
+		return "", fmt.Errorf("tool server: listen on loopback: %w", err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	s.serve(l)
@@ -387,7 +387,7 @@ func (s *Server) Close() error {
 		defer cancel()
 		if err := s.http.Shutdown(ctx); err != nil {
 			s.http.Close()
-			s.closeErr = fmt.Errorf("toolserver: close: requests still running after %v (a Caller or Approver ignores its context): %w", shutdownTimeout, err)
+			s.closeErr = fmt.Errorf("tool server: close: requests still running after %v (a Caller or Approver ignores its context): %w", shutdownTimeout, err)
 		}
 		s.wg.Wait()
 	})

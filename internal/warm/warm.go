@@ -17,8 +17,12 @@ import (
 )
 
 // Retry is the pause after a failed background start, so that a start
-// that keeps failing is not retried in a tight loop.
+// that keeps failing is not retried in a tight loop. Each further failure
+// doubles it, up to MaxRetry; a success resets it.
 const Retry = 2 * time.Second
+
+// MaxRetry bounds the pause between failed background starts.
+const MaxRetry = time.Minute
 
 // Quiet is how long the pool goes without a miss before a target above
 // its base size shrinks by one.
@@ -26,10 +30,11 @@ var Quiet = 2 * time.Minute
 
 // A Pool keeps values of T started.
 type Pool[T any] struct {
-	size     int       // the base size
-	max      int       // the most it grows to
-	target   int       // what fill keeps ready now; guarded by mu
-	lastMiss time.Time // guarded by mu
+	size     int           // the base size
+	max      int           // the most it grows to
+	target   int           // what fill keeps ready now; guarded by mu
+	lastMiss time.Time     // guarded by mu
+	retry    time.Duration // the first pause after a failed start
 	start    func(context.Context) (T, error)
 	discard  func(T) error
 	log      *slog.Logger
@@ -48,10 +53,16 @@ type Pool[T any] struct {
 
 // New starts filling a pool of size values (none when size < 1) with
 // start, in the background; discard ends a value that is not handed out.
-// Failed starts are logged on log (which may be nil) and retried.
+// Failed starts are retried, ever less often (Retry, doubled up to
+// MaxRetry), and logged on log (which may be nil) when their error is
+// new: a start that fails the same way every time is logged once.
 func New[T any](size int, start func(context.Context) (T, error), discard func(T) error, log *slog.Logger) *Pool[T] {
+	return newPool(size, start, discard, log, Retry)
+}
+
+func newPool[T any](size int, start func(context.Context) (T, error), discard func(T) error, log *slog.Logger, retry time.Duration) *Pool[T] {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool[T]{size: size, max: size, target: size, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	p := &Pool[T]{size: size, max: size, target: size, retry: retry, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 	p.unreport = telemetry.Pool(p.Ready)
 	if size > 0 {
 		p.wg.Add(1)
@@ -118,6 +129,7 @@ func (p *Pool[T]) fill() {
 	defer p.wg.Done()
 	quiet := time.NewTimer(Quiet)
 	defer quiet.Stop()
+	delay, lastErr := p.retry, ""
 	for {
 		p.mu.Lock()
 		need := !p.closed && len(p.idle) < p.target
@@ -139,6 +151,7 @@ func (p *Pool[T]) fill() {
 		if err == nil && !p.closed {
 			p.idle = append(p.idle, v)
 			p.mu.Unlock()
+			delay, lastErr = p.retry, ""
 			continue
 		}
 		closed := p.closed
@@ -149,14 +162,18 @@ func (p *Pool[T]) fill() {
 		if closed || p.ctx.Err() != nil {
 			return
 		}
-		if p.log != nil {
-			p.log.Warn("pool: a background start failed", "err", err)
+		if p.log != nil && err.Error() != lastErr {
+			p.log.Warn("pool: a background start failed; retrying, ever less often (logged again only if the error changes)", "err", err)
 		}
+		lastErr = err.Error()
+		t := time.NewTimer(delay)
 		select {
-		case <-time.After(Retry):
+		case <-t.C:
 		case <-p.ctx.Done():
+			t.Stop()
 			return
 		}
+		delay = min(2*delay, MaxRetry)
 	}
 }
 

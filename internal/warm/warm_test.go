@@ -3,6 +3,8 @@ package warm
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,6 +78,43 @@ func TestPoolRetriesAndStops(t *testing.T) {
 	<-inStart
 	p.Close()
 	discarded.Wait() // the value started as the pool closed was discarded
+}
+
+// TestPoolLogsARepeatedFailureOnce: a start that fails the same way every
+// time is logged once, not at every retry, and retried ever less often;
+// a new error is logged again.
+func TestPoolLogsARepeatedFailureOnce(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	var logs testenv.Buffer
+	var calls atomic.Int64
+	var times []time.Time
+	var mu sync.Mutex
+	p := newPool(1, func(ctx context.Context) (int, error) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		if calls.Add(1) <= 5 {
+			return 0, errors.New("mkdir /ws/.ipybox: permission denied")
+		}
+		return 0, errors.New("another error")
+	}, func(int) error { return nil }, slog.New(slog.NewTextHandler(&logs, nil)), 10*time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() < 7; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d starts", calls.Load())
+		}
+	}
+	p.Close()
+	if n := strings.Count(logs.String(), "permission denied"); n != 1 {
+		t.Errorf("the same failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "another error"); n != 1 {
+		t.Errorf("a new failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if first, fourth := times[1].Sub(times[0]), times[4].Sub(times[3]); fourth < 4*first {
+		t.Errorf("pauses %v then %v: want them to grow", first, fourth)
+	}
 }
 
 // TestPoolGrowsWithDemand: Takes that find the pool empty raise its

@@ -401,6 +401,7 @@ class CodeExecutor:
         self._sink: Callable[[tuple[str, Any]], None] | None = None
         self._log_level_set: str | None = None
         self._current_rid: int | None = None
+        self._unregistered: dict[str, str] = {}  # of the last cell: server -> error
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -478,8 +479,13 @@ class CodeExecutor:
                 os.unlink(f)
             files.clear()
             # Wait for the kernel, so that a missing ipykernel or a sandbox
-            # that cannot run fails here, with the cause.
+            # that cannot run fails here, with the cause; and for the
+            # servers of mcp_servers, which this first cell registers.
+            self._unregistered = {}
             await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
+            failed = {name: err for name, err in self._unregistered.items() if name in self.mcp_servers}
+            if failed:
+                raise RuntimeError("; ".join(f"mcp_servers[{name!r}] could not be registered: {err}" for name, err in sorted(failed.items())))
         except BaseException as e:
             tail = self._client.stderr_tail() if self._client else ""
             await self.stop()
@@ -707,6 +713,9 @@ class CodeExecutor:
             texts = [c.get("text", "") for c in res.get("content", []) if c.get("type") == "text"]
             raise CodeExecutionError("\n".join(texts) or "ipybox mcp returned no cell outcome")
         text = meta.get("text") or None
+        unregistered = meta.get("unregistered")
+        if isinstance(unregistered, dict):
+            self._unregistered = {str(k): str(v) for k, v in unregistered.items()}
         warnings = list(meta.get("warnings") or [])
         for w in warnings:
             logger.warning("%s", w)

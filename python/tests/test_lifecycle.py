@@ -65,6 +65,22 @@ class LifecycleTest(LoopTestCase):
         with self.assertRaisesRegex(RuntimeError, "create a new one"):
             self.run_async(ex.start(), timeout=5)
 
+    def test_mcp_server_that_cannot_start_fails_at_start(self):
+        # Its error, naming the server, at start; not a cell that fails
+        # later with "No module named 'mcptools'".
+        ws = new_workspace()
+
+        async def run():
+            ex = self.executor(working_dir=ws, mcp_servers={"nope": {"command": "/nonexistent/ipybox-no-such-server"}})
+            await ex.start()
+
+        with self.assertRaisesRegex(RuntimeError, r"mcp_servers\['nope'\] could not be registered: .*/nonexistent/ipybox-no-such-server"):
+            self.run_async(run(), timeout=180)
+        deadline = time.monotonic() + 10
+        while processes_in(ws) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(processes_in(ws), [], "the failed start left processes behind")
+
     def test_not_started(self):
         with self.assertRaisesRegex(RuntimeError, "not started"):
             self.run_async(self.executor().execute("1"), timeout=5)

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package container
+
+import "errors"
+
+func idmapMount(string, int, int, int, int) (string, error) {
+	return "", errors.New("idmapped mounts need Linux")
+}
+
+func detachIdmap(string) error { return nil }
+
+func reapIdmaps() int { return 0 }

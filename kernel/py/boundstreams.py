@@ -1,0 +1,63 @@
+# Keeps each stream message the kernel sends to a few megabytes.
+# ipykernel buffers stdout and stderr and flushes them from its IO thread
+# 0.2 s after the first write. A cell printing in a loop fills tens of
+# megabytes in that time; the flush of a big buffer is slow, so the next
+# one is bigger still, and hundreds of megabytes would leave as a few
+# messages that the host must hold whole while it reads and decodes them.
+# Each write already calls _schedule_flush, which returns at once while a
+# flush is pending; there, a buffer past 1 MiB asks the IO thread to flush
+# now, and one past 8 MiB waits for the flush, which holds a writer back
+# to the pace the IO thread can send. A single write longer than that (one
+# print of a 100 MB string) leaves in messages of at most 2 Mi characters,
+# under the host's message limit (jupyter.MaxMessage). A wrapper around
+# write itself cost a fifth of the throughput of a cell printing in a
+# loop; this costs one tell() per write.
+def _ipybox_bound_streams():
+    from ipykernel.iostream import OutStream
+    soft, hard = 1 << 20, 8 << 20
+    orig = OutStream._schedule_flush
+    def _schedule_flush(self):
+        if not self._flush_pending:
+            return orig(self)
+        try:
+            size = self._buffer.tell()
+        except ValueError:
+            return  # the IO thread swapped and closed it: just flushed
+        if size < soft:
+            return
+        if size >= hard:
+            self.flush()
+        elif not self._ipybox_hurry:
+            self._ipybox_hurry = True
+            self.pub_thread.schedule(self._ipybox_flush_now)
+    def _ipybox_flush_now(self):
+        self._ipybox_hurry = False
+        self._flush()
+    OutStream._schedule_flush = _schedule_flush
+    OutStream._ipybox_flush_now = _ipybox_flush_now
+    OutStream._ipybox_hurry = False
+    if not hasattr(OutStream, "_flush_buffer"):
+        return
+    chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
+    orig_buffer, orig_flush = OutStream._flush_buffer, OutStream._flush
+    # The buffer's text and how far it was sent: an offset, because
+    # slicing off the rest after each chunk copies it again and again (a
+    # 200 MB write took a minute and more, past ipykernel's flush timeout:
+    # its status: idle then overtook its output).
+    def _flush_buffer(self):
+        data, off = self._ipybox_rest, self._ipybox_off
+        if off >= len(data):
+            data, off = orig_buffer(self), 0
+        self._ipybox_rest, self._ipybox_off = data, off + chunk
+        return data[off:off + chunk]
+    def _flush(self):
+        orig_flush(self)
+        while self._ipybox_off < len(self._ipybox_rest):
+            orig_flush(self)
+        self._ipybox_rest, self._ipybox_off = "", 0
+    OutStream._flush_buffer = _flush_buffer
+    OutStream._flush = _flush
+    OutStream._ipybox_rest = ""
+    OutStream._ipybox_off = 0
+_ipybox_bound_streams()
+del _ipybox_bound_streams
