@@ -44,7 +44,8 @@ import (
 //   - the traceparent each call brought the MCP server is that call's
 //     MCP request span;
 //   - no attribute holds a secret: the ${VAR} value of the server's
-//     header, the MCP bearer token, the tool server's token;
+//     header, the MCP bearer token, the tool server's token, the
+//     collector's key (which reaches the receiver, and no MCP server);
 //   - the debug log's tool call lines carry the trace.
 func TestObservability(t *testing.T) {
 	testenv.NeedsPython(t)
@@ -59,6 +60,7 @@ func TestObservability(t *testing.T) {
 	}})
 
 	const secret = "obs-secret-header-value-77123"
+	const collectorKey = "obs-collector-key-90210"
 	dir := t.TempDir()
 	token := "obs-test-token-" + strconv.Itoa(os.Getpid()) + "-abcdefghijklmnop"
 	tokenFile := filepath.Join(dir, "token")
@@ -72,7 +74,8 @@ func TestObservability(t *testing.T) {
 		"--workspace", ws, "--no-sandbox", "--pool", "0",
 		"--approval", "elicit", "--allow-tool", "go.tool_2",
 		"--log-level", "debug", "--log-file", logFile),
-		"OBS_TEST_SECRET="+secret, "OTEL_BSP_SCHEDULE_DELAY=100")
+		"OBS_TEST_SECRET="+secret, "OTEL_BSP_SCHEDULE_DELAY=100",
+		"OTEL_EXPORTER_OTLP_HEADERS=x-collector-key="+collectorKey)
 	b.token = token
 	m := regexp.MustCompile(`serving Prometheus metrics at (http://\S+/metrics)`).FindStringSubmatch(b.stderr.String())
 	if m == nil {
@@ -158,10 +161,24 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`},
 		}
 	}
 
+	// The collector's credentials reached the exporter (below), and left
+	// the environment: a registered stdio server does not inherit them.
+	if out, isErr := callText(t, cs, "register_mcp_server", map[string]any{
+		"server_name": "gostdio", "server_params": map[string]any{"command": mcptest.Build(t)},
+	}); isErr {
+		t.Fatalf("register_mcp_server: %s", out)
+	}
+	if out := runCell(t, cs, "from mcptools.gostdio import env\nprint(repr(env.run(env.Params(name='OTEL_EXPORTER_OTLP_HEADERS'))))"); out != "''" {
+		t.Errorf("a stdio MCP server's OTEL_EXPORTER_OTLP_HEADERS: %s, want ''", out)
+	}
+
 	// The traces go out when the server stops, if not before.
 	b.stop(t, syscall.SIGTERM)
 	spans := recv.Wait(telemetry.SpanToolCall, 3, 10*time.Second)
 	_, bad := recv.Spans()
+	if got := recv.Header("x-collector-key"); got != collectorKey {
+		t.Errorf("the receiver got x-collector-key %q, want OTEL_EXPORTER_OTLP_HEADERS's %q", got, collectorKey)
+	}
 	if len(bad) > 0 {
 		t.Errorf("the receiver got requests that were no OTLP exports: %v", bad)
 	}
@@ -232,7 +249,7 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`},
 	for _, s := range spans {
 		for _, kv := range s.GetAttributes() {
 			v := otlptest.Text(kv.GetValue())
-			for _, sec := range []string{secret, token, toolToken} {
+			for _, sec := range []string{secret, token, toolToken, collectorKey} {
 				if strings.Contains(v, sec) {
 					t.Errorf("span %s: attribute %s = %q holds a secret", s.GetName(), kv.GetKey(), v)
 				}
@@ -247,7 +264,7 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])`},
 	}
 	n := 0
 	for _, l := range strings.Split(string(log), "\n") {
-		if strings.Contains(l, `msg="toolserver: call"`) {
+		if strings.Contains(l, `msg="toolserver: call" server=go `) {
 			n++
 			if !strings.Contains(l, "trace_id="+traceID) {
 				t.Errorf("a tool call's log line without its trace: %s", l)

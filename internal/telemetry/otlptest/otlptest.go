@@ -32,6 +32,7 @@ type Receiver struct {
 	spans   []*tracepb.Span
 	exports int
 	bad     []string
+	header  http.Header // the last export's
 }
 
 // Start serves a Receiver until t ends.
@@ -73,6 +74,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.exports++
+	r.header = req.Header.Clone()
 	for _, rs := range exp.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			r.spans = append(r.spans, ss.GetSpans()...)
@@ -96,6 +98,13 @@ func (r *Receiver) Spans() ([]*tracepb.Span, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]*tracepb.Span(nil), r.spans...), append([]string(nil), r.bad...)
+}
+
+// Header returns a header of the last export ("" before any).
+func (r *Receiver) Header(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.header.Get(name)
 }
 
 // Wait waits up to d for at least n spans named name, and returns the
