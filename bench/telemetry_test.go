@@ -19,8 +19,8 @@ import (
 // BenchmarkTracing is what tracing costs a `pass` cell and a tool call
 // from kernel code (the Go test server's tool_2 over stdio, approved by
 // Execute's Approver), with tracing off beside tracing on in the same run:
-// two Executors, measured in alternating blocks so that drift on a shared
-// machine hits both alike. On is the CLI's setup: the SDK's batch
+// two Executors, measured by turns (a cell each, a block of calls each) so
+// that the load of a shared machine hits both alike. On is the CLI's setup: the SDK's batch
 // processor exporting over OTLP/HTTP to a receiver on loopback. Target:
 // at most +0.1 ms at p50 per cell when on.
 func BenchmarkTracing(b *testing.B) {
@@ -54,16 +54,14 @@ func BenchmarkTracing(b *testing.B) {
 	off, on := open(false), open(true)
 
 	n := max(b.N, 400)
-	const block = 25
+	const block = 10
 	var cellOff, cellOn, callOff, callOn []float64
-	cells := func(ex *ipybox.Executor, into *[]float64) {
-		for range block {
-			t0 := time.Now()
-			if _, err := ex.Execute(ctx, "pass", nil); err != nil {
-				b.Fatal(err)
-			}
-			*into = append(*into, ms(time.Since(t0)))
+	cell := func(ex *ipybox.Executor, into *[]float64) {
+		t0 := time.Now()
+		if _, err := ex.Execute(ctx, "pass", nil); err != nil {
+			b.Fatal(err)
 		}
+		*into = append(*into, ms(time.Since(t0)))
 	}
 	// The tool call's time as kernel code sees it, each call timed in
 	// Python: the cell around the block is not counted.
@@ -84,16 +82,23 @@ print(json.dumps(ts))`, nil)
 		}
 		*into = append(*into, ts...)
 	}
-	for range 2 { // warm both
-		cells(off, new([]float64))
-		cells(on, new([]float64))
+	for range 20 { // warm both
+		cell(off, new([]float64))
+		cell(on, new([]float64))
 	}
 	b.ResetTimer()
-	for i := 0; i < n; i += block {
-		cells(off, &cellOff)
-		cells(on, &cellOn)
-		calls(off, &callOff)
-		calls(on, &callOn)
+	for i := range n {
+		if i%2 == 0 { // neither always goes first
+			cell(off, &cellOff)
+			cell(on, &cellOn)
+		} else {
+			cell(on, &cellOn)
+			cell(off, &cellOff)
+		}
+		if i%block == 0 {
+			calls(off, &callOff)
+			calls(on, &callOn)
+		}
 	}
 	b.StopTimer()
 	co, cn, to, tn := p50(cellOff), p50(cellOn), p50(callOff), p50(callOn)
