@@ -33,17 +33,22 @@ func TestRedteamPycachePoisoning(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws})
-	got := run(t, ex, `import os, importlib.util, marshal, struct
+	// The path the host's Python reads, spelled out: the kernel's own
+	// cache_from_source may point elsewhere (a cache prefix).
+	got := run(t, ex, `import os, sys, importlib.util, marshal, struct
 src = "lib/mod.py"
 st = os.stat(src)
 code = compile("open("+repr(`+pyStr(marker)+`)+", 'w').write('x')\nVALUE = 'the host wrote me'\n", os.path.abspath(src), "exec")
-pyc = importlib.util.cache_from_source(src)
-os.makedirs(os.path.dirname(pyc), exist_ok=True)
+pyc = os.path.join("lib", "__pycache__", "mod." + sys.implementation.cache_tag + ".pyc")
 data = importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF) + marshal.dumps(code)
 try:
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
     open(pyc, "wb").write(data); print("planted", pyc)
 except OSError as e:
     print("refused", e)`).Text
+	if !strings.HasPrefix(strings.TrimSpace(got), "refused") {
+		t.Errorf("kernel code planted bytecode in the workspace's __pycache__: %s", got)
+	}
 	cmd := exec.Command(py, "-c", "import mod; print(mod.VALUE)")
 	cmd.Dir = filepath.Join(ws, "lib")
 	out, _ := cmd.CombinedOutput()

@@ -13,5 +13,5 @@ import (
 // workspace's owner), and io_uring is refused. It runs with
 // no_new_privs: a setuid program (sudo) does not raise privileges.
 func startFiltered(cmd *exec.Cmd) error {
-	return seccomp.Start(cmd, seccomp.StartOptions{})
+	return seccomp.StartShared(cmd)
 }

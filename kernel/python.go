@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -108,6 +109,10 @@ func otherPython(ctx context.Context, not string) string {
 
 // errNoIpykernel is a probe's error for a Python without ipykernel.
 var errNoIpykernel = errors.New("No module named ipykernel")
+
+// noIpykernelExit is the probe's exit status for "no ipykernel": a status,
+// not a message, so that nothing depends on what Python prints.
+const noIpykernelExit = 17
 
 func resolve(p string) (string, error) {
 	if filepath.Base(p) == p {
@@ -230,7 +235,7 @@ func probe(ctx context.Context, python string) error {
 	// ipykernel costs a tenth of a second); a broken installation still
 	// shows, with its traceback, when the kernel starts.
 	cmd := exec.CommandContext(ctx, python, "-c",
-		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else 'No module named ipykernel')")
+		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else "+strconv.Itoa(noIpykernelExit)+")")
 	cmd.Env = minimalEnv()
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
@@ -241,7 +246,8 @@ func probe(ctx context.Context, python string) error {
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 			msg = msg[i+1:]
 		}
-		if msg == errNoIpykernel.Error() {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == noIpykernelExit {
 			err = errNoIpykernel
 		} else if msg != "" {
 			err = fmt.Errorf("%v: %s", err, msg)

@@ -116,38 +116,10 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	// applied to it by hand, and only until Connect returns.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &session{name: name, transport: kind, ctx: sctx, cancel: cancel, done: make(chan struct{})}
-	var (
-		t   mcp.Transport
-		ht  *headerTransport
-		st  *stdioTransport
-		cmd *exec.Cmd
-	)
-	switch kind {
-	case Stdio:
-		s.stderr = stderrLog(m.log, name, m.secrets.scrub)
-		var err error
-		cmd, err = m.stdioCommand(ctx, name, cfg, s.stderr)
-		if err != nil {
-			cancel()
-			return nil, false, err
-		}
-		st = &stdioTransport{cmd: cmd, stop: m.opts.StopGrace}
-		t = st
-	case StreamableHTTP:
-		ht = &headerTransport{base: m.http, headers: cfg.Headers}
-		// No standalone SSE stream: the host only lists and calls tools, and
-		// answers come on the POSTs' own responses.
-		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht, CheckRedirect: sameOrigin}, DisableStandaloneSSE: true}
-		if oh != nil {
-			st.OAuthHandler = oh
-		}
-		t = st
-	case SSE:
-		ht = &headerTransport{base: m.http, headers: cfg.Headers}
-		t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: ht, CheckRedirect: sameOrigin}}
-	default:
+	d, err := m.transport(ctx, name, cfg, kind, oh, s)
+	if err != nil {
 		cancel()
-		return nil, false, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)
+		return nil, false, err
 	}
 
 	var timedOut atomic.Bool
@@ -157,7 +129,7 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	sctx = context.WithValue(sctx, clockKey{}, &connectClock{t: timer, d: m.opts.ConnectTimeout})
 	stopCaller := context.AfterFunc(ctx, cancel)
 	stopClose := context.AfterFunc(m.ctx, cancel)
-	cs, err := m.client.Connect(sctx, t, nil)
+	cs, err := m.client.Connect(sctx, d.t, nil)
 	// Each stop must run, hence no short-circuit.
 	t1, t2, t3 := timer.Stop(), stopCaller(), stopClose()
 	if err == nil && !(t1 && t2 && t3) {
@@ -167,50 +139,102 @@ func (m *Manager) dial(ctx context.Context, name string, cfg Config, kind Transp
 	}
 	if err != nil {
 		cancel()
-		if cmd != nil && cmd.Process != nil {
-			killGroup(groupOf(cmd.SysProcAttr, cmd.Process.Pid), m.opts.StopGrace)
+		if d.cmd != nil && d.cmd.Process != nil {
+			killGroup(groupOf(d.cmd.SysProcAttr, d.cmd.Process.Pid), m.opts.StopGrace)
 		}
-		// What a failed server printed usually says why (a missing API key, a
-		// wrong argument).
-		var tail string
-		if s.stderr != nil {
-			s.stderr.Flush()
-			if t := s.stderr.Tail(3); t != "" {
-				tail = "; its stderr ended with: " + t
-			}
-		}
-		switch {
-		case timedOut.Load():
-			return nil, false, fmt.Errorf("MCP server %q did not complete initialize within %v (the connect timeout); check that it is an MCP server speaking %s%s: %w",
-				name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
-		case ctx.Err() != nil:
-			return nil, false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
-		case m.ctx.Err() != nil:
-			return nil, false, ErrClosed
-		}
-		var lre *LoginRequiredError
-		if errors.As(err, &lre) {
-			return nil, false, lre // it names the server and the fix
-		}
-		if st != nil {
-			if nj := st.notJSONRPC(name, cfg, err); nj != nil {
-				return nil, false, nj
-			}
-		}
-		if cmd != nil && errors.Is(err, exec.ErrNotFound) {
-			return nil, false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
-		}
-		return nil, ht != nil && ht.rejectedPOST(), fmt.Errorf("MCP server %q: connecting over %s%s: %w", name, kind, tail, err)
+		rejected, err := m.connectError(ctx, name, cfg, kind, d, s, timedOut.Load(), err)
+		return nil, rejected, err
 	}
 	s.cs = cs
-	if cmd != nil && cmd.Process != nil {
-		s.pgid = groupOf(cmd.SysProcAttr, cmd.Process.Pid)
+	if d.cmd != nil && d.cmd.Process != nil {
+		s.pgid = groupOf(d.cmd.SysProcAttr, d.cmd.Process.Pid)
 	}
 	go func() {
 		// The connection ends when the server dies or the session closes;
 		// done then tells the next call to reconnect.
-		cs.Wait()
+		cs.Wait() // lifetime: the server's connection
 		close(s.done)
 	}()
 	return s, false, nil
+}
+
+// dialing is one connect's transport, with the parts that explain its
+// failure: the HTTP transport (a rejected POST), the stdio one (what the
+// program printed) and the program.
+type dialing struct {
+	t   mcp.Transport
+	ht  *headerTransport
+	st  *stdioTransport
+	cmd *exec.Cmd
+}
+
+// transport makes the transport of kind for cfg; a stdio server's command
+// is made here too (not started).
+func (m *Manager) transport(ctx context.Context, name string, cfg Config, kind Transport, oh *oauthHandler, s *session) (*dialing, error) {
+	d := &dialing{}
+	switch kind {
+	case Stdio:
+		s.stderr = stderrLog(m.log, name, m.secrets.scrub)
+		cmd, err := m.stdioCommand(ctx, name, cfg, s.stderr)
+		if err != nil {
+			return nil, err
+		}
+		d.cmd = cmd
+		d.st = &stdioTransport{cmd: cmd, stop: m.opts.StopGrace}
+		d.t = d.st
+	case StreamableHTTP:
+		d.ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		// No standalone SSE stream: the host only lists and calls tools, and
+		// answers come on the POSTs' own responses.
+		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: d.ht, CheckRedirect: sameOrigin}, DisableStandaloneSSE: true}
+		if oh != nil {
+			st.OAuthHandler = oh
+		}
+		d.t = st
+	case SSE:
+		d.ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		d.t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: d.ht, CheckRedirect: sameOrigin}}
+	default:
+		return nil, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)
+	}
+	return d, nil
+}
+
+// connectError turns a failed connect into the error that says why, most
+// telling first: the timeout, the caller, Close, a sign-in, output that is
+// not JSON-RPC, a missing command; else the SDK's error with the end of
+// the server's stderr. rejected reports a POST the server refused (the
+// caller then tries SSE).
+func (m *Manager) connectError(ctx context.Context, name string, cfg Config, kind Transport, d *dialing, s *session, timedOut bool, err error) (rejected bool, _ error) {
+	// What a failed server printed usually says why (a missing API key, a
+	// wrong argument).
+	var tail string
+	if s.stderr != nil {
+		s.stderr.Flush()
+		if t := s.stderr.Tail(3); t != "" {
+			tail = "; its stderr ended with: " + t
+		}
+	}
+	switch {
+	case timedOut:
+		return false, fmt.Errorf("MCP server %q did not complete initialize within %v (the connect timeout); check that it is an MCP server speaking %s%s: %w",
+			name, m.opts.ConnectTimeout, kind, tail, context.DeadlineExceeded)
+	case ctx.Err() != nil:
+		return false, fmt.Errorf("MCP server %q: connecting: %w", name, ctx.Err())
+	case m.ctx.Err() != nil:
+		return false, ErrClosed
+	}
+	var lre *LoginRequiredError
+	if errors.As(err, &lre) {
+		return false, lre // it names the server and the fix
+	}
+	if d.st != nil {
+		if nj := d.st.notJSONRPC(name, cfg, err); nj != nil {
+			return false, nj
+		}
+	}
+	if d.cmd != nil && errors.Is(err, exec.ErrNotFound) {
+		return false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
+	}
+	return d.ht != nil && d.ht.rejectedPOST(), fmt.Errorf("MCP server %q: connecting over %s%s: %w", name, kind, tail, err)
 }

@@ -50,12 +50,16 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 // is not JSON-RPC, naming the command (as configured) and the first line
 // it printed; nil when err is not that.
 func (t *stdioTransport) notJSONRPC(name string, cfg Config, err error) error {
-	head := t.head.String()
-	var se *json.SyntaxError
-	if head == "" || !errors.As(err, &se) && !strings.Contains(err.Error(), "invalid character") {
+	// Told by what the server printed, not by the error's text: JSON-RPC
+	// over stdio is one JSON object per line, so output that does not
+	// start with "{", or whose first whole line is not JSON, is not it.
+	// (The head is the first headMax bytes: a long first line is judged
+	// by its start.)
+	head := strings.TrimLeft(t.head.String(), " \t\r\n")
+	line, _, whole := strings.Cut(head, "\n")
+	if err == nil || head == "" || strings.HasPrefix(line, "{") && (!whole || json.Valid([]byte(line))) {
 		return nil
 	}
-	line, _, _ := strings.Cut(head, "\n")
 	cmd := strings.Join(append([]string{cfg.Command}, cfg.Args...), " ")
 	return fmt.Errorf("MCP server %q: its command (%s) printed %q on standard output, which is not MCP JSON-RPC; "+
 		"is it an MCP server that speaks stdio? (such a server writes only JSON-RPC there, and its logs to standard error)",

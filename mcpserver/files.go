@@ -274,7 +274,6 @@ func downloadFrom(ctx context.Context, ex *ipybox.Executor, rel string, dr dirFS
 
 // describe turns a file error into a sentence that names the path.
 func describe(err error, name string) error {
-	var pe *fs.PathError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s does not exist", name)
@@ -282,9 +281,9 @@ func describe(err error, name string) error {
 		return fmt.Errorf("%s: permission denied", name)
 	case errors.Is(err, safefs.ErrSymlink):
 		return fmt.Errorf("%s leads through a symbolic link, which is refused (kernel code may have planted it); give the real path", name)
-	case errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "escapes"):
+	case errors.Is(err, safefs.ErrEscape):
 		return fmt.Errorf("%s leads outside its directory through a symbolic link or \"..\", which is refused", name)
-	case errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "not a directory"):
+	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%s: a parent of it is a file, not a directory", name)
 	}
 	return fmt.Errorf("%s: %w", name, err)

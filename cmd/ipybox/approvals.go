@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -67,81 +68,106 @@ func runApprovals(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	switch sub {
 	case "rules":
-		if fs.NArg() > 0 {
-			return fail(exitUsage, "takes no arguments")
-		}
-		if file == "" {
-			return fail(exitUsage, "--approval-policy none: there is no file to read")
-		}
-		f, err := policy.Open(file)
-		if err != nil {
-			return fail(exitFail, "%v", err)
-		}
-		rs, err := f.Rules()
-		if err != nil {
-			return fail(exitFail, "%v", err)
-		}
-		printRules(env.stdout, f.Path(), rs)
-		return exitOK
+		return approvalsRules(env, fs, file, fail)
 	case "revoke":
-		if fs.NArg() == 0 {
-			return fail(exitUsage, "name the rules to remove, by ID or line number, after the flags (`ipybox approvals rules` lists them)")
-		}
-		if file == "" {
-			return fail(exitUsage, "--approval-policy none: there is no file to change")
-		}
-		f, err := policy.Open(file)
-		if err != nil {
-			return fail(exitFail, "%v", err)
-		}
-		for _, id := range fs.Args() {
-			removed, err := f.Remove(id)
-			if err != nil {
-				return fail(exitFail, "%v", err)
-			}
-			for _, r := range removed {
-				fmt.Fprintf(env.stdout, "revoked %s (line %d): %s\n", r.ID, r.Line, escape.Text(r.String()))
-			}
-		}
-		return exitOK
+		return approvalsRevoke(env, fs, file, fail)
 	case "log":
-		if fs.NArg() > 0 {
-			return fail(exitUsage, "takes no arguments")
-		}
-		if logFile == "" {
-			return fail(exitUsage, "--approval-log none: there is no log to read")
-		}
-		entries, skipped, err := policy.ReadLog(logFile)
-		if err != nil {
-			return fail(exitFail, "%v", err)
-		}
-		if *session != "" {
-			var mine []policy.Entry
-			for _, e := range entries {
-				if e.Session == *session {
-					mine = append(mine, e)
-				}
-			}
-			entries = mine
-		}
-		if *n > 0 && len(entries) > *n {
-			entries = entries[len(entries)-*n:]
-		}
-		if *asJSON {
-			enc := json.NewEncoder(env.stdout)
-			enc.SetEscapeHTML(false)
-			for _, e := range entries {
-				enc.Encode(e)
-			}
-		} else {
-			printLog(env.stdout, entries)
-		}
-		if skipped > 0 {
-			fmt.Fprintf(env.stderr, "ipybox approvals log: %d lines of %s are not entries (cut short?) and were skipped\n", skipped, logFile)
-		}
-		return exitOK
+		return approvalsLog(env, fs, logFile, logOptions{n: *n, session: *session, json: *asJSON}, fail)
 	}
 	return fail(exitUsage, "unknown subcommand; use rules, revoke or log (see `ipybox help approvals`)")
+}
+
+// failFunc prints a subcommand's error and returns its exit status.
+type failFunc func(code int, format string, a ...any) int
+
+// approvalsRules lists the rules of the policy file.
+func approvalsRules(env *cliEnv, fs *flag.FlagSet, file string, fail failFunc) int {
+	if fs.NArg() > 0 {
+		return fail(exitUsage, "takes no arguments")
+	}
+	if file == "" {
+		return fail(exitUsage, "--approval-policy none: there is no file to read")
+	}
+	f, err := policy.Open(file)
+	if err != nil {
+		return fail(exitFail, "%v", err)
+	}
+	rs, err := f.Rules()
+	if err != nil {
+		return fail(exitFail, "%v", err)
+	}
+	printRules(env.stdout, f.Path(), rs)
+	return exitOK
+}
+
+// approvalsRevoke removes the rules named by ID or line number.
+func approvalsRevoke(env *cliEnv, fs *flag.FlagSet, file string, fail failFunc) int {
+	if fs.NArg() == 0 {
+		return fail(exitUsage, "name the rules to remove, by ID or line number, after the flags (`ipybox approvals rules` lists them)")
+	}
+	if file == "" {
+		return fail(exitUsage, "--approval-policy none: there is no file to change")
+	}
+	f, err := policy.Open(file)
+	if err != nil {
+		return fail(exitFail, "%v", err)
+	}
+	for _, id := range fs.Args() {
+		removed, err := f.Remove(id)
+		if err != nil {
+			return fail(exitFail, "%v", err)
+		}
+		for _, r := range removed {
+			fmt.Fprintf(env.stdout, "revoked %s (line %d): %s\n", r.ID, r.Line, escape.Text(r.String()))
+		}
+	}
+	return exitOK
+}
+
+// logOptions are the log subcommand's flags.
+type logOptions struct {
+	n       int    // the last n entries (0: all)
+	session string // only this session's ("": all)
+	json    bool   // as stored
+}
+
+// approvalsLog prints the audit log's last entries.
+func approvalsLog(env *cliEnv, fs *flag.FlagSet, logFile string, o logOptions, fail failFunc) int {
+	if fs.NArg() > 0 {
+		return fail(exitUsage, "takes no arguments")
+	}
+	if logFile == "" {
+		return fail(exitUsage, "--approval-log none: there is no log to read")
+	}
+	entries, skipped, err := policy.ReadLog(logFile)
+	if err != nil {
+		return fail(exitFail, "%v", err)
+	}
+	if o.session != "" {
+		var mine []policy.Entry
+		for _, e := range entries {
+			if e.Session == o.session {
+				mine = append(mine, e)
+			}
+		}
+		entries = mine
+	}
+	if o.n > 0 && len(entries) > o.n {
+		entries = entries[len(entries)-o.n:]
+	}
+	if o.json {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetEscapeHTML(false)
+		for _, e := range entries {
+			enc.Encode(e)
+		}
+	} else {
+		printLog(env.stdout, entries)
+	}
+	if skipped > 0 {
+		fmt.Fprintf(env.stderr, "ipybox approvals log: %d lines of %s are not entries (cut short?) and were skipped\n", skipped, logFile)
+	}
+	return exitOK
 }
 
 func printRules(w io.Writer, file string, rs *policy.Rules) {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
@@ -54,6 +58,54 @@ func execCommand() *command {
 
 func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	var f execFlags
+	fs := f.flagSet(env)
+	if done, code := parseFlags(fs, env, args); done {
+		return code
+	}
+	env = terminalEnv(env, f.json)
+	defer flushTerminal(env)
+	fail := func(code int, err error) int {
+		fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
+		return code
+	}
+	plan, err := f.plan(env, fs.Args())
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	log, closeLog, err := newLogger(env, f.logLevel, "")
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer closeLog()
+	if err := harden(); err != nil {
+		log.Warn("could not make ipybox non-dumpable", "err", err)
+	}
+	if plan.approvals, err = f.policy.load(log); err != nil {
+		return fail(exitUsage, err)
+	}
+	if plan.approvals != nil {
+		defer plan.approvals.Close()
+	}
+	tp, flush, err := f.telemetry.tracing(ctx, env, log)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer flush() // after the executor's Close: its last spans go out
+	plan.tracer = tp
+	if err := f.checkLocal(ctx, env, plan); err != nil {
+		return fail(exitUsage, err)
+	}
+	ex, err := f.start(ctx, env, plan, log)
+	if err != nil {
+		return fail(exitFail, err)
+	}
+	defer ex.Close()
+	f.announceAuto(env, ex, plan)
+	return f.runCells(ctx, env, ex, plan.cells)
+}
+
+// flagSet is exec's flag set, bound to f.
+func (f *execFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs := newFlagSet(env, "exec", execUsage)
 	fs.Var(&f.cells, "c", "`CODE` to run as one cell (repeatable)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "time limit per cell, e.g. 30s (0: none); on expiry the cell is interrupted")
@@ -70,86 +122,73 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	f.policy.register(fs)
 	f.gateway.register(fs)
 	f.telemetry.register(fs, false)
-	if done, code := parseFlags(fs, env, args); done {
-		return code
+	return fs
+}
+
+// execPlan is what the flags ask for, checked.
+type execPlan struct {
+	cells     []string
+	container *ipybox.ContainerConfig // nil: no container
+	sandbox   *ipybox.SandboxConfig   // nil: unsandboxed (or a container, or a gateway)
+	gateway   *ipybox.GatewayConfig   // nil: a local kernel
+	servers   []namedServer
+	approvals *ipybox.ApprovalPolicy // loaded after the logger
+	tracer    trace.TracerProvider   // started after the logger; nil: no tracing
+}
+
+// plan checks the flags and reads what they name; every error is a usage
+// error.
+func (f *execFlags) plan(env *cliEnv, args []string) (*execPlan, error) {
+	p := &execPlan{}
+	var err error
+	if p.cells, err = execCells(env, f.cells, args); err != nil {
+		return nil, err
 	}
-	env = terminalEnv(env, f.json)
-	defer flushTerminal(env)
-	cells, err := execCells(env, f.cells, fs.Args())
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
+	if p.container, err = f.container.config(&f.sandbox); err != nil {
+		return nil, err
 	}
-	ctr, err := f.container.config(&f.sandbox)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
-	}
-	var policy *ipybox.SandboxConfig
-	if ctr == nil {
-		if policy, _, err = f.sandbox.policy(); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-			return exitUsage
+	if p.container == nil {
+		if p.sandbox, _, err = f.sandbox.policy(); err != nil {
+			return nil, err
 		}
 	}
-	gw, err := f.gateway.config(env)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
+	if p.gateway, err = f.gateway.config(env); err != nil {
+		return nil, err
 	}
-	if gw != nil && (policy != nil || ctr != nil) {
-		fmt.Fprintf(env.stderr, "ipybox exec: --sandbox and --container confine a local kernel; a gateway kernel is confined by its gateway: drop one of them or --gateway-url\n")
-		return exitUsage
+	if p.gateway != nil && (p.sandbox != nil || p.container != nil) {
+		return nil, errors.New("--sandbox and --container confine a local kernel; a gateway kernel is confined by its gateway: drop one of them or --gateway-url")
 	}
 	if err := checkApprovalMode(f.approval); err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
+		return nil, err
 	}
-	var servers []namedServer
 	if f.mcpConfig != "" {
-		if servers, err = loadMCPConfig(f.mcpConfig); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-			return exitUsage
+		if p.servers, err = loadMCPConfig(f.mcpConfig); err != nil {
+			return nil, err
 		}
 	}
-	log, closeLog, err := newLogger(env, f.logLevel, "")
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
-	}
-	defer closeLog()
-	if err := harden(); err != nil {
-		log.Warn("could not make ipybox non-dumpable", "err", err)
-	}
-	pol, err := f.policy.load(log)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
-	}
-	if pol != nil {
-		defer pol.Close()
-	}
-	tp, flush, err := f.telemetry.tracing(ctx, env, log)
-	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-		return exitUsage
-	}
-	defer flush() // after the executor's Close: its last spans go out
+	return p, nil
+}
 
+// checkLocal checks what lives on this host: the workspace, made if
+// missing, and an unconfined kernel's --python, named by its flag. A
+// sandboxed kernel's interpreter is never run on the host, not even to
+// probe it.
+func (f *execFlags) checkLocal(ctx context.Context, env *cliEnv, p *execPlan) error {
 	if f.workspace != "" {
 		if err := ensureWorkspace(env, "ipybox exec", f.workspace); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-			return exitUsage
+			return err
 		}
 	}
-	if f.python != "" && policy == nil && ctr == nil && gw == nil {
-		// Checked here to name the flag; a sandboxed kernel's interpreter
-		// is never run on the host, not even to probe it.
+	if f.python != "" && p.sandbox == nil && p.container == nil && p.gateway == nil {
 		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %v\n", err)
-			return exitUsage
+			return err
 		}
 	}
+	return nil
+}
+
+// start starts the executor and registers the --mcp-config servers.
+func (f *execFlags) start(ctx context.Context, env *cliEnv, p *execPlan, log *slog.Logger) (*ipybox.Executor, error) {
 	ex, err := ipybox.Start(ctx, &ipybox.Options{
 		Python:    f.python,
 		WorkDir:   f.workspace,
@@ -157,36 +196,43 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 		Logger:    log,
 
 		ApproveShellCommands: f.shell,
-		ApprovalPolicy:       pol,
-		Sandbox:              policy,
-		Container:            ctr,
+		ApprovalPolicy:       p.approvals,
+		Sandbox:              p.sandbox,
+		Container:            p.container,
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
-		Gateway:              gw,
+		Gateway:              p.gateway,
 		ToolServerAddr:       f.gateway.toolAddr,
-		TracerProvider:       tp,
+		TracerProvider:       p.tracer,
 		TraceCode:            f.telemetry.includeCode,
 	})
 	if err != nil {
-		fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
-		return exitFail
+		return nil, err
 	}
-	defer ex.Close()
-	for _, s := range servers {
+	for _, s := range p.servers {
 		if _, err := ex.RegisterMCPServer(ctx, s.name, s.cfg); err != nil {
-			fmt.Fprintf(env.stderr, "ipybox exec: %s\n", strings.TrimPrefix(err.Error(), "ipybox: "))
-			return exitFail
+			ex.Close()
+			return nil, err
 		}
 	}
+	return ex, nil
+}
 
-	if f.approval == approvalAuto && len(ex.MCPServers()) > 0 {
-		// Explicit at the command line (the default), but said once, so
-		// that nobody mistakes it for a gate.
-		rules := ""
-		if f := pol.File(); f != "" {
-			rules = "; the deny and ask rules of " + f + " still apply"
-		}
-		fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)%s\n", strings.Join(ex.MCPServers(), ", "), rules)
+// announceAuto says once that --approval auto (the default) lets tool
+// calls run, so that nobody mistakes it for a gate.
+func (f *execFlags) announceAuto(env *cliEnv, ex *ipybox.Executor, p *execPlan) {
+	if f.approval != approvalAuto || len(ex.MCPServers()) == 0 {
+		return
 	}
+	rules := ""
+	if file := p.approvals.File(); file != "" {
+		rules = "; the deny and ask rules of " + file + " still apply"
+	}
+	fmt.Fprintf(env.stderr, "ipybox exec: --approval auto: tool calls run without approval (MCP servers: %s)%s\n", strings.Join(ex.MCPServers(), ", "), rules)
+}
+
+// runCells runs the cells in order, and stops at the first that fails,
+// saying how many it skips.
+func (f *execFlags) runCells(ctx context.Context, env *cliEnv, ex *ipybox.Executor, cells []string) int {
 	out := newPrinter(env, f.json)
 	out.decider = newDecider(f.approval)
 	for i, cell := range cells {

@@ -401,3 +401,29 @@ func (p *prometheus) waitFor(q string, ok func(float64) bool, d time.Duration) (
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// TestExecTracing: `ipybox exec --otel-endpoint` sends the cell's span
+// (and the kernel's start) before it exits; --otel-include-code adds the
+// code. Without tracing, --otel-include-code is a usage error.
+func TestExecTracing(t *testing.T) {
+	testenv.NeedsPython(t)
+	recv := otlptest.Start(t)
+	_, stderr, code := runBinary(t, "", "exec", "--workspace", t.TempDir(), "--otel-endpoint", recv.URL, "--otel-include-code", "-c", "x = 6 * 7")
+	if code != 0 {
+		t.Fatalf("exec: exit %d\n%s", code, stderr)
+	}
+	spans, bad := recv.Spans()
+	names := map[string]*tracepb.Span{}
+	for _, s := range spans {
+		names[s.GetName()] = s
+	}
+	if len(bad) > 0 || names[telemetry.SpanCell] == nil || names[telemetry.SpanKernelStart] == nil {
+		t.Fatalf("spans %v (problems %v): want a cell and a kernel start, flushed at exit", spanNames(spans), bad)
+	}
+	if got := otlptest.Attr(names[telemetry.SpanCell], string(telemetry.KeyCode)); got != "x = 6 * 7" {
+		t.Errorf("the cell's code attribute is %q", got)
+	}
+	if _, stderr, code := runBinary(t, "", "exec", "--otel-include-code", "-c", "pass"); code != exitUsage || !strings.Contains(stderr, "needs tracing") {
+		t.Errorf("--otel-include-code without tracing: exit %d, %s", code, stderr)
+	}
+}

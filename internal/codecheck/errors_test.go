@@ -58,7 +58,7 @@ func sourceFiles(t *testing.T) []goFile {
 			return nil
 		}
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return err
 		}
@@ -160,6 +160,91 @@ func TestBadFront(t *testing.T) {
 	} {
 		if got := badFront(msg, packages); got != want {
 			t.Errorf("badFront(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+// textMatch reports whether n matches on an error's text: a strings
+// function (Contains, HasPrefix, HasSuffix, Index, EqualFold) or a
+// comparison whose operand calls Error().
+func textMatch(n ast.Node) bool {
+	callsError := func(e ast.Expr) bool {
+		found := false
+		ast.Inspect(e, func(n ast.Node) bool {
+			if c, ok := n.(*ast.CallExpr); ok && len(c.Args) == 0 {
+				if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Error" {
+					found = true
+				}
+			}
+			return !found
+		})
+		return found
+	}
+	switch n := n.(type) {
+	case *ast.CallExpr:
+		sel, ok := n.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return false
+		}
+		pkg, ok := sel.X.(*ast.Ident)
+		if !ok || pkg.Name != "strings" {
+			return false
+		}
+		switch sel.Sel.Name {
+		case "Contains", "HasPrefix", "HasSuffix", "Index", "EqualFold", "Cut", "CutPrefix":
+			return len(n.Args) > 0 && callsError(n.Args[0])
+		}
+	case *ast.BinaryExpr:
+		return (n.Op == token.EQL || n.Op == token.NEQ) && (callsError(n.X) || callsError(n.Y))
+	}
+	return false
+}
+
+// exempt reports whether the line of pos carries "codecheck:ok" with a
+// reason: a use of an error's text that decides nothing (deduplicating
+// log lines).
+func exempt(f goFile, pos token.Pos) bool {
+	line := f.fset.Position(pos).Line
+	for _, cg := range f.file.Comments {
+		if f.fset.Position(cg.Pos()).Line == line && strings.Contains(cg.Text(), "codecheck:ok: ") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNoErrorTextMatching: no code decides on an error's text (a message
+// may change in any release, ours or a dependency's); it uses errors.Is
+// or errors.As (docs/design.md, Errors).
+func TestNoErrorTextMatching(t *testing.T) {
+	for _, f := range sourceFiles(t) {
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			if textMatch(n) && !exempt(f, n.Pos()) {
+				t.Errorf("%s:%d: decides on an error's text; use errors.Is or errors.As", f.path, f.fset.Position(n.Pos()).Line)
+			}
+			return true
+		})
+	}
+}
+
+// TestTextMatch checks the detector on examples, both ways.
+func TestTextMatch(t *testing.T) {
+	for src, want := range map[string]bool{
+		`strings.Contains(pe.Err.Error(), "escapes")`: true,
+		`strings.HasPrefix(err.Error(), "x")`:         true,
+		`err.Error() == "EOF"`:                        true,
+		`"x" != e.Error()`:                            true,
+		`strings.Contains(msg, "x")`:                  false,
+		`errors.Is(err, fs.ErrNotExist)`:              false,
+		`strings.TrimPrefix(err.Error(), "ipybox: ")`: false, // reshapes text for people, decides nothing
+		`a == b`: false,
+	} {
+		e, err := parser.ParseExpr(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := textMatch(e); got != want {
+			t.Errorf("textMatch(%s) = %v, want %v", src, got, want)
 		}
 	}
 }

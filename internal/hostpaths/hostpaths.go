@@ -143,7 +143,7 @@ var Entries = []Entry{
 	{Pattern: "ipython_kernel_config.py", Who: "ipykernel: loads it from the current folder (the next session's kernel)"},
 	{Pattern: "jupyter_*config.py", Who: "Jupyter Server and Notebook: load it from the current folder"},
 	{Pattern: "jupyter_*config.json", Who: "Jupyter Server and Notebook: load it from the current folder"},
-	{Pattern: "__pycache__", Who: "Python: runs the bytecode cached there instead of the module's source when their mtime and size match (a sandboxed kernel caches in its private /tmp: PYTHONPYCACHEPREFIX)"},
+	{Pattern: "__pycache__", Who: "Python: runs the bytecode cached there instead of the module's source when their mtime and size match (a sandboxed kernel writes none: PYTHONDONTWRITEBYTECODE)"},
 	{Pattern: ".ripgreprc", Who: "ripgrep: options, including --pre commands, when RIPGREP_CONFIG_PATH names it"},
 	// Package managers and toolchains: rc files that name programs.
 	{Pattern: ".npmrc", Who: "npm: script-shell and node-options run on every npm command"},

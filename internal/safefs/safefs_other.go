@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 const nonBlock = 0
@@ -22,7 +23,7 @@ func isDirBeneath(base, rel string) error {
 			return err
 		}
 		if !fi.IsDir() {
-			return errors.New("not a directory")
+			return &fs.PathError{Op: "stat", Path: rel, Err: syscall.ENOTDIR}
 		}
 		return nil
 	})

@@ -53,6 +53,11 @@ var ErrNoLandlock = errors.New("seccomp: the kernel has no Landlock, which keeps
 // ends without unlocking, which retires the thread. The caller's other
 // threads stay unrestricted (Go creates new threads from its template
 // thread while a goroutine is locked, never from a locked one).
+//
+// Retiring the thread ends the children that other goroutines started
+// from it with a parent-death signal: a process that starts such children
+// (the host) uses StartShared; Start is for a process that does not (the
+// sandbox's init, the container's guard).
 func Start(cmd *exec.Cmd, o StartOptions) error {
 	if o.Filter.Guard && o.Guard == nil {
 		return fmt.Errorf("seccomp: a guard needs a policy")

@@ -1,6 +1,7 @@
 package toolserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -257,11 +258,12 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 // and slices, which take tens of times its size.
 func fields(body []byte, known ...string) (map[string]json.RawMessage, *apiError) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		if strings.Contains(err.Error(), "after top-level value") {
-			return nil, badRequest("request body has data after the JSON object")
-		}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&m); err != nil {
 		return nil, badRequest("decode request body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("request body has data after the JSON object")
 	}
 	if m == nil {
 		return nil, badRequest("request body is null; send a JSON object")

@@ -162,7 +162,7 @@ func (p *Pool[T]) fill() {
 		if closed || p.ctx.Err() != nil {
 			return
 		}
-		if p.log != nil && err.Error() != lastErr {
+		if p.log != nil && err.Error() != lastErr { // codecheck:ok: a log's deduplication, by the text it logs
 			p.log.Warn("pool: a background start failed; retrying, ever less often (logged again only if the error changes)", "err", err)
 		}
 		lastErr = err.Error()
