@@ -105,7 +105,7 @@ func (r *ApprovalRequest) abandon(reason string) {
 		return
 	}
 	r.decided = true
-	r.decision <- &toolserver.RejectedError{Reason: reason}
+	r.decision <- &toolserver.RejectedError{Reason: reason} // bound: buffered, and sent once (decided)
 }
 
 // ApproveAll is an Options.Approver that accepts every request: the named

@@ -433,7 +433,7 @@ func (r *ApprovalRequest) Answer(a Answer) error {
 		}
 		err = &toolserver.RejectedError{Reason: reason}
 	}
-	r.decision <- err // buffered: never blocks
+	r.decision <- err // bound: buffered, and sent once (decided)
 	return nil
 }
 

@@ -66,14 +66,10 @@ type ContainerConfig struct {
 	AllowedDomains []string
 }
 
-// ContainerBind mounts a host directory in a kernel container.
-type ContainerBind struct {
-	// HostPath is the host directory (absolute or relative to the current
-	// directory); it is created when missing.
-	HostPath string
-	// Path is where it appears, relative to /app: "data" is /app/data.
-	Path string
-}
+// ContainerBind mounts a host directory in a kernel container: HostPath
+// (absolute or relative to the current directory, created when missing)
+// appears at /app/Path.
+type ContainerBind = container.Bind
 
 // startContainer prepares the container backend: it checks the daemon and
 // the image, and reaps containers of dead owners.
@@ -96,7 +92,7 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 		if err != nil {
 			return nil, fmt.Errorf("container bind %q: %w", b.HostPath, err)
 		}
-		cfg.Binds = append(cfg.Binds, container.Bind{Host: host, Rel: b.Path})
+		cfg.Binds = append(cfg.Binds, container.Bind{HostPath: host, Path: b.Path})
 	}
 	switch {
 	case c.Memory == 0:
@@ -169,7 +165,7 @@ func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
 	e.stopEgress = p.Close
 	cfg.NoNetwork = true
 	cfg.Sockets = append(cfg.Sockets, sock)
-	cfg.Forward = &container.Forward{Port: sandbox.ProxyPort, Socket: sock}
+	cfg.Forward = &sandbox.Forward{Port: sandbox.ProxyPort, Socket: sock}
 	url := fmt.Sprintf("http://127.0.0.1:%d", sandbox.ProxyPort)
 	for _, k := range proxyEnv {
 		cfg.Env = append(cfg.Env, k+"="+url)

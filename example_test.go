@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/mcpserver"
 )
 
 func Example() {
@@ -229,4 +231,52 @@ func ExampleExecutor_UploadFile() {
 	}
 	fmt.Println(out.String())
 	// Output: 2 rows
+}
+
+// A program keeps a session's handle and comes back to its kernel, with its
+// variables, through a new connection: here to a server in this process,
+// usually to `ipybox mcp --http`, with a token (RemoteOptions.Token).
+func ExampleDial() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ipybox-example")
+	defer os.RemoveAll(dir)
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir, NoAuth: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	url := hs.URL + "/mcp"
+
+	r, err := ipybox.Dial(ctx, url, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s, err := r.CreateSession(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s.Execute(ctx, "total = 40", nil)
+	handle := s.Handle() // keep it: the kernel outlives the connection
+	r.Close()
+
+	r, err = ipybox.Dial(ctx, url, nil) // later, from a new connection
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer r.Close()
+	s = r.Session(handle)
+	res, err := s.Execute(ctx, "print(total + 2)", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Text)
+	s.Close(ctx) // ends the session: its kernel stops
+	// Output: 42
 }

@@ -699,7 +699,7 @@ func (e *Executor) acquire(ctx context.Context) error {
 	}
 }
 
-func (e *Executor) release() { <-e.sem }
+func (e *Executor) release() { <-e.sem } // bound: the caller holds it
 
 // Reset replaces the kernel with a fresh one: variables, functions and
 // imports are gone; files in the workspace persist.

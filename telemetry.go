@@ -56,12 +56,12 @@ func (e *Executor) cellSpan() trace.SpanContext {
 
 // endCell ends a cell's span and counts it.
 func (e *Executor) endCell(sp telemetry.Span, err error) {
-	outcome, name := cellOutcome(err)
+	outcome, name := cellTraceOutcome(err)
 	e.tel.EndCell(sp, outcome, name)
 }
 
-// cellOutcome classifies how a cell ended, for its span and the metrics.
-func cellOutcome(err error) (outcome, errName string) {
+// cellTraceOutcome classifies how a cell ended, for its span and the metrics.
+func cellTraceOutcome(err error) (outcome, errName string) {
 	var pe *PythonError
 	switch {
 	case err == nil:

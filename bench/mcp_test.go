@@ -694,11 +694,12 @@ func startMCP(b *testing.B, bin, addr, ws, py string, args ...string) *mcpServer
 
 func (s *mcpServer) pid() int { return s.cmd.Process.Pid }
 
-// connect opens an MCP session, as an agent's client would (the standalone
-// SSE stream included).
+// connect opens an MCP session, as an agent's client of MCP 2025-11-25
+// would (the standalone SSE stream included): its connection has a kernel
+// of its own from its first cell.
 func (s *mcpServer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "ipybox-bench", Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: s.hc}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: s.hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 }
 
 // stop ends the server politely (SIGTERM), then by force after a minute.

@@ -150,6 +150,7 @@ func (c *call) push(ch jupyter.Channel, m *jupyter.Message) {
 			return
 		}
 		c.mu.Unlock()
+		// bound: the caller drains the queue or ends the call, or the kernel dies
 		select {
 		case <-c.space:
 		case <-c.dead:
@@ -503,6 +504,7 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 			ctxDone = ctx.Done()
 		}
 		syncTimer := st.nextDeadline()
+		// bound: ctx or the budget, then the interrupt's grace; or the kernel's death
 		select {
 		case <-c.notify:
 			continue

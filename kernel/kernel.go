@@ -26,6 +26,7 @@ import (
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/telemetry"
+	"github.com/ipybox/ipybox/internal/waitgroup"
 )
 
 // Options configures a kernel. A nil *Options means the defaults; the
@@ -140,7 +141,7 @@ type Kernel struct {
 	// closeCtx ends when Close is called: a start in progress gives up.
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
-	wg          sync.WaitGroup // background goroutines of all instances
+	wg          waitgroup.Group // background goroutines of all instances
 
 	remote *remote // nil for a local kernel
 
@@ -326,7 +327,7 @@ func (k *Kernel) writeConnection() (socketDir, connFile string, info *jupyter.Co
 // watchExit waits for the kernel's process to end, kills what it started,
 // and marks the instance dead with the cause and the kernel's last output.
 func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
-	err := proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
+	err := proc.Wait(context.Background()) // lifetime: the kernel's process (the exit's watcher)
 	// What the kernel started (a `!sleep`, a subprocess) dies with it.
 	in.kill()
 	cause := "process exited"
@@ -391,7 +392,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	in := newInstance(k, proc)
-	k.wg.Add(1)
+	k.wg.Add()
 	go func() {
 		defer k.wg.Done()
 		k.watchExit(in, proc, stderr)
@@ -432,7 +433,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	stderr.Forget() // the start-up banner explains no later death
-	k.wg.Add(1)
+	k.wg.Add()
 	go in.heartbeat()
 	if k.opts.InitCode != "" {
 		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
@@ -759,12 +760,14 @@ func (k *Kernel) kill(in *instance) {
 
 // Close shuts the kernel down: shutdown_request, then SIGTERM, then
 // SIGKILL, each with a bounded wait. It removes the run directory it
-// created. Close is idempotent and safe to call concurrently.
+// created. Close is idempotent and safe to call concurrently. A process
+// that outlives SIGKILL does not hold it: Close gives up on it after
+// StartTimeout and three ShutdownGrace, and returns an error.
 func (k *Kernel) Close() error {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		k.wg.Wait()
+		k.wg.Wait(k.closeWait())
 		return nil
 	}
 	k.closed = true
@@ -780,13 +783,26 @@ func (k *Kernel) Close() error {
 		in.closedByClose.Store(true)
 		k.shutdown(in)
 	}
-	k.wg.Wait()
+	var err error
+	if d := k.closeWait(); !k.wg.Wait(d) {
+		err = fmt.Errorf("kernel: close: gave up after %v on a kernel process that outlived its kill, or a gateway call", d)
+	}
 	if k.ownRunDir {
-		if err := os.RemoveAll(k.runDir); err != nil {
-			return fmt.Errorf("remove run directory: %w", err)
+		if rerr := os.RemoveAll(k.runDir); rerr != nil {
+			return errors.Join(err, fmt.Errorf("remove run directory: %w", rerr))
 		}
 	}
-	return nil
+	return err
+}
+
+// closeWait bounds Close's wait for the kernel's goroutines once it has
+// ended the processes: a process's Wait returns within its Launcher's
+// bound after a kill, and a gateway start that Close abandoned ends within
+// StartTimeout, then deletes what it created. A Process that outlives
+// SIGKILL (a host process in uninterruptible sleep, a Launcher whose Wait
+// ignores the kill) is left behind, and Close says so.
+func (k *Kernel) closeWait() time.Duration {
+	return k.opts.StartTimeout + 3*k.opts.ShutdownGrace
 }
 
 // shutdown stops an instance for good. It asks politely first, and waits

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/lifeline"
 )
 
@@ -100,6 +101,10 @@ func (DirectLauncher) Start(ctx context.Context, spec *Spec) (Process, error) {
 	cmd.Dir = spec.Dir
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = spec.Stderr
+	// The exit is the kernel's, not its output's end: a process that left
+	// the kernel's group with the output pipe must not hold Wait (and the
+	// kernel's Close) after the kernel exited.
+	cmd.WaitDelay = defaults.ShutdownGrace
 	p, err := lifeline.Start(cmd, startFiltered)
 	if err != nil {
 		return nil, err

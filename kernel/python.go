@@ -23,6 +23,11 @@ var ErrNoPython = errors.New("no Python interpreter with ipykernel found")
 // probeTimeout bounds one "can this interpreter import ipykernel" check.
 const probeTimeout = 10 * time.Second
 
+// probeWaitDelay bounds how long a probe waits for the interpreter's output
+// once it has exited or been killed: a wrapper's child that keeps the pipe
+// open must not hold the probe past its timeout.
+const probeWaitDelay = time.Second
+
 var probeCache sync.Map // path -> error (nil: usable)
 
 // FindPython returns the interpreter the kernel should run.
@@ -52,7 +57,7 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 			errs[i] = probe(ctx, c)
 		}()
 	}
-	wg.Wait()
+	wg.Wait() // bound: each probe has probeTimeout
 	for i, c := range cs {
 		if errs[i] == nil {
 			return c, nil
@@ -215,7 +220,8 @@ func pyLauncher(ctx context.Context) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-3", "-c", "import sys; print(sys.executable)")
 	cmd.Env = minimalEnv()
-	out, err := cmd.Output()
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.Output() // bound: probeTimeout, then probeWaitDelay
 	if err != nil {
 		return ""
 	}
@@ -237,7 +243,8 @@ func probe(ctx context.Context, python string) error {
 	cmd := exec.CommandContext(ctx, python, "-c",
 		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else "+strconv.Itoa(noIpykernelExit)+")")
 	cmd.Env = minimalEnv()
-	out, err := cmd.CombinedOutput()
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.CombinedOutput() // bound: probeTimeout, then probeWaitDelay
 	if ctx.Err() != nil {
 		return fmt.Errorf("probe: %w", ctx.Err()) // not cached: may be transient
 	}

@@ -180,13 +180,14 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	// Exactly one of taken and abandoned is closed, by the caller.
 	res := make(chan started, 1)
 	taken, abandoned := make(chan struct{}), make(chan struct{})
-	k.wg.Add(1)
+	k.wg.Add()
 	go func() {
 		defer k.wg.Done()
 		pctx, pcancel := context.WithTimeout(context.Background(), k.opts.StartTimeout)
 		defer pcancel()
 		id, err := k.remote.c.StartKernel(pctx, &gateway.StartRequest{Env: kernelVars(k.opts.Env)})
-		res <- started{id, err}
+		res <- started{id, err} // bound: buffered
+		// bound: the caller closes taken or abandoned, whichever way it goes
 		select {
 		case <-taken:
 			return
@@ -213,10 +214,10 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	log := k.opts.Logger
 	proc := &remoteProcess{c: k.remote.c, id: s.id, grace: k.opts.ShutdownGrace, done: make(chan struct{}), log: log.Warn}
 	in := newInstance(k, proc)
-	k.wg.Add(1)
+	k.wg.Add()
 	go func() {
 		defer k.wg.Done()
-		proc.Wait(context.Background()) // the exit's watcher: as long as the kernel lives
+		proc.Wait(context.Background()) // lifetime: the gateway kernel, until its bounded DELETE
 		in.exitCause = "the gateway kernel was deleted"
 		close(in.exited)
 		in.markDead(in.exitCause)
@@ -237,7 +238,7 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 		k.kill(in)
 		return nil, err
 	}
-	k.wg.Add(1)
+	k.wg.Add()
 	go in.heartbeat()
 	// The server launched the kernel, not launchShim: bound its stream
 	// messages here, so that heavy printing leaves in messages of a few

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/linelog"
+	"github.com/ipybox/ipybox/internal/procexit"
 )
 
 // A Zygote is a fork server for kernels: one Python process that has
@@ -212,9 +213,9 @@ func (p *zygoteProc) read() {
 			if r.Pid > 0 {
 				// Registered before the next message is read: an exit
 				// report for this pid can only come after.
-				p.procs[r.Pid] = &zygoteKernel{pid: r.Pid, exited: make(chan struct{})}
+				p.procs[r.Pid] = newZygoteKernel(r.Pid)
 			}
-			ch <- r
+			ch <- r // bound: a reply channel has room for its one reply
 		}
 		p.mu.Unlock()
 	}
@@ -235,8 +236,8 @@ func waitError(ws syscall.WaitStatus) error {
 func (p *zygoteProc) stop() {
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.ctl.Close()
-	p.cmd.Wait()
-	<-p.dead
+	p.cmd.Wait() // bound: its group was killed; its kernels replaced its pipes at the fork
+	<-p.dead     // bound: read ends at EOF: the zygote is dead, and its kernels closed their copies
 }
 
 // Start implements Launcher: it forks a kernel for spec, which must run
@@ -303,7 +304,7 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 		k := p.procs[rep.Pid]
 		p.mu.Unlock()
 		if k == nil { // exited before we looked: a Process that has ended
-			k = &zygoteKernel{pid: rep.Pid, exited: make(chan struct{})}
+			k = newZygoteKernel(rep.Pid)
 			k.exit(errors.New("the kernel exited at once"))
 		}
 		return k, nil
@@ -337,17 +338,15 @@ func (z *Zygote) Close() error {
 // not ours: signals go to its process group by pid, and its exit comes as
 // a report from the zygote.
 type zygoteKernel struct {
-	pid    int
-	once   sync.Once
-	exited chan struct{}
-	err    error
+	pid  int
+	done *procexit.Exit
+	exit func(error) // the zygote's report; the first counts
 }
 
-func (k *zygoteKernel) exit(err error) {
-	k.once.Do(func() {
-		k.err = err
-		close(k.exited)
-	})
+func newZygoteKernel(pid int) *zygoteKernel {
+	k := &zygoteKernel{pid: pid}
+	k.done, k.exit = procexit.Reported()
+	return k
 }
 
 // ID implements Process: the pid.
@@ -359,7 +358,7 @@ func (k *zygoteKernel) Pid() int { return k.pid }
 // Signal implements Process: the kernel leads its process group.
 func (k *zygoteKernel) Signal(_ context.Context, sig syscall.Signal) error {
 	select {
-	case <-k.exited:
+	case <-k.done.Done():
 		return os.ErrProcessDone
 	default:
 	}
@@ -376,16 +375,4 @@ func (k *zygoteKernel) Signal(_ context.Context, sig syscall.Signal) error {
 func (k *zygoteKernel) Kill(ctx context.Context) error { return k.Signal(ctx, syscall.SIGKILL) }
 
 // Wait implements Process: the zygote reports the exit.
-func (k *zygoteKernel) Wait(ctx context.Context) error {
-	select {
-	case <-k.exited:
-		return k.err
-	default:
-	}
-	select {
-	case <-k.exited:
-		return k.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (k *zygoteKernel) Wait(ctx context.Context) error { return k.done.Wait(ctx) }

@@ -24,7 +24,7 @@ func lockFile(path string, exclusive bool) (func(), error) {
 	}
 	// Bounded: any process of the user can hold the lock, and a connect
 	// must not hang behind it.
-	if err := flock.Lock(context.Background(), f, exclusive, lockWait); err != nil {
+	if err := flock.Lock(context.Background(), f, exclusive, lockWait); err != nil { // bound: lockWait
 		f.Close()
 		return nil, err
 	}

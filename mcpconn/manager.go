@@ -346,7 +346,7 @@ func (m *Manager) session(ctx context.Context, name string) (*session, error) {
 	case <-m.ctx.Done():
 		return nil, ErrClosed
 	}
-	defer func() { <-e.sem }()
+	defer func() { <-e.sem }() // bound: this call holds it
 	old := e.current()
 	if usable(old) {
 		return old, nil

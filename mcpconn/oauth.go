@@ -831,7 +831,7 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 		select {
 		case e.sem <- struct{}{}:
 			h = e.oauth
-			<-e.sem
+			<-e.sem // bound: sent just above
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -867,7 +867,7 @@ func (m *Manager) resetOAuth(ctx context.Context, name string) error {
 	select {
 	case e.sem <- struct{}{}:
 		e.oauth = nil
-		<-e.sem
+		<-e.sem // bound: sent just above
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -55,7 +55,7 @@ func (s *session) close(grace time.Duration, log *slog.Logger) {
 			// and harmless: this is information, not a failure.
 			log.Debug("mcp server session closed", "server", s.name, "error", err)
 		}
-		<-s.done
+		<-s.done // bound: cs.Close ends the connection (a stdio server's stop steps, an HTTP DELETE's 5s)
 		killGroup(s.pgid, grace)
 		if s.stderr != nil {
 			s.stderr.Flush()

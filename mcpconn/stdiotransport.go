@@ -87,7 +87,7 @@ func (s *stdinCloser) Close() error {
 		stop = DefaultStopGrace
 	}
 	res := make(chan error, 1)
-	go func() { res <- s.cmd.Wait() }()
+	go func() { res <- s.cmd.Wait() }() // lifetime: the server's process; res is buffered
 	wait := func() (error, bool) {
 		t := time.NewTimer(stop)
 		defer t.Stop()

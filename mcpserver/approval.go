@@ -1,14 +1,12 @@
 package mcpserver
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,8 +16,9 @@ import (
 	"github.com/ipybox/ipybox/internal/escape"
 )
 
-// elicitTimeout bounds one approval question to the client; the executor's
-// own approval timeout (5 minutes) bounds it too.
+// elicitTimeout bounds an approval question that has no deadline of its
+// own; the executor gives every one its approval timeout (5 minutes by
+// default) or the cell's remaining time.
 const elicitTimeout = defaults.Approval
 
 // allowPattern is one --allow-tool pattern: globs for the server and the
@@ -54,55 +53,52 @@ func (s *Server) toolAllowed(server, tool string) bool {
 	return false
 }
 
-// decide answers an approval request of a cell run for session ss.
-func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.ApprovalRequest) {
-	// An ask rule of the approval policy asks whatever the mode, and
-	// whatever --allow-tool says: ask comes before allow.
+// answerItself answers what the server decides without asking the client:
+// --approval auto, --allow-tool, and a client that cannot be asked
+// (canElicit false). An ask rule of the approval policy asks whatever the
+// mode, and whatever --allow-tool says: ask comes before allow. It
+// reports whether it answered.
+func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 	if s.opts.Approval != ApprovalElicit && !r.RuleAsks() {
 		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--approval auto"})
-		return
+		return true
 	}
 	if r.Kind == ipybox.KindTool && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
 		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--allow-tool"})
-		return
+		return true
 	}
-	if ip := ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+	if !canElicit {
 		why := "ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
 			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto"
 		if s.opts.Approval != ApprovalElicit {
 			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
 		}
 		r.Answer(ipybox.Answer{Reason: why, By: ipybox.ByDefault, Channel: elicitChannel})
-		return
+		return true
 	}
-	// No longer than the request waits (the approval timeout, or the
-	// cell's remaining time).
-	deadline := r.Deadline
-	if deadline.IsZero() {
-		deadline = time.Now().Add(elicitTimeout)
-	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	client := ""
-	if ip := ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
-		client = ip.ClientInfo.Name
-	}
+	return false
+}
+
+// question is the elicitation that asks the client about r, and the form
+// that reads its answer. The client gets it as an input request of an
+// input-required result (2026-07-28), or as an elicitation request (older
+// clients; see mrtr.go).
+func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approvalForm) {
 	form := newApprovalForm(r, s.opts.ApprovalPolicy.File())
-	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+	return &mcp.ElicitParams{
 		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r, form)},
 		Mode:            "form",
 		Message:         approvalMessage(r),
 		RequestedSchema: form.schema(),
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: ipybox.ByDefault, Channel: elicitChannel})
-		}
-		// Else the request's own deadline: it times out by itself
-		// (ApprovalTimeoutError in the cell).
-		return
-	}
+	}, form
+}
+
+// settle answers r with the client's reply to its question.
+func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult, client string) {
 	a := form.answer(res)
+	if res.Action == "decline" {
+		a.Reason = declineReason(res)
+	}
 	a.By, a.Channel = ipybox.ByPerson, elicitChannel
 	if client != "" {
 		a.Channel += " (client " + client + ")"
@@ -116,6 +112,11 @@ func (s *Server) decide(ctx context.Context, ss *mcp.ServerSession, r *ipybox.Ap
 		}
 		r.Answer(a)
 	}
+}
+
+// failAsk answers r when asking the client failed.
+func failAsk(r *ipybox.ApprovalRequest, err error) {
+	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: ipybox.ByDefault, Channel: elicitChannel})
 }
 
 // elicitChannel names MCP elicitation in the audit log.

@@ -1,13 +1,23 @@
 // Package mcpserver is ipybox's MCP server: it gives an MCP client (an
-// agent such as Claude Code) a stateful IPython kernel with programmatic
+// agent such as Claude Code) stateful IPython kernels with programmatic
 // MCP tool calling, as the tools execute_ipython_cell, register_mcp_server,
-// install_package, reset, upload_file and download_file.
+// install_package, reset, upload_file and download_file, and sessions
+// (create_session, close_session, list_sessions).
 //
 //	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir})
 //	if err != nil { ... }
 //	defer srv.Close()
-//	err = srv.Serve(ctx, &mcp.StdioTransport{}) // one session, or:
-//	http.ListenAndServe("127.0.0.1:8080", srv.Handler()) // a kernel per session
+//	err = srv.Serve(ctx, &mcp.StdioTransport{}) // one connection, or:
+//	http.ListenAndServe("127.0.0.1:8080", srv.Handler()) // many
+//
+// A session is a kernel behind a handle: create_session returns one, and
+// the other tools take it as their session argument, from any connection,
+// over either transport, for the principal whose token created it (see
+// handles.go for what a handle is bound to). A connection that has a
+// session of its own (stdio, or a 2025-11-25 HTTP transport session) also
+// gets an implicit session, used by calls without a handle. The server
+// negotiates MCP 2026-07-28 (server/discover; stateless over HTTP) and
+// 2025-11-25 and older (initialize).
 //
 // Every session shares the workspace: its files, the generated tool modules
 // (mcptools/), the registrations of MCP servers (.ipybox/servers.json), and
@@ -15,13 +25,20 @@
 // --system-site-packages. A server registered in one session can be used by
 // the others: each session's executor learns it before its next call.
 //
-// A session's kernel starts in the background as soon as the client has
-// initialised; the first tool call waits for it (Options.StartTimeout).
+// A session's kernel starts at its first cell (from the warm pool, when it
+// has one; the call waits for it, Options.StartTimeout): a session that
+// never runs a cell holds no kernel, and Options.MaxSessions counts
+// kernels.
 //
 // Approval: with ApprovalAuto every tool call and shell command that a cell
 // makes runs. With ApprovalElicit each one is put to the client as an MCP
 // elicitation (accept runs it, anything else rejects it, and the cell sees
-// ApprovalRejectedError); Options.AllowTools lets matching tool calls run
-// without asking. A client without elicitation gets every call rejected,
-// with a reason that says so.
+// ApprovalRejectedError): to a 2026-07-28 client as an input-required
+// result whose retry brings the answer, while the cell waits at the call
+// (mrtr.go); to older clients as an elicitation request. Options.AllowTools
+// lets matching tool calls run without asking. A client without
+// elicitation gets every call rejected, with a reason that says so.
+//
+// Output: a request with a progress token gets every chunk of its cell's
+// output as a progress notification, the chunk's text as the message.
 package mcpserver

@@ -79,16 +79,25 @@ func newServer(t *testing.T, o *Options) *Server {
 }
 
 // connect opens a client session to srv over in-memory transports (the
-// stdio path, Serve).
+// stdio path, Serve), at the go-sdk's latest protocol revision.
 func connect(t *testing.T, srv *Server, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	return connectAt(t, srv, "", copts)
+}
+
+// connectAt is connect at a protocol revision ("": the latest).
+func connectAt(t *testing.T, srv *Server, version string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), st) }()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	cs, err := c.Connect(t.Context(), ct, nil)
+	cs, err := c.Connect(t.Context(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if version != "" && cs.InitializeResult().ProtocolVersion != version {
+		t.Fatalf("negotiated %s, want %s", cs.InitializeResult().ProtocolVersion, version)
 	}
 	t.Cleanup(func() {
 		cs.Close()
@@ -116,14 +125,31 @@ func serveHTTP(t *testing.T, srv *Server) string {
 // testToken is the bearer token of test servers (newServer).
 const testToken = "test-token-0123456789"
 
-// connectHTTP opens a client session to url, with testToken.
+// The protocol revisions the tests speak.
+const (
+	legacyVersion = "2025-11-25" // transport sessions, elicitation requests
+	newVersion    = "2026-07-28" // handles, multi round-trip results
+)
+
+// connectHTTP opens a client session to url, with testToken, at
+// 2025-11-25: a transport session with an implicit session of its own.
 func connectHTTP(t *testing.T, url string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connectHTTPAs(t, url, testToken, legacyVersion, copts)
+}
+
+// connectHTTPAs opens a client session to url with token, speaking
+// version.
+func connectHTTPAs(t *testing.T, url, token, version string, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
+	hc := &http.Client{Transport: testenv.Bearer{Token: token}}
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := cs.InitializeResult().ProtocolVersion; got != version {
+		t.Fatalf("negotiated %s, want %s", got, version)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs

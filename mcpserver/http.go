@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -43,55 +45,96 @@ func isLoopback(host string) bool {
 }
 
 // Handler returns an http.Handler that serves the server over streamable
-// HTTP (at every path; clients usually use /mcp). Each Handler keeps its
-// own table of sessions: mount one Handler on every path that should
-// reach the same sessions. Each MCP session gets its own kernel, in the
-// shared workspace. Idle sessions end after Options.SessionIdleTimeout,
-// and their kernels stop.
+// HTTP (at every path; clients usually use /mcp), in both revisions of the
+// protocol:
+//   - 2026-07-28 (a request whose MCP-Protocol-Version header says so, and
+//     server/discover): stateless; each request stands alone, and state
+//     lives in the sessions that create_session makes, whose handles the
+//     tool calls pass.
+//   - 2025-11-25 and older (initialize, then Mcp-Session-Id): each
+//     transport session has an implicit session, with its own kernel from
+//     its first cell, that ends with it: after Options.SessionIdleTimeout
+//     without a request, or at its DELETE. Its calls may name the
+//     handles of create_session too.
 //
-// Every request must carry "Authorization: Bearer <Options.AuthToken>"
-// (the scheme in any case), loopback included: a loopback port is open to
-// every local user and to unsandboxed kernel code, which could otherwise
-// open a session of its own and approve its own tool calls. Without a
-// token, every request is refused, unless Options.NoAuth says so
-// explicitly. A request from a browser page of another site (a
-// cross-site Origin or Sec-Fetch-Site) is refused with 403, and requests
-// whose Host header is not a loopback name are refused on a loopback
-// listener (DNS-rebinding protection).
+// Each Handler keeps its own table of transport sessions: mount one Handler
+// on every path that should reach the same ones. Handles work through any
+// Handler of the server, and over stdio.
+//
+// Every request must carry "Authorization: Bearer <token>" (the scheme in
+// any case), loopback included: a loopback port is open to every local
+// user and to unsandboxed kernel code, which could otherwise open a
+// session of its own and approve its own tool calls. The token names the
+// principal (Options.Principals, Options.AuthToken), which owns the
+// sessions it makes. Without a token, every request is refused, unless
+// Options.NoAuth says so explicitly. A request from a browser page of
+// another site (a cross-site Origin or Sec-Fetch-Site) is refused with
+// 403, and requests whose Host header is not a loopback name are refused
+// on a loopback listener (DNS-rebinding protection).
 func (s *Server) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
-		SessionTimeout: s.opts.SessionIdleTimeout,
-		Logger:         s.log,
+	getServer := func(*http.Request) *mcp.Server { return s.mcp }
+	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      s.opts.SessionIdleTimeout,
+		Logger:              s.log,
+		MaxRequestBodyBytes: MaxRequest,
+	})
+	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Stateless:           true,
+		Logger:              s.log,
+		MaxRequestBodyBytes: MaxRequest,
+		// A client that goes away ends its call, and the cell with it,
+		// as a 2025-11-25 client's cancellation does.
+		PropagateRequestCancellation: true,
 	})
 	origin := http.NewCrossOriginProtection()
-	token := []byte(s.opts.AuthToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.opts.NoAuth && !bearerOK(r.Header.Values("Authorization"), token) {
-			Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
-			return
-		}
+	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkOrigin(origin, r); err != nil {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
-		}
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.full() {
-			s.refuseSession(w, r)
-			return
-		}
-		// Closing a session waits for its running calls: stop its kernel
-		// first, so that a running cell ends now rather than at its
-		// timeout.
-		if r.Method == http.MethodDelete {
-			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
-				s.endSessionID(id)
-			}
 		}
 		if r.ContentLength > MaxRequest {
 			http.Error(w, fmt.Sprintf("request body of %d bytes: ipybox mcp reads requests of at most %d MiB", r.ContentLength, MaxRequest>>20), http.StatusRequestEntityTooLarge)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)
-		h.ServeHTTP(w, r)
+		if newProtocol(r) {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.connsFull() {
+			s.refuseSession(w, r)
+			return
+		}
+		// Closing a transport session waits for its running calls: stop
+		// its kernel first, so that a running cell ends now rather than
+		// at its timeout.
+		if r.Method == http.MethodDelete {
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				s.endConnID(id, principalOfHTTP(r))
+			}
+		}
+		sessions.ServeHTTP(w, r)
+	})
+	if s.opts.NoAuth {
+		return serve
+	}
+	// RequireBearerToken puts the principal where the go-sdk passes it to
+	// every request (RequestExtra.TokenInfo), and where its transport
+	// sessions check that each request of one comes from the same
+	// principal. The header was checked here first, strictly.
+	withPrincipal := auth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		p, ok := s.principalFor(token)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: p}, nil
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(serve)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
+			Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
+			return
+		}
+		withPrincipal.ServeHTTP(w, r)
 	})
 }
 
@@ -129,22 +172,34 @@ func Unauthorized(w http.ResponseWriter, sent bool) {
 	http.Error(w, "ipybox mcp: "+desc, http.StatusUnauthorized)
 }
 
-// full reports whether a new session would exceed Options.MaxSessions.
-func (s *Server) full() bool {
-	max := s.opts.MaxSessions
-	switch {
-	case max == 0:
-		max = DefaultMaxSessions
-	case max < 0:
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.live) >= max
+// newProtocol reports whether r speaks MCP 2026-07-28 or later, which has
+// no transport sessions: its MCP-Protocol-Version header says so. (A
+// 2025-11-25 client sends its own version there after initialize, and
+// none with it.)
+func newProtocol(r *http.Request) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	return v >= "2026-07-28" && len(v) == len("2026-07-28")
 }
 
-// refuseSession answers a new session's initialize, past MaxSessions, with
-// a JSON-RPC error (in a 200 response, so that clients show its message).
+// principalOfHTTP returns the principal that the handler found for r.
+func principalOfHTTP(r *http.Request) string {
+	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil && ti.UserID != "" {
+		return ti.UserID
+	}
+	return LocalPrincipal
+}
+
+// connsFull reports whether one more 2025-11-25 connection would pass
+// maxConnections.
+func (s *Server) connsFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live) >= maxConnections
+}
+
+// refuseSession answers a new connection's initialize, past
+// maxConnections, with a JSON-RPC error (in a 200 response, so that
+// clients show its message).
 func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ID json.RawMessage `json:"id"`
@@ -153,31 +208,39 @@ func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request) {
 	if len(req.ID) == 0 {
 		req.ID = json.RawMessage("null")
 	}
-	max := s.opts.MaxSessions
-	if max == 0 {
-		max = DefaultMaxSessions
-	}
-	s.log.Warn("refused a new session: too many", "max_sessions", max)
+	s.log.Warn("refused a new connection: too many", "max", maxConnections)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":%q}}`, req.ID,
-		fmt.Sprintf("ipybox mcp already serves %d sessions (--max-sessions); close one (its kernel stops), or start the server with a higher --max-sessions", max))
+		fmt.Sprintf("ipybox mcp already has %d open connections; close one (a DELETE of its Mcp-Session-Id), or wait for idle ones to time out (--session-idle-timeout)", maxConnections))
 }
 
-// bearerOK checks the Authorization headers against token: exactly one,
-// scheme "Bearer" in any case (RFC 7235). SHA-256 digests are compared in
-// constant time, so that neither the token's bytes nor its length leak
-// through timing. An empty token matches nothing.
-func bearerOK(headers []string, token []byte) bool {
-	if len(headers) != 1 || len(token) == 0 {
-		return false
+// bearerPrincipal checks the Authorization headers against the tokens:
+// exactly one, scheme "Bearer" in any case (RFC 7235). SHA-256 digests are
+// compared in constant time with every token, so that neither a token's
+// bytes, its length, nor which one matched leak through timing. It
+// returns the principal of the token.
+func (s *Server) bearerPrincipal(headers []string) (string, bool) {
+	if len(headers) != 1 {
+		return "", false
 	}
 	scheme, cred, ok := strings.Cut(headers[0], " ")
 	cred = strings.TrimSpace(cred)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || cred == "" {
-		return false
+		return "", false
 	}
-	got, want := sha256.Sum256([]byte(cred)), sha256.Sum256(token)
-	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	return s.principalFor(cred)
+}
+
+// principalFor returns the principal whose token is cred.
+func (s *Server) principalFor(cred string) (string, bool) {
+	got := sha256.Sum256([]byte(cred))
+	name, found := "", 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(got[:], t.digest[:]) == 1 {
+			name, found = t.name, 1
+		}
+	}
+	return name, found == 1
 }
 
 // checkOrigin refuses a request from a browser page of another site, for
@@ -194,18 +257,20 @@ func checkOrigin(c *http.CrossOriginProtection, r *http.Request) error {
 	return nil
 }
 
-// endSessionID stops the kernel of the session with the given ID.
-func (s *Server) endSessionID(id string) {
+// endConnID ends the implicit session of the 2025-11-25 connection with
+// the given ID, if it is principal p's (the go-sdk then refuses another
+// principal's DELETE).
+func (s *Server) endConnID(id, p string) {
 	s.mu.Lock()
 	var found *mcp.ServerSession
-	for ss := range s.sessions {
-		if ss.ID() == id {
+	for ss, x := range s.implicit {
+		if ss.ID() == id && x.principal == p {
 			found = ss
 			break
 		}
 	}
 	s.mu.Unlock()
 	if found != nil {
-		s.endSession(found)
+		s.endConn(found)
 	}
 }

@@ -166,7 +166,7 @@ func TestHTTPSessions(t *testing.T) {
 				defer func() { <-sem }()
 				c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 				hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
-				cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
+				cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
 				if err != nil {
 					t.Error(err)
 					return

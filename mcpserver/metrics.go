@@ -4,22 +4,23 @@ import (
 	"net/http"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/telemetry"
 )
 
 // MetricsHandler serves the process's Prometheus metrics
-// (ipybox.MetricsHandler) under the rules of Handler: the bearer token
-// (Options.AuthToken) on every request, loopback included, unless
-// Options.NoAuth; and no request from a browser page of another site.
-// Only GET and HEAD are served.
+// (ipybox.MetricsHandler) under the rules of Handler: a bearer token of
+// any principal (Options.Principals, Options.AuthToken) on every request,
+// loopback included, unless Options.NoAuth; and no request from a browser
+// page of another site. Only GET and HEAD are served.
 func (s *Server) MetricsHandler() http.Handler {
 	h := ipybox.MetricsHandler()
 	origin := http.NewCrossOriginProtection()
-	token := []byte(s.opts.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.opts.NoAuth && !bearerOK(r.Header.Values("Authorization"), token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ipybox"`)
-			http.Error(w, "missing or wrong bearer token (send Authorization: Bearer <token>)", http.StatusUnauthorized)
-			return
+		if !s.opts.NoAuth {
+			if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
+				Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
+				return
+			}
 		}
 		if err := checkOrigin(origin, r); err != nil {
 			http.Error(w, err.Error(), http.StatusForbidden)
@@ -32,4 +33,10 @@ func (s *Server) MetricsHandler() http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// reportSessions reports the server's open sessions to the metrics, until
+// the returned function.
+func (s *Server) reportSessions() func() {
+	return telemetry.Sessions(func() int { return len(s.store.all()) })
 }

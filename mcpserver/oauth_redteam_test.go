@@ -139,7 +139,8 @@ func connectHTTPStream(t *testing.T, url string, noStandalone bool, copts *mcp.C
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
 	hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
-	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: noStandalone, HTTPClient: hc}, nil)
+	// URL-mode elicitation is a request from the server: 2025-11-25.
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: noStandalone, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

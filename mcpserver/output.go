@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -55,7 +54,10 @@ const maxImageBytes = 16 << 20
 // cellResult builds the tool result of a cell: the output text (truncated),
 // the image paths, then one image block per image. A Python error, a
 // timeout or a dead kernel make it an error result.
-func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) *mcp.CallToolResult {
+//
+// chunks is how many chunks of output the cell sent as progress
+// notifications, for the structured form.
+func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, chunks int) *mcp.CallToolResult {
 	var b strings.Builder
 	if res != nil && res.Restarted != nil {
 		warnings = append([]string{restartedNote(res.Restarted)}, warnings...)
@@ -92,11 +94,17 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 		}
 	}
 	isErr := false
-	meta := cellMeta{Warnings: warnings}
+	meta := cellMeta{Warnings: warnings, Chunks: chunks}
 	if res != nil {
 		meta.Text = truncate(strings.TrimSuffix(strings.ReplaceAll(res.Text, "\r\n", "\n"), "\r"), maxChars)
 		meta.Images = res.Images
 		meta.Truncated = res.Truncated
+		if d := res.Restarted; d != nil {
+			meta.Restarted = &restartedMeta{Cause: d.Cause}
+			if !d.At.IsZero() {
+				meta.Restarted.At = d.At.UTC().Format(time.RFC3339Nano)
+			}
+		}
 	}
 	if err != nil {
 		isErr = true
@@ -109,6 +117,8 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string) 
 			notes = append(notes, meta.Error.Traceback)
 		case errors.Is(err, ipybox.ErrTimeout):
 			meta.Error.Kind = "timeout"
+			var te *ipybox.TimeoutError
+			meta.Error.Restarted = errors.As(err, &te) && te.Restarted
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.Is(err, ipybox.ErrKernelDied):
 			meta.Error.Kind = "kernel_died"
@@ -153,10 +163,24 @@ type cellMeta struct {
 	Truncated bool       `json:"truncated,omitempty"`
 	Warnings  []string   `json:"warnings,omitempty"`
 	Error     *cellError `json:"error,omitempty"`
+	// Restarted says that the kernel had died since the last call, and
+	// this cell ran in a fresh one (a warning says so too).
+	Restarted *restartedMeta `json:"restarted,omitempty"`
+	// Chunks is how many chunks of output the cell sent as progress
+	// notifications, to all the requests of its rounds: a client whose
+	// notifications may reach it after the result (the go-sdk hands them
+	// over on their own) waits for that many.
+	Chunks int `json:"chunks,omitempty"`
 	// Unregistered names the servers registered at start (--mcp-config,
 	// or by another session) that this session could not register, with
 	// the error: the Python API fails its start on them.
 	Unregistered map[string]string `json:"unregistered,omitempty"`
+}
+
+// restartedMeta is when (RFC 3339, if known) and why the kernel died.
+type restartedMeta struct {
+	At    string `json:"at,omitempty"`
+	Cause string `json:"cause"`
 }
 
 // cellError is a cell's failure. Kind is "python" (with Name, Value and
@@ -167,42 +191,52 @@ type cellError struct {
 	Name      string `json:"name,omitempty"`
 	Value     string `json:"value,omitempty"`
 	Traceback string `json:"traceback,omitempty"`
+	// Restarted, for a timeout: the cell ignored the interrupt, so the
+	// kernel was restarted and its state is lost.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
-// progress sends MCP progress notifications while a cell runs: one per
-// second with the elapsed time, and (at most four a second) when the cell
-// prints, with its last line.
+// StreamMetaKey is the key, in the _meta of a progress notification that
+// carries a chunk of a cell's output (its text is the message), of the
+// stream it was printed on: "stdout" or "stderr". A notification without
+// it says how long the cell has run.
+const StreamMetaKey = "ipybox/stream"
+
+// progress sends one request's progress notifications while it waits for
+// a cell: every chunk of output as the cell prints it, in order, with the
+// text as the message; and after a second without output, one that says
+// how long the cell has run. The values increase over the whole cell, from
+// one round of approvals to the next (see cellRun.progress).
 type progress struct {
+	ctx   context.Context
 	ss    *mcp.ServerSession
 	token any
-	start time.Time
-
-	mu       sync.Mutex
-	last     float64 // the last progress value sent; values must increase
-	lastSent time.Time
-	lines    int
-	lastLine string
+	run   *cellRun
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-// startProgress starts the ticker when the client gave a progress token;
-// it returns nil otherwise (a nil *progress does nothing).
-func startProgress(ctx context.Context, req *mcp.CallToolRequest) *progress {
+// startProgress starts the notifications of a request that gave a
+// progress token; it returns nil otherwise (a nil *progress does
+// nothing).
+func startProgress(ctx context.Context, req *mcp.CallToolRequest, c *cellRun) *progress {
 	token := req.Params.GetProgressToken()
 	if token == nil || req.Session == nil {
 		return nil
 	}
-	p := &progress{ss: req.Session, token: token, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	p := &progress{ctx: ctx, ss: req.Session, token: token, run: c, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		t := time.NewTicker(time.Second)
+		// A second after the last notification, whatever its phase.
+		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
-				p.send(ctx, false)
+				if c.quietFor() >= time.Second {
+					p.send("", "")
+				}
 			case <-p.stop:
 				return
 			case <-ctx.Done():
@@ -213,52 +247,36 @@ func startProgress(ctx context.Context, req *mcp.CallToolRequest) *progress {
 	return p
 }
 
-// output notes printed text.
-func (p *progress) output(ctx context.Context, text string) {
+// output sends a chunk of output.
+func (p *progress) output(o *ipybox.Output) {
 	if p == nil {
 		return
 	}
-	p.mu.Lock()
-	p.lines += strings.Count(text, "\n")
-	if l := lastLine(text); l != "" {
-		p.lastLine = l
-	}
-	due := time.Since(p.lastSent) >= 250*time.Millisecond
-	p.mu.Unlock()
-	if due {
-		p.send(ctx, true)
-	}
+	p.send(o.Text, o.Stream)
 }
 
-func lastLine(text string) string {
-	text = strings.TrimRight(text, "\r\n")
-	if i := strings.LastIndexAny(text, "\r\n"); i >= 0 {
-		text = text[i+1:]
-	}
-	if utf8.RuneCountInString(text) > 200 {
-		text = string([]rune(text)[:200]) + "…"
-	}
-	return text
-}
-
-func (p *progress) send(ctx context.Context, withLine bool) {
-	p.mu.Lock()
-	elapsed := time.Since(p.start).Seconds()
-	v := elapsed
-	if v <= p.last {
-		v = p.last + 0.001
-	}
-	p.last = v
-	p.lastSent = time.Now()
-	msg := fmt.Sprintf("cell running for %.0fs, %d lines of output", elapsed, p.lines)
-	if withLine && p.lastLine != "" {
-		msg += ": " + p.lastLine
-	}
+// send sends a chunk of output (stream set) or the elapsed time.
+func (p *progress) send(text, stream string) {
+	c := p.run
+	c.progMu.Lock()
 	// Sent under the lock, so that the values reach the client in order.
-	defer p.mu.Unlock()
-	if err := p.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: v, Message: msg}); err != nil {
-		return // the client went away; the cell's result will not reach it either
+	defer c.progMu.Unlock()
+	elapsed := time.Since(c.start).Seconds()
+	v := max(elapsed, c.progLast+0.001)
+	c.progLast = v
+	c.progSent = time.Now()
+	params := &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: v}
+	if stream != "" {
+		c.progChunks++
+		c.progLines += strings.Count(text, "\n")
+		params.Message = text
+		params.Meta = mcp.Meta{StreamMetaKey: stream}
+	} else {
+		params.Message = fmt.Sprintf("cell running for %.0fs, %d lines of output", elapsed, c.progLines)
 	}
+	// An error means the client went away; the result will not reach it
+	// either.
+	_ = p.ss.NotifyProgress(p.ctx, params)
 }
 
 // end stops the ticker and waits for it.
@@ -267,7 +285,7 @@ func (p *progress) end() {
 		return
 	}
 	close(p.stop)
-	<-p.done
+	<-p.done // bound: the ticker ends at stop; a send in progress has the call's ctx
 }
 
 // restartedNote tells that the kernel had died since the last call.

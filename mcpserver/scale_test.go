@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -56,34 +55,42 @@ func TestWarmPoolAndForkServer(t *testing.T) {
 	}
 }
 
-// TestMaxSessions: one session past the limit gets a JSON-RPC error that
-// says why, not a hang; when a session ends, a new one is accepted.
+// TestMaxSessions: connections are accepted past the limit, which counts
+// kernels; the first cell of one session too many gets an error that says
+// why, not a hang; when a session ends, a new one gets its kernel. Each
+// principal has a limit of its own too.
 func TestMaxSessions(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), MaxSessions: 2})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), MaxSessions: 3, MaxSessionsPerPrincipal: 2,
+		Principals: map[string]string{"bob": "bob-token-0123456789"}})
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)
-	connectHTTP(t, url, nil)
+	b := connectHTTP(t, url, nil)
+	c := connectHTTP(t, url, nil)
 	run(t, a, "1")
-	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	hc := &http.Client{Transport: testenv.Bearer{Token: testToken}}
-	_, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
-	if err == nil || !strings.Contains(err.Error(), "--max-sessions") {
-		t.Fatalf("a third session: %v; want an error naming --max-sessions", err)
+	run(t, b, "1")
+	res := call(t, c, "execute_ipython_cell", map[string]any{"code": "1"})
+	if !res.IsError || !strings.Contains(text(res), "--max-sessions-per-principal") {
+		t.Fatalf("a third kernel of one principal: %q", text(res))
+	}
+	bob := connectHTTPAs(t, url, "bob-token-0123456789", newVersion, nil)
+	h := createSession(t, bob)
+	runIn(t, bob, h, "1")
+	h2 := createSession(t, bob)
+	res = call(t, bob, "execute_ipython_cell", map[string]any{"code": "1", "session": h2})
+	if !res.IsError || !strings.Contains(text(res), "--max-sessions)") {
+		t.Fatalf("a fourth kernel: %q", text(res))
 	}
 	a.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, HTTPClient: hc}, nil)
-		if err == nil {
-			cs.Close()
+		res := call(t, c, "execute_ipython_cell", map[string]any{"code": "print('in')"})
+		if !res.IsError {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no session accepted after one closed: %v", err)
+			t.Fatalf("no kernel after a session ended: %q", text(res))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -110,8 +110,10 @@ type Options struct {
 	// an answer for the session or always. The caller closes it after the
 	// Server. Nil means no rules and no audit log.
 	ApprovalPolicy *ipybox.ApprovalPolicy
-	// SessionIdleTimeout ends an HTTP session (and stops its kernel) that
-	// received no request for this long. Zero means
+	// SessionIdleTimeout ends a session (and stops its kernel) that
+	// received no call for this long: a session of create_session, and an
+	// HTTP transport session of a 2025-11-25 client with its implicit
+	// session. (Stdio ends with its process.) Zero means
 	// DefaultSessionIdleTimeout. (For every duration of Options, zero means
 	// the default the field names, and a negative value makes New fail.)
 	SessionIdleTimeout time.Duration
@@ -119,9 +121,16 @@ type Options struct {
 	// (the virtualenv's creation and the kernel's start). Zero means
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
-	// AuthToken is the bearer token Handler requires on every request.
-	// Empty means every HTTP request is refused, unless NoAuth is set.
+	// AuthToken is a bearer token Handler accepts, for the principal
+	// "default". Empty means none.
 	AuthToken string
+	// Principals maps each principal's name (see ValidPrincipalName) to
+	// its bearer token. Handler accepts every token of it and AuthToken;
+	// a request's token names its principal, which owns the sessions it
+	// creates: another principal's handles are unknown to it. Without
+	// AuthToken and Principals every HTTP request is refused, unless
+	// NoAuth is set. Nil means none.
+	Principals map[string]string
 	// NoAuth serves HTTP without a token: the explicit opt-out, for a
 	// loopback address only (see CheckHTTPAddr). False means a token is
 	// required.
@@ -164,10 +173,16 @@ type Options struct {
 	// forked from (a fifth of a cold start). False means it is used
 	// whenever the kernels are not sandboxed.
 	NoZygote bool
-	// MaxSessions bounds the sessions that have a kernel at once; one more
-	// gets a JSON-RPC error that says so. Zero means DefaultMaxSessions;
-	// negative means no limit.
+	// MaxSessions bounds the sessions that hold a kernel at once, over
+	// every principal: a session takes a kernel at its first cell, and a
+	// call that would start one more gets an error that says so. Sessions
+	// without a kernel (made, never run) do not count. Zero means
+	// DefaultMaxSessions; negative means no limit.
 	MaxSessions int
+	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
+	// same way. Zero means MaxSessions; negative means no limit of its
+	// own.
+	MaxSessionsPerPrincipal int
 	// ApprovalTimeout bounds the wait for one approval (an elicitation),
 	// in cells without a timeout of their own; a cell's remaining time
 	// bounds it otherwise. Zero means DefaultApprovalTimeout.
@@ -216,6 +231,8 @@ type Server struct {
 	log       *slog.Logger
 	mcp       *mcp.Server
 	tel       *telemetry.Tracer // nil: not tracing
+	// unreport ends the report of the open sessions to the metrics.
+	unreport func()
 
 	ctx    context.Context // ends at Close; bounds background kernel starts
 	cancel context.CancelFunc
@@ -234,13 +251,32 @@ type Server struct {
 	venvPy   string     // the virtualenv's interpreter once created
 	venvBase string     // the interpreter it was made from, when this server made it
 
-	mu       sync.Mutex
-	sessions map[*mcp.ServerSession]*session
-	// live holds every MCP session whose connection has not ended, also
-	// after its kernel stopped (a DELETE stops the kernel first): Close
-	// must close them all, or it would wait for them.
+	// store is the table of sessions by handle, implicit ones included.
+	store sessionStore
+	// tokens are the accepted bearer tokens' digests, with their
+	// principals.
+	tokens []principalToken
+
+	mu sync.Mutex
+	// implicit maps a connection to its implicit session.
+	implicit map[*mcp.ServerSession]*session
+	// live holds every connection (stdio, or a 2025-11-25 HTTP session)
+	// that has not ended: Close must close them all, or it would wait for
+	// them.
 	live   map[*mcp.ServerSession]struct{}
 	closed bool
+	// kernels counts the sessions that hold a kernel, kernelsBy those of
+	// each principal, and handlesBy each principal's sessions of
+	// create_session.
+	kernels   int
+	kernelsBy map[string]int
+	handlesBy map[string]int
+	reaper    sync.Once
+
+	// runs are the cells suspended at an approval, by their requestState
+	// (see mrtr.go); guarded by runMu.
+	runMu sync.Mutex
+	runs  map[[32]byte]*cellRun
 
 	// regMu serialises registrations, so that every executor that saves
 	// servers.json has first learnt every registration before it.
@@ -353,9 +389,16 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		sessions:  map[*mcp.ServerSession]*session{},
+		store:     newMemStore(),
+		implicit:  map[*mcp.ServerSession]*session{},
 		live:      map[*mcp.ServerSession]struct{}{},
+		kernelsBy: map[string]int{},
+		handlesBy: map[string]int{},
+		runs:      map[[32]byte]*cellRun{},
 		regs:      map[string]*registration{},
+	}
+	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
+		return nil, fmt.Errorf("principals: %w", err)
 	}
 	names := make([]string, 0, len(o.Servers))
 	for name := range o.Servers {
@@ -395,16 +438,17 @@ func New(opts *Options) (*Server, error) {
 		Instructions:       instructions,
 		Logger:             log,
 		InitializedHandler: s.initialized,
-		// Elicitation (approval) needs server-initiated requests, which the
-		// 2026-07-28 protocol replaces with multi round-trip results.
-		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
 	})
-	s.mcp.AddReceivingMiddleware(plainValidationMiddleware)
+	// Outermost first: the validation messages, then the rounds of
+	// approvals for clients before 2026-07-28 (around the go-sdk's own
+	// bridge, which makes one).
+	s.mcp.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
 	if tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
 		s.mcp.AddReceivingMiddleware(telemetry.ExtractMeta)
 	}
 	s.addTools()
+	s.unreport = s.reportSessions()
 	return s, nil
 }
 
@@ -421,14 +465,14 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- ss.Wait() }()
+	go func() { done <- ss.Wait() }() // lifetime: the MCP session; done is buffered
 	select {
 	case err = <-done:
-		s.endSession(ss)
+		s.endConn(ss)
 	case <-ctx.Done():
-		err = s.stopSession(ss, done)
+		err = s.stopConn(ss, done)
 	case <-s.ctx.Done():
-		err = s.stopSession(ss, done)
+		err = s.stopConn(ss, done)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) && !isClosedErr(err) && !errors.Is(err, io.EOF) {
 		return err
@@ -436,12 +480,12 @@ func (s *Server) Serve(ctx context.Context, t mcp.Transport) error {
 	return nil
 }
 
-// stopSession ends a session from our side: its kernel first (so that its
-// running calls return), then the connection. The wait is bounded: a
-// transport blocked in a read it cannot interrupt (a terminal's stdin) is
-// abandoned.
-func (s *Server) stopSession(ss *mcp.ServerSession, done <-chan error) error {
-	s.endSession(ss)
+// stopConn ends a connection from our side: its implicit session's kernel
+// first (so that its running calls return), then the connection. The wait
+// is bounded: a transport blocked in a read it cannot interrupt (a
+// terminal's stdin) is abandoned.
+func (s *Server) stopConn(ss *mcp.ServerSession, done <-chan error) error {
+	s.endConn(ss)
 	go ss.Close()
 	select {
 	case err := <-done:
@@ -466,19 +510,17 @@ func (s *Server) Close() error {
 		return s.closeErr
 	}
 	s.closeDone = true
+	s.unreport()
 	s.cancel()
 	s.warm.Close()
 	s.mu.Lock()
 	s.closed = true
 	var all []*mcp.ServerSession
-	var sess []*session
-	for _, x := range s.sessions {
-		sess = append(sess, x)
-	}
 	for ss := range s.live {
 		all = append(all, ss)
 	}
 	s.mu.Unlock()
+	sess := s.store.all()
 	// Stop the kernels first: that ends the cells tool calls wait for, so
 	// that closing the MCP sessions (which waits for their calls) is quick.
 	var errs []error
@@ -495,7 +537,7 @@ func (s *Server) Close() error {
 			}
 		}()
 	}
-	ewg.Wait()
+	ewg.Wait() // bound: each session's close is bounded
 	for _, ss := range all {
 		ss.Close()
 	}
@@ -513,68 +555,3 @@ func (s *Server) Close() error {
 	}
 	return s.closeErr
 }
-
-// initialized starts the session's kernel in the background as soon as the
-// client has finished initialising, so that the first execute finds it
-// ready or nearly so.
-func (s *Server) initialized(ctx context.Context, req *mcp.InitializedRequest) {
-	s.sessionFor(req.Session)
-}
-
-// sessionFor returns the state of ss, creating it (and starting its
-// kernel) on first use. It returns nil once the server is closed.
-func (s *Server) sessionFor(ss *mcp.ServerSession) *session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if x, ok := s.sessions[ss]; ok {
-		return x
-	}
-	if s.closed {
-		return nil
-	}
-	x := newSession(s, ss)
-	s.sessions[ss] = x
-	s.live[ss] = struct{}{}
-	telemetry.SessionOpened()
-	s.wg.Add()
-	s.wg.Add()
-	go func() {
-		defer s.wg.Done()
-		x.start()
-	}()
-	// The session's kernel stops when the session ends (the client went
-	// away, DELETE, idle timeout).
-	go func() {
-		defer s.wg.Done()
-		ss.Wait()
-		s.endSession(ss)
-		s.mu.Lock()
-		delete(s.live, ss)
-		s.mu.Unlock()
-	}()
-	return x
-}
-
-// endSession stops the kernel of ss, if it has one.
-func (s *Server) endSession(ss *mcp.ServerSession) {
-	s.mu.Lock()
-	x := s.sessions[ss]
-	delete(s.sessions, ss)
-	s.mu.Unlock()
-	if x != nil {
-		telemetry.SessionClosed()
-		if err := x.close(); err != nil {
-			s.log.Warn("closing a session's kernel", "session", ss.ID(), "err", err)
-		}
-	}
-}
-
-// SessionCount returns the number of sessions that have a kernel (started
-// or starting).
-func (s *Server) SessionCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.sessions)
-}
-
-func (s *Server) startTimeout() time.Duration { return s.opts.StartTimeout }

@@ -18,21 +18,29 @@ import (
 
 var errSessionClosed = errors.New("the session is closed")
 
-// session is one MCP session's kernel. Its executor starts in the
-// background when the session begins; tool calls wait for it.
+// session is a kernel behind a handle (see handles.go). Its executor
+// starts at the first call that needs it, not when the session is made:
+// a session that never runs a cell holds no kernel.
 type session struct {
-	s  *Server
-	ss *mcp.ServerSession
+	s         *Server
+	handle    string // the secret; logs show id
+	id        string
+	principal string
+	// conn is the connection of an implicit session, which ends with it;
+	// nil for a session of create_session.
+	conn    *mcp.ServerSession
+	created time.Time
 
 	ctx    context.Context // ends when the session closes
 	cancel context.CancelFunc
-	ready  chan struct{} // closed when the first start attempt ended
 
-	startMu sync.Mutex // serialises (re)starts
-	mu      sync.Mutex // guards ex, err, closed and warnings
+	startMu sync.Mutex // serialises starts
+	mu      sync.Mutex // guards the fields below
 	ex      *ipybox.Executor
-	err     error // the last start's error
 	closed  bool
+	slot    bool      // holds one of the server's kernel slots
+	active  int       // calls and cells in flight
+	used    time.Time // when the last call ended (or began)
 
 	closeMu   sync.Mutex // makes close wait for a concurrent close
 	closeDone bool
@@ -55,60 +63,61 @@ type session struct {
 	pooled bool
 }
 
-func newSession(s *Server, ss *mcp.ServerSession) *session {
-	x := &session{s: s, ss: ss, ready: make(chan struct{}), synced: map[string]int{}}
+func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
+	h := newHandle()
+	now := time.Now()
+	x := &session{s: s, handle: h, id: logID(h), principal: principal, conn: conn, created: now, used: now, synced: map[string]int{}}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x
 }
 
-// start makes the first attempt to start the executor.
-func (x *session) start() {
-	defer close(x.ready)
-	x.startMu.Lock()
-	defer x.startMu.Unlock()
-	x.startLocked(x.ctx)
-}
-
-// startLocked starts the executor and registers the servers it does not
-// know yet. Called with startMu held.
-func (x *session) startLocked(ctx context.Context) {
-	t0 := time.Now()
-	ctx, span := x.s.tel.StartSession(ctx)
-	ex, err := x.s.startExecutor(ctx, x)
-	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
+// begin marks a call in flight (the idle timeout leaves the session
+// alone); end marks it done.
+func (x *session) begin() {
 	x.mu.Lock()
-	if x.closed && ex != nil {
-		x.mu.Unlock()
-		x.s.closeExecutor(ex)
-		return
-	}
-	x.ex, x.err = ex, err
+	x.active++
+	x.used = time.Now()
 	x.mu.Unlock()
-	if err != nil {
-		x.s.log.Warn("kernel start failed", "session", x.ss.ID(), "err", err)
-		return
-	}
-	x.s.log.Info("kernel started", "session", x.ss.ID(), "took", time.Since(t0).Round(time.Millisecond))
-	x.sync(ctx, ex)
 }
 
-// executor returns the session's executor, waiting (bounded) for its start
-// and starting it again if the last attempt failed.
-func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
-	wait := x.s.startTimeout()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-x.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the kernel to start: %w", ctx.Err())
-	case <-x.ctx.Done():
-		return nil, errSessionClosed
-	case <-t.C:
-		return nil, fmt.Errorf("the kernel did not start within %v; see the server's log (--log-file) for why", wait)
-	}
+func (x *session) end() {
 	x.mu.Lock()
-	ex, err, closed := x.ex, x.err, x.closed
+	x.active--
+	x.used = time.Now()
+	x.mu.Unlock()
+}
+
+// idleSince returns when the session became idle, or the zero time when a
+// call is in flight.
+func (x *session) idleSince() time.Time {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.active > 0 {
+		return time.Time{}
+	}
+	return x.used
+}
+
+// hasKernel reports whether the session holds a started executor.
+func (x *session) hasKernel() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ex != nil
+}
+
+// current returns the executor if there is one, without starting it.
+func (x *session) current() *ipybox.Executor {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ex
+}
+
+// executor returns the session's executor, starting it (from the warm
+// pool when it has one) on first use, within Options.StartTimeout. The
+// start takes one of the server's kernel slots (Options.MaxSessions).
+func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
+	x.mu.Lock()
+	ex, closed := x.ex, x.closed
 	x.mu.Unlock()
 	if closed {
 		return nil, errSessionClosed
@@ -117,26 +126,62 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		x.sync(ctx, ex)
 		return ex, nil
 	}
-	// The last start failed: try again, within this call's bounds.
+	wait := x.s.opts.StartTimeout
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	defer context.AfterFunc(x.ctx, cancel)()
+	// Another call of this session may be starting it (bounded by the
+	// same timeout, and by the session's end): wait for that.
 	x.startMu.Lock()
 	defer x.startMu.Unlock()
 	x.mu.Lock()
-	ex = x.ex
+	ex, closed = x.ex, x.closed
 	x.mu.Unlock()
-	if ex == nil {
-		sctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		stop := context.AfterFunc(x.ctx, cancel)
-		defer stop()
-		x.startLocked(sctx)
-		x.mu.Lock()
-		ex, err = x.ex, x.err
-		x.mu.Unlock()
-		if ex == nil {
-			return nil, fmt.Errorf("starting the kernel: %w", err)
-		}
+	switch {
+	case closed:
+		return nil, errSessionClosed
+	case ex != nil:
+		x.sync(ctx, ex)
+		return ex, nil
 	}
+	if err := x.s.takeSlot(x); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	sctx, span := x.s.tel.StartSession(sctx)
+	ex, err := x.s.startExecutor(sctx, x)
+	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
+	if err != nil {
+		x.s.releaseSlot(x)
+		x.s.log.Warn("kernel start failed", "session", x.id, "err", err)
+		if sctx.Err() != nil {
+			return nil, x.startErr(ctx, err, wait)
+		}
+		return nil, fmt.Errorf("starting the kernel: %w", err)
+	}
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		x.s.closeExecutor(ex)
+		x.s.releaseSlot(x)
+		return nil, errSessionClosed
+	}
+	x.ex = ex
+	x.mu.Unlock()
+	x.s.log.Info("kernel started", "session", x.id, "took", time.Since(t0).Round(time.Millisecond))
+	x.sync(ctx, ex)
 	return ex, nil
+}
+
+// startErr words a start that ran out of time or was cancelled.
+func (x *session) startErr(ctx context.Context, err error, wait time.Duration) error {
+	switch {
+	case x.ctx.Err() != nil:
+		return errSessionClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("waiting for the kernel to start: %w", ctx.Err())
+	}
+	return fmt.Errorf("the kernel did not start within %v (--start-timeout); see the server's log (--log-file) for why: %w", wait, err)
 }
 
 // takeRegErrors returns and clears the pending registration errors.
@@ -231,7 +276,8 @@ func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string
 	return mods, nil
 }
 
-// close stops the session's kernel. It is idempotent.
+// close ends the session: its running cell, its kernel, its handle. It is
+// idempotent.
 func (x *session) close() error {
 	x.closeMu.Lock()
 	defer x.closeMu.Unlock()
@@ -243,8 +289,8 @@ func (x *session) close() error {
 	x.closed = true
 	x.mu.Unlock()
 	x.cancel()
+	x.s.forget(x)
 	// A start in progress ends with the context.
-	<-x.ready
 	x.startMu.Lock()
 	x.mu.Lock()
 	ex := x.ex
@@ -253,6 +299,8 @@ func (x *session) close() error {
 	x.startMu.Unlock()
 	if ex != nil {
 		x.closeErr = x.s.closeExecutor(ex)
+		x.s.releaseSlot(x)
+		x.s.log.Info("session closed; its kernel stopped", "session", x.id)
 	}
 	return x.closeErr
 }
@@ -268,7 +316,6 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		s.closeExecutor(w.ex)
 	} else if ok {
 		x.pooled = true
-		w.owner.set(x.ss)
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -281,7 +328,6 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 	if err != nil {
 		return nil, err
 	}
-	owner.set(x.ss)
 	x.mu.Lock()
 	x.owner = owner
 	x.mu.Unlock()
@@ -388,4 +434,12 @@ func (s *Server) closeExecutor(ex *ipybox.Executor) error {
 		}
 	}
 	return err
+}
+
+// oauthOwner returns the holder of the session for OAuth sign-ins of its
+// executor, once it has one.
+func (x *session) oauthOwner() *oauthOwner {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.owner
 }

@@ -34,10 +34,12 @@ func metaOf(t *testing.T, m mcp.Meta, key string, v any) {
 	}
 }
 
-// TestStructuredResults checks what programs (the Python API) read instead
-// of the text blocks: every output chunk as a log message, the cell's
-// outcome in the result's _meta, the approval in the elicitation's _meta,
-// and the generated modules in register_mcp_server's _meta.
+// TestStructuredResults checks what programs read instead of the text
+// blocks: every output chunk as a log message (for a 2025-11-25 client that
+// asks for them; TestOutputAsProgress has the progress notifications that
+// replace them), the cell's outcome in the result's _meta, the approval in
+// the elicitation's _meta, and the generated modules in
+// register_mcp_server's _meta.
 func TestStructuredResults(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	ws := sharedWorkspace(t)
@@ -50,7 +52,7 @@ func TestStructuredResults(t *testing.T) {
 	var mu sync.Mutex
 	var chunks []string
 	var asked []map[string]any
-	cs := connect(t, srv, &mcp.ClientOptions{
+	cs := connectAt(t, srv, legacyVersion, &mcp.ClientOptions{
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -32,30 +33,65 @@ const (
 )
 
 const instructions = `ipybox gives you a stateful IPython kernel (a Jupyter-like Python session that keeps variables between calls) for code actions.
-Run Python with execute_ipython_cell; use !cmd for shell commands. Connect MCP servers with register_mcp_server: their tools become Python modules (mcptools.<server>.<tool>) that your code calls directly, so that one cell can make many tool calls and process their results without passing them through the conversation.
+Run Python with execute_ipython_cell; use !cmd for shell commands. A session is a kernel behind a handle: create_session returns one, and every call that should use that kernel passes it as its session argument (over HTTP with MCP 2026-07-28 every call needs one; elsewhere the connection has a kernel of its own for calls without one). A handle works from any connection with your token, until close_session or a long idle time. Connect MCP servers with register_mcp_server: their tools become Python modules (mcptools.<server>.<tool>) that your code calls directly, so that one cell can make many tool calls and process their results without passing them through the conversation.
 The kernel's working directory is a workspace folder; move files between it and the host with upload_file and download_file. install_package adds Python packages; reset restarts the kernel with fresh state.`
 
 type executeArgs struct {
 	Code           string  `json:"code"`
 	Timeout        float64 `json:"timeout"`
 	MaxOutputChars int     `json:"max_output_chars"`
+	Session        string  `json:"session"`
 }
 
 type registerArgs struct {
 	ServerName   string          `json:"server_name"`
 	ServerParams json.RawMessage `json:"server_params"`
+	Session      string          `json:"session"`
 }
 
 type installArgs struct {
 	PackageName string `json:"package_name"`
+	Session     string `json:"session"`
 }
 
 type fileArgs struct {
 	Relpath   string `json:"relpath"`
 	LocalPath string `json:"local_path"`
+	Session   string `json:"session"`
+}
+
+type sessionArgs struct {
+	Session string `json:"session"`
 }
 
 type noArgs struct{}
+
+// createOut is the structured result of create_session.
+type createOut struct {
+	Session string `json:"session" jsonschema:"the handle: pass it as the session argument of the other tools"`
+}
+
+// sessionInfo describes a session in list_sessions.
+type sessionInfo struct {
+	Session  string `json:"session" jsonschema:"the handle"`
+	Created  string `json:"created" jsonschema:"when it was created (RFC 3339)"`
+	LastUsed string `json:"last_used" jsonschema:"when a call last used it (RFC 3339)"`
+	Kernel   bool   `json:"kernel" jsonschema:"whether its kernel has started (at its first cell)"`
+	Busy     bool   `json:"busy" jsonschema:"whether a call or a cell runs in it now"`
+}
+
+type listOut struct {
+	Sessions []sessionInfo `json:"sessions" jsonschema:"the sessions of your token, oldest first"`
+}
+
+// sessionProp is the session argument of the tools that run in a session.
+const sessionProp = `"session": {"type": "string", "maxLength": 200, "description": "The handle create_session returned: the call runs in that session's kernel. Omit it to use this connection's own kernel (over stdio, and for clients of MCP 2025-11-25 and older); over HTTP with MCP 2026-07-28 every call needs one."}`
+
+// threadHandle tells an agent how to thread a handle, in the description
+// of each tool that takes one.
+const threadHandle = `
+
+session: the handle from create_session. Pass the same handle in every call that should use that kernel; omit it only where the connection has a kernel of its own (stdio, MCP 2025-11-25 and older).`
 
 // schema parses a literal input schema.
 func schema(s string) json.RawMessage {
@@ -77,13 +113,14 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
 - MCP tools registered with register_mcp_server are Python functions: from mcptools.<server>.<tool> import Params, run; result = run(Params(...)). Prefer one cell that calls tools in a loop and prints a summary over many separate calls.
 - Output longer than max_output_chars keeps its beginning and its end, and says how much was left out: print summaries, not whole datasets.
 - An exception makes an error result that contains the output printed before it and the traceback. On timeout the cell is interrupted and the variables are kept.
-- The working directory is the workspace. Use upload_file and download_file to move files between it and the host, and install_package (or !pip install) for missing packages.`,
+- The working directory is the workspace. Use upload_file and download_file to move files between it and the host, and install_package (or !pip install) for missing packages.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
     "code": {"type": "string", "description": "Python code to run as one cell. IPython syntax (!shell commands, %magics) is allowed."},
     "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "default": 120, "description": "Seconds the cell may run before it is interrupted (the kernel's state is kept). Default 120."},
-    "max_output_chars": {"type": "integer", "minimum": 1, "maximum": 10000000, "default": 5000, "description": "Output beyond this many characters is cut in the middle, keeping the head and the tail. Default 5000."}
+    "max_output_chars": {"type": "integer", "minimum": 1, "maximum": 10000000, "default": 5000, "description": "Output beyond this many characters is cut in the middle, keeping the head and the tail. Default 5000."},
+    ` + sessionProp + `
   },
   "required": ["code"],
   "additionalProperties": false
@@ -104,7 +141,7 @@ server_params is the server's config, as in an mcpServers file:
 - a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"], "env": {"API_KEY": "${API_KEY}"}}
 - a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
 - a remote server that wants an OAuth sign-in: {"url": "https://example.com/mcp"} (ipybox asks the user to sign in; an "oauth" block configures a pre-registered client)
-${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations persist across reset and restarts; registering a name again replaces it.`,
+${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations are made through the session's kernel, are shared by every session of the workspace, and persist across reset and restarts; registering a name again replaces it.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
@@ -132,7 +169,8 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
           }
         }
       }
-    }
+    },
+    ` + sessionProp + `
   },
   "required": ["server_name", "server_params"],
   "additionalProperties": false
@@ -145,11 +183,12 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
 		Title: "Install a Python package",
 		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. ` + installWhere(s.opts.Gateway != nil) + `
 
-package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.`,
+package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
-    "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."}
+    "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."},
+    ` + sessionProp + `
   },
   "required": ["package_name"],
   "additionalProperties": false
@@ -160,8 +199,8 @@ package_name is one pip requirement: a name with an optional version (pandas, re
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "reset",
 		Title:       "Reset the kernel",
-		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken.`,
-		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
+		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
+		InputSchema: schema(`{"type": "object", "properties": {` + sessionProp + `}, "additionalProperties": false}`),
 		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
 	}, s.resetTool)
 
@@ -170,18 +209,19 @@ package_name is one pip requirement: a name with an optional version (pandas, re
   "type": "object",
   "properties": {
     "relpath": {"type": "string", "description": %q},
-    "local_path": {"type": "string", "description": %q}
+    "local_path": {"type": "string", "description": %q},
+    %s
   },
   "required": ["relpath", "local_path"],
   "additionalProperties": false
-}`, rel, local))
+}`, rel, local, sessionProp))
 	}
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "upload_file",
 		Title: "Copy a file from the host into the workspace",
 		Description: `Copy a file from the host (local_path) into the workspace (relpath), so that code in execute_ipython_cell can read it as open(relpath). Parent directories are created and an existing file is replaced; any file type works.
 
-local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`,
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.` + threadHandle,
 		InputSchema: fileSchema("Destination, relative to the workspace (the kernel's working directory), such as data/input.csv.", "Absolute path of the file on the host to copy."),
 		Annotations: &mcp.ToolAnnotations{Title: "Upload a file", IdempotentHint: true},
 	}, s.uploadTool)
@@ -190,10 +230,61 @@ local_path must be absolute and lie inside a directory ipybox allows (by default
 		Title: "Copy a file from the workspace to the host",
 		Description: `Copy a file from the workspace (relpath), such as a result your code wrote, to the host (local_path). Parent directories are created and an existing file is replaced; any file type works.
 
-local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.`,
+local_path must be absolute and lie inside a directory ipybox allows (by default the workspace and the system temp directory), after symbolic links are resolved. relpath is relative to the workspace and must stay inside it.` + threadHandle,
 		InputSchema: fileSchema("The file to copy, relative to the workspace (the kernel's working directory), such as results/summary.csv.", "Absolute destination path on the host."),
 		Annotations: &mcp.ToolAnnotations{Title: "Download a file", IdempotentHint: true},
 	}, s.downloadTool)
+
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "create_session",
+		Title: "Start a session: a kernel of its own",
+		Description: `Start a session, a stateful IPython kernel of its own, and return its handle (also as structuredContent.session).
+
+Pass the handle as the session argument of execute_ipython_cell, and of reset, install_package, register_mcp_server, upload_file and download_file, in every call that should use this kernel: calls with the same handle share variables, imports and definitions; calls with another handle do not. Keep the handle in your notes: it is how you come back to the kernel, from this connection or a new one with the same token. Only the token that created it can use it.
+
+The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 2026-07-28 every call needs a handle; over stdio, and for clients of 2025-11-25 and older, calls without one use the connection's own kernel.`,
+		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Start a session", IdempotentHint: false, OpenWorldHint: boolPtr(false)},
+	}, s.createSessionTool)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "close_session",
+		Title:       "End a session",
+		Description: `End the session of a handle from create_session: its kernel stops (a running cell is interrupted), its variables are gone, and the handle is unknown from then on. Files in the workspace stay. Close sessions you no longer need: each holds a kernel, and their number is limited.`,
+		InputSchema: schema(`{
+  "type": "object",
+  "properties": {
+    "session": {"type": "string", "maxLength": 200, "description": "The handle create_session returned."}
+  },
+  "required": ["session"],
+  "additionalProperties": false
+}`),
+		Annotations: &mcp.ToolAnnotations{Title: "End a session", DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
+	}, s.closeSessionTool)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "list_sessions",
+		Title:       "List your sessions",
+		Description: `List the sessions your token created with create_session and that have not ended: each one's handle, when it was created and last used, whether its kernel has started, and whether something runs in it now. Use it to find a handle you lost track of.`,
+		InputSchema: schema(`{"type": "object", "properties": {}, "additionalProperties": false}`),
+		Annotations: &mcp.ToolAnnotations{Title: "List your sessions", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
+	}, s.listSessionsTool)
+}
+
+// lifetime says when a session ends, for the model that decides to make
+// one.
+func (s *Server) lifetime() string {
+	return fmt.Sprintf("A session ends with close_session, after %v without a call, or when ipybox stops; its variables are then gone, and files in the workspace stay.", shortDuration(s.opts.SessionIdleTimeout))
+}
+
+// shortDuration writes d without zero units: 30m rather than 30m0s.
+func shortDuration(d time.Duration) string {
+	t := d.String()
+	if strings.HasSuffix(t, "m0s") {
+		t = strings.TrimSuffix(t, "0s")
+	}
+	if strings.HasSuffix(t, "h0m") {
+		t = strings.TrimSuffix(t, "0m")
+	}
+	return t
 }
 
 // installWhere says where install_package installs.
@@ -231,16 +322,22 @@ func quote(v string) string {
 	return fmt.Sprintf("%q", v)
 }
 
-// sessionExecutor returns the executor of the calling session and a
-// context that also ends with the session.
-func (s *Server) sessionExecutor(ctx context.Context, req *mcp.CallToolRequest) (*session, *ipybox.Executor, context.Context, context.CancelFunc, error) {
-	x := s.sessionFor(req.Session)
-	if x == nil {
-		return nil, nil, nil, nil, errors.New("ipybox is shutting down")
+// useSession resolves the session of a call (its session argument, or
+// the connection's own) and marks it busy until done. With kernel, it also
+// returns the session's executor, starting it on first use, and a context
+// that ends with the call or the session.
+func (s *Server) useSession(ctx context.Context, req *mcp.CallToolRequest, handle string, kernel bool) (*session, *ipybox.Executor, context.Context, func(), error) {
+	x, err := s.sessionOf(req, handle)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
+	x.begin()
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(x.ctx, cancel)
-	done := func() { stop(); cancel() }
+	done := func() { stop(); cancel(); x.end() }
+	if !kernel {
+		return x, nil, cctx, done, nil
+	}
 	ex, err := x.executor(cctx)
 	if err != nil {
 		done()
@@ -248,12 +345,11 @@ func (s *Server) sessionExecutor(ctx context.Context, req *mcp.CallToolRequest) 
 	}
 	// A sign-in question while this call runs goes on its request's
 	// stream, as approvals do: a client need not open a standalone one.
-	x.mu.Lock()
-	owner := x.owner
-	x.mu.Unlock()
-	if owner != nil {
+	if owner := x.oauthOwner(); owner != nil {
+		owner.set(req.Session)
 		clear := owner.setCall(cctx)
-		done = func() { clear(); stop(); cancel() }
+		d := done
+		done = func() { clear(); d() }
 	}
 	return x, ex, cctx, done, nil
 }
@@ -263,6 +359,11 @@ func textResult(format string, args ...any) *mcp.CallToolResult {
 }
 
 func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a executeArgs) (*mcp.CallToolResult, any, error) {
+	if req.Params.RequestState != "" {
+		// A retry with the answers to a suspended cell's approvals.
+		res, err := s.resumeCell(ctx, req)
+		return res, nil, err
+	}
 	switch {
 	case strings.TrimSpace(a.Code) == "":
 		return nil, nil, errors.New("code is empty; give the Python code to run")
@@ -283,47 +384,14 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	if a.MaxOutputChars < 0 || a.MaxOutputChars > maxMaxChars {
 		return nil, nil, fmt.Errorf("max_output_chars %d: want a number between 1 and %d", a.MaxOutputChars, maxMaxChars)
 	}
-	x, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	x, ex, ctx, done, err := s.useSession(ctx, req, a.Session, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
-	warnings, regErrs := x.takeWarnings(), x.takeRegErrors()
-	p := startProgress(ctx, req)
-	var res *ipybox.Result
-	var cellErr error
-	timeout := time.Duration(a.Timeout * float64(time.Second))
-	// The result shows a head and a tail; the kernel keeps no more than
-	// that in memory, and the whole output goes to a file once it is long.
-	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(s.workspace, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
-	for ev, err := range ex.Stream(ctx, a.Code, &ipybox.ExecOptions{Timeout: timeout, KeepText: keep}) {
-		if err != nil {
-			cellErr = err
-			break
-		}
-		switch e := ev.(type) {
-		case *ipybox.Output:
-			sp.write(e.Text)
-			p.output(ctx, e.Text)
-			streamOutput(ctx, req.Session, e)
-		case *ipybox.ApprovalRequest:
-			s.decide(ctx, req.Session, e)
-		case *ipybox.Result:
-			res = e
-		}
-	}
-	p.end()
-	if note := sp.finish(); note != "" {
-		warnings = append(warnings, note)
-	}
-	out := cellResult(res, cellErr, a.MaxOutputChars, warnings)
-	if len(regErrs) > 0 {
-		m := out.Meta[CellMetaKey].(cellMeta)
-		m.Unregistered = regErrs
-		out.Meta[CellMetaKey] = m
-	}
-	return out, nil, nil
+	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
+	res, err := s.await(ctx, c, att)
+	return res, nil, err
 }
 
 func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a registerArgs) (*mcp.CallToolResult, any, error) {
@@ -338,7 +406,7 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 	if err != nil {
 		return nil, nil, err
 	}
-	x, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	x, ex, ctx, done, err := s.useSession(ctx, req, a.Session, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -405,7 +473,8 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 		return nil, nil, errors.New("install_package is not available with a kernel container: packages belong in its image " +
 			"(a Dockerfile FROM ipybox:latest with RUN apt-get install python3-... or pip install ...; then --container-tag)")
 	}
-	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+	// pip runs on this host; only a gateway's kernel needs starting.
+	x, ex, ctx, done, err := s.useSession(ctx, req, a.Session, s.opts.Gateway != nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -419,9 +488,12 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
 			Text: fmt.Sprintf("pip install %s failed (%v):\n%s", name, err, text)}}}, nil, nil
 	}
-	// Let the running kernel see the new files at once.
-	if _, err := ex.Execute(ctx, "__import__('importlib').invalidate_caches()", nil); err != nil {
-		s.log.Warn("invalidating import caches", "err", err)
+	// Let the running kernel, if the session has one, see the new files
+	// at once.
+	if ex := x.current(); ex != nil {
+		if _, err := ex.Execute(ctx, "__import__('importlib').invalidate_caches()", nil); err != nil {
+			s.log.Warn("invalidating import caches", "err", err)
+		}
 	}
 	return textResult("%s", text), nil, nil
 }
@@ -443,22 +515,97 @@ func (s *Server) installRemote(ctx context.Context, ex *ipybox.Executor, name st
 	return textResult("%s", truncate(strings.TrimSpace(res.Text), maxPipOutput)), nil, nil
 }
 
-func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
-	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, a sessionArgs) (*mcp.CallToolResult, any, error) {
+	x, _, ctx, done, err := s.useSession(ctx, req, a.Session, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
+	ex := x.current()
+	if ex == nil {
+		// No kernel yet: the first cell gets a fresh one anyway.
+		return textResult("The session's kernel has not started yet; its first cell runs in a fresh one. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+	}
 	if err := ex.Reset(ctx); err != nil {
 		return nil, nil, err
 	}
 	return textResult("The kernel was restarted with a fresh state. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
 }
 
+func (s *Server) createSessionTool(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, createOut, error) {
+	x, err := s.createSession(principalOf(req))
+	if err != nil {
+		return nil, createOut{}, err
+	}
+	res := textResult("Created session %s. Pass session=%q to execute_ipython_cell (and to reset, install_package, register_mcp_server, upload_file and download_file) in every call that should use its kernel. %s", x.handle, x.handle, s.lifetime())
+	return res, createOut{Session: x.handle}, nil
+}
+
+func (s *Server) closeSessionTool(ctx context.Context, req *mcp.CallToolRequest, a sessionArgs) (*mcp.CallToolResult, any, error) {
+	if a.Session == "" {
+		return nil, nil, errors.New("session is empty; give the handle create_session returned (list_sessions lists yours)")
+	}
+	x, err := s.sessionOf(req, a.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	if x.conn != nil {
+		// Never shown, so never passed; but it is the connection's.
+		return nil, nil, errUnknownSession
+	}
+	had := x.hasKernel()
+	if err := x.close(); err != nil {
+		s.log.Warn("closing a session", "session", x.id, "err", err)
+	}
+	if had {
+		return textResult("Session %s is closed: its kernel stopped, and the handle is no longer valid. Workspace files are kept.", a.Session), nil, nil
+	}
+	return textResult("Session %s is closed (its kernel had not started), and the handle is no longer valid.", a.Session), nil, nil
+}
+
+func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, listOut, error) {
+	p := principalOf(req)
+	var out listOut
+	out.Sessions = []sessionInfo{}
+	all := s.store.all()
+	slices.SortFunc(all, func(a, b *session) int { return a.created.Compare(b.created) })
+	var b strings.Builder
+	for _, x := range all {
+		if x.conn != nil || x.principal != p || x.ctx.Err() != nil {
+			continue
+		}
+		x.mu.Lock()
+		info := sessionInfo{Session: x.handle, Created: x.created.UTC().Format(time.RFC3339), LastUsed: x.used.UTC().Format(time.RFC3339), Kernel: x.ex != nil, Busy: x.active > 0}
+		x.mu.Unlock()
+		out.Sessions = append(out.Sessions, info)
+		state := "no kernel yet"
+		if info.Kernel {
+			state = "kernel running"
+		}
+		if info.Busy {
+			state += ", busy"
+		}
+		fmt.Fprintf(&b, "%s  created %s, last used %s, %s\n", info.Session, info.Created, info.LastUsed, state)
+	}
+	if len(out.Sessions) == 0 {
+		return textResult("You have no sessions; create_session makes one."), out, nil
+	}
+	return textResult("%s", strings.TrimRight(b.String(), "\n")), out, nil
+}
+
 func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fileArgs) (*mcp.CallToolResult, any, error) {
 	rel, local, err := checkFileArgs(a)
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.opts.Gateway == nil {
+		// The workspace is this host's: no kernel is needed, but the
+		// session must be the caller's.
+		_, _, _, done, err := s.useSession(ctx, req, a.Session, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer done()
 	}
 	sr, src, err := s.allowedRoot(local)
 	if err != nil {
@@ -476,7 +623,7 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 			return nil, nil, err
 		}
 		defer in.Close()
-		ex, ctx, done, err := s.transferExecutor(ctx, req)
+		ex, ctx, done, err := s.transferExecutor(ctx, req, a.Session)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -504,8 +651,8 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 // transferExecutor is sessionExecutor for a file transfer with a gateway
 // kernel, bounded by defaults.Transfer: kernel code answers each step, and
 // one that never does must not hold the session.
-func (s *Server) transferExecutor(ctx context.Context, req *mcp.CallToolRequest) (*ipybox.Executor, context.Context, func(), error) {
-	_, ex, ctx, done, err := s.sessionExecutor(ctx, req)
+func (s *Server) transferExecutor(ctx context.Context, req *mcp.CallToolRequest, handle string) (*ipybox.Executor, context.Context, func(), error) {
+	_, ex, ctx, done, err := s.useSession(ctx, req, handle, true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -526,6 +673,15 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.opts.Gateway == nil {
+		// The workspace is this host's: no kernel is needed, but the
+		// session must be the caller's.
+		_, _, _, done, err := s.useSession(ctx, req, a.Session, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer done()
+	}
 	dr, dst, err := s.allowedRoot(local)
 	if err != nil {
 		return nil, nil, err
@@ -534,7 +690,7 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 		return nil, nil, err
 	}
 	if s.opts.Gateway != nil {
-		ex, ctx, done, err := s.transferExecutor(ctx, req)
+		ex, ctx, done, err := s.transferExecutor(ctx, req, a.Session)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -60,7 +60,7 @@ func TestToolsGolden(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "download_file,execute_ipython_cell,install_package,register_mcp_server,reset,upload_file" {
+	if strings.Join(names, ",") != "close_session,create_session,download_file,execute_ipython_cell,install_package,list_sessions,register_mcp_server,reset,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 }
@@ -293,14 +293,19 @@ func TestBinds(t *testing.T) {
 	}
 	src := filepath.Join(tmp, "in.txt")
 	os.WriteFile(src, []byte("bound"), 0o600)
-	res, _, err := srv.uploadTool(t.Context(), nil, fileArgs{Relpath: "data/host/sub/in.txt", LocalPath: src})
+	x, err := srv.createSession(LocalPrincipal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{}}
+	res, _, err := srv.uploadTool(t.Context(), req, fileArgs{Relpath: "data/host/sub/in.txt", LocalPath: src, Session: x.handle})
 	if err != nil || res.IsError {
 		t.Fatalf("upload into the bind: %v %v", err, res)
 	}
 	if b, err := os.ReadFile(filepath.Join(hostDir, "sub", "in.txt")); err != nil || string(b) != "bound" {
 		t.Errorf("file in the bound directory: %q %v", b, err)
 	}
-	if _, _, err := srv.uploadTool(t.Context(), nil, fileArgs{Relpath: "data/host", LocalPath: src}); err == nil || !strings.Contains(err.Error(), "names a bound directory") {
+	if _, _, err := srv.uploadTool(t.Context(), req, fileArgs{Relpath: "data/host", LocalPath: src, Session: x.handle}); err == nil || !strings.Contains(err.Error(), "names a bound directory") {
 		t.Errorf("upload onto the bind itself: %v", err)
 	}
 	// The same bind again is fine (the link is already there); another

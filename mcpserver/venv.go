@@ -304,13 +304,20 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = procattr.Group()
 	}
+	// The helper's exit is what counts: a child that left its group with
+	// the output pipe (a daemon a package's build started) must not hold
+	// Wait after it.
+	cmd.WaitDelay = 3 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- cmd.Wait() }() // bound: done is buffered; WaitDelay after the exit
 	select {
 	case err := <-done:
+		if errors.Is(err, exec.ErrWaitDelay) {
+			err = nil // it exited 0; the straggler's output is not its
+		}
 		return out.Bytes(), err
 	case <-ctx.Done():
 		procattr.SignalGroup(cmd.Process.Pid, syscall.SIGTERM)
@@ -318,7 +325,7 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 		case <-done:
 		case <-time.After(3 * time.Second):
 			procattr.SignalGroup(cmd.Process.Pid, syscall.SIGKILL)
-			<-done
+			<-done // bound: the group was killed; WaitDelay
 		}
 		err := ctx.Err()
 		if errors.Is(err, context.DeadlineExceeded) {

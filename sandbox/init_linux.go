@@ -33,7 +33,7 @@ type initConfig struct {
 	// ArgsFD is bwrap's argument file, closed at once.
 	ArgsFD int `json:"args_fd,omitempty"`
 	// Forwards are TCP ports on 127.0.0.1 relayed to unix sockets.
-	Forwards []initForward `json:"forwards,omitempty"`
+	Forwards []Forward `json:"forwards,omitempty"`
 	// Landlock asks for a best-effort ruleset: ReadOnly paths readable and
 	// executable, Writable paths fully accessible.
 	Landlock bool     `json:"landlock,omitempty"`
@@ -59,11 +59,6 @@ type initConfig struct {
 	// Guard is the workspace guard's policy; nil: no guard (the setuid
 	// rules of the filter hold all the same).
 	Guard *seccomp.Policy `json:"guard,omitempty"`
-}
-
-type initForward struct {
-	Port   int    `json:"port"`
-	Socket string `json:"socket"`
 }
 
 // exitInitFailed is the init's exit code when the program did not run.
@@ -238,13 +233,13 @@ func runInit(c *initConfig) int {
 	if ctl != nil {
 		if _, err := ctl.Write([]byte("ok\n")); err != nil {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			cmd.Wait()
+			cmd.Wait() // bound: its group was killed above
 			return exitInitFailed
 		}
 	}
 	pgid := cmd.Process.Pid
 	go func() {
-		for sig := range sigs {
+		for sig := range sigs { // lifetime: the init
 			syscall.Kill(-pgid, sig.(syscall.Signal))
 		}
 	}()
@@ -270,7 +265,7 @@ func runInit(c *initConfig) int {
 	// with it whatever the program left running.
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		pid, err := syscall.Wait4(-1, &ws, 0, nil) // lifetime: the program (pid 1 reaps until it exits)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -367,7 +362,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 	msg, _ := io.ReadAll(io.LimitReader(execErr, 4096))
 	if len(msg) > 0 {
 		cmd.Process.Kill()
-		cmd.Wait()
+		cmd.Wait() // bound: killed above
 		return nil, errors.New(string(msg))
 	}
 	return cmd, nil
@@ -417,7 +412,7 @@ func loopbackUp() error {
 // It runs until the init exits.
 func serveForward(ln net.Listener, sock string) {
 	for {
-		c, err := ln.Accept()
+		c, err := ln.Accept() // lifetime: the init
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				continue
@@ -444,5 +439,5 @@ func relay(c net.Conn, sock string) {
 	}()
 	io.Copy(c, u)
 	egress.CloseWrite(c)
-	<-done
+	<-done // lifetime: the relayed connection
 }

@@ -41,7 +41,7 @@ func checkInit(ctx context.Context, bin string) error {
 	cmd.WaitDelay = time.Second
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	err := cmd.Run()
+	err := cmd.Run() // bound: initCheckTimeout, then WaitDelay
 	if err == nil && strings.TrimSpace(out.String()) == initCheckReply {
 		initChecked.Store(bin, true)
 		return nil

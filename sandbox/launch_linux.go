@@ -171,10 +171,11 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 // reports an error or bwrap exits first.
 func awaitReady(ctx context.Context, cmd *exec.Cmd, ctl *os.File, tail *linelog.Writer, path string) error {
 	ready := make(chan string, 1)
-	go func() { ready <- readLine(ctl) }()
+	go func() { ready <- readLine(ctl) }() // bound: ready is buffered; readLine ends at the socket's shutdown
 	wait, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var line string
+	// bound: wait has startTimeout
 	select {
 	case line = <-ready:
 	case <-wait.Done():
@@ -186,7 +187,7 @@ func awaitReady(ctx context.Context, cmd *exec.Cmd, ctl *os.File, tail *linelog.
 	}
 	shutdownCtl(ctl)
 	cmd.Process.Kill()
-	cmd.Wait()
+	cmd.Wait() // bound: killed above; WaitDelay
 	ctl.Close()
 	why := strings.TrimPrefix(line, "error: ")
 	if why == "" {
@@ -274,11 +275,11 @@ func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool)
 	ic := &initConfig{Path: path, Argv: append([]string{path}, args...), ArgsFD: 3,
 		Memory: s.cfg.Limits.memory(), Pids: s.cfg.Limits.pids(), FileSize: s.cfg.Limits.fileSize(), Self: insideInit, Guard: v.guard}
 	if s.proxy != nil {
-		ic.Forwards = append(ic.Forwards, initForward{Port: ProxyPort, Socket: insideProxy})
+		ic.Forwards = append(ic.Forwards, Forward{Port: ProxyPort, Socket: insideProxy})
 	}
 	if isKernel {
 		for _, f := range s.forwards {
-			ic.Forwards = append(ic.Forwards, initForward{Port: f.Port, Socket: forwardPath(f.Port)})
+			ic.Forwards = append(ic.Forwards, Forward{Port: f.Port, Socket: forwardPath(f.Port)})
 		}
 	}
 	if s.cfg.Landlock {

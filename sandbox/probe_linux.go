@@ -156,12 +156,12 @@ func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.C
 			}
 		}
 		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		go func() { done <- cmd.Wait() }() // bound: done is buffered
 		select {
 		case err = <-done:
 		case <-ctx.Done():
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
+			<-done // bound: the group was killed; bwrap's child dies with it (--die-with-parent)
 		}
 	}
 	out := outBuf.Bytes()

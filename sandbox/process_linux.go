@@ -66,16 +66,16 @@ func abortStart(cmd *exec.Cmd, ctl *os.File, ready <-chan string) {
 	shutdownCtl(ctl)
 	exited := make(chan struct{})
 	go func() {
-		cmd.Wait()
+		cmd.Wait() // bound: killed after abortGrace; WaitDelay
 		close(exited)
 	}()
 	select {
 	case <-exited:
 	case <-time.After(abortGrace):
 		cmd.Process.Kill()
-		<-exited
+		<-exited // bound: killed above; WaitDelay
 	}
-	<-ready // returns at once: the socket is shut down
+	<-ready // bound: at once: the socket is shut down
 	ctl.Close()
 }
 
@@ -147,7 +147,7 @@ func (p *process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
 
 // wait reaps bwrap and closes the control socket.
 func (p *process) wait() error {
-	err := p.cmd.Wait()
+	err := p.cmd.Wait() // lifetime: bwrap; from Kill on, WaitDelay
 	p.mu.Lock()
 	if p.ctl != nil {
 		p.ctl.Close()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // pythonFor returns the host directories the interpreter at path needs
@@ -127,7 +128,10 @@ func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	out, err := cmd.Output()
+	// Killed at the deadline, a wrapper's child may keep stdout open: the
+	// answer must not wait for it (every start waits behind pyMu).
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output() // bound: pythonTimeout, then WaitDelay
 	info := &pyInfo{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	switch {

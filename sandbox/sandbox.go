@@ -87,11 +87,11 @@ const MappedID = 2_000_000_000
 type Forward struct {
 	// Port is the TCP port inside the sandbox (1-65535, not ProxyPort when
 	// the egress proxy is on).
-	Port int
+	Port int `json:"port"`
 	// Socket is the host path of the unix socket. It must exist when a
 	// process starts: the socket file itself is bound into the sandbox,
 	// so a server that re-creates it needs a restart of the process.
-	Socket string
+	Socket string `json:"socket"`
 }
 
 // Options configures New. The zero value of each field is documented; a

@@ -73,7 +73,7 @@ func probeSeatbelt(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, sandboxExec, "-p",
-		"(version 1)(deny default)(allow process-exec)(allow process-fork)(allow file-read*)", "/usr/bin/true").CombinedOutput()
+		"(version 1)(deny default)(allow process-exec)(allow process-fork)(allow file-read*)", "/usr/bin/true").CombinedOutput() // bound: ctx (10s); true starts nothing
 	if ctx.Err() != nil {
 		return fmt.Errorf("sandbox probe: %w", ctx.Err())
 	}

@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/approvaltext"
@@ -72,6 +73,11 @@ func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 		return
 	}
 	defer tty.Close()
+	// The request stops waiting at its deadline, and so does the prompt:
+	// the cell's events must not wait behind a person who has gone.
+	if dl, ok := tty.(interface{ SetReadDeadline(time.Time) error }); ok && !r.Deadline.IsZero() {
+		dl.SetReadDeadline(r.Deadline)
+	}
 	if err := prompt(tty, r); err != nil {
 		r.Answer(ipybox.Answer{Reason: "--approval prompt: " + err.Error(), By: ipybox.ByDefault, Channel: promptChannel})
 	}

@@ -190,7 +190,10 @@ for m in sys.argv[1:]:
     except Exception:
         pass
 print(json.dumps(out))`
-	b, err := exec.CommandContext(ctx, py, append([]string{"-c", script}, mods...)...).Output()
+	cmd := exec.CommandContext(ctx, py, append([]string{"-c", script}, mods...)...)
+	// Killed at the deadline, a wrapper's child may keep stdout open.
+	cmd.WaitDelay = time.Second
+	b, err := cmd.Output() // bound: ctx (30s), then WaitDelay
 	out := map[string]string{}
 	if err == nil {
 		json.Unmarshal([]byte(strings.TrimSpace(string(b))), &out)

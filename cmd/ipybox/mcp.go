@@ -27,12 +27,16 @@ Usage: ipybox mcp [flags]
 
 Serves MCP for agents such as Claude Code: a stateful IPython kernel with
 programmatic MCP tool calling, as the tools execute_ipython_cell,
-register_mcp_server, install_package, reset, upload_file and download_file.
+register_mcp_server, install_package, reset, upload_file and download_file,
+and sessions: create_session returns a handle to a kernel of its own, which
+those tools take (close_session, list_sessions).
 
 By default it speaks stdio (standard output carries only JSON-RPC; logs go to
 standard error or --log-file). With --http HOST:PORT it serves streamable
-HTTP at /mcp instead, and each MCP session gets its own kernel; the workspace
-and the registered MCP servers are shared.
+HTTP at /mcp instead, for MCP 2026-07-28 (every call names its session's
+handle) and 2025-11-25 and older (each connection has a kernel of its own
+too); the workspace and the registered MCP servers are shared. A session's
+kernel starts at its first cell.
 
 The workspace's .env file is read: variables named KERNEL_ENV_<NAME> reach the
 kernel as <NAME>; all of them fill ${VAR} placeholders in MCP server configs.
@@ -54,11 +58,13 @@ type mcpFlags struct {
 	telemetry                  telemetryFlags
 	httpAddr, authToken        string
 	authTokenFile              string
+	principals                 map[string]string // from --auth-token-file
 	noAuth                     bool
 	generatedToken             bool // authToken was generated: write it to a file
 	idle, startTimeout         time.Duration
 	approvalTimeout            time.Duration
 	pool, poolMax, maxSessions int
+	maxPerPrincipal            int
 	noZygote                   bool
 	shutdownGrace              time.Duration
 	sandbox                    sandboxFlags
@@ -90,15 +96,16 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	f.policy.register(fs)
 	f.telemetry.register(fs, true)
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
-	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE` (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
 	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
-	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP session, and stop its kernel, after this long without requests")
+	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end a session (a handle of create_session, or an HTTP connection's), and stop its kernel, after this long without a call")
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
 	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
-	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most HTTP sessions with a kernel at once (`N`; -1: no limit); one more gets a JSON-RPC error")
+	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
+	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	f.gateway.register(fs)
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
@@ -125,11 +132,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	case f.noAuth && f.authTokenFile != "":
 		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
 	case f.authTokenFile != "":
-		tok, err := readTokenFile(env, f.authTokenFile)
+		principals, err := readTokenFile(env, f.authTokenFile)
 		if err != nil {
 			return fail(exitUsage, err)
 		}
-		f.authToken = tok
+		f.principals = principals
 	case served && !f.noAuth:
 		// Read once, then gone from the environment: a server config that
 		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
@@ -269,7 +276,7 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(ln) }() // bound: errc is buffered
 	select {
 	case err := <-errc:
 		fmt.Fprintf(env.stderr, "ipybox mcp: %v\n", err)
@@ -284,7 +291,7 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()
 	}
-	<-errc
+	<-errc // bound: Serve returns once Shutdown or Close closed the listener
 	return exitOK
 }
 
@@ -311,23 +318,25 @@ func listenError(addr string, err error) error {
 // .env, the kernel's environment, binds and servers to register.
 func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	o := &mcpserver.Options{
-		Workspace:          f.workspace,
-		Python:             f.python,
-		ImagesDir:          f.imagesDir,
-		RequireShellEscape: f.requireShellEscape,
-		Approval:           mcpserver.ApprovalMode(f.approval),
-		AllowTools:         f.allowTools,
-		AuthToken:          f.authToken,
-		NoAuth:             f.noAuth,
-		SessionIdleTimeout: f.idle,
-		StartTimeout:       f.startTimeout,
-		ApprovalTimeout:    f.approvalTimeout,
-		Pool:               f.pool,
-		PoolMax:            f.poolMax,
-		MaxSessions:        f.maxSessions,
-		NoZygote:           f.noZygote,
-		Version:            strings.Fields(versionString())[1],
-		KernelEnv:          map[string]string{},
+		Workspace:               f.workspace,
+		Python:                  f.python,
+		ImagesDir:               f.imagesDir,
+		RequireShellEscape:      f.requireShellEscape,
+		Approval:                mcpserver.ApprovalMode(f.approval),
+		AllowTools:              f.allowTools,
+		AuthToken:               f.authToken,
+		Principals:              f.principals,
+		NoAuth:                  f.noAuth,
+		SessionIdleTimeout:      f.idle,
+		StartTimeout:            f.startTimeout,
+		ApprovalTimeout:         f.approvalTimeout,
+		Pool:                    f.pool,
+		PoolMax:                 f.poolMax,
+		MaxSessions:             f.maxSessions,
+		MaxSessionsPerPrincipal: f.maxPerPrincipal,
+		NoZygote:                f.noZygote,
+		Version:                 strings.Fields(versionString())[1],
+		KernelEnv:               map[string]string{},
 	}
 	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
 		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)

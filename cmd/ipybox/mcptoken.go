@@ -12,18 +12,22 @@ import (
 	"strings"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/mcpserver"
 )
 
 // maxTokenFile bounds a token file.
 const maxTokenFile = 4096
 
-// readTokenFile reads a bearer token from a file (the whole file, trimmed).
-// A file this user may not read is named with its owner, and, in the
-// image, with the docker run option that runs ipybox as that owner.
-func readTokenFile(env *cliEnv, path string) (string, error) {
+// readTokenFile reads the bearer tokens of --auth-token-file: one token
+// (the whole file, trimmed), which is the principal "default"'s, or lines
+// of NAME:TOKEN, one principal each. Blank lines and lines that start with
+// # are skipped. A file this user may not read is named with its owner,
+// and, in the image, with the docker run option that runs ipybox as that
+// owner.
+func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	b, err := safefs.ReadFile(filepath.Dir(abs), filepath.Base(abs), maxTokenFile)
 	if errors.Is(err, fs.ErrPermission) {
@@ -32,17 +36,53 @@ func readTokenFile(env *cliEnv, path string) (string, error) {
 			if env.getenv(imageEnv) != "" {
 				fix = fmt.Sprintf("run the container as its owner: add --user %d:%d to the docker run command", uid, gid)
 			}
-			return "", fmt.Errorf("--auth-token-file %s: this process (uid %d) may not read it (it belongs to %d:%d); %s", path, os.Getuid(), uid, gid, fix)
+			return nil, fmt.Errorf("--auth-token-file %s: this process (uid %d) may not read it (it belongs to %d:%d); %s", path, os.Getuid(), uid, gid, fix)
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("--auth-token-file: %w", err)
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
 	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 {
-		return "", fmt.Errorf("--auth-token-file %s: the token is %d characters; use at least 16 random ones (for example `openssl rand -hex 32`)", path, len(tok))
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
 	}
-	return tok, nil
+	short := func(what string, n int) error {
+		return fmt.Errorf("--auth-token-file %s: %s is %d characters; use at least 16 random ones (for example `openssl rand -hex 32`)", path, what, n)
+	}
+	if len(lines) == 1 && !strings.Contains(lines[0], ":") {
+		if len(lines[0]) < 16 {
+			return nil, short("the token", len(lines[0]))
+		}
+		return map[string]string{"default": lines[0]}, nil
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("--auth-token-file %s holds no token", path)
+	}
+	out := map[string]string{}
+	seen := map[string]string{}
+	for i, l := range lines {
+		name, tok, ok := strings.Cut(l, ":")
+		name, tok = strings.TrimSpace(name), strings.TrimSpace(tok)
+		if !ok {
+			return nil, fmt.Errorf("--auth-token-file %s: line %d is not NAME:TOKEN (a file of several lines names a principal on each)", path, i+1)
+		}
+		if err := mcpserver.ValidPrincipalName(name); err != nil {
+			return nil, fmt.Errorf("--auth-token-file %s: line %d: %w", path, i+1, err)
+		}
+		if len(tok) < 16 {
+			return nil, short(fmt.Sprintf("the token of %q", name), len(tok))
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--auth-token-file %s: principal %q is named twice", path, name)
+		}
+		if other, dup := seen[tok]; dup {
+			return nil, fmt.Errorf("--auth-token-file %s: principals %q and %q have the same token; give each its own", path, other, name)
+		}
+		out[name], seen[tok] = tok, name
+	}
+	return out, nil
 }
 
 // newToken returns a random token of 256 bits.

@@ -287,8 +287,14 @@ func readmeClaudeCommands(t *testing.T, root, home string, env []string, sh func
 		block, _, _ = strings.Cut(block, "```")
 		if strings.Contains(block, "--transport http") {
 			httpBlock = block
-		} else if stdio == "" {
-			stdio, _, _ = strings.Cut(block, "\n")
+			continue
+		}
+		// The block's uvx line needs PyPI; the one after it runs the
+		// ipybox on PATH.
+		for _, line := range strings.Split(block, "\n") {
+			if stdio == "" && line == "claude mcp add ipybox -- ipybox mcp" {
+				stdio = line
+			}
 		}
 	}
 	if stdio != "claude mcp add ipybox -- ipybox mcp" || httpBlock == "" {

@@ -93,7 +93,7 @@ func (t *telemetryFlags) serveMetrics(env *cliEnv, srv *mcpserver.Server, f *mcp
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving Prometheus metrics at http://%s/metrics\n", ln.Addr())
 	return func() {
 		hs.Close()
-		<-done
+		<-done // bound: Serve returns once hs is closed
 		if tokenFile != "" {
 			os.Remove(tokenFile)
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/internal/wsguard"
 	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/sandbox"
 )
 
 // WorkspaceDir is the workspace's path inside the container.
@@ -65,10 +66,15 @@ const apiTimeout = 20 * time.Second
 // DefaultStopTimeout is Config.StopTimeout's default.
 const DefaultStopTimeout = 5 * time.Second
 
-// Bind mounts a host directory at /app/<Rel> in the container.
+// Bind mounts a host directory in a kernel container; the façade's
+// ContainerBind is this type.
 type Bind struct {
-	Host string // absolute host path
-	Rel  string // relative path under /app
+	// HostPath is the host directory (absolute or relative to the current
+	// directory); it is created when missing. The façade makes it
+	// absolute; a Launcher takes only absolute ones.
+	HostPath string
+	// Path is where it appears, relative to /app: "data" is /app/data.
+	Path string
 }
 
 // Config describes the containers a Launcher runs.
@@ -121,7 +127,7 @@ type Config struct {
 	// run directory) reachable in the container as TCP on
 	// 127.0.0.1:Forward.Port: the egress proxy of a container with
 	// NoNetwork. Nil means none.
-	Forward *Forward
+	Forward *sandbox.Forward
 	// Python is the interpreter in the image. Empty means "python3".
 	Python string
 	// Host is the daemon's address; empty means $DOCKER_HOST or the
@@ -136,13 +142,6 @@ type Config struct {
 	StopTimeout time.Duration
 	// Logger receives the backend's logs. Nil discards.
 	Logger *slog.Logger
-}
-
-// Forward relays a TCP port on the container's loopback to a host unix
-// socket.
-type Forward struct {
-	Port   int
-	Socket string
 }
 
 // Launcher starts kernels in containers. It implements kernel.Launcher and
@@ -270,19 +269,19 @@ func (l *Launcher) User() (uid, gid int) { return l.uid, l.gid }
 // clean path under /app that is not the workspace.
 func CheckBind(b Bind) error {
 	switch {
-	case !filepath.IsAbs(b.Host):
-		return fmt.Errorf("container bind %q: the host path must be absolute", b.Host)
-	case b.Rel == "" || filepath.IsAbs(b.Rel):
-		return fmt.Errorf("container bind %s:%s: the container path must be relative (it is mounted under %s/)", b.Host, b.Rel, BindRoot)
-	case strings.ContainsAny(b.Rel, ":,\x00"):
-		return fmt.Errorf("container bind %s:%s: the container path must not contain ':', ',' or NUL", b.Host, b.Rel)
+	case !filepath.IsAbs(b.HostPath):
+		return fmt.Errorf("container bind %q: the host path must be absolute", b.HostPath)
+	case b.Path == "" || filepath.IsAbs(b.Path):
+		return fmt.Errorf("container bind %s:%s: the container path must be relative (it is mounted under %s/)", b.HostPath, b.Path, BindRoot)
+	case strings.ContainsAny(b.Path, ":,\x00"):
+		return fmt.Errorf("container bind %s:%s: the container path must not contain ':', ',' or NUL", b.HostPath, b.Path)
 	}
-	clean := filepath.Clean(b.Rel)
-	if clean != strings.TrimSuffix(b.Rel, "/") || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
-		return fmt.Errorf("container bind %s:%s: the container path must be clean and stay under %s/ (no '.', '..' or '//')", b.Host, b.Rel, BindRoot)
+	clean := filepath.Clean(b.Path)
+	if clean != strings.TrimSuffix(b.Path, "/") || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return fmt.Errorf("container bind %s:%s: the container path must be clean and stay under %s/ (no '.', '..' or '//')", b.HostPath, b.Path, BindRoot)
 	}
 	if top, _, _ := strings.Cut(clean, "/"); top == "workspace" {
-		return fmt.Errorf("container bind %s:%s: %s is the workspace; choose another path", b.Host, b.Rel, WorkspaceDir)
+		return fmt.Errorf("container bind %s:%s: %s is the workspace; choose another path", b.HostPath, b.Path, WorkspaceDir)
 	}
 	return nil
 }
@@ -427,14 +426,14 @@ func (l *Launcher) protectionMounts(runDir string) (*wsguard.Protection, []docke
 func (l *Launcher) bindMounts() ([]docker.Mount, error) {
 	var mounts []docker.Mount
 	for i, b := range l.cfg.Binds {
-		if err := os.MkdirAll(b.Host, 0o755); err != nil {
-			return nil, fmt.Errorf("container bind %s: %w", b.Host, err)
+		if err := os.MkdirAll(b.HostPath, 0o755); err != nil {
+			return nil, fmt.Errorf("container bind %s: %w", b.HostPath, err)
 		}
-		src := b.Host
+		src := b.HostPath
 		if at, ok := l.bindSources[i]; ok {
 			src = at
 		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(BindRoot, b.Rel)})
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: src, Target: filepath.Join(BindRoot, b.Path)})
 	}
 	return mounts, nil
 }
@@ -463,7 +462,7 @@ func (l *Launcher) entrypoint(runDir, sockDir string, prot *wsguard.Protection) 
 		return nil, nil, err
 	}
 	mount := docker.Mount{Type: "bind", Source: l.cfg.InitBinary, Target: initPath, ReadOnly: true}
-	return append([]string{initPath, initCommand, "guard", pol, "--"}, entry...), []docker.Mount{mount}, nil
+	return append([]string{initPath, sandbox.InitCommand, "guard", pol, "--"}, entry...), []docker.Mount{mount}, nil
 }
 
 // createConfig is the container's configuration: no capabilities, no new
@@ -535,19 +534,16 @@ func (l *Launcher) run(ctx context.Context, spec *kernel.Spec, cfg *docker.Creat
 	return p, nil
 }
 
-// initPath is where InitBinary is mounted, and initCommand its hidden
-// first argument (sandbox.InitCommand).
-const (
-	initPath    = "/run/ipybox-init"
-	initCommand = "__sandbox-init"
-)
+// initPath is where InitBinary is mounted; sandbox.InitCommand is its
+// hidden first argument.
+const initPath = "/run/ipybox-init"
 
 // guardPolicy is the guard's policy in the container's view: the
 // workspace and the binds are its roots.
 func (l *Launcher) guardPolicy(prot *wsguard.Protection, sockDir string) (string, error) {
 	pol := seccomp.Policy{Roots: []string{WorkspaceDir}, Workspace: WorkspaceDir, SocketDirs: []string{"/tmp", "/dev/shm", sockDir}}
 	for _, b := range l.cfg.Binds {
-		pol.Roots = append(pol.Roots, filepath.Join(BindRoot, b.Rel))
+		pol.Roots = append(pol.Roots, filepath.Join(BindRoot, b.Path))
 	}
 	if prot != nil {
 		for _, p := range prot.Protected {
@@ -777,7 +773,7 @@ func (p *process) wait() error {
 	})
 	code, err := p.c.Wait(ctx, p.id)
 	cancel()
-	bound.Wait()
+	bound.Wait() // bound: its goroutine ends with ctx, cancelled above
 	p.gone.Store(true)
 	if !p.isHung() {
 		// The last output may still be on its way.
@@ -787,11 +783,12 @@ func (p *process) wait() error {
 		}
 	}
 	p.stopLogs()
-	<-p.logsDone
+	<-p.logsDone // bound: Logs ends with lctx, which stopLogs cancelled
 	if p.isHung() {
 		return fmt.Errorf("container %s: %w; it is left for the next start to reap", p.name, errDaemonHung)
 	}
 	oom := false
+	// bound: stopTimeout (stopCall)
 	if p.stopCall(context.Background(), "inspect", func(ctx context.Context) error {
 		in, err := p.c.Inspect(ctx, p.id)
 		if err == nil {
@@ -816,6 +813,7 @@ func (p *process) wait() error {
 // remove removes the container, once, bounded by stopTimeout.
 func (p *process) remove() {
 	p.rmOnce.Do(func() {
+		// bound: stopTimeout (stopCall)
 		if err := p.stopCall(context.Background(), "remove", func(ctx context.Context) error { return p.c.Remove(ctx, p.id, true) }); err != nil {
 			p.log.Warn("could not remove kernel container; the next start reaps it", "name", p.name, "err", err)
 		}

@@ -156,7 +156,7 @@ func idmapUserns(fromUID, fromGID, toUID, toGID int) (*os.File, error) {
 	}
 	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
 	cmd.Process.Kill()
-	cmd.Wait()
+	cmd.Wait() // bound: killed above, stopped at its exec; it has no pipes
 	if err != nil {
 		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
 	}

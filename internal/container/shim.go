@@ -32,11 +32,12 @@ var shim string
 // in the run directory whose connections are held open, never read or
 // written, until Close (or the process's death) ends them.
 type lifeline struct {
-	mu    sync.Mutex
-	path  string
-	ln    net.Listener
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	path   string
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // lifeline returns the path of the lifeline socket in runDir, listening
@@ -64,11 +65,18 @@ func (l *Launcher) lifeline(runDir string) (string, error) {
 	go func() {
 		defer lf.wg.Done()
 		for {
-			c, err := ln.Accept()
+			c, err := ln.Accept() // lifetime: the Launcher, until close closes ln
 			if err != nil {
 				return
 			}
 			lf.mu.Lock()
+			if lf.closed {
+				// Accepted as close ran, which did not see it: holding
+				// it would hold close until its container ended.
+				lf.mu.Unlock()
+				c.Close()
+				return
+			}
 			lf.conns[c] = struct{}{}
 			lf.mu.Unlock()
 			// Held until the container's watcher goes (its container
@@ -90,6 +98,7 @@ func (l *Launcher) lifeline(runDir string) (string, error) {
 // close ends the listener and every held connection.
 func (lf *lifeline) close() {
 	lf.mu.Lock()
+	lf.closed = true
 	if lf.ln != nil {
 		lf.ln.Close()
 	}
@@ -97,5 +106,5 @@ func (lf *lifeline) close() {
 		c.Close()
 	}
 	lf.mu.Unlock()
-	lf.wg.Wait()
+	lf.wg.Wait() // bound: close closed the listener and every held connection
 }

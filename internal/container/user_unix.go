@@ -60,16 +60,16 @@ func (l *Launcher) idmapBinds() {
 		return
 	}
 	for i, b := range l.cfg.Binds {
-		if err := os.MkdirAll(b.Host, 0o755); err != nil {
+		if err := os.MkdirAll(b.HostPath, 0o755); err != nil {
 			continue // Start says so
 		}
 		var st syscall.Stat_t
-		if syscall.Stat(b.Host, &st) != nil || st.Uid != 0 {
+		if syscall.Stat(b.HostPath, &st) != nil || st.Uid != 0 {
 			continue
 		}
-		at, err := idmapMount(b.Host, 0, int(st.Gid), l.uid, l.gid)
+		at, err := idmapMount(b.HostPath, 0, int(st.Gid), l.uid, l.gid)
 		if err != nil {
-			l.log.Warn("a container bind that root owns is bound as it is; the kernel may not write it", "bind", b.Host, "err", err)
+			l.log.Warn("a container bind that root owns is bound as it is; the kernel may not write it", "bind", b.HostPath, "err", err)
 			continue
 		}
 		l.idmaps = append(l.idmaps, at)

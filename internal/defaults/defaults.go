@@ -2,7 +2,8 @@
 // the rule every options struct follows for a duration: zero means the
 // default, which the field's doc names, and a negative value is an error
 // that names the field and the fix. There is no "off": every wait ipybox
-// makes has a bound.
+// makes has a bound, or lives only as long as what it watches, and says
+// which on its line (internal/codecheck's TestEveryWaitIsMarked).
 package defaults
 
 import (

@@ -148,7 +148,7 @@ func (p *Proxy) shutdown() error {
 		err = p.srv.Close()
 	}
 	p.transport.CloseIdleConnections()
-	p.wg.Wait()
+	p.wg.Wait() // bound: Serve returns once Shutdown or Close closed the listener
 	return err
 }
 
@@ -252,7 +252,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		io.Copy(down, up)
 		CloseWrite(down)
 	}()
-	wg.Wait()
+	wg.Wait() // lifetime: the tunnel; Close closes both ends
 	p.untrack(down, up)
 }
 

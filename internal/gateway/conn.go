@@ -300,14 +300,14 @@ func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		<-c.done
+		<-c.done // bound: as the first Close's
 		return nil
 	}
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
 	c.ws.CloseNow()
-	<-c.done
+	<-c.done // bound: CloseNow ends the reader's read; the Handler returns once the kernel is marked dead
 	return nil
 }
 

@@ -116,15 +116,15 @@ func Dial(ctx context.Context, info *ConnectionInfo, h Handler, opts *DialOption
 	for ch := Channel(0); ch < numChannels; ch++ {
 		go func() {
 			if err := c.sockets[ch].Dial(info.dialEndpoint(ports[ch])); err != nil {
-				errs <- fmt.Errorf("jupyter: connect %s: %w", ch, err)
+				errs <- fmt.Errorf("jupyter: connect %s: %w", ch, err) // bound: errs has room for every channel
 				return
 			}
-			errs <- nil
+			errs <- nil // bound: errs has room for every channel
 		}()
 	}
 	var first error
 	for range numChannels {
-		if err := <-errs; err != nil && first == nil {
+		if err := <-errs; err != nil && first == nil { // bound: each Dial ends with ctx, which closes the sockets
 			first = err
 		}
 	}
@@ -182,13 +182,13 @@ func (c *Conn) read(ch Channel, h Handler, o *DialOptions) {
 	}()
 	defer func() {
 		q.close()
-		<-done
+		<-done // bound: the decoder ends once q is closed and the Handler returned
 	}()
 	for {
 		msg, err := sock.Recv()
 		if err != nil {
 			q.close()
-			<-done // what was received is delivered before the loss is told
+			<-done // bound: as above; what was received is delivered before the loss is told
 			c.mu.Lock()
 			closed := c.closed
 			c.mu.Unlock()
@@ -280,7 +280,7 @@ func (q *frameQueue) take() ([][][]byte, bool) {
 		if len(items) > 0 || closed {
 			return items, !closed
 		}
-		<-q.notify
+		<-q.notify // lifetime: the connection; close notifies
 	}
 }
 
@@ -342,7 +342,7 @@ func (c *Conn) Close() error {
 		c.closed = true
 		c.mu.Unlock()
 		c.closeSockets()
-		c.wg.Wait()
+		c.wg.Wait() // bound: the readers end once their sockets are closed and their decoders done
 	})
 	return nil
 }

@@ -62,7 +62,7 @@ func newBudget(limit int64) *budget {
 func (b *budget) wait() {
 	b.mu.Lock()
 	for b.n >= b.limit && !b.closed {
-		b.cond.Wait()
+		b.cond.Wait() // bound: release, as the decoder catches up, or close (Conn.Close)
 	}
 	b.mu.Unlock()
 }

@@ -107,7 +107,7 @@ func (p *Process) Wait(ctx context.Context) error { return p.exit.Wait(ctx) }
 // and releases what Start holds for it (on Windows, the job: what the
 // child started dies with it).
 func (p *Process) wait() error {
-	err := p.cmd.Wait()
+	err := p.cmd.Wait() // lifetime: the child; from Kill on, its exit
 	p.w.Close()
 	p.sys.release()
 	return err

@@ -79,7 +79,7 @@ func (p *Process) start(r *os.File) error {
 	}
 	if err != nil {
 		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		p.cmd.Wait() // bound: killed above
 		p.sys.release()
 		return fmt.Errorf("kernel lifeline: put %s in its job object: %w", p.cmd.Path, err)
 	}

@@ -196,7 +196,7 @@ func (f *File) rewrite(edit func(old []byte, rs *Rules) ([]byte, error)) error {
 		return fmt.Errorf("approval policy: %w", err)
 	}
 	defer lk.Close()
-	if err := flock.Lock(context.Background(), lk, true, lockWait); err != nil {
+	if err := flock.Lock(context.Background(), lk, true, lockWait); err != nil { // bound: lockWait
 		return fmt.Errorf("approval policy: %w", err)
 	}
 	f.mu.Lock()

@@ -4,12 +4,29 @@
 // context.
 package procexit
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Exit is the outcome of one wait.
 type Exit struct {
 	done chan struct{}
 	err  error
+}
+
+// Reported returns an Exit that report completes: for an exit that
+// another party reports (a fork server, of the kernels it forked). The
+// first report counts; later ones do nothing.
+func Reported() (*Exit, func(error)) {
+	e := &Exit{done: make(chan struct{})}
+	var once sync.Once
+	return e, func(err error) {
+		once.Do(func() {
+			e.err = err
+			close(e.done)
+		})
+	}
 }
 
 // Go runs wait in a goroutine of its own and returns its outcome to be.

@@ -51,3 +51,23 @@ func TestWait(t *testing.T) {
 		}
 	})
 }
+
+func TestReported(t *testing.T) {
+	e, report := Reported()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := e.Wait(ctx); err != context.Canceled {
+		t.Fatalf("before the report: %v, want the context's error", err)
+	}
+	first := errors.New("signal: killed")
+	report(first)
+	report(errors.New("a later report"))
+	if err := e.Wait(context.Background()); err != first {
+		t.Errorf("wait: %v, want the first report", err)
+	}
+	select {
+	case <-e.Done():
+	default:
+		t.Error("not done after the report")
+	}
+}

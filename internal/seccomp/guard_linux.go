@@ -86,7 +86,7 @@ func (g *Guard) Serve() error {
 		go g.worker(work, ready)
 	}
 	for range guardWorkers {
-		if err := <-ready; err != nil {
+		if err := <-ready; err != nil { // bound: each worker sends first
 			close(work)
 			return err
 		}
@@ -96,7 +96,7 @@ func (g *Guard) Serve() error {
 		// Wait for a call, or for the hang-up when every process under
 		// the filter has exited (a receive would wait for ever then).
 		pfd := []unix.PollFd{{Fd: int32(g.fd), Events: unix.POLLIN}}
-		if _, err := unix.Poll(pfd, -1); err != nil {
+		if _, err := unix.Poll(pfd, -1); err != nil { // lifetime: the guarded processes (POLLHUP after the last)
 			if err == unix.EINTR {
 				continue
 			}
@@ -112,13 +112,13 @@ func (g *Guard) Serve() error {
 			}
 			return err
 		}
-		work <- n
+		work <- n // lifetime: the guard; a worker is free when its call returns
 	}
 }
 
 func (g *Guard) worker(work <-chan *notif, ready chan<- error) {
-	ready <- nil
-	for n := range work {
+	ready <- nil          // bound: ready has room for every worker
+	for n := range work { // lifetime: the guard (Serve closes work)
 		g.answer(n)
 	}
 }

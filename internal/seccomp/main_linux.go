@@ -48,11 +48,11 @@ func GuardMain(args []string) int {
 		return fail("start %s: %v", args[2], err)
 	}
 	go func() {
-		for sig := range sigs {
+		for sig := range sigs { // lifetime: this process
 			cmd.Process.Signal(sig)
 		}
 	}()
-	err = cmd.Wait()
+	err = cmd.Wait() // lifetime: the guarded program
 	if ee, ok := err.(*exec.ExitError); ok {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return 128 + int(ws.Signal())

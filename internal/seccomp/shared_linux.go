@@ -3,7 +3,10 @@ package seccomp
 import (
 	"fmt"
 	"os/exec"
+	"runtime"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // forker is the one thread of this process that starts programs under
@@ -36,12 +39,12 @@ func StartShared(cmd *exec.Cmd) error {
 		return forker.err
 	}
 	done := make(chan error, 1)
+	// bound: the forker takes requests in turn, each a cmd.Start
 	forker.reqs <- forkRequest{cmd, done}
 	return <-done // bound: cmd.Start returns once the child has exec'd or failed
 }
 
-// startForker restricts a fresh thread and serves start requests on it,
-// forever.
+// startForker starts the forker thread and waits until it is restricted.
 func startForker() {
 	prog, err := Program(Options{})
 	if err != nil {
@@ -50,22 +53,26 @@ func startForker() {
 	}
 	ready := make(chan error, 1)
 	forker.reqs = make(chan forkRequest)
-	onRetiredThread(func() {
-		if _, err := restrict(StartOptions{}, prog); err != nil {
-			ready <- fmt.Errorf("seccomp: restrict the forker thread: %w", err)
-			return
-		}
-		ready <- nil
-		forkerLoop()
-	})
-	forker.err = <-ready
+	// Any thread will do, the main one too: unlike Start's, this one is
+	// never retired, so nothing of it is lost.
+	go forkerLoop(prog, ready)
+	forker.err = <-ready // bound: restrict makes a few system calls
 }
 
-// forkerLoop is the forker thread's life: it never returns, so that the
-// thread never ends (see StartShared).
-func forkerLoop() {
-	for r := range forker.reqs {
-		r.done <- r.cmd.Start()
+// forkerLoop is the forker thread's life: it restricts its thread, then
+// serves starts, and never returns, so that the thread never ends (see
+// StartShared).
+func forkerLoop(prog []unix.SockFilter, ready chan<- error) {
+	runtime.LockOSThread()
+	if _, err := restrict(StartOptions{}, prog); err != nil {
+		ready <- fmt.Errorf("seccomp: restrict the forker thread: %w", err) // bound: buffered
+		// Neither retired (other goroutines may have forked children from
+		// this thread before it was locked) nor given back (it may be
+		// half restricted): kept, idle.
+		select {} // lifetime: the process's
+	}
+	ready <- nil                 // bound: buffered
+	for r := range forker.reqs { // lifetime: the process's
+		r.done <- r.cmd.Start() // bound: buffered
 	}
 }
-

@@ -75,15 +75,15 @@ func Start(cmd *exec.Cmd, o StartOptions) error {
 	started := make(chan error, 1)
 	onRetiredThread(func() {
 		l, err := restrict(o, prog)
-		ready <- restricted{l, err}
-		if err != nil || !<-proceed {
+		ready <- restricted{l, err}   // bound: buffered
+		if err != nil || !<-proceed { // bound: Start sends it once the guard serves
 			return
 		}
 		// The guard already serves: cmd.Start's own calls (opening
 		// /dev/null for writing) reach it too.
-		started <- startLimited(cmd, o.Rlimits)
+		started <- startLimited(cmd, o.Rlimits) // bound: buffered
 	})
-	r := <-ready
+	r := <-ready // bound: restrict makes a few system calls
 	if r.err != nil {
 		return r.err
 	}
@@ -97,8 +97,8 @@ func Start(cmd *exec.Cmd, o StartOptions) error {
 			unix.Close(r.listener)
 		}()
 	}
-	proceed <- true
-	err = <-started
+	proceed <- true // bound: buffered
+	err = <-started // bound: a start, and a wait for the child's stop at its exec
 	if err == nil && r.listener >= 0 {
 		// The program inherited the umask; the guard applies the
 		// program's own to what it creates (see Guard).
@@ -127,7 +127,7 @@ func onRetiredThread(f func()) {
 			runtime.LockOSThread()
 			f()
 		}()
-		<-done
+		<-done // bound: f returns
 		runtime.UnlockOSThread()
 	}()
 }
@@ -153,12 +153,12 @@ func startLimited(cmd *exec.Cmd, limits []Rlimit) error {
 	pid := cmd.Process.Pid
 	fail := func(err error) error {
 		cmd.Process.Kill()
-		cmd.Wait()
+		cmd.Wait() // bound: killed above
 		return err
 	}
 	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		_, err := unix.Wait4(pid, &ws, unix.WALL, nil) // bound: the traced child stops at its exec, or dies
 		if err == unix.EINTR {
 			continue
 		}

@@ -115,6 +115,7 @@ func (k *Kernel) Down(died bool, cause string) {
 		return
 	}
 	cause, _, _ = strings.Cut(cause, ";")
+	// bound: starting a span waits for nothing (it is a root span)
 	_, s := k.t.start(context.Background(), SpanKernelDeath, trace.SpanKindInternal,
 		KeyBackend.String(k.backend), KeySession.String(k.session), KeyCause.String(clip(cause, maxName)))
 	s.s.SetStatus(codes.Error, "kernel died")

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -47,7 +48,6 @@ const (
 )
 
 type metricSet struct {
-	sessions           *prometheus.GaugeVec
 	cells              *prometheus.CounterVec
 	cellSeconds        prometheus.Histogram
 	toolCalls          *prometheus.CounterVec
@@ -68,8 +68,6 @@ var latency = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 
 
 func newMetrics() *metricSet {
 	m := &metricSet{
-		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricSessions,
-			Help: "MCP sessions of ipybox mcp by state (active: it has a kernel, started or starting)."}, []string{"state"}),
 		cells: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCells,
 			Help: "Cells run, by outcome (ok, error: a Python exception, timeout, kernel_died, cancelled, failed)."}, []string{"outcome"}),
 		cellSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricCellSeconds,
@@ -96,8 +94,7 @@ func newMetrics() *metricSet {
 		imageBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricImageBytes,
 			Help: "Bytes of images that cells produced and ipybox saved to the images folder."}),
 	}
-	m.sessions.WithLabelValues(StateActive) // shown at 0 before the first session
-	registry.MustRegister(m.sessions, m.cells, m.cellSeconds, m.toolCalls, m.toolSeconds,
+	registry.MustRegister(m.cells, m.cellSeconds, m.toolCalls, m.toolSeconds,
 		m.approvals, m.approvalSeconds, m.egress, m.kernelStarts, m.kernelStartSeconds,
 		m.kernelDeaths, m.spillBytes, m.imageBytes, stateCollector{},
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -116,12 +113,17 @@ func Handler() http.Handler {
 // merges ipybox's metrics into its own (prometheus.Gatherers).
 func Gatherer() prometheus.Gatherer { return registry }
 
-// SessionOpened and SessionClosed count an MCP session of ipybox mcp that
-// has (or is starting) a kernel.
-func SessionOpened() { metrics.sessions.WithLabelValues(StateActive).Inc() }
+// sessionSources report the open sessions of each MCP server of the
+// process, asked at each scrape.
+var sessionSources sync.Map // *int (a key of its own) -> func() int
 
-// SessionClosed undoes SessionOpened.
-func SessionClosed() { metrics.sessions.WithLabelValues(StateActive).Dec() }
+// Sessions reports the open sessions of an MCP server (open, asked at
+// each scrape), until remove.
+func Sessions(open func() int) (remove func()) {
+	key := new(int)
+	sessionSources.Store(key, open)
+	return func() { sessionSources.Delete(key) }
+}
 
 // AddSpillBytes counts bytes written to an output spill file.
 func AddSpillBytes(n int) { metrics.spillBytes.Add(float64(n)) }
@@ -134,6 +136,8 @@ func AddImageBytes(n int) { metrics.imageBytes.Add(float64(n)) }
 type stateCollector struct{}
 
 var (
+	sessionsDesc = prometheus.NewDesc(MetricSessions,
+		"MCP sessions of ipybox mcp by state: active (open: a handle of create_session, or a connection's implicit session; its kernel starts at its first cell).", []string{"state"}, nil)
 	kernelsDesc = prometheus.NewDesc(MetricKernels,
 		"Kernel processes by state: pooled (kept ready for new sessions) and active (the others that are up).", []string{"state"}, nil)
 	memoryDesc = prometheus.NewDesc(MetricKernelMemory,
@@ -141,22 +145,32 @@ var (
 		[]string{"backend", "session"}, nil)
 )
 
+// The registry reads Describe's and Collect's channel while they run:
+// their sends wait for nothing else.
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- kernelsDesc
-	ch <- memoryDesc
+	ch <- sessionsDesc // bound: the registry drains ch
+	ch <- kernelsDesc  // bound: the registry drains ch
+	ch <- memoryDesc   // bound: the registry drains ch
 }
 
 func (stateCollector) Collect(ch chan<- prometheus.Metric) {
+	open := 0
+	sessionSources.Range(func(_, v any) bool {
+		open += v.(func() int)()
+		return true
+	})
+	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(open), StateActive) // bound: the registry drains ch
 	up, ready := live.Load(), pooled()
 	// A pooled kernel that died is still counted pooled until the pool
 	// drops it: active is never shown below zero.
+	// bound: the registry drains ch
 	ch <- prometheus.MustNewConstMetric(kernelsDesc, prometheus.GaugeValue, float64(max(up-ready, 0)), StateActive)
-	ch <- prometheus.MustNewConstMetric(kernelsDesc, prometheus.GaugeValue, float64(ready), StatePooled)
+	ch <- prometheus.MustNewConstMetric(kernelsDesc, prometheus.GaugeValue, float64(ready), StatePooled) // bound: the registry drains ch
 	watched.Range(func(key, value any) bool {
 		k, pid := key.(*Kernel), value.(func() int)
 		if p := pid(); p > 0 {
 			if rss, ok := treeRSS(p); ok {
-				ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(rss), k.backend, k.session)
+				ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(rss), k.backend, k.session) // bound: the registry drains ch
 			}
 		}
 		return true

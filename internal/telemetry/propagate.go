@@ -24,8 +24,19 @@ func TraceParent(sc trace.SpanContext) string {
 		return ""
 	}
 	c := propagation.MapCarrier{}
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c) // bound: formats a string
 	return c[MetaTraceParent]
+}
+
+// WithSpanOf returns ctx with the span context of from (a request's, which
+// may be remote), for work that runs on a context of its own but belongs
+// to the request's trace: a cell that outlives the request that started
+// it. ctx is returned as it is when from has none.
+func WithSpanOf(ctx, from context.Context) context.Context {
+	if sc := trace.SpanContextFromContext(from); sc.IsValid() {
+		return trace.ContextWithSpanContext(ctx, sc)
+	}
+	return ctx
 }
 
 // metaCarrier reads and writes the trace context of an MCP request's

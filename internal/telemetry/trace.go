@@ -284,6 +284,7 @@ func (t *Tracer) Egress(parent trace.SpanContext, target string, allowed bool, r
 	if t == nil {
 		return
 	}
+	// bound: starting a span waits for nothing (the cell is its parent)
 	_, s := t.start(withParent(context.Background(), parent), SpanEgress, trace.SpanKindInternal,
 		KeyTarget.String(clip(target, maxName)), KeyEgress.String(decision), KeyEgressRule.String(clip(rule, 512)))
 	if !allowed {

@@ -389,7 +389,7 @@ func (s *Server) Close() error {
 			s.http.Close()
 			s.closeErr = fmt.Errorf("tool server: close: requests still running after %v (a Caller or Approver ignores its context): %w", shutdownTimeout, err)
 		}
-		s.wg.Wait()
+		s.wg.Wait() // bound: Serve returns once Shutdown or Close closed the listeners
 	})
 	return s.closeErr
 }

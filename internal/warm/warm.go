@@ -205,7 +205,7 @@ func (p *Pool[T]) Close() error {
 	p.mu.Unlock()
 	p.unreport()
 	p.cancel()
-	p.wg.Wait()
+	p.wg.Wait() // bound: fill ends with p.ctx, cancelled above (a start honours it)
 	errs := make([]error, len(idle))
 	var wg sync.WaitGroup
 	for i, v := range idle {
@@ -215,6 +215,6 @@ func (p *Pool[T]) Close() error {
 			errs[i] = p.discard(v)
 		}()
 	}
-	wg.Wait()
+	wg.Wait() // bound: each discard is a bounded Close
 	return errors.Join(errs...)
 }

@@ -1,5 +1,6 @@
 """ipybox's Python API: upstream ipybox's ``CodeExecutor`` interface, backed
-by the Go engine (``ipybox mcp``, driven over stdio with MCP's JSON-RPC).
+by the Go engine (``ipybox mcp``, driven over stdio or streamable HTTP with
+MCP's JSON-RPC, revision 2026-07-28).
 
     from ipybox import CodeExecutor
 

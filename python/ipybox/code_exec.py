@@ -1,9 +1,14 @@
 """Upstream ipybox's ``CodeExecutor`` interface, backed by ``ipybox mcp``.
 
-The executor starts ``ipybox mcp`` over stdio and speaks MCP to it: a cell
-is a call of the ``execute_ipython_cell`` tool, its output arrives as log
-messages (``notifications/message``), an approval as an elicitation request
-from the server, and the outcome in the result's ``_meta["ipybox/cell"]``.
+The executor starts ``ipybox mcp`` over stdio, or connects to one over
+streamable HTTP (``server_url``), and speaks MCP 2026-07-28 to it: its
+kernel is a session behind a handle (``create_session``); a cell is a call
+of the ``execute_ipython_cell`` tool with that handle, its output arrives
+as progress notifications, its approvals as an input-required result that
+the executor answers by calling again, and the outcome in the result's
+``_meta["ipybox/cell"]``. A program that keeps the handle comes back to
+its kernel from another connection (``CodeExecutor(server_url=...,
+session=handle)``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from ._mcp import MCPError, ServerExited, StdioClient
+from ._mcp import Client, HTTPClient, MCPError, ServerExited, StdioClient
 
 logger = logging.getLogger("ipybox")
 
@@ -44,6 +49,13 @@ _MAX_OUTPUT_CHARS = 10_000_000
 _TIMEOUT_GRACE = 30.0
 # How long a cancelled cell may take to end before the next call.
 _CANCEL_WAIT = 10.0
+# ipybox mcp's --approval-timeout when approval_timeout is None.
+_DEFAULT_APPROVAL_TIMEOUT = 300.0
+
+
+def _texts(res: dict[str, Any]) -> str:
+    """The text blocks of a tool result."""
+    return "\n".join(c.get("text", "") for c in res.get("content") or [] if c.get("type") == "text")
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -113,7 +125,9 @@ class ApprovalRequest:
 
     The consumer must ``await accept()`` or ``await reject()``; a rejected
     call raises ``ApprovalRejectedError`` in the cell. Until then the call
-    waits, and the cell's timeout is paused.
+    waits, and the cell's timeout is paused; the answers of one round (the
+    requests that came together) go to ipybox when all are given, or when
+    the approval timeout has passed.
 
     With an approval policy (ipybox's own; see docs/approvals.md):
         why: why it is asked: the ask rule of the policy that matched, or
@@ -303,7 +317,10 @@ class CodeExecutor:
     """A stateful IPython kernel with MCP tool calls that the application approves.
 
     An async context manager (or ``await start()`` / ``await stop()``). It
-    runs ``ipybox mcp`` as a child process and speaks MCP to it over stdio.
+    runs ``ipybox mcp`` as a child process and speaks MCP to it over stdio,
+    or, with ``server_url``, connects to an ``ipybox mcp --http`` server
+    that runs already. Its kernel is a session of that server: ``session``
+    is its handle.
 
     Keyword arguments, as upstream's:
         kernel_env: variables for the kernel; it inherits nothing else of
@@ -336,6 +353,19 @@ class CodeExecutor:
             package installed, else PATH).
         mcp_servers: {name: server_params} registered at start.
         python: the interpreter the kernel's virtualenv is made from.
+        server_url: an ``ipybox mcp --http`` server's URL (``http://HOST:
+            PORT/mcp``) to use instead of starting ipybox mcp; the server's
+            flags, not this executor's, then say how it runs kernels and
+            asks about approvals (mcp_servers are registered with it).
+        auth_token: the bearer token of server_url (else
+            $IPYBOX_MCP_AUTH_TOKEN); it names the principal whose sessions
+            these are.
+        session: the handle of a session to come back to (from an earlier
+            executor's ``session``), with its kernel's variables; None
+            creates a new one.
+        keep_session: leave the session on the server at stop(), so that a
+            later executor can come back to it (server_url only: a stdio
+            server ends with the executor). By default stop() ends it.
     Accepted and ignored (upstream's internal servers): tool_server_host,
     tool_server_port, kernel_gateway_host, kernel_gateway_port.
     """
@@ -360,6 +390,10 @@ class CodeExecutor:
         binary: str | os.PathLike[str] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         python: str | os.PathLike[str] | None = None,
+        server_url: str | None = None,
+        auth_token: str | None = None,
+        session: str | None = None,
+        keep_session: bool = False,
         tool_server_host: str | None = None,
         tool_server_port: int | None = None,
         kernel_gateway_host: str | None = None,
@@ -395,11 +429,18 @@ class CodeExecutor:
         self.binary = binary
         self.mcp_servers = dict(mcp_servers or {})
         self.python = python
-        self._client: StdioClient | None = None
+        self.server_url = server_url
+        self.auth_token = auth_token
+        self.keep_session = keep_session
+        if session is not None and (not isinstance(session, str) or not session):
+            raise ValueError(f"session {session!r}: want the handle of an earlier executor's session, or None")
+        self._session: str | None = session
+        self._client: Client | None = None
         self._state = "new"  # new, started, closed
         self._lock: asyncio.Lock | None = None
         self._sink: Callable[[tuple[str, Any]], None] | None = None
-        self._log_level_set: str | None = None
+        self._progress_token: str | None = None
+        self._tokens = 0
         self._current_rid: int | None = None
         self._unregistered: dict[str, str] = {}  # of the last cell: server -> error
 
@@ -458,29 +499,46 @@ class CodeExecutor:
         return argv
 
     async def start(self) -> None:
-        """Start ipybox mcp and the kernel; raise if either cannot start."""
+        """Start ipybox mcp (or connect to server_url), make or resume the
+        session, and wait for its kernel; raise if any cannot start."""
         if self._state != "new":
             raise RuntimeError(f"CodeExecutor is {self._state}; create a new one")
         self._state = "started"
         self._lock = asyncio.Lock()
-        bin_path = find_binary(self.binary)
-        if not self.working_dir.is_dir():
-            raise FileNotFoundError(f"working_dir {str(self.working_dir)!r} is not a directory; create it first")
         files: list[str] = []
         try:
-            argv = self._argv(bin_path, files)
-            self._client = StdioClient(argv, on_notification=self._on_notification, on_request=self._on_request)
-            # Without a PYTHONSAFEPATH-style surprise: the server gets this
-            # process's environment (it reads ${VAR} for server configs from
-            # it); the kernel gets only kernel_env.
-            await self._client.start(self.connect_timeout)
-            # The server has read the files: remove them at once.
-            for f in files:
-                os.unlink(f)
-            files.clear()
-            # Wait for the kernel, so that a missing ipykernel or a sandbox
-            # that cannot run fails here, with the cause; and for the
-            # servers of mcp_servers, which this first cell registers.
+            if self.server_url is not None:
+                token = self.auth_token or os.environ.get("IPYBOX_MCP_AUTH_TOKEN") or None
+                self._client = HTTPClient(self.server_url, token, on_notification=self._on_notification, timeout=self.connect_timeout)
+                await self._client.start(self.connect_timeout)
+            else:
+                bin_path = find_binary(self.binary)
+                if not self.working_dir.is_dir():
+                    raise FileNotFoundError(f"working_dir {str(self.working_dir)!r} is not a directory; create it first")
+                argv = self._argv(bin_path, files)
+                self._client = StdioClient(argv, on_notification=self._on_notification)
+                # Without a PYTHONSAFEPATH-style surprise: the server gets
+                # this process's environment (it reads ${VAR} for server
+                # configs from it); the kernel gets only kernel_env.
+                await self._client.start(self.connect_timeout)
+                # The server has read the files: remove them at once.
+                for f in files:
+                    os.unlink(f)
+                files.clear()
+            if self._session is None:
+                res = await self._client.request("tools/call", {"name": "create_session", "arguments": {}}, timeout=self.connect_timeout)
+                handle = ((res or {}).get("structuredContent") or {}).get("session")
+                if (res or {}).get("isError") or not isinstance(handle, str):
+                    raise CodeExecutionError("create_session: " + _texts(res or {}))
+                self._session = handle
+            if self.server_url is not None:
+                for name, params in self.mcp_servers.items():
+                    await self._tool_locked("register_mcp_server", {"server_name": name, "server_params": params}, timeout=self.connect_timeout + 60)
+            # Wait for the kernel, so that a missing ipykernel, a sandbox
+            # that cannot run, or an unknown session fails here, with the
+            # cause.
+            # And for the servers of mcp_servers, which the first cell
+            # registers (over stdio).
             self._unregistered = {}
             await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
             failed = {name: err for name, err in self._unregistered.items() if name in self.mcp_servers}
@@ -499,16 +557,39 @@ class CodeExecutor:
                 except OSError:
                     pass
 
+    @property
+    def session(self) -> str | None:
+        """The handle of this executor's session: give it to
+        ``CodeExecutor(server_url=..., session=...)`` to come back to this
+        kernel later (with keep_session=True, or before stop())."""
+        return self._session
+
+    async def close_session(self) -> None:
+        """End this executor's session on the server: its kernel stops, and
+        the handle is unknown from then on. The executor is closed."""
+        client = self._check()
+        if self._session is not None:
+            await self._tool("close_session", {"session": self._session}, timeout=self.connect_timeout)
+            self.keep_session = True  # nothing left to end
+        await self.stop()
+
     async def stop(self) -> None:
-        """Stop the kernel and ipybox mcp. Idempotent; bounded in time."""
+        """Stop the kernel and ipybox mcp (over HTTP, end the session unless
+        keep_session). Idempotent; bounded in time."""
         if self._state == "closed":
             return
         self._state = "closed"
         client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        if client is None:
+            return
+        if isinstance(client, HTTPClient) and self._session is not None and not self.keep_session:
+            try:
+                await client.request("tools/call", {"name": "close_session", "arguments": {"session": self._session}}, timeout=10)
+            except Exception as e:  # the server went away; its idle timeout ends the session
+                logger.warning("ipybox: could not close session: %s", e)
+        await client.close()
 
-    def _check(self) -> StdioClient:
+    def _check(self) -> Client:
         if self._state == "new":
             raise RuntimeError("CodeExecutor is not started: use `async with CodeExecutor() as executor:` or `await executor.start()`")
         if self._state == "closed" or self._client is None:
@@ -522,60 +603,48 @@ class CodeExecutor:
         if sink is None:
             return
         method = msg.get("method")
-        if method == "notifications/message":
+        if method == "notifications/progress":
             p = msg.get("params") or {}
-            data = p.get("data")
-            if p.get("logger") in ("stdout", "stderr") and isinstance(data, str):
-                sink(("chunk", data))
+            text = p.get("message")
+            stream = (p.get("_meta") or {}).get("ipybox/stream")
+            if p.get("progressToken") == self._progress_token and stream in ("stdout", "stderr") and isinstance(text, str):
+                sink(("chunk", text))
         elif method == "$/exited":
             sink(("exited", None))
 
-    def _on_request(self, msg: dict[str, Any]) -> None:
-        client = self._client
-        if client is None:
-            return
-        rid = msg.get("id")
-        if msg.get("method") != "elicitation/create":
-            asyncio.ensure_future(StdioClient._safe(client.respond_error(rid, -32601, f"method {msg.get('method')!r} not supported")))
-            return
-        params = msg.get("params") or {}
+    def _approval(self, params: dict[str, Any]) -> tuple[ApprovalRequest | None, bool]:
+        """The ApprovalRequest of an input request's elicitation (None when
+        it is not an approval of a cell of ours), and whether the executor
+        accepts it without asking (a shell command without
+        approve_shell_cmds)."""
         meta = (params.get("_meta") or {}).get("ipybox/approval")
-        sink = self._sink
+        if not isinstance(meta, dict):
+            return None, False
+        answer: dict[str, Any] = {}
 
-        async def respond(accepted: bool, content: dict[str, Any] | None = None) -> None:
-            if content is not None:
-                await client.respond(rid, {"action": "accept", "content": content})
-            else:
-                await client.respond(rid, {"action": "accept", "content": {}} if accepted else {"action": "decline"})
+        async def decided(accepted: bool, content: dict[str, Any] | None = None) -> None:
+            # The answers of a round go together, in the retry.
+            answer["content"] = content
 
-        if not isinstance(meta, dict) or sink is None:
-            # Not an approval of a cell of ours: refuse rather than guess.
-            asyncio.ensure_future(StdioClient._safe(respond(False)))
-            return
         why = meta.get("why") if isinstance(meta.get("why"), str) else None
         rule = meta.get("rule") if isinstance(meta.get("rule"), str) else None
         answers = [a for a in meta.get("answers") or [] if isinstance(a, str)]
         extra = {"why": why, "rule": rule, "answers": answers}
         if meta.get("kind") == "shell":
             cmd = str(meta.get("command", ""))
-            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, respond, **extra)
-            if not self.approve_shell_cmds and not meta.get("rule_asks"):
-                # The server asks about every shell command when it asks at
-                # all; without approve_shell_cmds they run, unless an ask
-                # rule of the approval policy asks about this one.
-                asyncio.ensure_future(StdioClient._safe(req.accept()))
-                return
+            req = ApprovalRequest("ipybox", "shell_magic" if cmd.startswith("%%") else "shell", {"cmd": cmd}, decided, **extra)
+            # The server asks about every shell command when it asks at
+            # all; without approve_shell_cmds they run, unless an ask rule
+            # of the approval policy asks about this one.
+            auto = not self.approve_shell_cmds and not meta.get("rule_asks")
         else:
             args = meta.get("args")
-            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, respond, **extra)
-        sink(("approval", req))
+            req = ApprovalRequest(str(meta.get("server", "")), str(meta.get("tool", "")), args if isinstance(args, dict) else {}, decided, **extra)
+            auto = False
+        req._answer = answer
+        return req, auto
 
     # --- cells -----------------------------------------------------------------
-
-    async def _set_log_level(self, client: StdioClient, level: str) -> None:
-        if self._log_level_set != level:
-            await client.request("logging/setLevel", {"level": level}, timeout=self.connect_timeout)
-            self._log_level_set = level
 
     async def stream(
         self, code: str, timeout: float | None = None, chunks: bool = False
@@ -629,89 +698,149 @@ class CodeExecutor:
             if not code.strip():
                 yield CodeExecutionResult(text=None, images=[])
                 return
-            await self._set_log_level(client, "info" if chunks else "warning")
             queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
             self._sink = queue.put_nowait
-            args = {"code": code, "timeout": timeout if timeout is not None else _MAX_TIMEOUT, "max_output_chars": _MAX_OUTPUT_CHARS}
-            rid, fut = client.send_request("tools/call", {"name": "execute_ipython_cell", "arguments": args})
-            self._current_rid = rid
-            fut.add_done_callback(lambda f: queue.put_nowait(("done", f)))
+            args = {
+                "code": code,
+                "timeout": timeout if timeout is not None else _MAX_TIMEOUT,
+                "max_output_chars": _MAX_OUTPUT_CHARS,
+                "session": self._session,
+            }
+            params: dict[str, Any] = {"name": "execute_ipython_cell", "arguments": args}
+            if chunks:
+                # Output comes as progress notifications for this token.
+                self._tokens += 1
+                self._progress_token = f"ipybox-cell-{self._tokens}"
+                params["_meta"] = {"progressToken": self._progress_token}
             # A backstop over the server's own timeout: the budget pauses
             # while an approval waits, as the server's does.
             bound = start_bound if start_bound is not None else (timeout + _TIMEOUT_GRACE if timeout is not None else None)
             deadline = time.monotonic() + bound if bound is not None else None
+            # An approval waits no longer than the server lets it.
+            approval_wait = (self.approval_timeout or _DEFAULT_APPROVAL_TIMEOUT) + _TIMEOUT_GRACE
             open_approvals: list[ApprovalRequest] = []
+            suspended: dict[str, Any] | None = None  # the last input-required result
+            rid: int | None = None
+            fut: asyncio.Future | None = None
             finished = False
             try:
-                while True:
-                    wait = None
-                    if deadline is not None and not any(not r._decision.done() for r in open_approvals):
-                        wait = max(0.0, deadline - time.monotonic())
-                    try:
-                        kind, item = await asyncio.wait_for(queue.get(), wait)
-                    except asyncio.TimeoutError:
-                        raise asyncio.TimeoutError(
-                            f"ipybox mcp did not finish the cell within {bound:.0f}s" + (" (kernel_init_timeout)" if start_bound else "")
-                        ) from None
-                    if kind == "chunk":
-                        if chunks:
-                            yield CodeExecutionChunk(text=item)
-                    elif kind == "approval":
-                        paused_at = time.monotonic()
-
-                        def resumed(_: bool, paused_at: float = paused_at) -> None:
-                            nonlocal deadline
-                            if deadline is not None:
-                                deadline += time.monotonic() - paused_at
-
-                        item.on_decision(resumed)
-                        open_approvals.append(item)
-                        yield item
-                    elif kind == "exited":
-                        raise client._exit_error()
-                    elif kind == "done":
+                while True:  # one request per round of approvals
+                    suspended = None
+                    rid, fut = client.send_request("tools/call", params)
+                    self._current_rid = rid
+                    this = fut
+                    fut.add_done_callback(lambda f: queue.put_nowait(("done", f)))
+                    while True:
+                        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                        try:
+                            kind, item = await asyncio.wait_for(queue.get(), wait)
+                        except asyncio.TimeoutError:
+                            raise asyncio.TimeoutError(
+                                f"ipybox mcp did not finish the cell within {bound:.0f}s" + (" (kernel_init_timeout)" if start_bound else "")
+                            ) from None
+                        if kind == "chunk":
+                            if chunks:
+                                yield CodeExecutionChunk(text=item)
+                        elif kind == "exited":
+                            raise client._exit_error()
+                        elif kind == "done" and item is this:
+                            break
+                    res = self._response(fut)
+                    if res.get("resultType") != "input_required":
                         finished = True
-                        yield self._result(item)
+                        yield self._result(res)
                         return
+                    suspended = res
+                    answers: dict[str, Any] = {}
+                    asked: list[tuple[str, ApprovalRequest]] = []
+                    for key, ir in (res.get("inputRequests") or {}).items():
+                        req, auto = self._approval((ir or {}).get("params") or {}) if (ir or {}).get("method") == "elicitation/create" else (None, False)
+                        if req is None:
+                            # Not an approval of a cell of ours: refuse
+                            # rather than guess.
+                            answers[key] = {"action": "decline"}
+                        elif auto:
+                            answers[key] = {"action": "accept", "content": {}}
+                        else:
+                            asked.append((key, req))
+                            open_approvals.append(req)
+                    paused_at = time.monotonic()
+                    for _, req in asked:
+                        yield req
+                    if asked:
+                        await asyncio.wait([r._decision for _, r in asked], timeout=approval_wait)
+                    if deadline is not None:
+                        deadline += time.monotonic() - paused_at
+                    for key, req in asked:
+                        if req._decision.done() and not req._decision.cancelled():
+                            content = req._answer.get("content")
+                            if content is not None:
+                                # Remembered (policy): the form's answer.
+                                answers[key] = {"action": "accept", "content": content}
+                            else:
+                                answers[key] = {"action": "accept", "content": {}} if req._decision.result() else {"action": "decline"}
+                    params = {**params, "inputResponses": answers, "requestState": res.get("requestState")}
             finally:
                 self._sink = None
                 self._current_rid = None
-                # Refuse what was left unanswered, so that the cell does not
-                # wait on it.
+                self._progress_token = None
                 for r in open_approvals:
                     if not r._decision.done():
-                        try:
-                            await r.reject()
-                        except ServerExited:
-                            pass
-                if not finished and not fut.done():
+                        r._decision.set_result(False)
+                if not finished and suspended is not None:
+                    # The cell waits at a call: refuse what is open, so that
+                    # it goes on at once, and let it end.
+                    await self._abandon(client, params, suspended)
+                elif not finished and fut is not None and not fut.done() and rid is not None:
                     await self._cancel(client, rid, fut)
-                if fut.done() and not fut.cancelled():
+                if fut is not None and fut.done() and not fut.cancelled():
                     fut.exception()  # retrieved: raised above, or superseded
 
-    async def _cancel(self, client: StdioClient, rid: int, fut: asyncio.Future) -> None:
+    async def _abandon(self, client: Client, params: dict[str, Any], res: dict[str, Any]) -> None:
+        """Answer a suspended cell's open approvals with refusals, and wait
+        (bounded) for the cell to end, so that the next call starts clean."""
+        answers = {key: {"action": "decline"} for key in (res.get("inputRequests") or {})}
+        retry = {**params, "inputResponses": answers, "requestState": res.get("requestState")}
+        retry.pop("_meta", None)
+        try:
+            rid, fut = client.send_request("tools/call", retry)
+        except (ServerExited, ConnectionError):
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), _CANCEL_WAIT)
+            # A cell that goes on after the refusal and asks again: leave it
+            # to the approval timeout.
+        except (asyncio.TimeoutError, Exception):
+            client.cancel(rid, "the stream was closed by the application")
+        finally:
+            client.forget(rid)
+
+    async def _cancel(self, client: Client, rid: int, fut: asyncio.Future) -> None:
         """Cancel request rid (the cell is interrupted) and wait, bounded,
         for the server to finish it, so that the next call starts clean."""
         try:
-            await client.notify("notifications/cancelled", {"requestId": rid, "reason": "the stream was closed by the application"})
+            client.cancel(rid, "the stream was closed by the application")
             await asyncio.wait_for(asyncio.shield(fut), _CANCEL_WAIT)
         except (asyncio.TimeoutError, Exception):
             pass
         finally:
             client.forget(rid)
 
-    def _result(self, fut: asyncio.Future) -> CodeExecutionResult:
+    @staticmethod
+    def _response(fut: asyncio.Future) -> dict[str, Any]:
         exc = fut.exception()
         if exc is not None:
             if isinstance(exc, MCPError):
                 raise CodeExecutionError(f"ipybox mcp refused the cell: {exc}")
             raise exc
-        res = fut.result() or {}
+        return fut.result() or {}
+
+    def _result(self, res: dict[str, Any]) -> CodeExecutionResult:
         meta = (res.get("_meta") or {}).get("ipybox/cell")
         if not isinstance(meta, dict):
-            # A refusal before the cell ran (bad arguments): the text says why.
-            texts = [c.get("text", "") for c in res.get("content", []) if c.get("type") == "text"]
-            raise CodeExecutionError("\n".join(texts) or "ipybox mcp returned no cell outcome")
+            # A refusal before the cell ran (bad arguments, an unknown
+            # session, a limit): the text says why.
+            raise CodeExecutionError(_texts(res) or "ipybox mcp returned no cell outcome")
         text = meta.get("text") or None
         unregistered = meta.get("unregistered")
         if isinstance(unregistered, dict):
@@ -739,7 +868,7 @@ class CodeExecutor:
         client = self._check()
         sink, rid = self._sink, self._current_rid
         if sink is not None and rid is not None:
-            await client.notify("notifications/cancelled", {"requestId": rid, "reason": "cancelled by the application"})
+            client.cancel(rid, "cancelled by the application")
 
     # --- other tools -------------------------------------------------------------
 
@@ -747,11 +876,15 @@ class CodeExecutor:
         assert self._lock is not None
         self._check()
         async with self._lock:
-            client = self._check()
-            res = await client.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout)
+            return await self._tool_locked(name, arguments, timeout)
+
+    async def _tool_locked(self, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:
+        client = self._check()
+        if name in ("reset", "register_mcp_server", "install_package"):
+            arguments = {**arguments, "session": self._session}
+        res = await client.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout)
         if res.get("isError"):
-            texts = [c.get("text", "") for c in res.get("content", []) if c.get("type") == "text"]
-            raise CodeExecutionError(f"{name}: " + ("\n".join(texts) or "failed"))
+            raise CodeExecutionError(f"{name}: " + (_texts(res) or "failed"))
         return res
 
     async def reset(self) -> None:

@@ -97,3 +97,12 @@ class SyncCodeExecutor:
 
     def register_mcp_server(self, server_name: str, server_params: dict[str, Any]) -> list[str]:
         return self._run(lambda: self._executor.register_mcp_server(server_name, server_params))
+
+    @property
+    def session(self) -> str | None:
+        """The handle of the executor's session (see CodeExecutor.session)."""
+        return self._executor.session
+
+    def close_session(self) -> None:
+        """End the session on the server, and close the executor."""
+        self._run(self._executor.close_session)

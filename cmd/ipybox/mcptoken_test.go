@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestReadTokenFile: one token is the principal "default"'s; NAME:TOKEN
+// lines name several; mistakes are refused with the line that has them.
+func TestReadTokenFile(t *testing.T) {
+	t.Parallel()
+	const a, b = "0123456789abcdef0123", "fedcba9876543210fedc"
+	for _, tc := range []struct {
+		file string
+		want map[string]string
+		err  string
+	}{
+		{a + "\n", map[string]string{"default": a}, ""},
+		{"# ci and people\nalice:" + a + "\n\nci-bot: " + b + "\n", map[string]string{"alice": a, "ci-bot": b}, ""},
+		{"alice:" + a + "\n", map[string]string{"alice": a}, ""},
+		{"short\n", nil, "at least 16"},
+		{"alice:" + a + "\nbob:short\n", nil, `token of "bob" is 5 characters`},
+		{"alice:" + a + "\n" + b + "\n", nil, "line 2 is not NAME:TOKEN"},
+		{"alice:" + a + "\nalice:" + b + "\n", nil, "named twice"},
+		{"alice:" + a + "\nbob:" + a + "\n", nil, "the same token"},
+		{"al ice:" + a + "\n", nil, "line 1: principal name"},
+		{"\n# nothing\n", nil, "holds no token"},
+	} {
+		p := filepath.Join(t.TempDir(), "tokens")
+		os.WriteFile(p, []byte(tc.file), 0o600)
+		got, err := readTokenFile(&cliEnv{getenv: func(string) string { return "" }}, p)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want one with %q", tc.file, err, tc.err)
+		case tc.err == "" && (err != nil || !reflect.DeepEqual(got, tc.want)):
+			t.Errorf("%q: %v %v, want %v", tc.file, got, err, tc.want)
+		}
+	}
+}
