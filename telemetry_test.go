@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/testenv"
+	"github.com/ipybox/ipybox/mcpserver"
 )
 
 // TestTracing runs one cell that makes three tool calls, each approved
@@ -385,4 +387,49 @@ func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 		out[string(kv.Key)] = kv.Value.Emit()
 	}
 	return out
+}
+
+// TestTracingRemote: a Remote's Execute under a span of the program's
+// carries it to the server, whose cell is its child.
+func TestTracingRemote(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	const tok = "remote-trace-token-0123456789"
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), StartTimeout: 90 * time.Second,
+		AuthToken: tok, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	r, err := ipybox.Dial(t.Context(), hs.URL+"/mcp", &ipybox.RemoteOptions{Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := r.CreateSession(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The program's own tracer: its span is the parent.
+	ctx, span := sdktrace.NewTracerProvider().Tracer("app").Start(t.Context(), "request")
+	if _, err := s.Execute(ctx, "pass", nil); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	var cell sdktrace.ReadOnlySpan
+	for _, sp := range rec.Ended() {
+		if sp.Name() == telemetry.SpanCell {
+			cell = sp
+		}
+	}
+	if cell == nil {
+		t.Fatalf("no cell span: %v", names(rec.Ended()))
+	}
+	if cell.Parent().SpanID() != span.SpanContext().SpanID() || cell.SpanContext().TraceID() != span.SpanContext().TraceID() {
+		t.Errorf("the cell's parent is %v, want the program's span %v", cell.Parent(), span.SpanContext())
+	}
 }
