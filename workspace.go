@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/mcpconn"
@@ -38,10 +37,9 @@ func CheckWorkspace(workspace string) error {
 	}
 	p := registryPath(ws)
 	if _, err := mcpconn.LoadRegistry(p); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "mcpconn: loading "+p+": ")
-		msg = strings.TrimPrefix(msg, "mcpconn: ")
-		return fmt.Errorf("ipybox: %s, the registry of MCP servers, does not load: %s; repair it, "+
-			"or move it aside to start with no servers registered: mv %s %s.bad", p, msg, p, p)
+		// The error names the file (loading PATH: why).
+		return fmt.Errorf("ipybox: the registry of MCP servers does not load: %w; repair it, "+
+			"or move it aside to start with no servers registered: mv %s %s.bad", err, p, p)
 	}
 	return nil
 }

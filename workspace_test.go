@@ -26,7 +26,7 @@ func TestCheckWorkspace(t *testing.T) {
 	reg := filepath.Join(ws, ".ipybox", "servers.json")
 	os.WriteFile(reg, []byte(`{"mcpServers": {"x": {"command": 1}}}`), 0o600)
 	err := ipybox.CheckWorkspace(ws)
-	if err == nil || !strings.Contains(err.Error(), reg+", the registry of MCP servers, does not load") || !strings.Contains(err.Error(), "mv "+reg+" "+reg+".bad") {
+	if err == nil || !strings.Contains(err.Error(), "the registry of MCP servers does not load: loading "+reg+": ") || !strings.Contains(err.Error(), "mv "+reg+" "+reg+".bad") {
 		t.Errorf("corrupt registry: %v", err)
 	}
 	if runtime.GOOS == "windows" || os.Geteuid() == 0 {

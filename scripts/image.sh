@@ -69,11 +69,12 @@ fi
 # 3. The image.
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-# Only what the build reads (the binary's Go sources, the embedded Python
-# runtime, the module files, the Dockerfile): an edit to docs or tests
-# does not rebuild the image.
-git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' \
+# Only what the build reads (the binary's Go sources, the Python files it
+# embeds, the module files, the Dockerfile): an edit to docs or tests does
+# not rebuild the image.
+git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' '*.py' \
   ':(glob)internal/pyruntime/**' ':(exclude)*_test.go' ':(exclude)tools/**' ':(exclude)bench/**' \
+  ':(exclude)python/**' ':(exclude)examples/**' \
   ':(exclude,glob)**/testdata/**' |
   xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
 go mod vendor -o "$ctx/vendor"

@@ -66,7 +66,7 @@ func TestMCPCorruptRegistryFailsOnce(t *testing.T) {
 	os.MkdirAll(filepath.Dir(reg), 0o755)
 	os.WriteFile(reg, []byte(`{"everything": `), 0o600)
 	stderr, code := mcpOnce(t, os.Args[0], nil, "--workspace", ws)
-	want := "ipybox mcp: " + reg + ", the registry of MCP servers, does not load: unexpected EOF " +
+	want := "ipybox mcp: the registry of MCP servers does not load: loading " + reg + ": unexpected EOF " +
 		`(want {"mcpServers": {"name": {...}}}); repair it, or move it aside to start with no servers registered: mv ` + reg + " " + reg + ".bad\n"
 	if code != exitFail || stderr != want {
 		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", code, stderr, want)
