@@ -160,7 +160,7 @@ func (e *Executor) registerMCPServer(ctx context.Context, name string, cfg Serve
 		restore()
 		return nil, fmt.Errorf("ipybox: register MCP server %q: %w", name, err)
 	}
-	if err := e.registry.Save(registryPath(e.workspace)); err != nil {
+	if err := e.registry.SaveEntry(registryPath(e.workspace), name); err != nil {
 		return nil, fmt.Errorf("ipybox: register MCP server %q: save registry: %w", name, err)
 	}
 	e.forgetModules(name)

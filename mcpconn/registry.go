@@ -115,6 +115,57 @@ func (r *Registry) Save(path string) error {
 	return writeFileAtomic(path, append(data, '\n'))
 }
 
+// saveLocks serialise the read, change and replace of each registry file
+// among the registries of this process, by path.
+var saveLocks sync.Map // path -> *sync.Mutex
+
+// SaveEntry writes the named server's config (or its absence, when the
+// registry has none) into the file at path, keeping every other entry as
+// the file has it: what other registries (other sessions' executors)
+// saved is not lost to this one's older view. The read, change and
+// replace are serialised within this process. Between processes that
+// register at the same moment on one workspace, the last replace wins:
+// no file lock is taken, because kernel code, which can open the
+// workspace's files, could hold one for as long as it likes. A file that
+// does not load is not overwritten: the error says so.
+func (r *Registry) SaveEntry(path, name string) error {
+	mu, _ := saveLocks.LoadOrStore(filepath.Clean(path), new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	base, rel := splitRegistryPath(path)
+	f := registryFile{MCPServers: map[string]json.RawMessage{}}
+	data, err := safefs.ReadFile(base, rel, maxRegistry)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("saving servers: %w", err)
+	default:
+		if err := json.Unmarshal(data, &f); err != nil {
+			return fmt.Errorf("saving servers: %s does not load, and is left as it is: %w", path, err)
+		}
+		if f.MCPServers == nil {
+			f.MCPServers = map[string]json.RawMessage{}
+		}
+	}
+	r.mu.RLock()
+	e, ok := r.servers[name]
+	r.mu.RUnlock()
+	if ok {
+		b, err := json.Marshal(e.cfg)
+		if err != nil {
+			return fmt.Errorf("saving server %q: %w", name, err)
+		}
+		f.MCPServers[name] = b
+	} else {
+		delete(f.MCPServers, name)
+	}
+	out, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return fmt.Errorf("saving servers: %w", err)
+	}
+	return writeFileAtomic(path, append(out, '\n'))
+}
+
 // writeFileAtomic replaces path (<workspace>/.ipybox/servers.json) with
 // data. The workspace is trusted; below it, kernel code may have planted
 // links, which are not followed (safefs): the file is replaced, not

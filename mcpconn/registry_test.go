@@ -2,11 +2,13 @@ package mcpconn
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -179,5 +181,68 @@ func TestLoadRegistryErrors(t *testing.T) {
 	// A folder in the way is an error, not an empty registry.
 	if _, err := LoadRegistry(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("LoadRegistry(a folder) = %v", err)
+	}
+}
+
+// TestSaveEntryKeepsOthers: two registries of one workspace (two sessions'
+// executors), each unaware of the other's server, save in turn and at once:
+// the file keeps both servers, and each one's latest config. A file that
+// does not load is left as it is.
+func TestSaveEntryKeepsOthers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ".ipybox", "servers.json")
+	a, b := NewRegistry(), NewRegistry()
+	a.Add("alpha", Config{Command: "alpha"})
+	b.Add("beta", Config{Command: "beta"})
+	if err := a.SaveEntry(path, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SaveEntry(path, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	// At once, many times: every save reads what the others wrote.
+	var wg sync.WaitGroup
+	for i := range 20 {
+		r := NewRegistry()
+		name := fmt.Sprintf("s%d", i)
+		r.Add(name, Config{Command: name})
+		wg.Go(func() {
+			if err := r.SaveEntry(path, name); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	a.Add("alpha", Config{Command: "alpha2"})
+	if err := a.SaveEntry(path, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadRegistry(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got.Names()); n != 22 {
+		t.Errorf("the file holds %d servers, want 22: %v", n, got.Names())
+	}
+	if c, _ := got.Get("alpha"); c.Command != "alpha2" {
+		t.Errorf("alpha: %q, want its latest config", c.Command)
+	}
+	if c, _ := got.Get("beta"); c.Command != "beta" {
+		t.Errorf("beta was lost to alpha's save: %+v", c)
+	}
+	// A registry without the name removes it.
+	if err := NewRegistry().SaveEntry(path, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := LoadRegistry(path); slices.Contains(got.Names(), "beta") {
+		t.Error("beta is still there after a save of its absence")
+	}
+
+	os.WriteFile(path, []byte(`{"mcpServers": {`), 0o600)
+	if err := a.SaveEntry(path, "alpha"); err == nil || !strings.Contains(err.Error(), "does not load, and is left as it is") {
+		t.Errorf("save over a corrupt file: %v", err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != `{"mcpServers": {` {
+		t.Errorf("the corrupt file was overwritten: %q", data)
 	}
 }

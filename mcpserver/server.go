@@ -1,15 +1,16 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -212,13 +213,30 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// defaultPoolMax is Options.PoolMax's default.
+const defaultPoolMax = 4
+
 // Server is ipybox's MCP server: it gives each MCP session its own stateful
 // kernel in a shared workspace. Create it with New, serve it with Serve
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
-// defaultPoolMax is Options.PoolMax's default.
-const defaultPoolMax = 4
-
+//
+// Locks, outer first; a goroutine that holds one may take only those
+// after it on its line:
+//
+//	s.closeMu → s.mu → s.zygMu
+//	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
+//	s.runMu → c.mu
+//	c.outMu → c.mu → c.progMu
+//	s.venvMu (alone)
+//
+// (x is a session, c a cell run, store the handle table.) s.mu, x.mu,
+// store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
+// under them. Three are held across I/O, each bounded and each waited for
+// only by what must wait: x.startMu across its session's kernel start
+// (StartTimeout), lockName(name) across a registration of that name (its
+// context and the connect timeout: registrations of other names, and
+// cells, go on), and s.venvMu across the virtualenv's creation.
 type Server struct {
 	// pkgDirs maps each Executor to its package folder (see
 	// closeExecutor).
@@ -278,13 +296,12 @@ type Server struct {
 	runMu sync.Mutex
 	runs  map[[32]byte]*cellRun
 
-	// regMu serialises registrations, so that every executor that saves
-	// servers.json has first learnt every registration before it.
-	regMu sync.Mutex
 	// regs is the registration table and regGen its last generation,
-	// guarded by mu.
-	regs   map[string]*registration
-	regGen int
+	// guarded by mu. nameLocks order the registrations of one name (see
+	// lockName), guarded by mu too.
+	regs      map[string]*registration
+	regGen    int
+	nameLocks map[string]*nameLock
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -312,46 +329,12 @@ func New(opts *Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := defaults.Apply("mcpserver",
-		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
-		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
-		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
-	); err != nil {
-		return nil, err
-	}
-	switch o.Approval {
-	case "":
-		o.Approval = ApprovalAuto
-	case ApprovalAuto, ApprovalElicit:
-	default:
-		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
-	}
-	allow, err := parseAllowPatterns(o.AllowTools)
+	allow, err := o.check()
 	if err != nil {
 		return nil, err
 	}
-	if o.SpillCellBytes == 0 {
-		o.SpillCellBytes = DefaultSpillCellBytes
-	}
-	if o.SpillWorkspaceBytes == 0 {
-		o.SpillWorkspaceBytes = DefaultSpillWorkspaceBytes
-	}
-	ws := o.Workspace
-	if ws == "" {
-		ws = "."
-	}
-	if ws, err = filepath.Abs(ws); err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
-	}
-	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("workspace %q is not a directory; create it or choose another", ws)
-	}
-	if real, err := filepath.EvalSymlinks(ws); err == nil {
-		ws = real
-	}
-	// Every session's kernel start would fail on these, and the pool
-	// would retry them in the background: fail once, here.
-	if err := ipybox.CheckWorkspace(ws); err != nil {
+	ws, err := workspaceDir(o.Workspace)
+	if err != nil {
 		return nil, err
 	}
 	dirs := o.AllowedDirs
@@ -365,17 +348,6 @@ func New(opts *Options) (*Server, error) {
 			return nil, fmt.Errorf("allowed directory: %w", err)
 		}
 		allowed = append(allowed, real)
-	}
-	if o.Container != nil && o.Sandbox != nil {
-		return nil, errors.New("Options.Container and Options.Sandbox exclude each other")
-	}
-	for _, b := range o.Binds {
-		if err := checkBind(b); err != nil {
-			return nil, err
-		}
-	}
-	if o.Version == "" {
-		o.Version = "dev"
 	}
 	tel := telemetry.New(o.TracerProvider, o.TraceCode)
 	if tel != nil {
@@ -396,21 +368,14 @@ func New(opts *Options) (*Server, error) {
 		handlesBy: map[string]int{},
 		runs:      map[[32]byte]*cellRun{},
 		regs:      map[string]*registration{},
+		nameLocks: map[string]*nameLock{},
 	}
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
-	names := make([]string, 0, len(o.Servers))
-	for name := range o.Servers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(o.Servers)) {
 		s.regGen++
 		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
-	}
-	if o.Gateway != nil && (o.Sandbox != nil || o.Container != nil) {
-		return nil, errors.New("Options.Gateway runs kernels on the gateway, and Sandbox and Container confine local ones; leave them nil with a gateway")
 	}
 	if o.Sandbox != nil {
 		// A bind is a link in the workspace to a host directory; inside the
@@ -450,6 +415,71 @@ func New(opts *Options) (*Server, error) {
 	s.addTools()
 	s.unreport = s.reportSessions()
 	return s, nil
+}
+
+// check applies the defaults to o and checks what needs no file system:
+// the bounds, the approval mode, the allowed tools (returned parsed), the
+// backends that exclude each other, and the binds.
+func (o *Options) check() ([]allowPattern, error) {
+	if err := defaults.Apply("mcpserver",
+		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
+		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
+		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
+	); err != nil {
+		return nil, err
+	}
+	switch o.Approval {
+	case "":
+		o.Approval = ApprovalAuto
+	case ApprovalAuto, ApprovalElicit:
+	default:
+		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
+	}
+	allow, err := parseAllowPatterns(o.AllowTools)
+	if err != nil {
+		return nil, err
+	}
+	if o.SpillCellBytes == 0 {
+		o.SpillCellBytes = DefaultSpillCellBytes
+	}
+	if o.SpillWorkspaceBytes == 0 {
+		o.SpillWorkspaceBytes = DefaultSpillWorkspaceBytes
+	}
+	if o.Container != nil && o.Sandbox != nil {
+		return nil, errors.New("Options.Container and Options.Sandbox exclude each other")
+	}
+	if o.Gateway != nil && (o.Sandbox != nil || o.Container != nil) {
+		return nil, errors.New("Options.Gateway runs kernels on the gateway, and Sandbox and Container confine local ones; leave them nil with a gateway")
+	}
+	for _, b := range o.Binds {
+		if err := checkBind(b); err != nil {
+			return nil, err
+		}
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	return allow, nil
+}
+
+// workspaceDir returns the workspace (dir, "" for the current directory)
+// as an absolute, real path, checked the way every kernel start would
+// check it: once, here, instead of by the pool in the background.
+func workspaceDir(dir string) (string, error) {
+	ws, err := filepath.Abs(cmp.Or(dir, "."))
+	if err != nil {
+		return "", fmt.Errorf("workspace: %w", err)
+	}
+	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("workspace %q is not a directory; create it or choose another", ws)
+	}
+	if real, err := filepath.EvalSymlinks(ws); err == nil {
+		ws = real
+	}
+	if err := ipybox.CheckWorkspace(ws); err != nil {
+		return "", err
+	}
+	return ws, nil
 }
 
 // Workspace returns the workspace's absolute, real path.

@@ -203,38 +203,77 @@ func (x *session) takeWarnings() []string {
 }
 
 // sync registers in ex the servers registered elsewhere (at start, or by
-// another session) since ex started. Failures become warnings.
+// another session) since ex started. Failures become warnings. It holds
+// no lock across a registration's network I/O but that name's own (see
+// lockName).
 func (x *session) sync(ctx context.Context, ex *ipybox.Executor) {
-	if len(x.s.pending(x)) == 0 {
-		return
+	for _, p := range x.s.pending(x) {
+		x.syncOne(ctx, ex, p.name)
 	}
-	x.s.regMu.Lock()
-	defer x.s.regMu.Unlock()
-	x.syncLocked(ctx, ex)
 }
 
-// syncLocked is sync with s.regMu held.
-func (x *session) syncLocked(ctx context.Context, ex *ipybox.Executor) {
-	for _, p := range x.s.pending(x) {
-		_, err := ex.RegisterMCPServer(ctx, p.name, p.cfg)
-		x.s.mu.Lock()
-		x.synced[p.name] = p.gen
-		if err == nil {
-			if r := x.s.regs[p.name]; r != nil && r.gen == p.gen {
-				r.persisted = true
-			}
-		}
+// syncOne registers name in ex, as the table has it once name's lock is
+// held: a registration that committed while this one waited wins.
+func (x *session) syncOne(ctx context.Context, ex *ipybox.Executor, name string) {
+	unlock := x.s.lockName(name)
+	defer unlock()
+	x.s.mu.Lock()
+	r := x.s.regs[name]
+	if r == nil || x.synced[name] == r.gen {
 		x.s.mu.Unlock()
-		if err != nil {
-			x.s.log.Warn("registering an MCP server", "server", p.name, "err", err)
-			x.mu.Lock()
-			x.warnings = append(x.warnings, fmt.Sprintf("[ipybox: MCP server %q could not be registered: %v]", p.name, err))
-			if x.regErrs == nil {
-				x.regErrs = map[string]string{}
-			}
-			x.regErrs[p.name] = err.Error()
-			x.mu.Unlock()
+		return
+	}
+	cfg, gen := r.cfg, r.gen
+	x.s.mu.Unlock()
+	_, err := ex.RegisterMCPServer(ctx, name, cfg)
+	x.s.mu.Lock()
+	x.synced[name] = gen
+	if err == nil {
+		if r := x.s.regs[name]; r != nil && r.gen == gen {
+			r.persisted = true
 		}
+	}
+	x.s.mu.Unlock()
+	if err != nil {
+		x.s.log.Warn("registering an MCP server", "server", name, "err", err)
+		x.mu.Lock()
+		x.warnings = append(x.warnings, fmt.Sprintf("[ipybox: MCP server %q could not be registered: %v]", name, err))
+		if x.regErrs == nil {
+			x.regErrs = map[string]string{}
+		}
+		x.regErrs[name] = err.Error()
+		x.mu.Unlock()
+	}
+}
+
+// nameLock is one name's registration lock, with the count of those that
+// hold or wait for it.
+type nameLock struct {
+	mu    sync.Mutex
+	users int
+}
+
+// lockName takes name's registration lock and returns its release. The
+// registrations of one name are ordered by it, so that the last to commit
+// is the last written to servers.json and to the table alike; those of
+// other names, and everything else, do not wait for its network I/O.
+func (s *Server) lockName(name string) (unlock func()) {
+	s.mu.Lock()
+	l := s.nameLocks[name]
+	if l == nil {
+		l = &nameLock{}
+		s.nameLocks[name] = l
+	}
+	l.users++
+	s.mu.Unlock()
+	l.mu.Lock() // bound: the holder's registration, bounded by its ctx and the connect timeout
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.nameLocks, name)
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -258,12 +297,12 @@ func (s *Server) pending(x *session) []pendingReg {
 }
 
 // register registers a server through x's executor and makes it known to
-// every other session.
+// every other session. The executor saves only this server's entry in
+// servers.json (mcpconn's SaveEntry keeps the others), so it need not
+// learn the other registrations first.
 func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string, cfg ipybox.ServerConfig) ([]ipybox.ToolModule, error) {
-	x.s.regMu.Lock()
-	defer x.s.regMu.Unlock()
-	// Bring ex up to date first: it saves servers.json whole.
-	x.syncLocked(ctx, ex)
+	unlock := x.s.lockName(name)
+	defer unlock()
 	mods, err := ex.RegisterMCPServer(ctx, name, cfg)
 	if err != nil {
 		return nil, err

@@ -102,6 +102,15 @@ func schema(s string) json.RawMessage {
 }
 
 func (s *Server) addTools() {
+	s.addCellTools()
+	s.addRegisterTool()
+	s.addFileTools()
+	s.addSessionTools()
+}
+
+// addCellTools adds the tools of a session's kernel: execute_ipython_cell,
+// install_package and reset.
+func (s *Server) addCellTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "execute_ipython_cell",
 		Title: "Run Python code",
@@ -128,6 +137,35 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
 		Annotations: &mcp.ToolAnnotations{Title: "Run Python code", OpenWorldHint: boolPtr(true)},
 	}, s.executeTool)
 
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:  "install_package",
+		Title: "Install a Python package",
+		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. ` + installWhere(s.opts.Gateway != nil) + `
+
+package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.` + threadHandle,
+		InputSchema: schema(`{
+  "type": "object",
+  "properties": {
+    "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."},
+    ` + sessionProp + `
+  },
+  "required": ["package_name"],
+  "additionalProperties": false
+}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: boolPtr(true)},
+	}, s.installTool)
+
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "reset",
+		Title:       "Reset the kernel",
+		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
+		InputSchema: schema(`{"type": "object", "properties": {` + sessionProp + `}, "additionalProperties": false}`),
+		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
+	}, s.resetTool)
+}
+
+// addRegisterTool adds register_mcp_server.
+func (s *Server) addRegisterTool() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "register_mcp_server",
 		Title: "Register an MCP server for use from Python",
@@ -177,33 +215,10 @@ ${VAR} placeholders are filled from ipybox's environment and the workspace's .en
 }`),
 		Annotations: &mcp.ToolAnnotations{Title: "Register an MCP server", OpenWorldHint: boolPtr(true)},
 	}, s.registerTool)
+}
 
-	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:  "install_package",
-		Title: "Install a Python package",
-		Description: `Install a Python package into the kernel's environment with pip, and return pip's output. ` + installWhere(s.opts.Gateway != nil) + `
-
-package_name is one pip requirement: a name with an optional version (pandas, requests==2.32.3, numpy>=2), or a path to a local wheel or project folder, relative to the workspace. Import the package in execute_ipython_cell afterwards.` + threadHandle,
-		InputSchema: schema(`{
-  "type": "object",
-  "properties": {
-    "package_name": {"type": "string", "description": "One pip requirement: a package name with an optional version specifier, or a local path relative to the workspace."},
-    ` + sessionProp + `
-  },
-  "required": ["package_name"],
-  "additionalProperties": false
-}`),
-		Annotations: &mcp.ToolAnnotations{Title: "Install a Python package", OpenWorldHint: boolPtr(true)},
-	}, s.installTool)
-
-	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:        "reset",
-		Title:       "Reset the kernel",
-		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
-		InputSchema: schema(`{"type": "object", "properties": {` + sessionProp + `}, "additionalProperties": false}`),
-		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
-	}, s.resetTool)
-
+// addFileTools adds upload_file and download_file.
+func (s *Server) addFileTools() {
 	fileSchema := func(rel, local string) json.RawMessage {
 		return schema(fmt.Sprintf(`{
   "type": "object",
@@ -234,7 +249,10 @@ local_path must be absolute and lie inside a directory ipybox allows (by default
 		InputSchema: fileSchema("The file to copy, relative to the workspace (the kernel's working directory), such as results/summary.csv.", "Absolute destination path on the host."),
 		Annotations: &mcp.ToolAnnotations{Title: "Download a file", IdempotentHint: true},
 	}, s.downloadTool)
+}
 
+// addSessionTools adds create_session, close_session and list_sessions.
+func (s *Server) addSessionTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "create_session",
 		Title: "Start a session: a kernel of its own",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -79,38 +80,7 @@ func mcpCommand() *command {
 
 func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	var f mcpFlags
-	fs := newFlagSet(env, "mcp", mcpUsage)
-	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/); created if missing")
-	fs.StringVar(&f.imagesDir, "images-dir", "", "`DIR` for the images cells produce (default: <workspace>/images)")
-	fs.BoolVar(&f.requireShellEscape, "require-shell-escape", false, "guard subprocess, os.system and the like in the kernel, so that code starts processes through ! (and so through shell approval); a guard for well-behaved code, not a boundary")
-	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel to create the workspace's virtualenv from (default: discovered)")
-	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level`: debug, info, warn or error")
-	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
-	fs.Var(&f.allowedDirs, "allowed-dir", "host `DIR` that upload_file and download_file may use (repeatable; when given, it replaces the default: the workspace and the system temp dir)")
-	fs.Var(&f.kernelEnv, "kernel-env", "`KEY=VALUE` for the kernel's environment (repeatable)")
-	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
-	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
-	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
-	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
-	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
-	f.policy.register(fs)
-	f.telemetry.register(fs, true)
-	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
-	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
-	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
-	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
-	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end a session (a handle of create_session, or an HTTP connection's), and stop its kernel, after this long without a call")
-	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
-	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
-	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
-	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
-	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
-	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
-	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
-	f.gateway.register(fs)
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
-	f.sandbox.register(fs, true)
-	f.container.register(fs)
+	fs := f.flagSet(env)
 	if done, code := parseFlags(fs, env, args); done {
 		return code
 	}
@@ -121,82 +91,18 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if fs.NArg() > 0 {
 		return fail(exitUsage, fmt.Errorf("unexpected argument %q; all settings are flags", fs.Arg(0)))
 	}
-	if f.authToken != "" {
-		return fail(exitUsage, errTokenOnCommandLine)
-	}
-	// --metrics-addr takes the token rules of --http.
-	served := f.httpAddr != "" || f.telemetry.metricsAddr != ""
-	switch {
-	case !served && (f.authTokenFile != "" || f.noAuth):
-		return fail(exitUsage, errors.New("--auth-token-file and --no-auth apply to --http (and --metrics-addr); stdio needs no token"))
-	case f.noAuth && f.authTokenFile != "":
-		return fail(exitUsage, errors.New("--no-auth contradicts --auth-token-file; choose one"))
-	case f.authTokenFile != "":
-		principals, err := readTokenFile(env, f.authTokenFile)
-		if err != nil {
-			return fail(exitUsage, err)
-		}
-		f.principals = principals
-	case served && !f.noAuth:
-		// Read once, then gone from the environment: a server config that
-		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
-		// no child inherits it.
-		f.authToken = takeEnv(env, "IPYBOX_MCP_AUTH_TOKEN")
-		if f.authToken == "" {
-			f.authToken, f.generatedToken = newToken(), true
-		}
-	}
-	if f.httpAddr != "" {
-		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
-			return fail(exitUsage, fmt.Errorf("--http: %w", err))
-		}
-	}
-	if a := f.telemetry.metricsAddr; a != "" {
-		if err := mcpserver.CheckHTTPAddr(a, f.noAuth); err != nil {
-			return fail(exitUsage, fmt.Errorf("--metrics-addr: %w", err))
-		}
-	}
-	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
+	if err := f.auth(env); err != nil {
 		return fail(exitUsage, err)
 	}
-	// Kernels start with the sessions, in the background: a workspace
-	// they cannot use would show only as retries in the log.
-	if err := ipybox.CheckWorkspace(f.workspace); err != nil {
-		return fail(exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err))
-	}
-	if f.python != "" {
-		// Kernels start with the sessions, in the background: a wrong
-		// interpreter would show only as retries in the log.
-		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
-			return fail(exitUsage, err)
-		}
+	if code, err := f.checkHost(ctx, env); err != nil {
+		return fail(code, err)
 	}
 	opts, err := mcpOptions(env, &f)
 	if err != nil {
 		return fail(exitUsage, err)
 	}
-	if opts.Container != nil {
-		if err := containerProbe(ctx, opts.Container); err != nil {
-			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
-		}
-		// Whether the kernels' user can write the workspace, now, not as
-		// retries of every session.
-		if err := container.CheckUser(f.workspace); err != nil {
-			return fail(exitFail, err)
-		}
-	}
-	if opts.Sandbox != nil {
-		// Kernels start with the sessions; find out now, not at the first
-		// cell, that the sandbox cannot run here. Asked for, it fails
-		// closed; by default, the server runs unsandboxed and says so.
-		if err := sandboxProbe(ctx); err != nil {
-			if f.sandboxExplicit {
-				return fail(exitFail, fmt.Errorf("--sandbox: %w", err))
-			}
-			fmt.Fprintf(env.stderr, "ipybox mcp: warning: kernels run UNSANDBOXED, with your rights (approvals are advice, not a boundary): %v; "+
-				"fix that, or pass --no-sandbox to run unsandboxed on purpose\n", err)
-			opts.Sandbox = nil
-		}
+	if code, err := f.probeBackend(ctx, env, opts); err != nil {
+		return fail(code, err)
 	}
 	if opts.Approval == mcpserver.ApprovalAuto {
 		fmt.Fprintln(env.stderr, "ipybox mcp: --approval auto: tool calls and shell commands of cells run without approval (--approval elicit asks the client)")
@@ -243,6 +149,131 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 		return exitOK
 	}
 	return serveHTTP(ctx, env, srv, &f)
+}
+
+// flagSet is mcp's flag set, bound to f.
+func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
+	fs := newFlagSet(env, "mcp", mcpUsage)
+	fs.StringVar(&f.workspace, "workspace", ".", "kernel working `DIR`, shared by all sessions (holds mcptools/, images/, .ipybox/); created if missing")
+	fs.StringVar(&f.imagesDir, "images-dir", "", "`DIR` for the images cells produce (default: <workspace>/images)")
+	fs.BoolVar(&f.requireShellEscape, "require-shell-escape", false, "guard subprocess, os.system and the like in the kernel, so that code starts processes through ! (and so through shell approval); a guard for well-behaved code, not a boundary")
+	fs.StringVar(&f.python, "python", "", "Python `interpreter` with ipykernel to create the workspace's virtualenv from (default: discovered)")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.logFile, "log-file", "", "write logs to `FILE` instead of standard error")
+	fs.Var(&f.allowedDirs, "allowed-dir", "host `DIR` that upload_file and download_file may use (repeatable; when given, it replaces the default: the workspace and the system temp dir)")
+	fs.Var(&f.kernelEnv, "kernel-env", "`KEY=VALUE` for the kernel's environment (repeatable)")
+	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
+	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
+	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
+	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
+	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
+	f.policy.register(fs)
+	f.telemetry.register(fs, true)
+	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
+	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
+	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
+	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end a session (a handle of create_session, or an HTTP connection's), and stop its kernel, after this long without a call")
+	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
+	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
+	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
+	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
+	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
+	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
+	f.gateway.register(fs)
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
+	f.sandbox.register(fs, true)
+	f.container.register(fs)
+	return fs
+}
+
+// auth checks the token flags and reads the token: from --auth-token-file,
+// or (over HTTP or --metrics-addr, without --no-auth) from
+// $IPYBOX_MCP_AUTH_TOKEN, else a new one.
+func (f *mcpFlags) auth(env *cliEnv) error {
+	if f.authToken != "" {
+		return errTokenOnCommandLine
+	}
+	// --metrics-addr takes the token rules of --http.
+	served := f.httpAddr != "" || f.telemetry.metricsAddr != ""
+	switch {
+	case !served && (f.authTokenFile != "" || f.noAuth):
+		return errors.New("--auth-token-file and --no-auth apply to --http (and --metrics-addr); stdio needs no token")
+	case f.noAuth && f.authTokenFile != "":
+		return errors.New("--no-auth contradicts --auth-token-file; choose one")
+	case f.authTokenFile != "":
+		principals, err := readTokenFile(env, f.authTokenFile)
+		if err != nil {
+			return err
+		}
+		f.principals = principals
+	case served && !f.noAuth:
+		// Read once, then gone from the environment: a server config that
+		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
+		// no child inherits it.
+		f.authToken = takeEnv(env, "IPYBOX_MCP_AUTH_TOKEN")
+		if f.authToken == "" {
+			f.authToken, f.generatedToken = newToken(), true
+		}
+	}
+	if f.httpAddr != "" {
+		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+	}
+	if a := f.telemetry.metricsAddr; a != "" {
+		if err := mcpserver.CheckHTTPAddr(a, f.noAuth); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkHost checks, at start, what every kernel start would otherwise
+// find only as retries in the log (kernels start with the sessions, in
+// the background): the workspace, and --python. It returns the exit
+// status for its error.
+func (f *mcpFlags) checkHost(ctx context.Context, env *cliEnv) (int, error) {
+	if err := ensureWorkspace(env, "ipybox mcp", f.workspace); err != nil {
+		return exitUsage, err
+	}
+	if err := ipybox.CheckWorkspace(f.workspace); err != nil {
+		return exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err)
+	}
+	if f.python != "" {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
+			return exitUsage, err
+		}
+	}
+	return exitOK, nil
+}
+
+// probeBackend finds out now, not at the first cell, that the container
+// or the sandbox cannot run here. An explicit --sandbox fails closed; the
+// default sandbox falls back to none, and says so.
+func (f *mcpFlags) probeBackend(ctx context.Context, env *cliEnv, opts *mcpserver.Options) (int, error) {
+	if opts.Container != nil {
+		if err := containerProbe(ctx, opts.Container); err != nil {
+			return exitFail, fmt.Errorf("--container-tag: %w", err)
+		}
+		// Whether the kernels' user can write the workspace, now, not as
+		// retries of every session.
+		if err := container.CheckUser(f.workspace); err != nil {
+			return exitFail, err
+		}
+	}
+	if opts.Sandbox != nil {
+		if err := sandboxProbe(ctx); err != nil {
+			if f.sandboxExplicit {
+				return exitFail, fmt.Errorf("--sandbox: %w", err)
+			}
+			fmt.Fprintf(env.stderr, "ipybox mcp: warning: kernels run UNSANDBOXED, with your rights (approvals are advice, not a boundary): %v; "+
+				"fix that, or pass --no-sandbox to run unsandboxed on purpose\n", err)
+			opts.Sandbox = nil
+		}
+	}
+	return exitOK, nil
 }
 
 // serveHTTP serves srv on f.httpAddr until ctx ends (SIGINT, SIGTERM).
@@ -356,31 +387,9 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	if f.idle <= 0 {
 		return nil, fmt.Errorf("--session-idle-timeout %v: want a positive duration", f.idle)
 	}
-	// The workspace's .env: KERNEL_ENV_<NAME> reaches the kernel as <NAME>;
-	// every variable can fill ${VAR} in server configs.
-	dot, err := mcpconn.LoadDotEnv(filepath.Join(f.workspace, ".env"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("workspace .env: %w", err)
-	}
-	o.DotEnv = dot
-	for k, v := range dot {
-		if name, ok := strings.CutPrefix(k, "KERNEL_ENV_"); ok && name != "" {
-			o.KernelEnv[name] = v
-		}
-	}
-	if f.kernelEnvFile != "" {
-		m, err := mcpconn.LoadDotEnv(f.kernelEnvFile)
-		if err != nil {
-			return nil, fmt.Errorf("--kernel-env-file: %w", err)
-		}
-		maps.Copy(o.KernelEnv, m)
-	}
-	for _, kv := range f.kernelEnv {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--kernel-env %q: want KEY=VALUE", kv)
-		}
-		o.KernelEnv[k] = v
+	var err error
+	if o.DotEnv, err = f.environment(o.KernelEnv); err != nil {
+		return nil, err
 	}
 	if o.ImagesDir != "" {
 		abs, err := filepath.Abs(o.ImagesDir)
@@ -412,36 +421,77 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			o.Servers[s.name] = s.cfg
 		}
 	}
-	if o.Container, err = f.container.config(&f.sandbox); err != nil {
+	if err := f.backend(env, o); err != nil {
 		return nil, err
+	}
+	return o, nil
+}
+
+// environment reads the workspace's .env (returned: every variable can
+// fill ${VAR} in server configs, and KERNEL_ENV_<NAME> reaches the kernel
+// as <NAME>), then --kernel-env-file and --kernel-env, into kernelEnv.
+func (f *mcpFlags) environment(kernelEnv map[string]string) (map[string]string, error) {
+	dot, err := mcpconn.LoadDotEnv(filepath.Join(f.workspace, ".env"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("workspace .env: %w", err)
+	}
+	for k, v := range dot {
+		if name, ok := strings.CutPrefix(k, "KERNEL_ENV_"); ok && name != "" {
+			kernelEnv[name] = v
+		}
+	}
+	if f.kernelEnvFile != "" {
+		m, err := mcpconn.LoadDotEnv(f.kernelEnvFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kernel-env-file: %w", err)
+		}
+		maps.Copy(kernelEnv, m)
+	}
+	for _, kv := range f.kernelEnv {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--kernel-env %q: want KEY=VALUE", kv)
+		}
+		kernelEnv[k] = v
+	}
+	return dot, nil
+}
+
+// backend sets where kernels run: a container, a gateway, or here, with
+// the sandbox the flags ask for (or the default one), and checks the
+// flags that only one of them takes.
+func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
+	var err error
+	if o.Container, err = f.container.config(&f.sandbox); err != nil {
+		return err
 	}
 	if o.Gateway, err = f.gateway.config(env); err != nil {
-		return nil, err
+		return err
 	}
 	if o.Gateway != nil && o.Container != nil {
-		return nil, errors.New("--container runs kernels in a local container and --gateway-url on a gateway; drop one of them")
+		return errors.New("--container runs kernels in a local container and --gateway-url on a gateway; drop one of them")
 	}
 	if o.Container != nil {
 		if len(o.Binds) > 0 {
-			return nil, errors.New("--bind makes links to host paths, which a container cannot follow; use --container-bind HOST:REL (mounted at /app/REL)")
+			return errors.New("--bind makes links to host paths, which a container cannot follow; use --container-bind HOST:REL (mounted at /app/REL)")
 		}
 		if f.python != "" {
-			return nil, errors.New("--python names a host interpreter; a container runs its image's python3")
+			return errors.New("--python names a host interpreter; a container runs its image's python3")
 		}
-		return o, nil
+		return nil
 	}
 	policy, explicit, err := f.sandbox.policy()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	o.Sandbox = policy
 	f.sandboxExplicit = explicit
 	if o.Gateway != nil {
 		if explicit {
-			return nil, errors.New("--sandbox confines local kernels; gateway kernels are confined by their gateway: drop one of --sandbox and --gateway-url")
+			return errors.New("--sandbox confines local kernels; gateway kernels are confined by their gateway: drop one of --sandbox and --gateway-url")
 		}
 		o.Sandbox = nil // the default sandbox is for local kernels
 		o.ToolServerAddr = f.gateway.toolAddr
 	}
-	return o, nil
+	return nil
 }
