@@ -13,8 +13,8 @@ import (
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/toolserver"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // ApprovalKind says what an ApprovalRequest asks about.

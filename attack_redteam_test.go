@@ -160,6 +160,7 @@ for d, wt in ((".", os.getcwd()), ("src", os.path.join(os.getcwd(), "src"))):
 // The attack runs in a child process, so that the panic ends the child,
 // not the test binary.
 func TestRedteamOversizedFrameCrashesHost(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("IPYBOX_REDTEAM_CHILD") == "frame" {
 		ex := startSandboxed(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -199,8 +200,12 @@ time.sleep(2)`, nil)
 // between the socket reader, the decoder and the caller were unbounded, so
 // the host buffered what it had not handled yet: its memory grew with what
 // the kernel sent (5.3 GB for 3.2 GB sent). Now each channel and each call
-// has a byte budget, past which the host stops reading.
+// has a byte budget, past which the host stops reading. It measures a
+// test process of its own (testenv.Alone), while the other tests run.
 func TestRedteamIopubFloodHostMemory(t *testing.T) {
+	if testenv.Alone(t) {
+		return
+	}
 	ex := startSandboxed(t, nil)
 	base := rssBytes()
 	var peak atomic.Int64

@@ -11,9 +11,9 @@ import (
 
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/egress"
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/wsguard"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // DefaultContainerImage is the image ContainerConfig.Image defaults to: the

@@ -125,7 +125,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/sandbox"
+	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
 var (

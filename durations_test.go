@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
 )
 

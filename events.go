@@ -3,7 +3,7 @@ package ipybox
 import (
 	"errors"
 
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // The events of a cell are the kernel package's, so that nothing is copied
@@ -49,4 +49,8 @@ type (
 	PythonError = kernel.PythonError
 	// TimeoutError reports a cell that exceeded ExecOptions.Timeout.
 	TimeoutError = kernel.TimeoutError
+	// DiedError says when and how a kernel died: Result.Restarted, for a
+	// death between calls, and the error of a call the death ended, which
+	// matches ErrKernelDied.
+	DiedError = kernel.DiedError
 )

@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/toolserver"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // MaxDownload bounds the file DownloadFile copies: the kernel's side of a

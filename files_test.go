@@ -118,6 +118,7 @@ func hostileChunks(t *testing.T, ex *ipybox.Executor) {
 }
 
 func TestTransferLocal(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	transferSuite(t, ex, ex.Workspace())
 	hostileChunks(t, ex)
@@ -128,6 +129,7 @@ func TestTransferLocal(t *testing.T) {
 // tool modules from the host's tool server, after a reset too; the module
 // endpoint serves nothing but mcptools, and follows no link.
 func TestGatewayTransferAndModules(t *testing.T) {
+	t.Parallel()
 	j := testenv.JupyterServer(t, nil)
 	ex := start(t, &ipybox.Options{Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
 	transferSuite(t, ex, j.Dir)

@@ -48,6 +48,7 @@ func getModule(t *testing.T, base, token, name string) (int, string) {
 // refused promptly, with nothing from outside mcptools in the answer, and
 // the executor still closes in time.
 func TestGatewayAttackModules(t *testing.T) {
+	t.Parallel()
 	j := testenv.JupyterServer(t, nil)
 	ex := start(t, &ipybox.Options{Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
 	register(t, ex, "go", testmcpStdio(t))
@@ -131,6 +132,7 @@ func TestGatewayAttackModules(t *testing.T) {
 // nonsense sizes, nor hold it past its context (a get that never answers);
 // the kernel stays usable afterwards.
 func TestGatewayAttackDownload(t *testing.T) {
+	t.Parallel()
 	j := testenv.JupyterServer(t, nil)
 	ex := start(t, &ipybox.Options{Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
 	patch := func(body string) {
@@ -221,42 +223,59 @@ func peakHeap(f func()) uint64 {
 // get and recv so that the transfer's silent cell prints and displays
 // hundreds of MiB cannot make the host hold them: a transfer keeps what
 // it needs, not every output of its cell, and saves none of its images.
+// Each case measures the heap of a test process of its own (testenv.Alone),
+// with a gateway and a kernel of its own, while the other tests run.
 func TestGatewayAttackTransferFlood(t *testing.T) {
-	j := testenv.JupyterServer(t, nil)
-	ex := start(t, &ipybox.Options{Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
-	const flood = "import sys\n    _s = 'x' * (1 << 20)\n    for _i in range(384):\n        sys.stdout.write(_s); sys.stdout.flush()\n" +
+	t.Parallel()
+	// The flood first leaves a file, so that the test knows it ran. (The
+	// cases once shared a kernel: the download's flood ended the gateway's
+	// connection, the kernel was replaced, and the upload ran the real
+	// recv, flooding nothing, and passed.)
+	const flood = "import sys\n    open('flood-ran', 'w').close()\n    _s = 'x' * (1 << 20)\n    for _i in range(384):\n        sys.stdout.write(_s); sys.stdout.flush()\n" +
 		"    for _i in range(96):\n        _p({'text/plain': _s * 4})\n" +
 		"    for _i in range(16):\n        _p({'image/png': __import__('base64').b64encode(b'\\x89PNG' * (1 << 20)).decode()})\n"
-	run(t, ex, "import ipybox_runtime._remote as _r\nfrom IPython.display import publish_display_data as _p\n"+
-		"def _get(rel, offset, n, root=None):\n    "+flood+"    _p({_r.CHUNK_MIME: {'size': 3, 'data': 'YWJj'}})\n_r.get = _get\n"+
-		"def _recv(rel, root=None):\n    "+flood+"_r.recv = _recv")
+	const setup = "import ipybox_runtime._remote as _r\nfrom IPython.display import publish_display_data as _p\n" +
+		"def _get(rel, offset, n, root=None):\n    " + flood + "    _p({_r.CHUNK_MIME: {'size': 3, 'data': 'YWJj'}})\n_r.get = _get\n" +
+		"def _recv(rel, root=None):\n    " + flood + "_r.recv = _recv"
 	// The flood is about 770 MiB; kept, it took 1.7 GiB of heap. Bounded,
 	// the peak is the messages in flight and garbage not yet collected
 	// (about 140 MiB).
 	const bound = 400 << 20
 	for _, tc := range []struct {
 		name string
-		f    func(ctx context.Context) error
+		f    func(ctx context.Context, ex *ipybox.Executor) error
 	}{
-		{"download", func(ctx context.Context) error {
+		{"download", func(ctx context.Context, ex *ipybox.Executor) error {
 			_, err := ex.DownloadFile(ctx, "x", io.Discard)
 			return err
 		}},
-		{"upload", func(ctx context.Context) error {
+		{"upload", func(ctx context.Context, ex *ipybox.Executor) error {
 			_, err := ex.UploadFile(ctx, "x", strings.NewReader("abc"))
 			return err
 		}},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		var err error
-		peak := peakHeap(func() { err = tc.f(ctx) })
-		cancel()
-		t.Logf("%s: peak heap %d MiB, err %v", tc.name, peak>>20, err)
-		if peak > bound {
-			t.Errorf("%s: the host's heap reached %d MiB while the kernel flooded (bound %d MiB)", tc.name, peak>>20, bound>>20)
-		}
-		if ents, _ := os.ReadDir(filepath.Join(ex.Workspace(), "images")); len(ents) > 0 {
-			t.Errorf("%s: the kernel's images were saved on the host: %d files", tc.name, len(ents))
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if testenv.Alone(t) {
+				return
+			}
+			j := testenv.JupyterServer(t, nil)
+			ex := start(t, &ipybox.Options{Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}})
+			run(t, ex, setup)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			var err error
+			begin := time.Now()
+			peak := peakHeap(func() { err = tc.f(ctx, ex) })
+			cancel()
+			t.Logf("peak heap %d MiB after %v, err %v", peak>>20, time.Since(begin).Round(time.Second), err)
+			if peak > bound {
+				t.Errorf("the host's heap reached %d MiB while the kernel flooded (bound %d MiB)", peak>>20, bound>>20)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(ex.Workspace(), "images")); len(ents) > 0 {
+				t.Errorf("the kernel's images were saved on the host: %d files", len(ents))
+			}
+			if got := run(t, ex, "import os\nos.path.exists('flood-ran')").Text; got != "True" {
+				t.Errorf("the kernel's flood did not run (%s): the case tested nothing", got)
+			}
+		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 // the host, a timeout, Reset, and MCP tool calls that reach the host's
 // tool server (on loopback TCP) and wait for the host's approval.
 func TestGatewayExecutor(t *testing.T) {
+	t.Parallel()
 	for _, legacy := range []bool{false, true} {
 		name := "v1"
 		if legacy {
@@ -136,6 +137,7 @@ func attackToolServer(t *testing.T, base, token string) {
 // TestGatewayExcludesLocalOptions: a gateway with a sandbox is refused,
 // with the fix.
 func TestGatewayExcludesLocalOptions(t *testing.T) {
+	t.Parallel()
 	_, err := ipybox.Start(context.Background(), &ipybox.Options{
 		WorkDir: t.TempDir(),
 		Gateway: &ipybox.GatewayConfig{URL: "http://127.0.0.1:1"},
@@ -165,6 +167,7 @@ func hostAddress(t *testing.T) string {
 // approvals stay on the host. The port refuses plain HTTP, a foreign Host
 // and a missing token, and a runtime with another pin sends nothing.
 func TestGatewayToolServerTLS(t *testing.T) {
+	t.Parallel()
 	addr := hostAddress(t)
 	j := testenv.JupyterServer(t, nil)
 	ex := start(t, &ipybox.Options{

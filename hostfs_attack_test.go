@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 // TestAttackHostFollowsLinks: the host never writes through a link kernel

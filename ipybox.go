@@ -48,14 +48,14 @@ import (
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // Options configures an Executor. A nil *Options means the defaults; Start
@@ -145,7 +145,7 @@ type Options struct {
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
-	// environment (see mcpconn.LoadDotEnv). Nil means none.
+	// environment (see LoadDotEnv). Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is called when a remote MCP server needs a user to sign in
 	// with OAuth (the authorization code grant): it should show url to the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -293,9 +294,19 @@ func TestTimeoutKeepsState(t *testing.T) {
 func TestCancelInterruptsPromptly(t *testing.T) {
 	ex := start(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	begin := time.Now()
-	_, err := ex.Execute(ctx, "import time\ntime.sleep(30)", nil)
+	defer cancel()
+	// Cancel once the cell sleeps (see TestInterrupt).
+	var begin time.Time
+	var err error
+	for ev, e := range ex.Stream(ctx, "import time\ndef nap():\n    print('sleeping')\n    time.sleep(30)\nnap()", nil) {
+		if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "sleeping") {
+			begin = time.Now()
+			cancel()
+		}
+		if e != nil {
+			err = e
+		}
+	}
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
@@ -410,7 +421,8 @@ func TestKernelEnv(t *testing.T) {
 
 func TestKernelDeath(t *testing.T) {
 	t.Parallel()
-	ex := start(t, nil)
+	logs := &testenv.Buffer{}
+	ex := start(t, &ipybox.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	run(t, ex, "x = 1")
 	_, err := ex.Execute(context.Background(), "import os\nos._exit(1)", nil)
 	if !errors.Is(err, ipybox.ErrKernelDied) {
@@ -422,28 +434,50 @@ func TestKernelDeath(t *testing.T) {
 	// SIGKILL from outside, while a cell runs.
 	pid := run(t, ex, "import os\nos.getpid()").Text
 	victim, _ := strconv.Atoi(pid)
-	time.AfterFunc(300*time.Millisecond, func() { testenv.Signal(victim, syscall.SIGKILL) })
-	_, err = ex.Execute(context.Background(), "import time\ntime.sleep(20)", nil)
+	err = nil
+	for ev, e := range ex.Stream(context.Background(), "import time\nprint('running', flush=True)\ntime.sleep(20)", nil) {
+		if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "running") {
+			testenv.Signal(victim, syscall.SIGKILL)
+		}
+		if e != nil {
+			err = e
+		}
+	}
 	if !errors.Is(err, ipybox.ErrKernelDied) {
 		t.Fatalf("SIGKILL: err = %v, want ErrKernelDied", err)
 	}
 	if got := run(t, ex, "1 + 1").Text; got != "2" {
 		t.Errorf("after SIGKILL: %q", got)
 	}
-	// SIGKILL while idle: found by the next call.
+	// SIGKILL while idle: once the host has seen the death (the process is
+	// reaped and the death logged), the next call runs in a fresh kernel and
+	// reports the death in Result.Restarted; it does not fail.
+	run(t, ex, "y = 1")
 	pid = run(t, ex, "import os\nos.getpid()").Text
 	n, _ := strconv.Atoi(pid)
+	died := func() int { return strings.Count(logs.String(), `msg="kernel died"`) }
+	before := died()
 	testenv.Signal(n, syscall.SIGKILL)
-	time.Sleep(200 * time.Millisecond)
-	if _, err := ex.Execute(context.Background(), "import os", nil); err != nil && !errors.Is(err, ipybox.ErrKernelDied) {
-		t.Fatalf("after idle kill: %v", err)
+	testenv.WaitFor(t, 30*time.Second, "the idle kernel's death, seen by the host", func() bool {
+		return testenv.Signal(n, 0) == syscall.ESRCH && died() > before
+	})
+	res, err := ex.Execute(context.Background(), "'y' in globals()", nil)
+	if err != nil {
+		t.Fatalf("the call after an idle SIGKILL: %v, want it to run in a fresh kernel", err)
 	}
-	if got := run(t, ex, "2 + 2").Text; got != "4" {
-		t.Errorf("after idle SIGKILL: %q", got)
+	if res.Restarted == nil || !strings.Contains(res.Restarted.Error(), "signal: killed") {
+		t.Errorf("the call after an idle SIGKILL: Restarted = %v, want the death (signal: killed)", res.Restarted)
+	}
+	if res.Text != "False" {
+		t.Errorf("the call after an idle SIGKILL: 'y' in globals() = %s, want a fresh kernel", res.Text)
+	}
+	if got := run(t, ex, "2 + 2"); got.Text != "4" || got.Restarted != nil {
+		t.Errorf("the call after that: %q, Restarted %v", got.Text, got.Restarted)
 	}
 }
 
 func TestDeadKernelTakesItsChildren(t *testing.T) {
+	t.Parallel()
 	ex := start(t, nil)
 	pid, _ := strconv.Atoi(run(t, ex, "import os, subprocess\nsubprocess.Popen(['sleep', '60'])\nos.getpid()").Text)
 	if len(testenv.GroupMembers(pid)) < 2 {

@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
+	"github.com/ipybox/ipybox/internal/pygen"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/toolserver"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/pygen"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -24,7 +24,25 @@ type (
 	// ToolModule describes one generated tool module: its Python module
 	// name, the tool's original name, and the call signature.
 	ToolModule = pygen.Module
+	// OAuthConfig is ServerConfig.OAuth: a pre-registered OAuth client of
+	// a streamable HTTP server, its scopes and its grant.
+	OAuthConfig = mcpconn.OAuthConfig
+	// OAuthGrant is OAuthConfig.Grant.
+	OAuthGrant = mcpconn.OAuthGrant
 )
+
+// The OAuth grants (OAuthConfig.Grant).
+const (
+	// GrantAuthorizationCode: a person signs in, in a browser (the default).
+	GrantAuthorizationCode = mcpconn.GrantAuthorizationCode
+	// GrantClientCredentials: the client signs in with its ID and secret.
+	GrantClientCredentials = mcpconn.GrantClientCredentials
+)
+
+// LoadDotEnv reads a .env file (KEY=VALUE lines, # comments, quoted
+// values; nothing is interpolated) for GenerateOptions.DotEnv. A missing
+// file is an error that matches fs.ErrNotExist.
+func LoadDotEnv(path string) (map[string]string, error) { return mcpconn.LoadDotEnv(path) }
 
 // registryPath is where a workspace's MCP servers are recorded, with their
 // ${VAR} placeholders (never the values).
@@ -190,7 +208,7 @@ func writeModules(root, name string, tools []*mcp.Tool) ([]ToolModule, error) {
 // means the defaults.
 type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
-	// workspace's .env, read with mcpconn.LoadDotEnv). Nil means none.
+	// workspace's .env, read with LoadDotEnv). Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is as Options.OAuthURL. Nil means none.
 	OAuthURL func(ctx context.Context, server, url string) error

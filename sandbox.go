@@ -11,10 +11,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/wsguard"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // toolPort is the port inside the sandbox where the tool server's unix
@@ -23,8 +23,47 @@ import (
 const toolPort = 8765
 
 // SandboxConfig is the sandbox policy, in the JSON settings format of
-// Anthropic's sandbox-runtime plus ipybox's extensions (see package sandbox).
+// Anthropic's sandbox-runtime plus ipybox's extensions (docs/sandbox.md).
 type SandboxConfig = sandbox.Config
+
+// The parts of a SandboxConfig.
+type (
+	// SandboxFilesystem is SandboxConfig.Filesystem: the paths a process
+	// may read and write.
+	SandboxFilesystem = sandbox.FilesystemConfig
+	// SandboxNetwork is SandboxConfig.Network: the domains the egress
+	// proxy lets through.
+	SandboxNetwork = sandbox.NetworkConfig
+	// SandboxLimits is SandboxConfig.Limits: memory, processes, file size.
+	SandboxLimits = sandbox.Limits
+	// SandboxRootMode is SandboxConfig.RootMode.
+	SandboxRootMode = sandbox.RootMode
+)
+
+// The root modes (SandboxConfig.RootMode).
+const (
+	// SandboxRootMinimal shows /usr, /etc (without its secrets) and the
+	// Python prefix, read-only: the default.
+	SandboxRootMinimal = sandbox.RootMinimal
+	// SandboxRootHost shows the host's whole file system read-only, but
+	// denyRead paths and /etc's secrets; /tmp and /run are private.
+	SandboxRootHost = sandbox.RootHost
+)
+
+// SandboxInit runs the sandbox's init, and exits, when this process was
+// started as one: the sandbox starts the program's own binary again, with
+// a hidden first argument. A program that starts sandboxed kernels calls
+// it first in main; otherwise it returns at once.
+//
+//	func main() {
+//		ipybox.SandboxInit()
+//		run()
+//	}
+func SandboxInit() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
+}
 
 // DefaultSandbox returns the default policy: a minimal read-only root, the
 // workspace writable, no network.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 func startSandboxed(t *testing.T, opts *ipybox.Options) *ipybox.Executor {

@@ -3,6 +3,7 @@ package ipybox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // rawPost is kernel code that talks to the tool server directly, as hostile
@@ -83,21 +85,31 @@ func TestAttackThreadOutlivingItsCell(t *testing.T) {
 	ex := start(t, nil)
 	register(t, ex, "go", testmcpStdio(t))
 	// A thread started by one cell calls a tool after the cell ended: no
-	// cell is running, so nobody can approve it, and it is rejected.
-	reqs, _, err := collect(t, ex, `import threading, time
+	// cell is running, so nobody can approve it, and it is rejected. The
+	// thread calls once the test says the cell has ended (a file), and says
+	// when it has its outcome (another file).
+	dir := t.TempDir()
+	ended, called := filepath.Join(dir, "ended"), filepath.Join(dir, "called")
+	reqs, _, err := collect(t, ex, fmt.Sprintf(`import os, threading, time
 from mcptools.go.tool_1 import Params, run
 outcome = []
 def later():
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(%[1]q) and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         outcome.append(run(Params(s="late")))
     except Exception as e:
         outcome.append(type(e).__name__ + ": " + str(e))
-threading.Thread(target=later).start()`, nil, nil)
+    open(%[2]q, "w").close()
+threading.Thread(target=later).start()`, ended, called), nil, nil)
 	if err != nil || len(reqs) != 0 {
 		t.Fatalf("err %v, requests %v", err, reqs)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	if err := os.WriteFile(ended, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFile(t, called, 60*time.Second)
 	got := run(t, ex, "outcome").Text
 	if !strings.Contains(got, "ApprovalRejectedError") || !strings.Contains(got, "no cell is running") {
 		t.Errorf("late call: %s", got)

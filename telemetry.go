@@ -9,9 +9,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // MetricsHandler serves ipybox's metrics in Prometheus's exposition

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/safefs"
-	"github.com/ipybox/ipybox/mcpconn"
 )
 
 // ErrWorkspaceNotWritable is returned (wrapped) by CheckWorkspace for a

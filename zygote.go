@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // Zygote is a fork server for kernels: one Python process that has already

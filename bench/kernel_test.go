@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // TestMain lets the test binary measure one ipybox run in a fresh process

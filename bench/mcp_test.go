@@ -29,9 +29,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // The MCP benchmarks run the product binary, `ipybox mcp --http`, as a

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,9 +20,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 var shared struct {
@@ -35,6 +36,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		os.Exit(sandbox.InitMain(os.Args[2:]))
 	}
+	// The examples run kernels: without ipykernel they skip, as the tests
+	// do, rather than fail on their output.
+	testenv.SkipExamples("^Example", testenv.HavePython)
 	code := m.Run()
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)
@@ -82,17 +86,29 @@ func newServer(t *testing.T, o *Options) *Server {
 // stdio path, Serve), at the go-sdk's latest protocol revision.
 func connect(t *testing.T, srv *Server, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
-	return connectAt(t, srv, "", copts)
+	return connectWire(t, srv, "", copts, nil)
 }
 
 // connectAt is connect at a protocol revision ("": the latest).
 func connectAt(t *testing.T, srv *Server, version string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return connectWire(t, srv, version, copts, nil)
+}
+
+// connectWire is connectAt, with every message the client reads written to
+// wire (when not nil) as it is read: what the server sent before a
+// response is in wire when the call returns.
+func connectWire(t *testing.T, srv *Server, version string, copts *mcp.ClientOptions, wire io.Writer) *mcp.ClientSession {
+	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), st) }()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
-	cs, err := c.Connect(t.Context(), ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	var transport mcp.Transport = ct
+	if wire != nil {
+		transport = &mcp.LoggingTransport{Transport: ct, Writer: wire}
+	}
+	cs, err := c.Connect(t.Context(), transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -126,11 +127,13 @@ func TestHTTPSessions(t *testing.T) {
 		cs := connectHTTP(t, url, nil)
 		run(t, cs, "print('up')")
 		done := make(chan error, 1)
+		running := filepath.Join(ws, fmt.Sprintf(".running-%d", time.Now().UnixNano()))
+		t.Cleanup(func() { os.Remove(running) })
 		go func() {
-			_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time; time.sleep(60)"}})
+			_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": fmt.Sprintf("import time; open(%q, 'w').close(); time.sleep(60)", running)}})
 			done <- err
 		}()
-		time.Sleep(300 * time.Millisecond)
+		testenv.WaitFile(t, running, 30*time.Second) // the cell runs
 		// The go-sdk client's Close waits for its calls before it sends
 		// DELETE; a client that gives up sends it at once.
 		t0 := time.Now()

@@ -9,8 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/safefs"
-	"github.com/ipybox/ipybox/kernel"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 

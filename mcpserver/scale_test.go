@@ -11,9 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 // TestWarmPoolAndForkServer: sessions take warm kernels; unsandboxed

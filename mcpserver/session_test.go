@@ -3,12 +3,15 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,17 +332,17 @@ func TestKernelStartsAtFirstCell(t *testing.T) {
 // TestDeathBetweenCallsReported: a kernel that dies between calls is
 // reported by the next call, which succeeds in a fresh kernel.
 func TestDeathBetweenCallsReported(t *testing.T) {
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	logs := &testenv.Buffer{}
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	cs := connect(t, srv, nil)
 	pid, _ := strconv.Atoi(run(t, cs, "x = 1\nimport os, signal, threading, time\n"+
 		"threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()\n"+
 		"print(os.getpid())"))
-	for deadline := time.Now().Add(30 * time.Second); testenv.Alive(pid); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("kernel %d still alive 30 s after it killed itself", pid)
-		}
-	}
-	time.Sleep(500 * time.Millisecond) // the host sees it at once: its sockets close
+	// The host has seen the death once the process is reaped and the death
+	// is logged.
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("kernel %d killing itself, seen by the host", pid), func() bool {
+		return testenv.Signal(pid, 0) == syscall.ESRCH && strings.Contains(logs.String(), `msg="kernel died"`)
+	})
 	out := run(t, cs, "print('x' in globals())")
 	if !strings.Contains(out, "the kernel died at ") || !strings.Contains(out, "signal: killed") || !strings.Contains(out, "its state was lost") || !strings.HasSuffix(out, "False") {
 		t.Errorf("the call after the death: %q", out)

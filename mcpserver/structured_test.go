@@ -52,7 +52,8 @@ func TestStructuredResults(t *testing.T) {
 	var mu sync.Mutex
 	var chunks []string
 	var asked []map[string]any
-	cs := connectAt(t, srv, legacyVersion, &mcp.ClientOptions{
+	wire := &testenv.Buffer{}
+	cs := connectWire(t, srv, legacyVersion, &mcp.ClientOptions{
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -70,11 +71,15 @@ func TestStructuredResults(t *testing.T) {
 			}
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
 		},
-	})
+	}, wire)
 
 	t.Run("no log messages before setLevel", func(t *testing.T) {
 		run(t, cs, "print('quiet')")
-		time.Sleep(100 * time.Millisecond)
+		// The server sends a cell's log messages before its result, and the
+		// client reads them in order: had any been sent, it is on the wire.
+		if strings.Contains(wire.String(), "notifications/message") {
+			t.Errorf("log messages without logging/setLevel on the wire:\n%s", wire)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if len(chunks) != 0 {
@@ -117,6 +122,10 @@ func TestStructuredResults(t *testing.T) {
 				t.Fatalf("%d chunks: stdout %q, stderr %q", n, out.String(), errOut.String())
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		// The wire shows them: its silence before setLevel meant something.
+		if !strings.Contains(wire.String(), "notifications/message") {
+			t.Error("no log message on the wire after setLevel")
 		}
 	})
 

@@ -46,14 +46,18 @@ func interpreters(t *testing.T) []string {
 	return out
 }
 
-// TestPythonAPI runs python -m unittest in python/ with each interpreter.
-// Nothing may be skipped: every part the suite needs is given to it.
+// TestPythonAPI runs python -m unittest in python/ with each interpreter,
+// at once. Nothing may be skipped: every part the suite needs is given to
+// it.
 func TestPythonAPI(t *testing.T) {
+	t.Parallel()
 	pys := interpreters(t)
 	everything := testenv.NPMBin(t, "mcp-server-everything")
 	bin := testenv.Binary(t)
 	for _, py := range pys {
 		t.Run(strings.ReplaceAll(py, "/", "_"), func(t *testing.T) {
+			// Each interpreter's run has its own workspaces: the runs overlap.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")

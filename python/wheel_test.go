@@ -153,6 +153,7 @@ func readZip(t *testing.T, z *zip.Reader, name string) []byte {
 // names, a console PE for Windows). The version is the one the Go build
 // reports: the host's binary is run for it.
 func TestWheels(t *testing.T) {
+	t.Parallel()
 	dir := wheelDir(t)
 	version := checkoutVersion(t)
 	root := testenv.RepoRoot(t)
@@ -644,6 +645,7 @@ func npmPath(t *testing.T) string {
 // Inspector, the Python API runs the README's example with its own
 // binary, and pip uninstall leaves nothing behind.
 func TestWheelVenv(t *testing.T) {
+	t.Parallel()
 	whl := hostWheel(t)
 	version := checkoutVersion(t)
 	py := venvPython(t)
@@ -707,6 +709,7 @@ func checkInstalledBinary(t *testing.T, exe, whl, version string) {
 // venv finds that venv's binary, and `pipx install` then `pipx uninstall`
 // put ipybox on PATH and take it away again.
 func TestWheelPipx(t *testing.T) {
+	t.Parallel()
 	whl := hostWheel(t)
 	version := checkoutVersion(t)
 	pipx := testenv.NeedsTool(t, "pipx")

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 const apigenUsage = `

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/escape"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 const authUsage = `

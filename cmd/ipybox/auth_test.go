@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/mcpconn"
 )
 
 // browsingWriter collects what the command prints and, like a user,

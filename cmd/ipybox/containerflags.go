@@ -13,8 +13,8 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/docker"
-	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/sandbox"
+	"github.com/ipybox/ipybox/internal/mcpconn"
+	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
 // containerFlags are the container flags of exec and mcp, those of

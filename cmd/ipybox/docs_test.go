@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipybox/ipybox/internal/mcpconn"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/mcpconn"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // TestDocCommands runs the `bin/ipybox exec ... -c` lines of the README and

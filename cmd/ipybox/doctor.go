@@ -11,8 +11,8 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/pyinstall"
-	"github.com/ipybox/ipybox/kernel"
 )
 
 const doctorUsage = `

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 const execUsage = `

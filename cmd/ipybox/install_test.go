@@ -22,6 +22,7 @@ const modulePath = "github.com/ipybox/ipybox"
 // the installed binary names the commit (from its pseudo-version: a module
 // built from a zip has no VCS information).
 func TestGoInstallLatest(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("tier 4 test: skipped with -short")
 	}

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipybox/ipybox/sandbox"
+	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
 // command is one subcommand. run returns the process exit code.

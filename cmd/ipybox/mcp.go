@@ -18,8 +18,8 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
 )
 

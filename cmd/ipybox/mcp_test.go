@@ -398,9 +398,12 @@ func TestMCPShutdown(t *testing.T) {
 			runCell(t, cs, code)
 			sessions = append(sessions, cs)
 		}
-		// A cell still running when the signal comes.
-		go sessions[0].CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time; time.sleep(60)"}})
-		time.Sleep(500 * time.Millisecond)
+		// A cell still running when the signal comes: it makes a file, then
+		// sleeps.
+		running := filepath.Join(ws, fmt.Sprintf(".running-%d", time.Now().UnixNano()))
+		t.Cleanup(func() { os.Remove(running) })
+		go sessions[0].CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": fmt.Sprintf("import time; open(%q, 'w').close(); time.sleep(60)", running)}})
+		testenv.WaitFile(t, running, 30*time.Second)
 		procs := descendants(srv.cmd.Process.Pid)
 		if len(procs) < 4 {
 			t.Fatalf("want 2 kernels and 2 MCP servers, got processes %v", procs)

@@ -8,7 +8,7 @@ import (
 	"sort"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 // namedServer is one entry of an mcpServers file.

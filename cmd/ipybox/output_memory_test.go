@@ -27,6 +27,7 @@ const limitRSS = 300 << 20 // bytes
 // TestExecOutputMemory: ipybox exec streams 400 MiB of output, byte-exact,
 // with host memory under 300 MB.
 func TestExecOutputMemory(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	// The product as users get it: the race detector alone would take
 	// gigabytes.
@@ -86,6 +87,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // was dropped, with host memory under 300 MB; a link planted at the spill
 // folder is not followed.
 func TestMCPOutputMemory(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
 	cmd := exec.Command(testenv.Binary(t), "mcp", "--workspace", ws, "--no-sandbox")

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/sandbox"
+	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
 // sandboxFlags are the sandbox flags of exec and mcp. exec runs unsandboxed

@@ -32,11 +32,11 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/docker"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/procexit"
+	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/seccomp"
 	"github.com/ipybox/ipybox/internal/wsguard"
-	"github.com/ipybox/ipybox/kernel"
-	"github.com/ipybox/ipybox/sandbox"
 )
 
 // WorkspaceDir is the workspace's path inside the container.

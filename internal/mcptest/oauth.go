@@ -16,6 +16,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // OAuthServer is an MCP server (NewServer's tools, streamable HTTP at
@@ -66,6 +68,9 @@ type OAuthServerOptions struct {
 	ClientID, ClientSecret string
 	// NoRefresh issues no refresh tokens.
 	NoRefresh bool
+	// Network, when set, is where the server listens (in memory, for a
+	// test in a synctest bubble); nil means a real loopback port.
+	Network *testenv.Network
 }
 
 // NewOAuthServer starts an OAuthServer; Close stops it.
@@ -84,7 +89,12 @@ func NewOAuthServer(opts *OAuthServerOptions) *OAuthServer {
 	mcpHandler, shutdown := Handler("http", nil)
 	s.shutdown = shutdown
 	mux := http.NewServeMux()
-	s.srv = httptest.NewServer(mux)
+	s.srv = httptest.NewUnstartedServer(mux)
+	if o.Network != nil {
+		s.srv.Listener.Close()
+		s.srv.Listener = o.Network.Listen()
+	}
+	s.srv.Start()
 	s.Issuer = s.srv.URL
 	s.URL = s.srv.URL + "/mcp"
 	prmURL := s.srv.URL + "/.well-known/oauth-protected-resource/mcp"

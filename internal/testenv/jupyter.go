@@ -98,7 +98,12 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 	if err := j.cmd.Start(); err != nil {
 		t.Fatalf("start jupyter server: %v", err)
 	}
-	t.Cleanup(j.Stop)
+	t.Cleanup(func() {
+		j.Stop()
+		if t.Failed() {
+			t.Logf("the Jupyter Server's log:\n%s", j.Log)
+		}
+	})
 	exited := make(chan struct{})
 	go func() {
 		// Wait is Stop's; watch the process through its pid instead.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipybox/ipybox/kernel"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // InCI reports whether the tests run in CI, where missing tools are fatal.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 // ToolCall is one tool call that kernel code asked for, as the Approver

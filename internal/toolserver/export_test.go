@@ -1,6 +1,9 @@
 package toolserver
 
-import "time"
+import (
+	"net"
+	"time"
+)
 
 // SetShutdownTimeout shortens Close's wait for tests and returns a function
 // that restores it.
@@ -41,4 +44,12 @@ func SetTotalHeldBytes(n int64) (restore func()) {
 // process holds.
 func (s *Server) Held() (calls, bytes, total int64) {
 	return s.calls.held(), s.bytes.held(), totalBodies().held()
+}
+
+// ServeListener serves l in the background, as ListenUnix and ListenTCP do
+// with the listeners they open: for tests on an in-memory network.
+func (s *Server) ServeListener(l net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serve(l)
 }

@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipybox/ipybox/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 func main() {
