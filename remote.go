@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
@@ -109,6 +110,9 @@ func DialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*
 		// and a cell may ask about many calls.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	})
+	// A call made under a span carries its traceparent in _meta: the
+	// server's cell is its child (when the server traces).
+	c.AddSendingMiddleware(telemetry.InjectMeta)
 	cs, err := c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: remoteProtocol})
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: connecting to ipybox mcp: %w", err)

@@ -78,6 +78,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: nonEmpty(e.packageDir),
+
+		EgressDecided: e.egressDecided,
 	}, e.secretFiles)
 	if err != nil {
 		return nil, err
@@ -333,7 +335,7 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log}, e.secretFiles)
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, e.secretFiles)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)

@@ -58,6 +58,9 @@ type session struct {
 	// owner is the current executor's holder of this session for OAuth
 	// sign-ins; guarded by mu.
 	owner *oauthOwner
+	// pooled says the executor came from the warm pool; guarded by
+	// startMu.
+	pooled bool
 }
 
 func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
@@ -145,7 +148,9 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		return nil, err
 	}
 	t0 := time.Now()
+	sctx, span := x.s.tel.StartSession(sctx)
 	ex, err := x.s.startExecutor(sctx, x)
+	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	if err != nil {
 		x.s.releaseSlot(x)
 		x.s.log.Warn("kernel start failed", "session", x.id, "err", err)
@@ -349,6 +354,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
 		s.closeExecutor(w.ex)
 	} else if ok {
+		x.pooled = true
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -405,6 +411,9 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", rand.Text())
 	}
 	o := ipybox.Options{
+		TracerProvider: s.opts.TracerProvider,
+		TraceCode:      s.opts.TraceCode,
+
 		PackageDir: pkgDir,
 		Python:     py,
 		WorkDir:    s.workspace,
@@ -444,6 +453,14 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 		s.pkgDirs.Store(ex, pkgDir)
 	}
 	return ex, synced, owner, nil
+}
+
+// sessionID names ex's session in traces ("" for none).
+func sessionID(ex *ipybox.Executor) string {
+	if ex == nil {
+		return ""
+	}
+	return ex.SessionID()
 }
 
 // closeExecutor closes ex and removes its package folder (os.RemoveAll

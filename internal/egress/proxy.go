@@ -28,6 +28,11 @@ type Options struct {
 	// address may be dialed anyway. Nil refuses every such address, which
 	// is the only safe choice outside tests.
 	AllowPrivate func(netip.Addr) bool
+	// Decided, unlike the hooks above, is for observers, not tests: it is
+	// told of each decision, with the target ("host:port"), and the
+	// entry that allowed it or the reason for the refusal. Nil tells
+	// nobody.
+	Decided func(target string, allowed bool, rule string)
 }
 
 // Timeouts of the egress proxy. Tunnels (CONNECT) have no overall limit:
@@ -52,6 +57,7 @@ type Proxy struct {
 	resolve      func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
 	allowPrivate func(netip.Addr) bool
+	decided      func(target string, allowed bool, rule string)
 	log          *slog.Logger
 
 	srv       *http.Server
@@ -69,7 +75,7 @@ type Proxy struct {
 func New(r *Rules, o *Options, log *slog.Logger) *Proxy {
 	p := &Proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
 	if o != nil {
-		p.resolve, p.dial, p.allowPrivate = o.Resolve, o.Dial, o.AllowPrivate
+		p.resolve, p.dial, p.allowPrivate, p.decided = o.Resolve, o.Dial, o.AllowPrivate, o.Decided
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -156,7 +162,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.fail(w, r, &refusal{err.Error()})
 			return
 		}
-		if ok, why := p.rules.decide(t); !ok {
+		ok, why := p.rules.decide(t)
+		p.record(t, ok, why)
+		if !ok {
 			p.fail(w, r, &refusal{why})
 			return
 		}
@@ -165,6 +173,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "ipybox sandbox proxy: only CONNECT and absolute http:// URLs are supported\n",
 			http.StatusBadRequest)
+	}
+}
+
+// record tells Options.Decided of a decision.
+func (p *Proxy) record(t target, allowed bool, rule string) {
+	if p.decided != nil {
+		p.decided(t.String(), allowed, rule)
 	}
 }
 
@@ -188,7 +203,9 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, &refusal{err.Error()})
 		return
 	}
-	if ok, why := p.rules.decide(t); !ok {
+	ok, why := p.rules.decide(t)
+	p.record(t, ok, why)
+	if !ok {
 		p.fail(w, r, &refusal{why})
 		return
 	}
@@ -299,7 +316,9 @@ func (p *Proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 		}
 	}
 	if len(ok) == 0 {
-		return nil, &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+		ref := &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+		p.record(t, false, ref.reason)
+		return nil, ref
 	}
 	var last error
 	for _, a := range ok {
