@@ -157,15 +157,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r)
 	case r.URL.IsAbs() && r.URL.Scheme == "http":
-		t, err := parseTarget(r.URL.Host, 80)
-		if err != nil {
-			p.fail(w, r, &refusal{err.Error()})
-			return
-		}
-		ok, why := p.rules.decide(t)
-		p.record(t, ok, why)
+		t, ok := p.admit(w, r, r.URL.Host, 80)
 		if !ok {
-			p.fail(w, r, &refusal{why})
 			return
 		}
 		p.log.Debug("sandbox proxy: allowed", "method", r.Method, "target", t.String())
@@ -183,6 +176,23 @@ func (p *Proxy) record(t target, allowed bool, rule string) {
 	}
 }
 
+// admit parses a request's host:port (defaultPort when it has none) and
+// decides it by the rules, telling Options.Decided; a refusal is answered
+// here, and admit returns false.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, hostport string, defaultPort uint16) (target, bool) {
+	t, err := parseTarget(hostport, defaultPort)
+	if err != nil {
+		p.fail(w, r, &refusal{err.Error()})
+		return t, false
+	}
+	ok, why := p.rules.decide(t)
+	p.record(t, ok, why)
+	if !ok {
+		p.fail(w, r, &refusal{why})
+	}
+	return t, ok
+}
+
 // fail answers a refused or failed request.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ref *refusal
@@ -198,15 +208,8 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
-	t, err := parseTarget(r.Host, 0)
-	if err != nil {
-		p.fail(w, r, &refusal{err.Error()})
-		return
-	}
-	ok, why := p.rules.decide(t)
-	p.record(t, ok, why)
+	t, ok := p.admit(w, r, r.Host, 0)
 	if !ok {
-		p.fail(w, r, &refusal{why})
 		return
 	}
 	up, err := p.connect(r.Context(), t)
