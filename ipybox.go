@@ -593,8 +593,22 @@ func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 // *TimeoutError. A dead kernel gives ErrKernelDied; the next call starts a
 // fresh kernel.
 func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
+	return collect(e.Stream(ctx, code, opts), func(r *ApprovalRequest) {
+		if e.opts.Approver == nil {
+			r.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
+		} else if err := e.opts.Approver(ctx, r); err != nil {
+			r.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
+		} else {
+			r.Answer(Answer{Accept: true, Channel: "Options.Approver"})
+		}
+	})
+}
+
+// collect runs a cell's events to their end for Execute: it answers each
+// approval request with answer, and returns the last Result and the error.
+func collect(events iter.Seq2[Event, error], answer func(*ApprovalRequest)) (*Result, error) {
 	var last *Result
-	for ev, err := range e.Stream(ctx, code, opts) {
+	for ev, err := range events {
 		if err != nil {
 			return last, err
 		}
@@ -602,13 +616,7 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 		case *Result:
 			last = ev
 		case *ApprovalRequest:
-			if e.opts.Approver == nil {
-				ev.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
-			} else if err := e.opts.Approver(ctx, ev); err != nil {
-				ev.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
-			} else {
-				ev.Answer(Answer{Accept: true, Channel: "Options.Approver"})
-			}
+			answer(ev)
 		}
 	}
 	return last, nil
