@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/escape"
@@ -68,6 +70,7 @@ type ApprovalRequest struct {
 	answer     Answer
 	remembered []string   // the rules the answer added
 	decision   chan error // receives nil (accept) or a *toolserver.RejectedError
+	verdict    verdict    // how the policy's audit saw the decision, for tracing
 	event                 // makes it an Event
 }
 
@@ -137,6 +140,7 @@ type cell struct {
 	deliver func(r *ApprovalRequest) // runs on the Stream loop
 	done    chan struct{}            // closed when the cell's Stream ends
 	budget  *cellctl.Budget
+	span    trace.SpanContext // the cell's span (invalid: not traced)
 
 	mu      sync.Mutex
 	pending map[*ApprovalRequest]struct{}

@@ -484,9 +484,14 @@ func newSessionID() string {
 	return hex.EncodeToString(b)
 }
 
-// approve decides a request of kernel code: the policy first, then, when
-// it leaves the call to them, the application.
+// approve decides a request of kernel code, in the approval's span.
 func (e *Executor) approve(ctx context.Context, r *ApprovalRequest) error {
+	return e.traceApproval(ctx, r, e.decide)
+}
+
+// decide decides a request of kernel code: the policy first, then, when
+// it leaves the call to them, the application.
+func (e *Executor) decide(ctx context.Context, r *ApprovalRequest) error {
 	r.exec = e
 	p := e.opts.ApprovalPolicy
 	e.sessMu.Lock()
@@ -596,6 +601,10 @@ func (e *Executor) offSwitch(kind ApprovalKind) string {
 
 // audit appends the decision on r to the audit log, if there is one.
 func (e *Executor) audit(entry *policy.Entry, r *ApprovalRequest, decision string, start time.Time) {
+	r.verdict = verdict{decision: decision, by: entry.By}
+	if entry.Rule != nil {
+		r.verdict.rule = entry.Rule.ID
+	}
 	p := e.opts.ApprovalPolicy
 	if p == nil || p.log == nil {
 		return

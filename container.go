@@ -160,7 +160,7 @@ func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
 	}
 	// The same proxy, rules and private-address guard as a sandbox's, for
 	// a kernel container with no network of its own.
-	p := egress.New(rules, nil, e.log)
+	p := egress.New(rules, &egress.Options{Decided: e.egressDecided}, e.log)
 	p.Serve(ln)
 	e.stopEgress = p.Close
 	cfg.NoNetwork = true

@@ -43,6 +43,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/defaults"
@@ -52,6 +54,7 @@ import (
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/sandbox"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
@@ -86,8 +89,23 @@ type Options struct {
 	// when the cell does (a timeout, a cancel, Close), and it should
 	// return then.
 	Input func(ctx context.Context, prompt string, password bool) (string, error)
-	// Logger receives ipybox's logs. Nil discards them.
+	// Logger receives ipybox's logs. Nil discards them. With a
+	// TracerProvider, lines logged within a traced operation carry its
+	// trace_id and span_id.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces the Executor with OpenTelemetry: a
+	// span for each cell (a child of the span of Stream's ctx), each tool
+	// call and each shell command that asks for approval made by its code
+	// (children of the cell's), each approval wait with its decision, each
+	// decision of the sandbox's egress proxy, each kernel start, restart
+	// and death, and each RegisterMCPServer. The MCP servers called get
+	// the traceparent in their requests' _meta, and kernel code reads it
+	// with ipybox_runtime.traceparent(). Attributes carry no secret and no
+	// output (docs/observability.md). Nil means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceCode puts each cell's code (its first 4 KiB) on the cell's span.
+	// False (the default) leaves it out: code can hold secrets.
+	TraceCode bool
 
 	// NoToolApproval lets MCP tool calls from kernel code run without the
 	// application's approval: the named opt-out of the approval gate.
@@ -290,6 +308,12 @@ type Executor struct {
 	kernelSandbox *sandbox.Sandbox
 	stopEgress    func() error // the container's egress proxy, when it has one
 
+	// tel traces (nil: off); kernelObs observes the kernel, and
+	// stopWatch ends the report of its memory.
+	tel       *telemetry.Tracer
+	kernelObs *telemetry.Kernel
+	stopWatch func()
+
 	closeOnce sync.Once
 	closeErr  error
 	detached  bool // Detach, not Close: the gateway kernel runs on
@@ -328,9 +352,11 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.k, err = kernel.Start(ctx, ko); err != nil {
+	e.kernelObs = e.tel.Kernel(backend(&o), e.session)
+	if e.k, err = kernel.Start(telemetry.WithKernel(ctx, e.kernelObs), ko); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
+	e.stopWatch = e.kernelObs.Watch(e.k.Pid)
 	ok = true
 	return e, nil
 }
@@ -350,7 +376,11 @@ func newExecutor(o *Options) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Executor{opts: *o, sem: make(chan struct{}, 1), log: log, session: o.SessionID}
+	tel := telemetry.New(o.TracerProvider, o.TraceCode)
+	if tel != nil {
+		log = telemetry.Logger(log)
+	}
+	e := &Executor{opts: *o, sem: make(chan struct{}, 1), log: log, session: o.SessionID, tel: tel}
 	if e.session == "" {
 		e.session = newSessionID()
 	}
@@ -595,8 +625,22 @@ func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 // *TimeoutError. A dead kernel gives ErrKernelDied; the next call starts a
 // fresh kernel.
 func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
+	return collect(e.Stream(ctx, code, opts), func(r *ApprovalRequest) {
+		if e.opts.Approver == nil {
+			r.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
+		} else if err := e.opts.Approver(ctx, r); err != nil {
+			r.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
+		} else {
+			r.Answer(Answer{Accept: true, Channel: "Options.Approver"})
+		}
+	})
+}
+
+// collect runs a cell's events to their end for Execute: it answers each
+// approval request with answer, and returns the last Result and the error.
+func collect(events iter.Seq2[Event, error], answer func(*ApprovalRequest)) (*Result, error) {
 	var last *Result
-	for ev, err := range e.Stream(ctx, code, opts) {
+	for ev, err := range events {
 		if err != nil {
 			return last, err
 		}
@@ -604,13 +648,7 @@ func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) 
 		case *Result:
 			last = ev
 		case *ApprovalRequest:
-			if e.opts.Approver == nil {
-				ev.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
-			} else if err := e.opts.Approver(ctx, ev); err != nil {
-				ev.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
-			} else {
-				ev.Answer(Answer{Accept: true, Channel: "Options.Approver"})
-			}
+			answer(ev)
 		}
 	}
 	return last, nil
@@ -636,13 +674,14 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		runCtx, span := e.tel.StartCell(runCtx, e.session, code)
 		stopped := false
 		stop := func() {
 			stopped = true
 			cancel() // interrupts the cell
 		}
-		c := &cell{calls: make(chan cellctl.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}}
-		hooks := &cellctl.Hooks{Calls: c.calls}
+		c := &cell{calls: make(chan cellctl.Call), done: make(chan struct{}), pending: map[*ApprovalRequest]struct{}{}, span: span.Context()}
+		hooks := &cellctl.Hooks{Calls: c.calls, TraceParent: span.TraceParent()}
 		if opts != nil && opts.Timeout > 0 {
 			c.budget = cellctl.NewBudget(opts.Timeout)
 			defer c.budget.Stop()
@@ -676,6 +715,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 		}()
 
 		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
+		e.endCell(span, err)
 		if stopped {
 			return
 		}
@@ -738,6 +778,9 @@ func (e *Executor) Close() error {
 // closeParts stops what Start started, in order: the tool server first
 // (open approvals end), then the kernel, then the MCP servers.
 func (e *Executor) closeParts() error {
+	if e.stopWatch != nil {
+		e.stopWatch()
+	}
 	var errs []error
 	if e.tools != nil {
 		errs = append(errs, e.tools.Close())

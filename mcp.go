@@ -76,9 +76,7 @@ func (e *Executor) startTools() error {
 	// With a policy, every call goes to the approver: deny and ask rules
 	// apply where tool approval is off.
 	autoTools := e.opts.NoToolApproval && e.opts.ApprovalPolicy == nil
-	ts, err := toolserver.New(toolserver.CallerFunc(func(ctx context.Context, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-		return e.mcp.CallTool(ctx, server, tool, args)
-	}), &toolserver.Options{
+	ts, err := toolserver.New(toolserver.CallerFunc(e.callTool), &toolserver.Options{
 		Approver:         approver{e},
 		AutoApproveTools: autoTools,
 		KnownServer: func(name string) bool {
@@ -89,6 +87,7 @@ func (e *Executor) startTools() error {
 		ApprovalTimeout: e.approvalTimeout(),
 		Modules:         modules,
 		Logger:          e.log,
+		Observe:         e.observe,
 	})
 	if err != nil {
 		return err
@@ -147,6 +146,14 @@ func (e *Executor) toolEnv() []string {
 // name must be a Python identifier that is not a keyword. Registering a
 // name again replaces the server and its modules.
 func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
+	t, _ := cfg.Transport()
+	ctx, span := e.tel.StartRegister(ctx, name, string(t))
+	mods, err := e.registerMCPServer(ctx, name, cfg)
+	e.tel.EndRegister(span, len(mods), err)
+	return mods, err
+}
+
+func (e *Executor) registerMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
 	if err := pygen.ValidServerName(name); err != nil {
 		return nil, fmt.Errorf("ipybox: register MCP server: %w", err)
 	}

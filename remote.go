@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
@@ -109,6 +110,9 @@ func DialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*
 		// and a cell may ask about many calls.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	})
+	// A call made under a span carries its traceparent in _meta: the
+	// server's cell is its child (when the server traces).
+	c.AddSendingMiddleware(telemetry.InjectMeta)
 	cs, err := c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: remoteProtocol})
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: connecting to ipybox mcp: %w", err)
@@ -210,28 +214,15 @@ func (s *RemoteSession) Reset(ctx context.Context) error {
 // Executor.Execute does; RemoteOptions.Approver decides its approval
 // requests.
 func (s *RemoteSession) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
-	var last *Result
-	for ev, err := range s.Stream(ctx, code, opts) {
-		if err != nil {
-			return last, err
+	return collect(s.Stream(ctx, code, opts), func(r *ApprovalRequest) {
+		if s.r.opts.Approver == nil {
+			r.Reject("no RemoteOptions.Approver is set, so Execute rejects every call that needs approval; set one, or answer the requests through Stream")
+		} else if err := s.r.opts.Approver(ctx, r); err != nil {
+			r.Reject(err.Error())
+		} else {
+			r.Accept() // bound: records the answer, and returns
 		}
-		switch ev := ev.(type) {
-		case *Result:
-			last = ev
-		case *ApprovalRequest:
-			switch {
-			case s.r.opts.Approver == nil:
-				ev.Reject("no RemoteOptions.Approver is set, so Execute rejects every call that needs approval; set one, or answer the requests through Stream")
-			default:
-				if err := s.r.opts.Approver(ctx, ev); err != nil {
-					ev.Reject(err.Error())
-				} else {
-					ev.Accept() // bound: records the answer, and returns
-				}
-			}
-		}
-	}
-	return last, nil
+	})
 }
 
 // Stream runs code in the session and yields its events as Executor.Stream

@@ -78,6 +78,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: e.ownState(),
+
+		EgressDecided: e.egressDecided,
 	}, e.secretFiles)
 	if err != nil {
 		return nil, err
@@ -149,7 +151,11 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 		// an allowWrite path) cannot be protected: code could move its
 		// parent away and make a fresh one, or plant a link, and the host
 		// would write the next sign-in's tokens where the kernel reads.
-		if err := tokenDirOutside(filepath.Dir(f), append([]string{ws}, policy.Filesystem.AllowWrite...)); err != nil {
+		abs, err := filepath.Abs(ws)
+		if err != nil {
+			return nil, fmt.Errorf("ipybox: workspace %s: %w", ws, err)
+		}
+		if err := tokenDirOutside(filepath.Dir(f), append([]string{abs}, policy.Filesystem.AllowWrite...)); err != nil {
 			return nil, err
 		}
 		// The OAuth token folder is masked whatever the policy shows (a
@@ -333,7 +339,7 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log}, e.secretFiles)
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, e.secretFiles)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
@@ -412,37 +418,9 @@ func SandboxedCommand(ctx context.Context, workspace, path string, args []string
 // or below one of the writable places, after links are resolved (as far
 // as the paths exist).
 func tokenDirOutside(dir string, writable []string) error {
-	real := func(p string) string {
-		p = filepath.Clean(p)
-		// Resolve the longest existing prefix: the folder may not exist yet.
-		rest := ""
-		for {
-			if r, err := filepath.EvalSymlinks(p); err == nil {
-				return filepath.Join(r, rest)
-			}
-			parent := filepath.Dir(p)
-			if parent == p {
-				return filepath.Join(p, rest)
-			}
-			rest = filepath.Join(filepath.Base(p), rest)
-			p = parent
-		}
-	}
-	d := real(dir)
-	for _, w := range writable {
-		if w == "" {
-			continue
-		}
-		if strings.HasPrefix(w, "~") {
-			if home, err := os.UserHomeDir(); err == nil {
-				w = filepath.Join(home, strings.TrimPrefix(w, "~"))
-			}
-		}
-		rw := real(w)
-		if d == rw || strings.HasPrefix(d, rw+string(filepath.Separator)) {
-			return fmt.Errorf("ipybox: the OAuth token folder %s is inside %s, which sandboxed code can write: it could move the folder away and read the tokens of the next sign-in; "+
-				"set XDG_CONFIG_HOME to a folder outside it, or choose another workspace", dir, w)
-		}
+	if w := insideAny(dir, writable); w != "" {
+		return fmt.Errorf("ipybox: the OAuth token folder %s is inside %s, which sandboxed code can write: it could move the folder away and read the tokens of the next sign-in; "+
+			"set XDG_CONFIG_HOME to a folder outside it, or choose another workspace", dir, w)
 	}
 	return nil
 }

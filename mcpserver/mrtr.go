@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/telemetry"
 )
 
 // Approvals as multi round-trip results (SEP-2322).
@@ -123,6 +124,9 @@ func argsDigest(name string, raw json.RawMessage) [32]byte {
 // attached to it.
 func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *session, ex *ipybox.Executor, a executeArgs, warnings []string, regErrs map[string]string) (*cellRun, *attachment) {
 	rctx, cancel := context.WithCancel(x.ctx)
+	// The request's span (the traceparent in its _meta) is the cell's
+	// parent, although the cell runs on the session's context.
+	rctx = telemetry.WithSpanOf(rctx, ctx)
 	c := &cellRun{
 		s: s, x: x, principal: x.principal, tool: req.Params.Name,
 		args:     argsDigest(req.Params.Name, req.Params.Arguments),

@@ -41,14 +41,7 @@ func TestRegistrationsDoNotWaitForEachOther(t *testing.T) {
 		}})
 		hung <- res
 	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(marker); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hung server's command did not start within 30 s")
-		}
-	}
+	testenv.WaitFile(t, marker, 30*time.Second) // the hung server's command has started
 
 	t0 := time.Now()
 	res := call(t, b, "register_mcp_server", map[string]any{"server_name": "fast", "server_params": map[string]any{"command": bin}})

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
 	"github.com/ipybox/ipybox/internal/warm"
 )
@@ -229,6 +231,14 @@ type Options struct {
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
 	Version string
+	// TracerProvider, when set, traces the server with OpenTelemetry: each
+	// session's start, and everything ipybox.Options.TracerProvider traces
+	// in its kernels. A request's cell is the child of the traceparent in
+	// the request's _meta. Nil means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceCode puts each cell's code on its span
+	// (ipybox.Options.TraceCode). False leaves it out.
+	TraceCode bool
 	// Logger receives the server's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -264,6 +274,9 @@ type Server struct {
 	allow     []allowPattern
 	log       *slog.Logger
 	mcp       *mcp.Server
+	tel       *telemetry.Tracer // nil: not tracing
+	// unreport ends the report of the open sessions to the metrics.
+	unreport func()
 
 	ctx    context.Context // ends at Close; bounds background kernel starts
 	cancel context.CancelFunc
@@ -374,7 +387,13 @@ func New(opts *Options) (*Server, error) {
 		}
 		allowed = append(allowed, real)
 	}
+	tel := telemetry.New(o.TracerProvider, o.TraceCode)
+	if tel != nil {
+		log = telemetry.Logger(log)
+		o.Logger = log
+	}
 	s := &Server{
+		tel:       tel,
 		opts:      o,
 		workspace: ws,
 		allowed:   allowed,
@@ -438,7 +457,12 @@ func New(opts *Options) (*Server, error) {
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
 	// bridge, which makes one).
 	s.mcp.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
+	if tel != nil {
+		// A traceparent in a request's _meta is the parent of its cell.
+		s.mcp.AddReceivingMiddleware(telemetry.ExtractMeta)
+	}
 	s.addTools()
+	s.unreport = s.reportSessions()
 	return s, nil
 }
 
@@ -583,6 +607,7 @@ func (s *Server) Close() error {
 		return s.closeErr
 	}
 	s.closeDone = true
+	s.unreport()
 	s.cancel()
 	s.warm.Close()
 	s.mu.Lock()

@@ -81,6 +81,9 @@ type session struct {
 	// owner is the current executor's holder of this session for OAuth
 	// sign-ins; guarded by mu.
 	owner *oauthOwner
+	// pooled says the executor came from the warm pool; guarded by
+	// startMu.
+	pooled bool
 }
 
 func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
@@ -185,7 +188,9 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		return nil, err
 	}
 	t0 := time.Now()
+	sctx, span := x.s.tel.StartSession(sctx)
 	ex, err := x.wake(sctx)
+	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	if err != nil {
 		x.s.releaseSlot(x)
 		x.unlock()
@@ -423,6 +428,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
 		s.closeExecutor(w.ex, false)
 	} else if ok {
+		x.pooled = true
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -485,6 +491,9 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		snapDir = filepath.Join(s.workspace, ".ipybox", "snapshots", newFolderName())
 	}
 	o := ipybox.Options{
+		TracerProvider: s.opts.TracerProvider,
+		TraceCode:      s.opts.TraceCode,
+
 		PackageDir:  pkgDir,
 		SnapshotDir: snapDir,
 		Python:      py,
@@ -525,6 +534,14 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		return nil, nil, nil, err
 	}
 	return ex, synced, owner, nil
+}
+
+// sessionID names ex's session in traces ("" for none).
+func sessionID(ex *ipybox.Executor) string {
+	if ex == nil {
+		return ""
+	}
+	return ex.SessionID()
 }
 
 // closeExecutor closes ex and, unless keep, removes its package and

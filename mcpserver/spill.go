@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/telemetry"
 )
 
 // spillDir is the workspace folder where a cell's whole output goes when it
@@ -90,6 +91,7 @@ func (s *spill) put(text string) {
 	}
 	var n int
 	n, s.err = io.WriteString(s.f, text)
+	telemetry.AddSpillBytes(n)
 	s.kept += int64(n)
 	s.room -= int64(n)
 }

@@ -2,7 +2,7 @@
 # Installs what ipybox and its tests need on a Debian machine, skipping
 # whatever is already there. Safe to run again and again.
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
-#     the wheel build's tools (scripts/wheels.sh) and pipx
+#     the wheel build's tools (scripts/wheels.sh), pipx and prometheus
 #   - npm test servers, pinned by tools/npm/package-lock.json
 #   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
@@ -23,6 +23,7 @@ pkgs=(
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests
   docker.io debootstrap    # the container backend, and its image's Debian base
+  prometheus               # the observability test's scraper of ipybox mcp --metrics-addr
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -44,18 +44,8 @@ func runApprovals(ctx context.Context, env *cliEnv, args []string) int {
 	n := fs.Int("n", 50, "log: print the last `N` decisions (0: all)")
 	session := fs.String("session", "", "log: print only the decisions of the session `ID`")
 	asJSON := fs.Bool("json", false, "log: print the entries as JSON lines, as stored")
-	if len(args) == 0 {
-		fs.SetOutput(env.stderr)
-		fs.Usage()
-		return exitUsage
-	}
-	sub, rest := args[0], args[1:]
-	if sub == "-h" || sub == "-help" || sub == "--help" {
-		fs.SetOutput(env.stdout)
-		fs.Usage()
-		return exitOK
-	}
-	if done, code := parseFlags(fs, env, rest); done {
+	sub, done, code := parseSubcommand(fs, env, args)
+	if done {
 		return code
 	}
 	fail := func(code int, format string, a ...any) int {

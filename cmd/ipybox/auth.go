@@ -46,18 +46,8 @@ func runAuth(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "auth", authUsage)
 	workspace := fs.String("workspace", ".", "the workspace `DIR` whose servers.json and .env name the servers")
 	timeout := fs.Duration("timeout", mcpconn.DefaultAuthorizeTimeout, "bound on waiting for the browser to come back")
-	if len(args) == 0 {
-		fs.SetOutput(env.stderr)
-		fs.Usage()
-		return exitUsage
-	}
-	sub, rest := args[0], args[1:]
-	if sub == "-h" || sub == "-help" || sub == "--help" {
-		fs.SetOutput(env.stdout)
-		fs.Usage()
-		return exitOK
-	}
-	if done, code := parseFlags(fs, env, rest); done {
+	sub, done, code := parseSubcommand(fs, env, args)
+	if done {
 		return code
 	}
 	want := map[string]int{"login": 1, "logout": 1, "status": 0}

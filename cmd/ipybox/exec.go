@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/escape"
 	"github.com/ipybox/ipybox/internal/kernel"
@@ -44,6 +46,7 @@ type execFlags struct {
 	approval  string
 	shell     bool
 	policy    policyFlags
+	telemetry telemetryFlags
 	sandbox   sandboxFlags
 	container containerFlags
 	gateway   gatewayFlags
@@ -83,6 +86,12 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if plan.approvals != nil {
 		defer plan.approvals.Close()
 	}
+	tp, flush, err := f.telemetry.tracing(ctx, env, log)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer flush() // after the executor's Close: its last spans go out
+	plan.tracer = tp
 	if err := f.checkLocal(ctx, env, plan); err != nil {
 		return fail(exitUsage, err)
 	}
@@ -112,6 +121,7 @@ func (f *execFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.BoolVar(&f.shell, "approve-shell", false, "ask for approval of every shell command (!cmd, %%bash, ...) too")
 	f.policy.register(fs)
 	f.gateway.register(fs)
+	f.telemetry.register(fs, false)
 	return fs
 }
 
@@ -123,6 +133,7 @@ type execPlan struct {
 	gateway   *ipybox.GatewayConfig   // nil: a local kernel
 	servers   []namedServer
 	approvals *ipybox.ApprovalPolicy // loaded after the logger
+	tracer    trace.TracerProvider   // started after the logger; nil: no tracing
 }
 
 // plan checks the flags and reads what they name; every error is a usage
@@ -191,6 +202,8 @@ func (f *execFlags) start(ctx context.Context, env *cliEnv, p *execPlan, log *sl
 		OAuthURL:             printAuthURL(env.stderr, "ipybox exec"),
 		Gateway:              p.gateway,
 		ToolServerAddr:       f.gateway.toolAddr,
+		TracerProvider:       p.tracer,
+		TraceCode:            f.telemetry.includeCode,
 	})
 	if err != nil {
 		return nil, err

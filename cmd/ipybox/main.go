@@ -164,6 +164,25 @@ func newFlagSet(env *cliEnv, name, usage string) *flag.FlagSet {
 // exitOK, a bad flag ends with exitUsage after one line on stderr that
 // names the flag and the fix (never the whole usage: a typo should not
 // scroll the screen).
+// parseSubcommand parses a command whose first argument is a subcommand
+// (auth login, approvals log): the subcommand, then the flags of rest.
+// With no arguments it prints the usage as an error; with -h the usage.
+func parseSubcommand(fs *flag.FlagSet, env *cliEnv, args []string) (sub string, done bool, code int) {
+	if len(args) == 0 {
+		fs.SetOutput(env.stderr)
+		fs.Usage()
+		return "", true, exitUsage
+	}
+	sub = args[0]
+	if sub == "-h" || sub == "-help" || sub == "--help" {
+		fs.SetOutput(env.stdout)
+		fs.Usage()
+		return sub, true, exitOK
+	}
+	done, code = parseFlags(fs, env, args[1:])
+	return sub, done, code
+}
+
 func parseFlags(fs *flag.FlagSet, env *cliEnv, args []string) (done bool, code int) {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {

@@ -57,6 +57,7 @@ type mcpFlags struct {
 	approval                   string
 	allowTools                 stringList
 	policy                     policyFlags
+	telemetry                  telemetryFlags
 	httpAddr, authToken        string
 	authTokenFile              string
 	principals                 map[string]string // from --auth-token-file
@@ -123,6 +124,12 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if opts.ApprovalPolicy != nil {
 		defer opts.ApprovalPolicy.Close() // after the server's Close, deferred below
 	}
+	tp, flush, err := f.telemetry.tracing(ctx, env, log)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	defer flush() // after the server's Close: its last spans go out
+	opts.TracerProvider, opts.TraceCode = tp, f.telemetry.includeCode
 	srv, err := mcpserver.New(opts)
 	if err != nil {
 		return fail(exitUsage, err)
@@ -132,6 +139,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 			log.Error("shutdown", "err", err)
 		}
 	}()
+	stopMetrics, err := f.telemetry.serveMetrics(env, srv, &f)
+	if err != nil {
+		return fail(exitFail, err)
+	}
+	defer stopMetrics()
 	if f.httpAddr == "" {
 		err := srv.Serve(ctx, mcpserver.StdioTransport())
 		if ctx.Err() != nil {
@@ -162,6 +174,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
 	f.policy.register(fs)
+	f.telemetry.register(fs, true)
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
@@ -183,15 +196,17 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 }
 
 // auth checks the token flags and reads the token: from --auth-token-file,
-// or (over HTTP without --no-auth) from $IPYBOX_MCP_AUTH_TOKEN, else a new
-// one.
+// or (over HTTP or --metrics-addr, without --no-auth) from
+// $IPYBOX_MCP_AUTH_TOKEN, else a new one.
 func (f *mcpFlags) auth(env *cliEnv) error {
 	if f.authToken != "" {
 		return errTokenOnCommandLine
 	}
+	// --metrics-addr takes the token rules of --http.
+	served := f.httpAddr != "" || f.telemetry.metricsAddr != ""
 	switch {
-	case f.httpAddr == "" && (f.authTokenFile != "" || f.noAuth):
-		return errors.New("--auth-token-file and --no-auth apply to --http; stdio needs no token")
+	case !served && (f.authTokenFile != "" || f.noAuth):
+		return errors.New("--auth-token-file and --no-auth apply to --http (and --metrics-addr); stdio needs no token")
 	case f.noAuth && f.authTokenFile != "":
 		return errors.New("--no-auth contradicts --auth-token-file; choose one")
 	case f.authTokenFile != "":
@@ -200,7 +215,7 @@ func (f *mcpFlags) auth(env *cliEnv) error {
 			return err
 		}
 		f.principals = principals
-	case f.httpAddr != "" && !f.noAuth:
+	case served && !f.noAuth:
 		// Read once, then gone from the environment: a server config that
 		// the agent registers must not expand ${IPYBOX_MCP_AUTH_TOKEN}, and
 		// no child inherits it.
@@ -212,6 +227,11 @@ func (f *mcpFlags) auth(env *cliEnv) error {
 	if f.httpAddr != "" {
 		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
 			return fmt.Errorf("--http: %w", err)
+		}
+	}
+	if a := f.telemetry.metricsAddr; a != "" {
+		if err := mcpserver.CheckHTTPAddr(a, f.noAuth); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
 	return nil

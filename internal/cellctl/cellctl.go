@@ -23,7 +23,7 @@ type Call struct {
 // SyncWait bounds how long a Call waits for its sync marker.
 const SyncWait = time.Second
 
-// Hooks are a cell's plumbing. Both fields are optional.
+// Hooks are a cell's plumbing. Every field is optional.
 type Hooks struct {
 	// Calls delivers functions to run while the cell runs, in order with
 	// its events.
@@ -31,6 +31,10 @@ type Hooks struct {
 	// Budget, when set, replaces ExecOptions.Timeout with a pausable
 	// budget (the Executor pauses it while an approval is pending).
 	Budget *Budget
+	// TraceParent, when set, is the W3C traceparent of the cell's span:
+	// it goes in the execute_request's metadata, where kernel code reads
+	// it (ipybox_runtime.traceparent()).
+	TraceParent string
 }
 
 type hooksKey struct{}

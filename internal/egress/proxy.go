@@ -28,6 +28,11 @@ type Options struct {
 	// address may be dialed anyway. Nil refuses every such address, which
 	// is the only safe choice outside tests.
 	AllowPrivate func(netip.Addr) bool
+	// Decided, unlike the hooks above, is for observers, not tests: it is
+	// told of each decision, with the target ("host:port"), and the
+	// entry that allowed it or the reason for the refusal. Nil tells
+	// nobody.
+	Decided func(target string, allowed bool, rule string)
 }
 
 // Timeouts of the egress proxy. Tunnels (CONNECT) have no overall limit:
@@ -52,6 +57,7 @@ type Proxy struct {
 	resolve      func(ctx context.Context, host string) ([]netip.Addr, error)
 	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
 	allowPrivate func(netip.Addr) bool
+	decided      func(target string, allowed bool, rule string)
 	log          *slog.Logger
 
 	srv       *http.Server
@@ -69,7 +75,7 @@ type Proxy struct {
 func New(r *Rules, o *Options, log *slog.Logger) *Proxy {
 	p := &Proxy{rules: r, log: log, tunnels: map[net.Conn]struct{}{}}
 	if o != nil {
-		p.resolve, p.dial, p.allowPrivate = o.Resolve, o.Dial, o.AllowPrivate
+		p.resolve, p.dial, p.allowPrivate, p.decided = o.Resolve, o.Dial, o.AllowPrivate, o.Decided
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -151,13 +157,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r)
 	case r.URL.IsAbs() && r.URL.Scheme == "http":
-		t, err := parseTarget(r.URL.Host, 80)
-		if err != nil {
-			p.fail(w, r, &refusal{err.Error()})
-			return
-		}
-		if ok, why := p.rules.decide(t); !ok {
-			p.fail(w, r, &refusal{why})
+		t, ok := p.admit(w, r, r.URL.Host, 80)
+		if !ok {
 			return
 		}
 		p.log.Debug("sandbox proxy: allowed", "method", r.Method, "target", t.String())
@@ -166,6 +167,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "ipybox sandbox proxy: only CONNECT and absolute http:// URLs are supported\n",
 			http.StatusBadRequest)
 	}
+}
+
+// record tells Options.Decided of a decision.
+func (p *Proxy) record(t target, allowed bool, rule string) {
+	if p.decided != nil {
+		p.decided(t.String(), allowed, rule)
+	}
+}
+
+// admit parses a request's host:port (defaultPort when it has none) and
+// decides it by the rules, telling Options.Decided; a refusal is answered
+// here, and admit returns false.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, hostport string, defaultPort uint16) (target, bool) {
+	t, err := parseTarget(hostport, defaultPort)
+	if err != nil {
+		p.fail(w, r, &refusal{err.Error()})
+		return t, false
+	}
+	ok, why := p.rules.decide(t)
+	p.record(t, ok, why)
+	if !ok {
+		p.fail(w, r, &refusal{why})
+	}
+	return t, ok
 }
 
 // fail answers a refused or failed request.
@@ -183,13 +208,8 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
-	t, err := parseTarget(r.Host, 0)
-	if err != nil {
-		p.fail(w, r, &refusal{err.Error()})
-		return
-	}
-	if ok, why := p.rules.decide(t); !ok {
-		p.fail(w, r, &refusal{why})
+	t, ok := p.admit(w, r, r.Host, 0)
+	if !ok {
 		return
 	}
 	up, err := p.connect(r.Context(), t)
@@ -299,7 +319,9 @@ func (p *Proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 		}
 	}
 	if len(ok) == 0 {
-		return nil, &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+		ref := &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+		p.record(t, false, ref.reason)
+		return nil, ref
 	}
 	var last error
 	for _, a := range ok {

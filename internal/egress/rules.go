@@ -292,7 +292,8 @@ func numericName(host string) bool {
 }
 
 // decide applies the policy: denied entries first, then IP literals (only
-// when listed), then allowed names. The reason explains a refusal.
+// when listed), then allowed names. The reason explains a refusal, or
+// names the entry that allowed.
 func (r *Rules) decide(t target) (ok bool, reason string) {
 	for _, d := range r.deny {
 		if d.match(t.name, t.ip, t.port) {
@@ -304,7 +305,7 @@ func (r *Rules) decide(t target) (ok bool, reason string) {
 			continue // "*" names no IP literal
 		}
 		if a.match(t.name, t.ip, t.port) {
-			return true, ""
+			return true, fmt.Sprintf("allowedDomains entry %q", a.raw)
 		}
 	}
 	if t.ip.IsValid() {

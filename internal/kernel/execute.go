@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/telemetry"
 )
 
 // ExecOptions configures one Execute. A nil *ExecOptions means the defaults.
@@ -461,6 +463,10 @@ func (in *instance) execute(ctx context.Context, code string, o *ExecOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	if h := cellctl.From(ctx); h != nil && h.TraceParent != "" {
+		// The cell's trace context, for ipybox_runtime.traceparent().
+		msg.Metadata = json.RawMessage(`{"traceparent":` + strconv.Quote(h.TraceParent) + `}`)
+	}
 	id := msg.Header.MsgID
 	c := in.register(id)
 	defer in.unregister(id)
@@ -855,6 +861,7 @@ func (k *Kernel) saveImage(b []byte, ext string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		telemetry.AddImageBytes(len(b))
 		return filepath.Join(k.imagesDir, name), nil
 	}
 }

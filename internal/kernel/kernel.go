@@ -25,6 +25,7 @@ import (
 	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/linelog"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
 )
 
@@ -146,6 +147,12 @@ type Kernel struct {
 	// attach is GatewayConfig.KernelID until the first spawn attaches to
 	// it; guarded by startMu.
 	attach string
+
+	// obs observes the kernel's process starts and deaths: the
+	// *telemetry.Kernel that rode on Start's ctx (nil: none). spawned is
+	// set by the first spawn, in Start, before anyone else has k.
+	obs     *telemetry.Kernel
+	spawned bool
 }
 
 // Start launches a kernel and waits until it is ready to execute.
@@ -171,7 +178,7 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return nil, err
 	}
-	k := &Kernel{opts: o, python: python, session: jupyter.NewID(), remote: rem}
+	k := &Kernel{opts: o, python: python, session: jupyter.NewID(), remote: rem, obs: telemetry.KernelFrom(ctx)}
 	if o.Gateway != nil {
 		k.attach = o.Gateway.KernelID
 	}
@@ -250,11 +257,17 @@ type instance struct {
 	closedByClose atomic.Bool
 	// exitCause says how the process ended; set before exited is closed.
 	exitCause string
+	// observed is 0 until the instance is counted up (1), and 2 once it is
+	// dead: each instance counts down once, and only if it counted up.
+	observed atomic.Int32
 }
 
 func (in *instance) markDead(cause string) {
 	in.deadOnce.Do(func() {
 		in.deadErr = &DiedError{Cause: cause, At: time.Now()}
+		if in.observed.Swap(2) == 1 {
+			in.k.obs.Down(!in.closing.Load(), cause)
+		}
 		close(in.dead)
 		if !in.closing.Load() {
 			in.k.opts.Logger.Warn("kernel died", "cause", cause)
@@ -336,7 +349,21 @@ func (k *Kernel) watchExit(in *instance, proc Process, stderr *linelog.Writer) {
 	in.markDead(cause)
 }
 
+// spawn starts a kernel process (spawnProcess), observed: the start (a
+// restart after the first), and the process's life until markDead.
 func (k *Kernel) spawn(ctx context.Context) (*instance, error) {
+	restart := k.spawned
+	k.spawned = true
+	ctx, span := k.obs.StartProcess(ctx, restart)
+	in, err := k.spawnProcess(ctx)
+	k.obs.EndProcess(span, restart, err)
+	if err == nil && in.observed.CompareAndSwap(0, 1) {
+		k.obs.Up()
+	}
+	return in, err
+}
+
+func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	if k.remote != nil {
 		return k.spawnRemote(ctx)
 	}

@@ -47,7 +47,7 @@ func ExampleManager() {
 	res, err = m.CallTool(ctx, "demo", "fail", map[string]any{"reason": "no"})
 	fmt.Println(res.IsError, err)
 	// Output:
-	// tools: 7
+	// tools: 8
 	// tool-1: hello
 	// true <nil>
 }

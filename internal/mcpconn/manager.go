@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -171,15 +172,19 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		o.TokenFile, _ = DefaultTokenFile()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	client := mcp.NewClient(&mcp.Implementation{Name: "ipybox", Version: "v0"}, &mcp.ClientOptions{
+		Logger: o.Logger,
+		// No roots, sampling or elicitation: the host only lists and calls tools.
+		Capabilities: &mcp.ClientCapabilities{},
+	})
+	// A request made under a span (a tool call from a traced cell)
+	// carries its traceparent in _meta: a server that traces joins it.
+	client.AddSendingMiddleware(telemetry.InjectMeta)
 	return &Manager{
-		reg:  reg,
-		opts: o,
-		log:  o.Logger,
-		client: mcp.NewClient(&mcp.Implementation{Name: "ipybox", Version: "v0"}, &mcp.ClientOptions{
-			Logger: o.Logger,
-			// No roots, sampling or elicitation: the host only lists and calls tools.
-			Capabilities: &mcp.ClientCapabilities{},
-		}),
+		reg:     reg,
+		opts:    o,
+		log:     o.Logger,
+		client:  client,
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
 		listen:  net.Listen,
 		store:   tokenStore{path: o.TokenFile},

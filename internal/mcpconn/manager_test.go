@@ -166,7 +166,7 @@ func TestGoServerAllTransports(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	servers := goServers(t, nil)
 	m := newManager(t, servers, nil)
-	want := []string{"env", "fail", "image", "pid", "tool-1", "tool_2", "tool_3"}
+	want := []string{"env", "fail", "image", "pid", "tool-1", "tool_2", "tool_3", "traceparent"}
 	for name := range servers {
 		t.Run(name, func(t *testing.T) {
 			tools, err := m.ListTools(ctxT(t), name)

@@ -14,6 +14,9 @@
 //   - fail: returns a tool error (isError) with the text "fail: " + reason.
 //   - image: returns a 1x1 PNG image and a text.
 //   - pid: returns the server's process id as text.
+//   - traceparent: returns the W3C traceparent its request carried in
+//     _meta (empty text when none), as MCP's trace-context convention puts
+//     it; Options.TraceParent records it too.
 //   - crash: only when Options.Exit is set; calls Exit(3) before answering.
 //   - extra_0000 ... : Options.ExtraTools trivial tools.
 package mcptest
@@ -60,6 +63,9 @@ type Options struct {
 	// and need not guess how long that takes. The binary prints
 	// "testmcp: tool_2 sleeping" to stderr. Nil calls nothing.
 	Sleeping func()
+	// TraceParent, when set, is called with the traceparent in the _meta
+	// of every tools/call request ("" when none). Nil calls nothing.
+	TraceParent func(tool, traceparent string)
 }
 
 // Tool1Args are the arguments of tool-1.
@@ -158,6 +164,20 @@ func NewServer(opts *Options) *mcp.Server {
 				&mcp.ImageContent{Data: data, MIMEType: "image/png"},
 			}}, nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "traceparent", Description: "Returns the traceparent in the request's _meta."},
+		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			return text(metaTraceParent(req)), nil, nil
+		})
+	if o.TraceParent != nil {
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+					o.TraceParent(r.Params.Name, metaTraceParent(r))
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "Returns the server's process id."},
 		func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			return text(strconv.Itoa(os.Getpid())), nil, nil
@@ -193,6 +213,15 @@ func NewServer(opts *Options) *mcp.Server {
 		})
 	}
 	return s
+}
+
+// metaTraceParent is the traceparent in a tools/call request's _meta.
+func metaTraceParent(req *mcp.CallToolRequest) string {
+	if req == nil || req.Params == nil {
+		return ""
+	}
+	tp, _ := req.Params.Meta["traceparent"].(string)
+	return tp
 }
 
 func text(s string) *mcp.CallToolResult {

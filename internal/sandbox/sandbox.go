@@ -125,6 +125,10 @@ type Options struct {
 	// inside: the shared virtualenv for the approved install_package,
 	// a session's own package folder for its kernel. Nil means none.
 	Writable []string
+	// EgressDecided, when set, is told of each decision of the egress
+	// proxy: the target ("host:port"), and the allowedDomains entry that
+	// allowed it or the reason for the refusal. Nil tells nobody.
+	EgressDecided func(target string, allowed bool, rule string)
 
 	// proxy holds the egress proxy's test hooks (this package's tests
 	// only). Nil means the real resolver and dialer, and the SSRF guard
@@ -177,6 +181,20 @@ type Sandbox struct {
 	closed    bool
 }
 
+// proxyOptions are the egress proxy's options: the test hooks, and the
+// observer of its decisions.
+func proxyOptions(hooks *egress.Options, decided func(string, bool, string)) *egress.Options {
+	if decided == nil {
+		return hooks
+	}
+	var o egress.Options
+	if hooks != nil {
+		o = *hooks
+	}
+	o.Decided = decided
+	return &o
+}
+
 // New prepares a sandbox with the policy cfg (nil means DefaultConfig()).
 // It validates the policy and starts the egress proxy when
 // cfg.Network.AllowedDomains is not empty; it does not run bwrap (Probe,
@@ -199,7 +217,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		cfg:       cfg.clone(),
 		log:       o.Logger,
 		bwrap:     o.Bwrap,
-		proxyOpts: o.proxy,
+		proxyOpts: proxyOptions(o.proxy, o.EgressDecided),
 		py:        map[string]*pyInfo{},
 		mapped:    runsAsRoot(),
 		secrets:   o.Secrets,

@@ -363,7 +363,7 @@ func (s *Server) readCall(r *http.Request) (*callRequest, *apiError) {
 	return &req, nil
 }
 
-func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.Time) (aerr *apiError) {
 	req, aerr := s.readCall(r)
 	if aerr != nil {
 		return aerr
@@ -383,6 +383,14 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 	}
 	call := &ToolCall{Server: req.Server, Tool: req.Tool, Args: req.Args}
 	what := fmt.Sprintf("tool call %s.%s", req.Server, req.Tool)
+	ctx, observed := s.observe(ctx, call, "")
+	outcome := "ok"
+	defer func() {
+		if aerr != nil {
+			outcome = aerr.kind
+		}
+		observed(outcome)
+	}()
 	if !s.opts.AutoApproveTools {
 		if aerr := s.approve(ctx, what, func(ctx context.Context, a Approver) error {
 			return a.ApproveTool(ctx, call)
@@ -416,13 +424,16 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, start time.T
 		return &apiError{status: http.StatusInternalServerError, kind: kindInternal,
 			message: fmt.Sprintf("encode the result of %s: %v", what, err)}
 	}
-	s.log.Debug("toolserver: call", "server", req.Server, "tool", req.Tool,
+	if res.IsError {
+		outcome = "is_error"
+	}
+	s.log.DebugContext(ctx, "toolserver: call", "server", req.Server, "tool", req.Tool,
 		"args_bytes", len(req.Args), "result_bytes", len(out), "is_error", res.IsError, "dur", time.Since(start))
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.Time) *apiError {
+func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.Time) (aerr *apiError) {
 	body, aerr := s.readBody(r)
 	if aerr != nil {
 		return aerr
@@ -445,12 +456,20 @@ func (s *Server) handleShell(w http.ResponseWriter, r *http.Request, start time.
 	if aerr != nil {
 		return aerr
 	}
+	ctx, observed := s.observe(ctx, nil, cmd)
+	defer func() {
+		outcome := "ok"
+		if aerr != nil {
+			outcome = aerr.kind
+		}
+		observed(outcome)
+	}()
 	if aerr := s.approve(ctx, "shell command", func(ctx context.Context, a Approver) error {
 		return a.ApproveShell(ctx, cmd)
 	}); aerr != nil {
 		return aerr
 	}
-	s.log.Debug("toolserver: shell approved", "command_bytes", len(cmd), "dur", time.Since(start))
+	s.log.DebugContext(ctx, "toolserver: shell approved", "command_bytes", len(cmd), "dur", time.Since(start))
 	writeJSON(w, http.StatusOK, []byte(`{"approved":true}`))
 	return nil
 }

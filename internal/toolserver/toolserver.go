@@ -164,6 +164,15 @@ type Options struct {
 	// Logger receives one record per request. Nil discards. Arguments and
 	// commands are never logged, only names, sizes and outcomes.
 	Logger *slog.Logger
+
+	// Observe, when set, is called as a tool call (call set, once its
+	// server is known) or a shell command's approval (shell set) begins.
+	// It returns the context the request goes on with (its approval and
+	// the MCP call: a span there is their parent) and the function to call
+	// with its outcome: "ok", "is_error" (a result with isError) or the
+	// error kind the kernel gets ("rejected", "timeout", ...). Nil
+	// observes nothing.
+	Observe func(ctx context.Context, call *ToolCall, shell string) (context.Context, func(outcome string))
 }
 
 // Server is the tool server of one executor. Create it with New, make it
@@ -259,6 +268,14 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// observe calls Options.Observe, if set.
+func (s *Server) observe(ctx context.Context, call *ToolCall, shell string) (context.Context, func(string)) {
+	if s.opts.Observe == nil {
+		return ctx, func(string) {}
+	}
+	return s.opts.Observe(ctx, call, shell)
 }
 
 func checkToken(tok string) error {

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/telemetry"
 )
 
 // Retry is the pause after a failed background start, so that a start
@@ -45,6 +47,8 @@ type Pool[T any] struct {
 	mu     sync.Mutex
 	idle   []T
 	closed bool
+
+	unreport func() // ends the report of Ready to the metrics
 }
 
 // New starts filling a pool of size values (none when size < 1) with
@@ -59,6 +63,7 @@ func New[T any](size int, start func(context.Context) (T, error), discard func(T
 func newPool[T any](size int, start func(context.Context) (T, error), discard func(T) error, log *slog.Logger, retry time.Duration) *Pool[T] {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool[T]{size: size, max: size, target: size, retry: retry, start: start, discard: discard, log: log, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	p.unreport = telemetry.Pool(p.Ready)
 	if size > 0 {
 		p.wg.Add(1)
 		go p.fill()
@@ -198,6 +203,7 @@ func (p *Pool[T]) Close() error {
 	p.idle = nil
 	p.closed = true
 	p.mu.Unlock()
+	p.unreport()
 	p.cancel()
 	p.wg.Wait() // bound: fill ends with p.ctx, cancelled above (a start honours it)
 	errs := make([]error, len(idle))

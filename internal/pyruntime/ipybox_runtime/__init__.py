@@ -33,6 +33,7 @@ __all__ = [
     "run_tool",
     "run_tool_async",
     "approve_shell",
+    "traceparent",
     "ToolResult",
     "Image",
     "Audio",
@@ -576,3 +577,25 @@ def approve_shell(command, *, timeout=None):
     # Fail closed: only an explicit approval lets the command run.
     if answer.get("approved") is not True:
         raise ApprovalRejectedError("shell command was not approved", kind="rejected", status=200)
+
+
+def traceparent():
+    """Return the W3C traceparent of the running cell's span, or None.
+
+    When the host traces (ipybox.Options.TracerProvider, or ``ipybox mcp``
+    with ``--otel-endpoint``), each cell runs under a span of its own, and
+    this is its context: pass it on (an HTTP ``traceparent`` header, an MCP
+    request's ``_meta``) so that what the code calls joins the trace. The
+    tool calls the code makes through ``mcptools`` carry it already. None
+    when the host does not trace, or outside a cell.
+    """
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:
+        return None
+    meta = (parent or {}).get("metadata") or {}
+    value = meta.get("traceparent") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) and value else None

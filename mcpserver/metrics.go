@@ -1,0 +1,42 @@
+package mcpserver
+
+import (
+	"net/http"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/telemetry"
+)
+
+// MetricsHandler serves the process's Prometheus metrics
+// (ipybox.MetricsHandler) under the rules of Handler: a bearer token of
+// any principal (Options.Principals, Options.AuthToken) on every request,
+// loopback included, unless Options.NoAuth; and no request from a browser
+// page of another site. Only GET and HEAD are served.
+func (s *Server) MetricsHandler() http.Handler {
+	h := ipybox.MetricsHandler()
+	origin := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.opts.NoAuth {
+			if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
+				Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
+				return
+			}
+		}
+		if err := checkOrigin(origin, r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "metrics are read with GET", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// reportSessions reports the server's open sessions to the metrics, until
+// the returned function.
+func (s *Server) reportSessions() func() {
+	return telemetry.Sessions(func() int { return len(s.store.all()) })
+}
