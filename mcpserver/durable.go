@@ -355,10 +355,12 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 			ex.Interrupt()
 		}
 		rep, err := s.save(ctx, x, ex)
-		sl.saved = rep
+		sl.saved = err == nil
 		if err != nil {
 			sl.lost = saveFailure(err)
 			s.log.Warn("hibernating: the snapshot was not saved", "session", x.id, "err", err)
+		} else {
+			s.log.Info("snapshot saved", "session", x.id, "names", rep.SavedCount, "unsaved", rep.UnsavedCount, "bytes", rep.Bytes, "took", rep.Took.Round(time.Millisecond))
 		}
 		s.closeExecutor(ex, true)
 	}
@@ -589,7 +591,7 @@ func (s *Server) saveRecord(x *session) {
 	}
 	if sl := x.asleep; sl != nil {
 		r.Asleep = sl.why
-		if sl.saved != nil {
+		if sl.saved {
 			r.Saved = sl.at
 		}
 	}

@@ -103,9 +103,10 @@ func (x *session) durable() bool { return x.conn == nil }
 type sleep struct {
 	at  time.Time
 	why string // "idle for 10m", "ipybox mcp stopped"
-	// saved is the snapshot's report (a local kernel); detached is set
-	// for a gateway kernel that runs on without this process.
-	saved    *ipybox.SnapshotReport
+	// saved is set when the snapshot was saved (a local kernel; not its
+	// report: a hibernated session holds as little as it can); detached
+	// is set for a gateway kernel that runs on without this process.
+	saved    bool
 	detached bool
 	// lost says why nothing was saved, when something should have been.
 	lost string
