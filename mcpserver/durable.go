@@ -156,7 +156,7 @@ func (x *session) reload(ctx context.Context) error {
 	if x.ex == nil {
 		x.pkg, x.snap, x.kernelID = r.Packages, r.Snapshot, r.Kernel
 		if x.asleep == nil && (r.Snapshot != "" || r.Kernel != "") {
-			x.asleep = &sleep{at: r.Used, why: "ipybox mcp stopped", detached: r.Kernel != ""}
+			x.asleep = &sleep{at: r.Used, why: "ipybox mcp stopped", detached: r.Kernel != "", lost: r.Lost}
 		}
 	}
 	return nil
@@ -388,7 +388,7 @@ func saveFailure(err error) string {
 // (Options.SnapshotWorkspaceBytes) leaves once the other sessions'
 // snapshots and the saves in flight are counted.
 func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ipybox.SnapshotReport, error) {
-	limit, release, err := s.reserve(ex.SnapshotDir())
+	limit, release, err := s.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
 		return nil, err
 	}
@@ -403,9 +403,16 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 	return rep, nil
 }
 
+// minSave is the least room a save is started with.
+const minSave = 64 << 10
+
 // reserve returns the size a save into dir may take, and holds it against
-// the workspace's budget until release.
-func (s *Server) reserve(dir string) (int64, func(), error) {
+// the workspace's budget until release: the session's budget, or what the
+// other sessions' snapshots leave of the workspace's. While saves in
+// flight hold that room (SIGTERM saves every session at once), it waits
+// for one to end, until ctx does; when the snapshots on disk leave less
+// than minSave, it fails.
+func (s *Server) reserve(ctx context.Context, dir string) (int64, func(), error) {
 	per := s.opts.SnapshotBytes
 	total := s.opts.SnapshotWorkspaceBytes
 	if total < 0 {
@@ -414,25 +421,43 @@ func (s *Server) reserve(dir string) (int64, func(), error) {
 		}
 		return per, func() {}, nil
 	}
-	used, err := s.snapshotsSize(dir)
-	if err != nil {
-		return 0, nil, err
-	}
-	s.budgetMu.Lock()
-	defer s.budgetMu.Unlock()
-	left := total - used - s.reserved
-	if per >= 0 && per < left {
-		left = per
-	}
-	if left < 64<<10 {
-		return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used+s.reserved, total)
-	}
-	s.reserved += left
-	return left, func() {
+	for {
+		used, err := s.snapshotsSize(dir)
+		if err != nil {
+			return 0, nil, err
+		}
+		want := total - used
+		if per >= 0 && per < want {
+			want = per
+		}
+		if want < minSave {
+			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
+		}
 		s.budgetMu.Lock()
-		s.reserved -= left
+		if s.reserved+want <= total-used {
+			s.reserved += want
+			s.budgetMu.Unlock()
+			return want, func() {
+				s.budgetMu.Lock()
+				s.reserved -= want
+				if s.budgetFreed != nil {
+					close(s.budgetFreed)
+					s.budgetFreed = nil
+				}
+				s.budgetMu.Unlock()
+			}, nil
+		}
+		if s.budgetFreed == nil {
+			s.budgetFreed = make(chan struct{})
+		}
+		freed := s.budgetFreed
 		s.budgetMu.Unlock()
-	}, nil
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
+		}
+	}
 }
 
 // snapshotsSize measures the workspace's snapshot folders but except.
@@ -594,6 +619,7 @@ func (s *Server) saveRecord(x *session) {
 		if sl.saved {
 			r.Saved = sl.at
 		}
+		r.Lost = sl.lost
 	}
 	x.mu.Unlock()
 	if err := s.state.write(x.key, r); err != nil {
@@ -613,7 +639,7 @@ func (s *Server) revive(h string, key [32]byte, r *record) *session {
 		if why == "" {
 			why = "ipybox mcp stopped"
 		}
-		x.asleep = &sleep{at: r.Used, why: why, detached: r.Kernel != ""}
+		x.asleep = &sleep{at: r.Used, why: why, detached: r.Kernel != "", lost: r.Lost}
 	}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x

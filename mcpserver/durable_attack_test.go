@@ -177,3 +177,30 @@ print(out)`
 func pyString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
+
+// TestShutdownWaitsForBudget: at a shutdown every session saves at once,
+// and the saves in flight hold room in the workspace's budget; a save that
+// finds none left by them waits for one to end, rather than failing. Here
+// the budget holds two sessions' worth: all five are saved.
+func TestShutdownWaitsForBudget(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	o := &Options{Workspace: ws, NoZygote: true, SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 2 << 20}
+	srv := newServer(t, o)
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	var hs []string
+	for i := range 5 {
+		h := createSession(t, cs)
+		runIn(t, cs, h, "v = "+strings.Repeat("9", i+1))
+		hs = append(hs, h)
+	}
+	shutdown(t, srv)
+	srv2 := newServer(t, o)
+	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
+	for i, h := range hs {
+		if got := runIn(t, cs2, h, "print(v)"); !strings.HasSuffix(got, strings.Repeat("9", i+1)) || !strings.Contains(got, "names came back") {
+			t.Errorf("session %d after the shutdown: %q", i, got)
+		}
+	}
+}

@@ -306,9 +306,11 @@ type Server struct {
 	counted  map[[32]byte]bool
 	lastScan time.Time
 	// reserved is what the saves in flight may take of the workspace's
-	// snapshot budget.
-	budgetMu sync.Mutex
-	reserved int64
+	// snapshot budget; budgetFreed is closed (and replaced) when one
+	// ends. Both guarded by budgetMu.
+	budgetMu    sync.Mutex
+	reserved    int64
+	budgetFreed chan struct{}
 	// tokens are the accepted bearer tokens' digests, with their
 	// principals.
 	tokens []principalToken

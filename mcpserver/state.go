@@ -63,6 +63,8 @@ type record struct {
 	// Saved is when its snapshot was saved.
 	Asleep string    `json:"asleep,omitempty"`
 	Saved  time.Time `json:"saved,omitzero"`
+	// Lost says why its last hibernation saved nothing.
+	Lost string `json:"lost,omitempty"`
 }
 
 // folderName reports whether s can name a session's folder: what
@@ -93,7 +95,7 @@ func (r *record) check() error {
 		return errors.New("bad folder name")
 	case r.Kernel != "" && !gateway.ValidID(r.Kernel):
 		return errors.New("bad kernel id")
-	case len(r.Asleep) > 200, len(r.Gateway) > 2000, len(r.Frontend) > 64:
+	case len(r.Asleep) > 200, len(r.Gateway) > 2000, len(r.Frontend) > 64, len(r.Lost) > 4000:
 		return errors.New("field too long")
 	}
 	return nil
