@@ -204,3 +204,56 @@ func TestShutdownWaitsForBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewaySecondFrontEnd: two front ends on one state folder and one
+// gateway serve the same handle. The second reattaches to the kernel the
+// first started, state intact; the kernel's tool calls follow the front
+// end that served the last call. A local session, by contrast, is run by
+// one process at a time: the other's call gets an error that says where
+// it runs.
+func TestGatewaySecondFrontEnd(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	t.Run("gateway", func(t *testing.T) {
+		t.Parallel()
+		j := testenv.JupyterServer(t, nil)
+		ws := t.TempDir()
+		o := func() *Options {
+			return &Options{Workspace: ws, Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}}
+		}
+		a, b := newServer(t, o()), newServer(t, o())
+		ca := connectHTTPAs(t, serveHTTP(t, a), testToken, newVersion, nil)
+		cb := connectHTTPAs(t, serveHTTP(t, b), testToken, newVersion, nil)
+		h := createSession(t, ca)
+		const url = "print(os.environ['IPYBOX_TOOL_URL'])"
+		urlA := runIn(t, ca, h, "import os\nv = 41\n"+url)
+		got := runIn(t, cb, h, "v += 1\nprint(v)\n"+url)
+		if !strings.Contains(got, "42\n") || !strings.Contains(got, "reattached") {
+			t.Errorf("the second front end: %q", got)
+		}
+		if strings.HasSuffix(got, urlA) {
+			t.Errorf("the kernel's tool calls still go to the first front end (%s) after the second served it", urlA)
+		}
+		// Back to the first: the same kernel, pointed at a's tool server
+		// again.
+		if got := runIn(t, ca, h, "print(v)\n"+url); got != "42\n"+urlA {
+			t.Errorf("the first front end again: %q, want 42 and %s", got, urlA)
+		}
+		if ks := gatewayKernels(t, j); len(ks) != 1 {
+			t.Errorf("the gateway runs %d kernels, want the one", len(ks))
+		}
+	})
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		ws := t.TempDir()
+		a, b := newServer(t, &Options{Workspace: ws, NoZygote: true}), newServer(t, &Options{Workspace: ws, NoZygote: true})
+		ca := connectHTTPAs(t, serveHTTP(t, a), testToken, newVersion, nil)
+		cb := connectHTTPAs(t, serveHTTP(t, b), testToken, newVersion, nil)
+		h := createSession(t, ca)
+		runIn(t, ca, h, "v = 1")
+		res := call(t, cb, "execute_ipython_cell", map[string]any{"code": "print(v)", "session": h})
+		if !res.IsError || !strings.Contains(text(res), "running in another ipybox mcp process") {
+			t.Errorf("a local session held by another process: %q", text(res))
+		}
+	})
+}
