@@ -259,6 +259,7 @@ const defaultPoolMax = 4
 //	s.runMu → c.mu
 //	c.outMu → c.mu → c.progMu
 //	s.venvMu (alone)
+//	s.budgetMu (alone)
 //
 // (x is a session, c a cell run, store the handle table.) s.mu, x.mu,
 // store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
@@ -600,7 +601,8 @@ func isClosedErr(err error) bool {
 // the MCP servers they started, without saving them: a session of
 // create_session stays in the state folder, and a server started on it
 // later brings it back from its last snapshot (Shutdown saves them all
-// first). It is idempotent, safe to call concurrently, and bounded in
+// first). A gateway kernel of a session of create_session is left running
+// on the gateway (detached), for the next front end. It is idempotent, safe to call concurrently, and bounded in
 // time.
 func (s *Server) Close() error {
 	s.closeMu.Lock()

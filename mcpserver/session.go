@@ -393,7 +393,13 @@ func (x *session) finish(keep bool) error {
 	pkg, snap, kid, asleep := x.pkg, x.snap, x.kernelID, x.asleep
 	x.mu.Unlock()
 	if ex != nil {
-		x.closeErr = x.s.closeExecutor(ex, keep)
+		if keep && !x.s.local() {
+			// A gateway kernel keeps the state itself: let it run on
+			// for the next front end, as a hibernation does.
+			x.closeErr = ex.Detach()
+		} else {
+			x.closeErr = x.s.closeExecutor(ex, keep)
+		}
 		x.s.releaseSlot(x)
 		x.s.log.Info("session ended; its kernel stopped", "session", x.id, "kept", keep)
 	} else if !keep && asleep != nil && asleep.detached && kid != "" {
