@@ -170,3 +170,37 @@ func gatewayKernelIDs(t *testing.T, j *testenv.Jupyter) []string {
 	}
 	return out
 }
+
+// TestMCPGatewayCellInFlight: a cell running when its gateway front end
+// is killed runs on in the kernel; the restarted front end's first call on
+// the handle waits behind it, and sees what it assigned (docs/scale.md).
+func TestMCPGatewayCellInFlight(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	j := testenv.JupyterServer(t, nil)
+	tok := filepath.Join(t.TempDir(), "gateway-token")
+	if err := os.WriteFile(tok, []byte(j.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--workspace", t.TempDir(), "--pool", "0", "--gateway-url", j.URL, "--gateway-token-file", tok}
+	b := startHTTP(t, args...)
+	cs := durableClient(t, b)
+	h := newHandle(t, cs)
+	runIn(t, cs, h, "v = 1")
+	started := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		close(started)
+		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time\ntime.sleep(3)\nv = 2", "session": h}})
+	}()
+	<-started
+	time.Sleep(time.Second) // the cell runs
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	<-b.exited
+	b2 := startHTTPCmd(t, exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokenFileOf(t, b)}, args...)...))
+	b2.token = b.token
+	if got := runIn(t, durableClient(t, b2), h, "print(v)"); !strings.HasSuffix(got, "2") {
+		t.Errorf("after the front end died during a cell: %q, want what the cell assigned (2)", got)
+	}
+}
