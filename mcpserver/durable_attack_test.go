@@ -257,3 +257,21 @@ func TestGatewaySecondFrontEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestHibernateImplicit: the implicit session of a 2025-11-25 connection
+// hibernates when idle too, and its next call restores it.
+func TestHibernateImplicit(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HibernateAfter: time.Second, NoZygote: true})
+	cs := connectHTTP(t, serveHTTP(t, srv), nil)
+	run(t, cs, "k = 5")
+	for deadline := time.Now().Add(30 * time.Second); srv.KernelCount() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the implicit session did not hibernate")
+		}
+	}
+	if got := run(t, cs, "print(k)"); !strings.HasSuffix(got, "5") || !strings.Contains(got, "names came back") {
+		t.Errorf("after the hibernation: %q", got)
+	}
+}
