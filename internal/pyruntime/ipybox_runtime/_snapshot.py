@@ -161,9 +161,23 @@ def _workspace_modules(ip):
             out.append(name)
             continue
         f = getattr(m, "__file__", None)
-        if isinstance(f, str) and dirs and any(os.path.realpath(f).startswith(d) for d in dirs):
+        if not (isinstance(f, str) and dirs):
+            continue
+        # A checkpoint after every cell asks again for the same thousand
+        # modules: resolve each file once.
+        key = (f, tuple(dirs))
+        hit = _in_workspace.get(key)
+        if hit is None:
+            real = os.path.realpath(f)
+            hit = any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+            _in_workspace[key] = hit
+        if hit:
             out.append(name)
     return sorted(out, key=lambda n: n.count("."))
+
+
+# Whether a module's file is below the workspace, by (file, workspace dirs).
+_in_workspace = {}
 
 
 # ------------------------------------------------------------------ save
