@@ -123,16 +123,32 @@ func TestSnapshotBudget(t *testing.T) {
 	}
 }
 
-// TestSnapshotReplace: a sandboxed kernel cannot see another session's
-// snapshot folder, nor write a snapshot there: the folders of
-// .ipybox/snapshots but its own are hidden. The victim's handle restores
+// TestSnapshotReplace: a sandboxed or containerised kernel cannot see
+// another session's snapshot folder, nor write a snapshot there: the
+// folders of .ipybox/snapshots but its own are hidden. The victim's handle restores
 // its own state.
 func TestSnapshotReplace(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	testenv.NeedsTool(t, "bwrap")
-	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, NoZygote: true, Sandbox: ipybox.DefaultSandbox()})
+	for _, backend := range []string{"sandbox", "container"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			o := &Options{Workspace: t.TempDir(), NoZygote: true}
+			if backend == "sandbox" {
+				testenv.NeedsTool(t, "bwrap")
+				o.Sandbox = ipybox.DefaultSandbox()
+			} else {
+				testenv.NeedsDocker(t)
+				o.Container = &ipybox.ContainerConfig{}
+			}
+			snapshotReplace(t, o)
+		})
+	}
+}
+
+func snapshotReplace(t *testing.T, o *Options) {
+	ws := o.Workspace
+	srv := newServer(t, o)
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	victim, attacker := createSession(t, cs), createSession(t, cs)
 	runIn(t, cs, victim, "secret = 'victim'")
