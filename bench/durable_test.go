@@ -22,6 +22,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
 	"github.com/ipybox/ipybox/mcpserver"
 )
@@ -167,38 +168,39 @@ func kernelProcs() int {
 // 1,000 small objects that hibernates (--hibernate-after 1s: its kernel
 // saves the namespace and stops) and is resumed by its next call: the
 // time to that call's first result, which restores the namespace into a
-// pooled kernel. Beside it, in the same run: jupyter_client's cold start
+// pooled kernel, unsandboxed and in the default sandbox. Beside it, in
+// the same run, by turns: jupyter_client's cold start
 // (KernelManager + first execute), the anchor of docs/design.md's target
 // (resume <= 1 s p50). While hibernated: the session's kernel processes
 // (target 0), and the server's heap per hibernated session, measured over
 // 10 small sessions (target < 1 MiB).
 func BenchmarkDurableResume(b *testing.B) {
-	p := startInProc(b, &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, NoZygote: true})
-	h := handle(b, p.cs)
-	mustCell(b, p.cs, h, durableNamespace)
-	var resume, cold []float64
-	var snapMB float64
-	kernelsAsleep := -1
 	n := max(b.N, 3)
-	for i := range n {
-		if !waitFor(2*time.Minute, func() bool { return hibernated(p.cs, h) }) {
-			b.Fatal("the session did not hibernate within 2 minutes")
+	var cold []float64
+	var t strings.Builder
+	fmt.Fprintf(&t, "resume of 100 MiB of arrays + 1,000 objects, to the first result (ms); target: p50 <= 1000\n")
+	fmt.Fprintf(&t, "%-30s %9s %8s %8s %14s\n", "", "snapshot", "p50", "max", "session kernels")
+	for _, c := range []struct {
+		name string
+		o    *mcpserver.Options
+	}{
+		{"nosandbox", &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, NoZygote: true}},
+		{"sandbox", &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, Sandbox: ipybox.DefaultSandbox()}},
+	} {
+		if c.o.Sandbox != nil {
+			if _, err := exec.LookPath("bwrap"); err != nil {
+				fmt.Fprintf(&t, "%-30s skipped: no bwrap\n", c.name)
+				continue
+			}
 		}
-		if i == 0 {
-			kernelsAsleep = p.srv.KernelCount()
-			snapMB = float64(dirSize(filepath.Join(p.ws, ".ipybox", "snapshots"))) / (1 << 20)
-		}
-		// Let the pool refill, as it would in the minutes a session sleeps.
-		settle(os.Getpid(), 30*time.Second)
-		t0 := time.Now()
-		out := mustCell(b, p.cs, h, durableCheck)
-		resume = append(resume, msSince(t0))
-		if !strings.HasSuffix(out, "100 999") || !strings.Contains(out, "names came back") {
-			b.Fatalf("after the resume: %q", out)
-		}
-		cold = append(cold, anchor(b, "start")["ms"].(float64))
+		resume, snapMB, asleep := resumeCase(b, c.o, n, func() { cold = append(cold, anchor(b, "start")["ms"].(float64)) })
+		r := median(resume)
+		b.ReportMetric(r, c.name+"-resume-p50-ms")
+		fmt.Fprintf(&t, "%-30s %6.0f MiB %8.0f %8.0f %14d\n", c.name, snapMB, r, slices.Max(resume), asleep)
 	}
-	r, a := median(resume), median(cold)
+	a := median(cold)
+	b.ReportMetric(a, "anchor-cold-ms")
+	fmt.Fprintf(&t, "%-30s %9s %8.0f %8.0f\n", "jupyter_client cold start", "", a, slices.Max(cold))
 
 	// Memory: 10 small sessions, hibernated.
 	q := startInProc(b, &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, NoZygote: true})
@@ -217,15 +219,38 @@ func BenchmarkDurableResume(b *testing.B) {
 	}
 	perSession := (heapMB() - before) / nsmall * 1024
 	procs := kernelProcs()
-
-	b.ReportMetric(r, "resume-p50-ms")
-	b.ReportMetric(a, "anchor-cold-ms")
-	b.ReportMetric(r/a, "ratio")
 	b.ReportMetric(perSession, "heap-KiB/hibernated")
-	b.Logf("resume of 100 MiB of arrays + 1,000 objects (snapshot %.0f MiB): p50 %.0f ms, max %.0f ms over %d (target <= 1000); jupyter_client cold start p50 %.0f ms; ratio %.2f",
-		snapMB, r, slices.Max(resume), len(resume), a, r/a)
-	b.Logf("hibernated: %d session kernels (target 0); %d ipykernel processes in this process's tree (the warm pools' kernels, none a session's); server heap %.0f KiB per hibernated session (target < 1024)",
-		kernelsAsleep, procs, perSession)
+	fmt.Fprintf(&t, "hibernated: %d session kernels (target 0); %d ipykernel processes in this process's tree (the warm pools' kernels, none a session's); server heap %.0f KiB per hibernated session (target < 1024)",
+		q.srv.KernelCount(), procs, perSession)
+	b.Log(t.String())
+}
+
+// resumeCase hibernates a session of durableNamespace n times in a
+// server with o, and times each resume; between, it calls between (the
+// anchor, measured in turns with the resumes).
+func resumeCase(b *testing.B, o *mcpserver.Options, n int, between func()) (resume []float64, snapMB float64, asleep int) {
+	p := startInProc(b, o)
+	h := handle(b, p.cs)
+	mustCell(b, p.cs, h, durableNamespace)
+	for i := range n {
+		if !waitFor(2*time.Minute, func() bool { return hibernated(p.cs, h) }) {
+			b.Fatal("the session did not hibernate within 2 minutes")
+		}
+		if i == 0 {
+			asleep = p.srv.KernelCount()
+			snapMB = float64(dirSize(filepath.Join(p.ws, ".ipybox", "snapshots"))) / (1 << 20)
+		}
+		// Let the pool refill, as it would in the minutes a session sleeps.
+		settle(os.Getpid(), 30*time.Second)
+		t0 := time.Now()
+		out := mustCell(b, p.cs, h, durableCheck)
+		resume = append(resume, msSince(t0))
+		if !strings.HasSuffix(out, "100 999") || !strings.Contains(out, "names came back") {
+			b.Fatalf("after the resume: %q", out)
+		}
+		between()
+	}
+	return resume, snapMB, asleep
 }
 
 // dirSize sums the sizes of the regular files below dir.
