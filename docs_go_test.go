@@ -125,7 +125,6 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
 var (

@@ -54,6 +54,7 @@ import (
 	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/sandbox"
+	"github.com/ipybox/ipybox/internal/statedir"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
@@ -573,6 +574,9 @@ func stateDir(ws, field, dir string) (string, error) {
 	rel, err := filepath.Rel(ws, dir)
 	if err != nil || dir == state || !strings.HasPrefix(dir, state+string(filepath.Separator)) {
 		return "", fmt.Errorf("ipybox: %s %q must be a folder inside %s (ipybox's state, which kernels cannot otherwise write)", field, dir, state)
+	}
+	if _, err := statedir.Ensure(ws); err != nil {
+		return "", fmt.Errorf("ipybox: %s: %w", field, err)
 	}
 	if err := safefs.MkdirAll(ws, rel, 0o700); err != nil {
 		return "", fmt.Errorf("ipybox: %s: %w", field, err)

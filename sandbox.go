@@ -351,6 +351,10 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
 	}
+	// What mcpconn set on the command holds for the sandboxed one too: its
+	// stderr goes to the log and to the error of a failed start, and a
+	// grandchild that keeps it open does not hold Wait.
+	wrapped.Stderr, wrapped.WaitDelay = cmd.Stderr, cmd.WaitDelay
 	return wrapped, nil
 }
 

@@ -175,6 +175,20 @@ print(run(Params(s="in a box")), int(pid.run(pid.Params())) < 50)`)
 	}
 }
 
+// TestSandboxedStdioServerStderr: a sandboxed stdio server that fails at
+// start is reported with what it wrote to stderr, as an unsandboxed one is.
+func TestSandboxedStdioServerStderr(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsTool(t, "bwrap")
+	sh := testenv.NeedsTool(t, "sh")
+	ex := start(t, &ipybox.Options{NoToolApproval: true})
+	cfg := ipybox.ServerConfig{Command: sh, Args: []string{"-c", "echo 'error: API_KEY is required' >&2; exit 1"}, Sandbox: []byte("true")}
+	_, err := ex.RegisterMCPServer(context.Background(), "broken", cfg)
+	if err == nil || !strings.Contains(err.Error(), "API_KEY is required") {
+		t.Fatalf("registering a sandboxed server that fails: %v; want its stderr in the error", err)
+	}
+}
+
 // TestSandboxAttacksFromKernel runs attacks as cells in the sandboxed
 // kernel against fixtures on the host. Each prints BLOCKED or OPEN; the
 // controls prove the harness can see an open door.

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/ipybox/ipybox/internal/mcpconn"
-	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/statedir"
 )
 
 // ErrWorkspaceNotWritable is returned (wrapped) by CheckWorkspace for a
@@ -29,8 +29,8 @@ func CheckWorkspace(workspace string) error {
 	if err := checkWritable(ws); err != nil {
 		return err
 	}
-	if err := safefs.MkdirAll(ws, ".ipybox", 0o755); err != nil {
-		return fmt.Errorf("ipybox: %s: %w", filepath.Join(ws, ".ipybox"), err)
+	if _, err := statedir.Ensure(ws); err != nil {
+		return fmt.Errorf("ipybox: %w", err)
 	}
 	if err := checkWritable(filepath.Join(ws, ".ipybox")); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/statedir"
 )
 
 const (
@@ -92,7 +93,7 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 // venv. The lock is advisory, and there is none on Windows.
 func (s *Server) lockVenv(ctx context.Context) (unlock func(), err error) {
 	const name = "venv.lock"
-	if err := safefs.MkdirAll(s.workspace, ".ipybox", 0o755); err != nil {
+	if _, err := statedir.Ensure(s.workspace); err != nil {
 		return nil, fmt.Errorf("lock the virtualenv: %w", err)
 	}
 	f, err := safefs.OpenFile(s.workspace, filepath.Join(".ipybox", name), os.O_RDWR|os.O_CREATE, 0o600)

@@ -129,9 +129,9 @@ func (b *mcpBinary) stop(t *testing.T, sig os.Signal) {
 }
 
 // goClient connects a go-sdk client over tr. Over HTTP it speaks
-// 2025-11-25, whose connections have a kernel of their own (the
-// 2026-07-28 ones, with handles, are TestMCPHandlesHTTP's and mcpserver's);
-// over stdio the go-sdk's latest, 2026-07-28.
+// 2025-11-25, whose connections have a kernel of their own (2026-07-28's
+// session handles are tested in mcpserver, TestHandles, and by the Python
+// API's tests); over stdio the go-sdk's latest, 2026-07-28.
 func goClient(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	var opts *mcp.ClientSessionOptions

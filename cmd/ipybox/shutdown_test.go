@@ -21,11 +21,12 @@ import (
 // would come (the target is 300 ms), leave no process it started, and
 // leave the workspace with nothing in it but what the cell made and
 // ipybox's own .ipybox folder. SIGKILL at once must leave no process and
-// nothing in the workspace either.
+// nothing in the workspace either, and so must SIGTERM alone, within the
+// same 300 ms.
 func TestMCPClaudeCodeStop(t *testing.T) {
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
-	for _, how := range []string{"claude-code", "sigkill"} {
+	for _, how := range []string{"claude-code", "sigterm", "sigkill"} {
 		t.Run(how, func(t *testing.T) {
 			ws := t.TempDir()
 			if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
@@ -43,10 +44,25 @@ func TestMCPClaudeCodeStop(t *testing.T) {
 			go func() { cmd.Process.Wait(); exited <- time.Now() }()
 			t0 := time.Now()
 			var gone time.Duration
-			if how == "sigkill" {
+			switch how {
+			case "sigkill":
 				cmd.Process.Signal(syscall.SIGKILL)
 				<-exited
-			} else {
+			case "sigterm":
+				cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case at := <-exited:
+					gone = at.Sub(t0)
+				case <-time.After(500 * time.Millisecond):
+					cmd.Process.Signal(syscall.SIGKILL)
+					<-exited
+					t.Errorf("ipybox mcp was still running 0.5 s after SIGTERM, and was killed")
+				}
+				t.Logf("exited %v after SIGTERM (target 300 ms)", gone.Round(time.Millisecond))
+				if gone > 300*time.Millisecond {
+					t.Errorf("exited %v after SIGTERM; want under 300 ms", gone.Round(time.Millisecond))
+				}
+			default:
 				cmd.Process.Signal(syscall.SIGINT)
 				select {
 				case at := <-exited:

@@ -58,8 +58,9 @@ const (
 
 // MappedID is the uid and gid the kernel runs as when ipybox runs as root
 // and the workspace belongs to root: the sandbox's mapped id, which no
-// host account has.
-const MappedID = 2_000_000_000
+// host account has. It is the sandbox's, so that a workspace one backend
+// wrote is the other's too.
+const MappedID = sandbox.MappedID
 
 // apiTimeout bounds each Engine API call of a start (create, start,
 // inspect), and the checks of New.

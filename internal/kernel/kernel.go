@@ -427,7 +427,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	})
 	dialCancel(nil)
 	if err != nil {
-		k.kill(in)
+		k.abandon(in)
 		if in.isDead() {
 			return nil, fmt.Errorf("kernel failed to start: %w", in.deadErr)
 		}
@@ -435,7 +435,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	}
 	in.conn = conn
 	if err := in.handshake(ctx); err != nil {
-		k.kill(in)
+		k.abandon(in)
 		return nil, err
 	}
 	stderr.Forget() // the start-up banner explains no later death
@@ -443,7 +443,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	go in.heartbeat()
 	if k.opts.InitCode != "" {
 		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
-			k.kill(in)
+			k.abandon(in)
 			return nil, fmt.Errorf("kernel init code failed: %w", err)
 		}
 	}
@@ -734,6 +734,13 @@ func (in *instance) kill() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*in.k.opts.ShutdownGrace)
 	defer cancel()
 	return in.proc.Kill(ctx)
+}
+
+// abandon ends an instance whose start failed or was cancelled: the
+// caller gets the error, so its end is not news (no "kernel died").
+func (k *Kernel) abandon(in *instance) {
+	in.closing.Store(true)
+	k.kill(in)
 }
 
 // retire stops an instance at once (it is dead or being replaced).

@@ -1,21 +1,12 @@
 package kernel
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
-	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/rundir"
 )
-
-// ownerFile names the file in a run directory that records the pid of the
-// process that created it, so that a later start can reap directories
-// whose owner died without cleaning up.
-const ownerFile = "owner.pid"
 
 // runRoot returns the parent of run directories: $XDG_RUNTIME_DIR/ipybox
 // when that is set and short, else /tmp. Paths stay short because unix
@@ -33,48 +24,9 @@ func runRoot() (root, prefix string) {
 // ones left by processes that no longer exist.
 func NewRunDir() (string, error) {
 	root, prefix := runRoot()
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", fmt.Errorf("create run root: %w", err)
-	}
-	reapStale(root, prefix)
-	b := make([]byte, 5)
-	rand.Read(b)
-	dir := filepath.Join(root, prefix+hex.EncodeToString(b))
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return "", fmt.Errorf("create run directory: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return "", err
+	dir, err := rundir.New(root, prefix)
+	if err != nil {
+		return "", fmt.Errorf("run directory: %w", err)
 	}
 	return dir, nil
-}
-
-func reapStale(root, prefix string) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if !e.IsDir() || (prefix != "" && !strings.HasPrefix(e.Name(), prefix)) {
-			continue
-		}
-		dir := filepath.Join(root, e.Name())
-		// Only ours: in a shared /tmp, another user's directory (or a link)
-		// of that name is none of our business.
-		if !ownDir(dir) {
-			continue
-		}
-		b, err := safefs.ReadFile(dir, ownerFile, 64)
-		if err != nil {
-			continue // not ours, or still being created
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if processGone(pid) {
-			os.RemoveAll(dir)
-		}
-	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/rundir"
 )
 
 func TestNewRunDirReapsStale(t *testing.T) {
@@ -23,7 +25,7 @@ func TestNewRunDirReapsStale(t *testing.T) {
 		d := filepath.Join(root, name)
 		os.MkdirAll(d, 0o700)
 		if owner != "" {
-			os.WriteFile(filepath.Join(d, ownerFile), []byte(owner), 0o600)
+			os.WriteFile(filepath.Join(d, rundir.OwnerFile), []byte(owner), 0o600)
 		}
 		return d
 	}

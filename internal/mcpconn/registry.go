@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/pygen"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/statedir"
 )
 
 // A Registry holds the named MCP server configs of one workspace. It is safe
@@ -174,7 +175,11 @@ func (r *Registry) SaveEntry(path, name string) error {
 // written through a link.
 func writeFileAtomic(path string, data []byte) error {
 	base, rel := splitRegistryPath(path)
-	if err := safefs.MkdirAll(base, filepath.Dir(rel), 0o700); err != nil {
+	if filepath.Dir(rel) == statedir.Name {
+		if _, err := statedir.Ensure(base); err != nil {
+			return fmt.Errorf("saving servers: %w", err)
+		}
+	} else if err := safefs.MkdirAll(base, filepath.Dir(rel), 0o700); err != nil {
 		return fmt.Errorf("saving servers: %w", err)
 	}
 	if err := safefs.WriteFile(base, rel, data, 0o600); err != nil {

@@ -124,10 +124,15 @@ func TestRegistrySaveLoad(t *testing.T) {
 	if strings.Contains(string(data), "ghp_") {
 		t.Errorf("servers.json holds a secret value:\n%s", data)
 	}
-	// No temp file is left behind.
+	// No temp file is left behind: the folder holds servers.json and the
+	// .gitignore that keeps ipybox's state out of git.
 	entries, _ := os.ReadDir(filepath.Dir(path))
-	if len(entries) != 1 {
-		t.Errorf("folder holds %d entries, want only servers.json", len(entries))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != ".gitignore servers.json" {
+		t.Errorf("folder holds %v, want only .gitignore and servers.json", names)
 	}
 
 	loaded, err := LoadRegistry(path)

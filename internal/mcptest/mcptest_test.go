@@ -55,8 +55,8 @@ func TestInProcess(t *testing.T) {
 		}
 		n++
 	}
-	if n != 7+5 {
-		t.Errorf("%d tools, want 12 (7 standard and 5 extra)", n)
+	if n != 8+5 {
+		t.Errorf("%d tools, want 13 (8 standard and 5 extra)", n)
 	}
 
 	call := func(name string, args map[string]any) *mcp.CallToolResult {
@@ -148,8 +148,8 @@ func TestBinaryHTTP(t *testing.T) {
 				}
 				n++
 			}
-			if n != 8+30 {
-				t.Errorf("%d tools, want 38 (7 standard, crash and 30 extra)", n)
+			if n != 9+30 {
+				t.Errorf("%d tools, want 39 (8 standard, crash and 30 extra)", n)
 			}
 			// crash ends the process with status 3.
 			cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "crash"})

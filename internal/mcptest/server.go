@@ -168,16 +168,6 @@ func NewServer(opts *Options) *mcp.Server {
 		func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			return text(metaTraceParent(req)), nil, nil
 		})
-	if o.TraceParent != nil {
-		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-				if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
-					o.TraceParent(r.Params.Name, metaTraceParent(r))
-				}
-				return next(ctx, method, req)
-			}
-		})
-	}
 	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "Returns the server's process id."},
 		func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			return text(strconv.Itoa(os.Getpid())), nil, nil
@@ -197,6 +187,23 @@ func NewServer(opts *Options) *mcp.Server {
 				return text(name), nil, nil
 			})
 	}
+	addMiddleware(s, &o)
+	return s
+}
+
+// addMiddleware adds what o asks of every request: telling TraceParent
+// of each tool call's traceparent, and never answering the handshake.
+func addMiddleware(s *mcp.Server, o *Options) {
+	if o.TraceParent != nil {
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+					o.TraceParent(r.Params.Name, metaTraceParent(r))
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	if o.HangInitialize {
 		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -212,7 +219,6 @@ func NewServer(opts *Options) *mcp.Server {
 			}
 		})
 	}
-	return s
 }
 
 // metaTraceParent is the traceparent in a tools/call request's _meta.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path"
 	"reflect"
 	"strings"
 	"unicode/utf8"
@@ -179,6 +180,7 @@ func Decide(c *Call, sets ...*Rules) Decision {
 	}
 	var ask Decision
 	var allowTool *Rule
+	var noAllow string // why an allow rule that might have matched did not
 	for _, rs := range sets {
 		if rs == nil {
 			continue
@@ -210,9 +212,13 @@ func Decide(c *Call, sets ...*Rules) Decision {
 		}
 		for _, r := range rs.rules {
 			if r.Kind == KindTool && r.Action == Allow {
-				if m, _ := r.match(p); m == yes {
+				m, why := r.match(p)
+				if m == yes {
 					allowTool = r
 					break
+				}
+				if m == maybe && noAllow == "" {
+					noAllow = why
 				}
 			}
 		}
@@ -223,7 +229,7 @@ func Decide(c *Call, sets ...*Rules) Decision {
 	if allowTool != nil {
 		return Decision{Action: Allow, Rules: []*Rule{allowTool}}
 	}
-	d := Decision{}
+	d := Decision{NoAllow: noAllow}
 	if _, ok := p.arguments(); !ok {
 		d.NoAllow = argsUnreadable
 	}
@@ -329,13 +335,39 @@ func (r *Rule) match(p *prepared) (match, string) {
 		}
 		return no, ""
 	}
+	res, why := yes, ""
 	for _, cd := range r.conds {
 		v, ok := args[cd.key]
-		if !ok || !cd.matches(v) {
+		if !ok {
+			return no, ""
+		}
+		if s, isStr := v.(string); isStr && !cd.isRange && dotDot(s) && !strings.Contains(cd.glob, "..") {
+			// A glob sees text, and /work/../etc is not in /work/*: such a
+			// value is no allow rule's; a deny or ask rule matches it by
+			// its text or by the path it names.
+			if !cd.matches(v) && !globMatch(cd.glob, path.Clean(s)) {
+				return no, ""
+			}
+			res, why = maybe, dotDotNote
+			continue
+		}
+		if !cd.matches(v) {
 			return no, ""
 		}
 	}
-	return yes, ""
+	return res, why
+}
+
+const dotDotNote = "an argument has a .. path segment, so no allow rule's glob holds for the path it names"
+
+// dotDot reports whether s has a ".." path segment.
+func dotDot(s string) bool {
+	for _, seg := range strings.FieldsFunc(s, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 func (cd *cond) matches(v any) bool {

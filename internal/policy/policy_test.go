@@ -62,7 +62,9 @@ func TestRuleTable(t *testing.T) {
 		{tool("github", "delete_repo", `{}`), Deny, 5},                                          // deny
 		{tool("fs", "write_file", `{"path":"/etc/passwd"}`), Deny, 6},                           // deny before allow
 		{tool("fs", "write_file", `{"path":"/work/a/b"}`), Allow, 7},                            // * spans /
-		{tool("fs", "write_file", `{"path":"/work/../etc/passwd"}`), Allow, 7},                  // globs see text, not paths: documented
+		{tool("fs", "write_file", `{"path":"/work/../etc/passwd"}`), Deny, 6},                   // .. is judged by the path it names
+		{tool("fs", "write_file", `{"path":"/work/a/../../tmp/x"}`), None, 0},                   // ... and no allow rule's glob holds for it
+		{tool("fs", "write_file", `{"path":"/work/a/../b"}`), None, 0},                          // ... even inside
 		{tool("fs", "write_file", `{"path":"/etc/x","path":"/work/x"}`), Deny, 6},               // repeated key: the deny may match
 		{tool("fs", "read_file", `{"path":"/work/*"}`), Allow, 8},                               // quoted * is literal
 		{tool("fs", "read_file", `{"path":"/work/a"}`), None, 0},                                // ... so it matches nothing else

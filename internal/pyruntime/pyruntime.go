@@ -79,7 +79,8 @@ func Install(dir string) (string, error) {
 // InstallCode returns Python source that writes the ipybox_runtime package
 // into a fresh private directory of the kernel's machine and puts it first
 // on sys.path: the way the runtime reaches a kernel that does not share
-// the host's file system (a gateway kernel). It defines nothing in the
+// the host's file system (a gateway kernel). The directory goes when the
+// kernel exits (atexit: not after a SIGKILL). It defines nothing in the
 // user's namespace.
 func InstallCode() string {
 	files := map[string]string{}
@@ -95,7 +96,7 @@ func InstallCode() string {
 	})
 	src, _ := json.Marshal(files)
 	// A JSON string literal is a valid Python string literal.
-	return fmt.Sprintf(`(lambda os, sys, files, d: ([(os.makedirs(os.path.dirname(os.path.join(d, p)), mode=0o700, exist_ok=True), open(os.path.join(d, p), "w", encoding="utf-8").write(s)) for p, s in files.items()], sys.path.insert(0, d)))(__import__("os"), __import__("sys"), __import__("json").loads(%s), __import__("tempfile").mkdtemp(prefix="ipybox-runtime-"))
+	return fmt.Sprintf(`(lambda os, sys, files, d: ([(os.makedirs(os.path.dirname(os.path.join(d, p)), mode=0o700, exist_ok=True), open(os.path.join(d, p), "w", encoding="utf-8").write(s)) for p, s in files.items()], sys.path.insert(0, d), __import__("atexit").register(__import__("shutil").rmtree, d, True)))(__import__("os"), __import__("sys"), __import__("json").loads(%s), __import__("tempfile").mkdtemp(prefix="ipybox-runtime-"))
 `, Quote(string(src)))
 }
 

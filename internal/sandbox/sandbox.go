@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/rundir"
 )
 
 // ignoredWarned holds the settings keys already warned about.
@@ -329,7 +330,8 @@ func (s *Sandbox) setWritable(ws []string) error {
 // error.
 func (s *Sandbox) startPrivate() error {
 	var err error
-	if s.privDir, err = os.MkdirTemp("", "ipybox-sandbox-"); err != nil {
+	// Reaped by a later start when this process dies without Close.
+	if s.privDir, err = rundir.New(os.TempDir(), "ipybox-sandbox-"); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.maskFile = filepath.Join(s.privDir, "mask")

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/seccomp"
+	"github.com/ipybox/ipybox/internal/statedir"
 	"github.com/ipybox/ipybox/internal/wsguard"
 )
 
@@ -429,7 +429,7 @@ func (s *Sandbox) protectArgs(v *view, prot *wsguard.Protection) error {
 // Writable paths (a session's own packages).
 func (s *Sandbox) stateArgs(v *view) error {
 	ws := s.workspace
-	if err := ensureStateDir(ws); err != nil {
+	if _, err := statedir.Ensure(ws); err != nil {
 		return err
 	}
 	ipy := filepath.Join(ws, ".ipybox")
@@ -454,21 +454,6 @@ func (s *Sandbox) stateArgs(v *view) error {
 			v.add("--ro-bind", p, p)
 		}
 		v.roots = append(v.roots, p)
-	}
-	return nil
-}
-
-// ensureStateDir creates the workspace's .ipybox folder (without following
-// a link), with a .gitignore that ignores it whole, as .pytest_cache does:
-// git status stays clean.
-func ensureStateDir(ws string) error {
-	if err := safefs.MkdirAll(ws, ".ipybox", 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Join(ws, ".ipybox"), err)
-	}
-	f, err := safefs.CreateExclusive(ws, filepath.Join(".ipybox", ".gitignore"), 0o644)
-	if err == nil {
-		f.WriteString("# Created by ipybox: its state stays out of git.\n*\n")
-		f.Close()
 	}
 	return nil
 }

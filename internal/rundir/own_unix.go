@@ -1,6 +1,6 @@
 //go:build unix
 
-package kernel
+package rundir
 
 import (
 	"os"
