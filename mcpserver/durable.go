@@ -341,6 +341,7 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 		return false
 	}
 	x.ex = nil
+	busy := x.active > 0
 	x.mu.Unlock()
 	t0 := time.Now()
 	sl := &sleep{at: t0, why: why}
@@ -351,10 +352,18 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 			s.log.Warn("detaching from a gateway kernel", "session", x.id, "err", err)
 		}
 	default:
-		if force {
+		// Only a session with something in flight is interrupted: the
+		// signal is asynchronous (through a sandbox's init, a container),
+		// and one that found no cell would stop the save instead.
+		interrupted := force && busy
+		if interrupted {
 			ex.Interrupt()
 		}
 		rep, err := s.save(ctx, x, ex)
+		if err != nil && interrupted && ctx.Err() == nil {
+			// The interrupt came late, and stopped the save itself.
+			rep, err = s.save(ctx, x, ex)
+		}
 		sl.saved = err == nil
 		if err != nil {
 			sl.lost = saveFailure(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -289,5 +291,45 @@ func TestHibernateImplicit(t *testing.T) {
 	}
 	if got := run(t, cs, "print(k)"); !strings.HasSuffix(got, "5") || !strings.Contains(got, "names came back") {
 		t.Errorf("after the hibernation: %q", got)
+	}
+}
+
+// TestShutdownInterruptsCell: Shutdown interrupts a running cell, then
+// saves its session as the interrupt left it; an idle session beside it
+// is not interrupted (a late signal would stop its save).
+func TestShutdownInterruptsCell(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+	busy, idle := createSession(t, cs), createSession(t, cs)
+	runIn(t, cs, idle, "w = 'idle'")
+	runIn(t, cs, busy, "v = 1")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time\nv = 2\nprint('running', flush=True)\ntime.sleep(60)", "session": busy}})
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if x := srv.store.get(busy); x != nil && x.idleSince().IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long cell did not start")
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // past `v = 2`
+	shutdown(t, srv)
+	<-done
+	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
+	if got := runIn(t, cs2, busy, "print(v)"); !strings.HasSuffix(got, "2") || !strings.Contains(got, "names came back") {
+		t.Errorf("the interrupted session after the restart: %q", got)
+	}
+	if got := runIn(t, cs2, idle, "print(w)"); !strings.HasSuffix(got, "idle") {
+		t.Errorf("the idle session after the restart: %q", got)
 	}
 }
