@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -143,12 +144,39 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	defer stopMetrics()
 	if f.httpAddr == "" {
+		if tp == nil {
+			defer armStop(ctx, env, log)()
+		}
 		if err := srv.Serve(ctx, mcpserver.StdioTransport()); err != nil {
 			return fail(exitFail, err)
 		}
 		return exitOK
 	}
 	return serveHTTP(ctx, env, srv, &f)
+}
+
+// stopBudget bounds how long ipybox mcp over stdio takes to exit after a
+// SIGINT or SIGTERM: Claude Code, for one, kills a server 0.5 s after its
+// SIGINT. What the kernels' teardown still waits for by then (a sandbox's
+// exit, on a loaded machine) is not needed: every process ipybox started
+// ends with it (a sandbox's init when its control socket closes, other
+// kernels with their lifeline), nothing of ipybox's is left in the
+// workspace, and the run directories left in /tmp are reaped by the next
+// start. With tracing on, the exit waits for the spans' flush instead.
+const stopBudget = 100 * time.Millisecond
+
+// armStop makes a stop by signal (ctx done) end the process within
+// stopBudget. It returns the disarm for a return before the signal.
+func armStop(ctx context.Context, env *cliEnv, log *slog.Logger) (disarm func() bool) {
+	if env.exit == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, func() {
+		time.AfterFunc(stopBudget, func() {
+			log.Warn("stopping: the kernels' teardown outlasted " + stopBudget.String() + "; exiting, and they end with this process")
+			env.exit(exitOK)
+		})
+	})
 }
 
 // flagSet is mcp's flag set, bound to f.
