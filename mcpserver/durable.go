@@ -672,14 +672,22 @@ func (s *Server) deleteGatewayKernel(id string) {
 }
 
 // Shutdown hibernates every session of create_session that holds a
-// kernel, all at once, until ctx ends, then closes the server (Close).
-// A session not saved by then stops with its kernel, and comes back at the
-// next start from its last snapshot (a checkpoint), or in a fresh kernel
-// with a note that says its state was lost. A running cell is interrupted
-// first, and its session saved as the interrupt left it. Sessions of
-// connections (stdio, 2025-11-25 transport sessions) end with them, and
-// are not saved.
+// kernel (Hibernate), then closes the server (Close).
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.Hibernate(ctx)
+	return s.Close()
+}
+
+// Hibernate hibernates every session of create_session that holds a
+// kernel, all at once, until ctx ends; it returns ctx's error when some
+// were not saved by then. Those stop with their kernels at Close, and come
+// back at the next start from their last snapshot (a checkpoint), or in a
+// fresh kernel with a note that says their state was lost. A running cell
+// is interrupted first, and its session saved as the interrupt left it.
+// Sessions of connections (stdio, 2025-11-25 transport sessions) end with
+// them, and are not saved. The server serves on: Shutdown is Hibernate,
+// then Close.
+func (s *Server) Hibernate(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, x := range s.store.all() {
 		if !x.durable() || !x.hasKernel() {
@@ -695,10 +703,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { wg.Wait(); close(done) }() // bound: each hibernation ends with ctx
 	select {
 	case <-done:
+		return nil
 	case <-ctx.Done():
 		s.log.Warn("shutdown: not every session was saved in time; those come back from their last snapshot", "err", ctx.Err())
+		return fmt.Errorf("hibernating the sessions: %w", ctx.Err())
 	}
-	return s.Close()
 }
 
 // claim points a gateway session's kernel at this front end's tool server

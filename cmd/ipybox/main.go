@@ -33,6 +33,10 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// exit ends the process; set by main only, so that a stop by signal
+	// may end it within a bound (mcp's stopBudget). nil in tests that run
+	// a command in-process.
+	exit func(code int)
 }
 
 // Exit codes.
@@ -65,7 +69,7 @@ func main() {
 		os.Exit(exitFail)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, exit: os.Exit}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

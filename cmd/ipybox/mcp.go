@@ -145,16 +145,56 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	defer stopMetrics()
 	if f.httpAddr == "" {
+		// The stop budget starts once the sessions of create_session are
+		// saved: none over stdio, usually, so at once.
+		saved := make(chan struct{})
+		if tp == nil {
+			defer armStop(ctx, env, log, saved, f.shutdownGrace)()
+		}
 		err := srv.Serve(ctx, mcpserver.StdioTransport())
 		if ctx.Err() != nil {
-			hibernateAll(srv, f.shutdownGrace, log)
+			hctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
+			srv.Hibernate(hctx)
+			cancel()
 		}
+		close(saved)
 		if err != nil && ctx.Err() == nil {
 			return fail(exitFail, err)
 		}
 		return exitOK
 	}
 	return serveHTTP(ctx, env, srv, &f)
+}
+
+// stopBudget bounds how long ipybox mcp over stdio takes to exit after a
+// SIGINT or SIGTERM: Claude Code, for one, kills a server 0.5 s after its
+// SIGINT. What the kernels' teardown still waits for by then (a sandbox's
+// exit, on a loaded machine) is not needed: every process ipybox started
+// ends with it (a sandbox's init when its control socket closes, other
+// kernels with their lifeline), nothing of ipybox's is left in the
+// workspace, and the run directories left in /tmp are reaped by the next
+// start. With tracing on, the exit waits for the spans' flush instead.
+const stopBudget = 100 * time.Millisecond
+
+// armStop makes a stop by signal (ctx done) end the process within
+// stopBudget of the sessions' saves (saved closed, at most grace). It
+// returns the disarm for a return before the signal.
+func armStop(ctx context.Context, env *cliEnv, log *slog.Logger, saved <-chan struct{}, grace time.Duration) (disarm func() bool) {
+	if env.exit == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, func() {
+		// The sessions of create_session are saved first (Hibernate),
+		// within grace.
+		select {
+		case <-saved:
+		case <-time.After(grace):
+		}
+		time.AfterFunc(stopBudget, func() {
+			log.Warn("stopping: the kernels' teardown outlasted " + stopBudget.String() + "; exiting, and they end with this process")
+			env.exit(exitOK)
+		})
+	})
 }
 
 // flagSet is mcp's flag set, bound to f.

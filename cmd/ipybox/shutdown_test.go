@@ -33,7 +33,9 @@ func TestMCPClaudeCodeStop(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(os.Args[0], "mcp", "--workspace", ws, "--pool", "0")
-			cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1")
+			// A -race binary sleeps 1 s at exit (the race runtime's
+			// atexit_sleep_ms), which is not ipybox's time to exit.
+			cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "GORACE=atexit_sleep_ms=0")
 			cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
 			runCell(t, cs, "open('made.txt', 'w').write('x')")
 			procs := descendants(cmd.Process.Pid)

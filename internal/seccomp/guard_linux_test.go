@@ -80,6 +80,10 @@ func TestGuardRefusesHostPaths(t *testing.T) {
 	py := python(t)
 	attacks := []struct{ name, code string }{
 		{"new .git at depth", `os.makedirs("src/x/y/z/.git/hooks")`},
+		{"repository under node_modules", `os.makedirs("node_modules/pkg/.git/hooks")`},
+		{"repository under .venv", `os.makedirs(".venv/lib/python3/site-packages/p/.git")`},
+		{"repository under venv", `os.makedirs("venv/src/.git")`},
+		{"husky under node_modules", `os.makedirs("node_modules/pkg/.husky")`},
 		{"new .git at the root of a fresh folder", `os.mkdir("newproj"); os.mkdir("newproj/.git")`},
 		{".git as a file", `open("src/.git", "w").write("gitdir: /tmp/evil\n")`},
 		{".git in upper case", `os.mkdir("src/.GIT")`},
