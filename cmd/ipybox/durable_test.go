@@ -204,3 +204,32 @@ func TestMCPGatewayCellInFlight(t *testing.T) {
 		t.Errorf("after the front end died during a cell: %q, want what the cell assigned (2)", got)
 	}
 }
+
+// TestMCPDurableStdio: over stdio too, SIGTERM saves the sessions of
+// create_session before the exit's budget runs (the exit comes within
+// 100 ms of the saves), and the next server on the workspace restores them.
+func TestMCPDurableStdio(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	start := func() (*mcp.ClientSession, *exec.Cmd) {
+		cmd := exec.Command(os.Args[0], "mcp", "--workspace", ws, "--pool", "0", "--no-sandbox")
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "GORACE=atexit_sleep_ms=0")
+		return goClient(t, &mcp.CommandTransport{Command: cmd}, nil), cmd
+	}
+	cs, cmd := start()
+	h := newHandle(t, cs)
+	runIn(t, cs, h, "v = {'n': 7}")
+	exited := make(chan struct{})
+	go func() { cmd.Process.Wait(); close(exited) }()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ipybox mcp did not exit within 30s of SIGTERM")
+	}
+	cs2, _ := start()
+	if got := runIn(t, cs2, h, "print(v['n'])"); !strings.HasSuffix(got, "7") || !strings.Contains(got, "names came back") {
+		t.Errorf("after SIGTERM and a restart over stdio: %q", got)
+	}
+}
