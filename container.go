@@ -78,7 +78,7 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 	cfg := container.Config{
 		Image:     c.Image,
 		Workspace: e.workspace,
-		ReadOnly:  []string{".ipybox"},
+		Hidden:    []string{".ipybox"},
 		Sockets:   []string{filepath.Join(e.runDir, "tool.sock")},
 		NoNetwork: c.NoNetwork,
 		Logger:    e.log,
@@ -126,8 +126,8 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 		home, _ := os.UserHomeDir()
 		return wsguard.Protect(wsguard.Input{Workspace: e.workspace, Home: home, Secrets: e.secretFiles, Log: e.log})
 	}
-	if e.packageDir != "" {
-		rel, _ := filepath.Rel(e.workspace, e.packageDir)
+	for _, d := range e.ownState() {
+		rel, _ := filepath.Rel(e.workspace, d)
 		cfg.Writable = append(cfg.Writable, rel)
 	}
 	l, err := container.New(ctx, cfg)

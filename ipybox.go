@@ -199,6 +199,18 @@ type Options struct {
 	// --system-site-packages takes them. Empty means none.
 	PackageDir string
 
+	// SnapshotDir is a folder inside the workspace's .ipybox where
+	// Snapshot saves the kernel's namespace and Restore reads it back.
+	// Like PackageDir, it is this Executor's alone: a sandbox or a
+	// container lets its kernel write it and hides it from every other
+	// kernel, and the host never reads what is in it (it only measures its
+	// size, and copies, moves or removes its files). It is created when
+	// missing and kept at Close, so that a later Executor given the same
+	// folder restores from it. Without a sandbox or a container, kernel
+	// code has the user's rights, and nothing hides it. Empty means none:
+	// Snapshot and Restore then fail.
+	SnapshotDir string
+
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
 	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
@@ -267,8 +279,9 @@ type Executor struct {
 	sem             chan struct{}
 	log             *slog.Logger
 
-	// packageDir is Options.PackageDir, absolute ("" for none).
-	packageDir string
+	// packageDir is Options.PackageDir and snapshotDir
+	// Options.SnapshotDir, absolute ("" for none).
+	packageDir, snapshotDir string
 
 	registry *mcpconn.Registry
 	mcp      *mcpconn.Manager
@@ -304,6 +317,7 @@ type Executor struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	detached  bool // Detach, not Close: the gateway kernel runs on
 }
 
 // Start starts a kernel and returns an Executor for it.
@@ -386,13 +400,23 @@ func newExecutor(o *Options) (*Executor, error) {
 		return nil, fmt.Errorf("ipybox: working directory %q is not a directory; create it or choose another WorkDir", ws)
 	}
 	e.workspace = ws
-	if o.PackageDir != "" {
-		if o.Gateway != nil {
-			return nil, errors.New("ipybox: Options.PackageDir is a folder of this machine's workspace; a gateway kernel installs on its own machine: leave it empty")
+	for _, d := range []struct {
+		name string
+		val  string
+		dst  *string
+	}{{"PackageDir", o.PackageDir, &e.packageDir}, {"SnapshotDir", o.SnapshotDir, &e.snapshotDir}} {
+		if d.val == "" {
+			continue
 		}
-		if e.packageDir, err = packageDir(ws, o.PackageDir); err != nil {
+		if o.Gateway != nil {
+			return nil, fmt.Errorf("ipybox: Options.%s is a folder of this machine's workspace, and a gateway kernel runs on its own machine: leave it empty", d.name)
+		}
+		if *d.dst, err = stateDir(ws, "Options."+d.name, d.val); err != nil {
 			return nil, err
 		}
+	}
+	if e.packageDir != "" && e.packageDir == e.snapshotDir {
+		return nil, errors.New("ipybox: Options.PackageDir and Options.SnapshotDir are the same folder; give each its own")
 	}
 	return e, nil
 }
@@ -538,9 +562,10 @@ func kernelWritable(ws string, o *Options) []string {
 	return out
 }
 
-// packageDir checks Options.PackageDir and creates it, without following
-// a link.
-func packageDir(ws, dir string) (string, error) {
+// stateDir checks a folder of an Executor's own (Options.PackageDir,
+// Options.SnapshotDir, named by field) and creates it, without following a
+// link.
+func stateDir(ws, field, dir string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(ws, dir)
 	}
@@ -548,16 +573,23 @@ func packageDir(ws, dir string) (string, error) {
 	state := filepath.Join(ws, ".ipybox")
 	rel, err := filepath.Rel(ws, dir)
 	if err != nil || dir == state || !strings.HasPrefix(dir, state+string(filepath.Separator)) {
-		return "", fmt.Errorf("ipybox: Options.PackageDir %q must be a folder inside %s (ipybox's state, which kernels cannot otherwise write)", dir, state)
+		return "", fmt.Errorf("ipybox: %s %q must be a folder inside %s (ipybox's state, which kernels cannot otherwise write)", field, dir, state)
 	}
 	if _, err := statedir.Ensure(ws); err != nil {
-		return "", fmt.Errorf("ipybox: Options.PackageDir: %w", err)
+		return "", fmt.Errorf("ipybox: %s: %w", field, err)
 	}
 	if err := safefs.MkdirAll(ws, rel, 0o700); err != nil {
-		return "", fmt.Errorf("ipybox: Options.PackageDir: %w", err)
+		return "", fmt.Errorf("ipybox: %s: %w", field, err)
 	}
 	return dir, nil
 }
+
+// ownState lists the folders of ipybox's state that are this Executor's
+// own: its package folder and its snapshot folder. It is the one place
+// every launcher takes them from: a sandbox and a container hide .ipybox
+// whole from the kernel and bind these into it, writable, so that no
+// other Executor's kernel sees them.
+func (e *Executor) ownState() []string { return nonEmpty(e.packageDir, e.snapshotDir) }
 
 // kernelPath maps a host path in the workspace to the kernel's view.
 func (e *Executor) kernelPath(p string) string {
@@ -758,7 +790,11 @@ func (e *Executor) closeParts() error {
 		errs = append(errs, e.tools.Close())
 	}
 	if e.k != nil {
-		if err := e.k.Close(); !errors.Is(err, kernel.ErrClosed) {
+		stop := e.k.Close
+		if e.detached {
+			stop = e.k.Detach
+		}
+		if err := stop(); !errors.Is(err, kernel.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}

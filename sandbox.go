@@ -77,7 +77,7 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox, &sandbox.Options{
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
-		Writable: nonEmpty(e.packageDir),
+		Writable: e.ownState(),
 
 		EgressDecided: e.egressDecided,
 	}, e.secretFiles)

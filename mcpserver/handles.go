@@ -28,11 +28,14 @@ import (
 //     get the same errUnknownSession;
 //   - its kernel (started at the session's first cell), the kernel's
 //     package folder (.ipybox/packages/<random>), and its OAuth owner;
-//   - this process: it ends with close_session, after
-//     Options.SessionIdleTimeout without a call, and at Close.
+//   - the state folder (state.go), for a session of create_session: it
+//     ends with close_session, or after Options.SessionExpiry without a
+//     call; it hibernates after Options.HibernateAfter without one, and
+//     outlives the process (durable.go). An implicit session ends with its
+//     connection.
 //
-// The table of handles is behind sessionStore, so that a store that
-// outlives the process can take the in-memory one's place.
+// The table of handles is behind sessionStore: the live sessions in
+// memory, and those of the state folder, which a call revives.
 
 // LocalPrincipal is the principal of stdio connections and of HTTP
 // requests served without a token (Options.NoAuth).
@@ -58,7 +61,7 @@ func logID(h string) string {
 // errUnknownSession is the one answer to a handle that is not the caller's
 // live session, whatever the reason, so that it tells nothing about
 // handles of others.
-var errUnknownSession = errors.New("unknown session: the handle was closed, expired after --session-idle-timeout without a call, or was never created with your token; " +
+var errUnknownSession = errors.New("unknown session: the handle was closed, expired after --session-expiry without a call, or was never created with your token; " +
 	"create a new one with create_session (the kernel's variables are gone; files in the workspace stay)")
 
 // errNoSession answers a call that names no session on a connection that
@@ -69,18 +72,25 @@ var errNoSession = errors.New("this call names no session, and over HTTP with MC
 
 // sessionStore is the table of sessions by handle.
 type sessionStore interface {
-	// add records x under x.handle.
+	// add records x under its handle's key; a durable one in the state
+	// folder too.
 	add(x *session)
-	// get returns the session whose handle is h, or nil. It compares the
-	// handle in constant time.
+	// get returns the session whose handle is h, or nil: a live one, or
+	// one the state folder keeps, revived (asleep). It compares keys in
+	// constant time.
 	get(h string) *session
-	// remove forgets x; it is a no-op for one that is not there.
+	// remove forgets x, here and in the state folder; it is a no-op for
+	// one that is not there.
 	remove(x *session)
-	// all returns every session.
+	// drop forgets x here only: the state folder keeps it for the next
+	// start (the server stops).
+	drop(x *session)
+	// all returns every live session.
 	all() []*session
 }
 
-// memStore is the in-memory sessionStore.
+// memStore is the in-memory sessionStore, and the live part of
+// durableStore.
 type memStore struct {
 	mu sync.Mutex
 	m  map[[32]byte]*session
@@ -91,25 +101,27 @@ func newMemStore() *memStore { return &memStore{m: map[[32]byte]*session{}} }
 func (st *memStore) add(x *session) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.m[handleKey(x.handle)] = x
+	st.m[x.key] = x
 }
 
 func (st *memStore) get(h string) *session {
+	k := handleKey(h)
 	st.mu.Lock()
-	x := st.m[handleKey(h)]
+	x := st.m[k]
 	st.mu.Unlock()
-	if x == nil || subtle.ConstantTimeCompare([]byte(x.handle), []byte(h)) != 1 {
+	if x == nil || subtle.ConstantTimeCompare(x.key[:], k[:]) != 1 {
 		return nil
 	}
 	return x
 }
 
-func (st *memStore) remove(x *session) {
+func (st *memStore) remove(x *session) { st.drop(x) }
+
+func (st *memStore) drop(x *session) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	k := handleKey(x.handle)
-	if st.m[k] == x {
-		delete(st.m, k)
+	if st.m[x.key] == x {
+		delete(st.m, x.key)
 	}
 }
 
@@ -122,6 +134,64 @@ func (st *memStore) all() []*session {
 	}
 	return out
 }
+
+// durableStore is the sessionStore of a server with a state folder: the
+// live sessions in memory, and the sessions of create_session on disk,
+// which get revives on their first call.
+type durableStore struct {
+	mem   *memStore
+	state *stateDir
+	s     *Server
+	// reviveMu makes one revival per handle.
+	reviveMu sync.Mutex
+}
+
+func (st *durableStore) add(x *session) {
+	st.mem.add(x)
+	st.s.saveRecord(x)
+}
+
+func (st *durableStore) get(h string) *session {
+	if x := st.mem.get(h); x != nil {
+		return x
+	}
+	k := handleKey(h)
+	st.reviveMu.Lock()
+	defer st.reviveMu.Unlock()
+	if x := st.mem.get(h); x != nil {
+		return x
+	}
+	r, err := st.state.read(k)
+	if err != nil {
+		st.s.log.Warn("a session's record cannot be read", "session", logID(h), "err", err)
+		return nil
+	}
+	if r == nil {
+		return nil
+	}
+	st.s.mu.Lock()
+	closed := st.s.closed
+	st.s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	x := st.s.revive(h, k, r)
+	st.mem.add(x)
+	st.s.revived(x)
+	st.s.log.Info("session revived from the state folder", "session", x.id, "principal", x.principal)
+	return x
+}
+
+func (st *durableStore) remove(x *session) {
+	st.mem.remove(x)
+	if x.durable() {
+		st.state.remove(x.key)
+	}
+}
+
+func (st *durableStore) drop(x *session) { st.mem.drop(x) }
+
+func (st *durableStore) all() []*session { return st.mem.all() }
 
 // principalOf returns the principal of a request: the name its bearer
 // token has in Options.Principals, or LocalPrincipal (stdio, NoAuth).

@@ -158,12 +158,12 @@ func callErr(ctx context.Context, cs *mcp.ClientSession, tool string, args any) 
 }
 
 // TestIdleHandleEnds: a session of create_session that gets no call for
-// the idle timeout ends: its kernel stops and its handle is unknown. One
-// whose cell runs longer than that is not idle.
+// the expiry ends: its kernel stops and its handle is unknown. One whose
+// cell runs longer than that is not idle.
 func TestIdleHandleEnds(t *testing.T) {
 	testenv.NeedsPython(t)
 	base := len(kernels(t, os.Getpid()))
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), SessionIdleTimeout: 1500 * time.Millisecond})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), SessionExpiry: 1500 * time.Millisecond})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	idle := createSession(t, cs)
 	runIn(t, cs, idle, "print('up')")

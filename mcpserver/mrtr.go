@@ -163,6 +163,8 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 			}
 		}
 		c.finish(res, cellErr, sp.finish())
+		// Behind the result: the checkpoint (CheckpointCell).
+		s.afterCell(x, ex, cellErr)
 	}()
 	return c, att
 }

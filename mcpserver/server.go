@@ -111,13 +111,43 @@ type Options struct {
 	// an answer for the session or always. The caller closes it after the
 	// Server. Nil means no rules and no audit log.
 	ApprovalPolicy *ipybox.ApprovalPolicy
-	// SessionIdleTimeout ends a session (and stops its kernel) that
-	// received no call for this long: a session of create_session, and an
-	// HTTP transport session of a 2025-11-25 client with its implicit
-	// session. (Stdio ends with its process.) Zero means
-	// DefaultSessionIdleTimeout. (For every duration of Options, zero means
-	// the default the field names, and a negative value makes New fail.)
+	// SessionIdleTimeout ends an HTTP transport session of a 2025-11-25
+	// client, with its implicit session, that received no call for this
+	// long. (Stdio ends with its process; a session of create_session
+	// hibernates, then expires: see HibernateAfter and SessionExpiry.)
+	// Zero means DefaultSessionIdleTimeout. (For every duration of
+	// Options, zero means the default the field names, and a negative
+	// value makes New fail.)
 	SessionIdleTimeout time.Duration
+	// HibernateAfter hibernates a session whose kernel received no call
+	// for this long: its namespace is saved and its kernel stops (a
+	// gateway session detaches from its kernel, which keeps its state),
+	// and its next call restores it into a fresh kernel. Zero means
+	// DefaultHibernateAfter.
+	HibernateAfter time.Duration
+	// SessionExpiry ends a session of create_session that received no
+	// call for this long, hibernated or not: its snapshot, its package
+	// folder and its handle are gone. Zero means DefaultSessionExpiry.
+	SessionExpiry time.Duration
+	// Checkpoint says when a namespace is saved beyond hibernation:
+	// CheckpointCell saves it after every cell that completes, behind the
+	// cell's result, so that a server killed with SIGKILL comes back as
+	// it was after the last one. Empty means CheckpointNone.
+	Checkpoint CheckpointMode
+	// StateDir keeps the sessions of create_session beyond the process:
+	// their handles' digests, principals and folders. A server started
+	// on the same state folder (and the same tokens) accepts their
+	// handles. It must not be where kernels write: outside the workspace,
+	// or in its .ipybox. Empty means <Workspace>/.ipybox/sessions.
+	StateDir string
+	// SnapshotBytes bounds one session's snapshot: values that would take
+	// it past are left out, named in the result that follows. Zero means
+	// DefaultSnapshotBytes; negative means no limit.
+	SnapshotBytes int64
+	// SnapshotWorkspaceBytes bounds the snapshots of all the sessions of
+	// the workspace together: a save gets what the others leave. Zero
+	// means DefaultSnapshotWorkspaceBytes; negative means no limit.
+	SnapshotWorkspaceBytes int64
 	// StartTimeout bounds the wait of a tool call for its session's kernel
 	// (the virtualenv's creation and the kernel's start). Zero means
 	// DefaultStartTimeout.
@@ -229,6 +259,7 @@ const defaultPoolMax = 4
 //	s.runMu → c.mu
 //	c.outMu → c.mu → c.progMu
 //	s.venvMu (alone)
+//	s.budgetMu (alone)
 //
 // (x is a session, c a cell run, store the handle table.) s.mu, x.mu,
 // store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
@@ -238,10 +269,6 @@ const defaultPoolMax = 4
 // context and the connect timeout: registrations of other names, and
 // cells, go on), and s.venvMu across the virtualenv's creation.
 type Server struct {
-	// pkgDirs maps each Executor to its package folder (see
-	// closeExecutor).
-	pkgDirs sync.Map
-
 	opts      Options
 	workspace string
 	allowed   []string // real paths of the allowed directories
@@ -271,6 +298,20 @@ type Server struct {
 
 	// store is the table of sessions by handle, implicit ones included.
 	store sessionStore
+	// state is the state folder; frontend names this process in it.
+	state    *stateDir
+	frontend string
+	// counted holds the keys of the state folder's sessions that
+	// handlesBy counts (guarded by mu); lastScan is when the reaper last
+	// read the state folder (the reaper's own).
+	counted  map[[32]byte]bool
+	lastScan time.Time
+	// reserved is what the saves in flight may take of the workspace's
+	// snapshot budget; budgetFreed is closed (and replaced) when one
+	// ends. Both guarded by budgetMu.
+	budgetMu    sync.Mutex
+	reserved    int64
+	budgetFreed chan struct{}
 	// tokens are the accepted bearer tokens' digests, with their
 	// principals.
 	tokens []principalToken
@@ -361,8 +402,9 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		store:     newMemStore(),
 		implicit:  map[*mcp.ServerSession]*session{},
+		counted:   map[[32]byte]bool{},
+		frontend:  newFolderName(),
 		live:      map[*mcp.ServerSession]struct{}{},
 		kernelsBy: map[string]int{},
 		handlesBy: map[string]int{},
@@ -389,6 +431,16 @@ func New(opts *Options) (*Server, error) {
 	}
 	if err := s.makeBinds(); err != nil {
 		return nil, err
+	}
+	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
+		return nil, err
+	}
+	s.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
+	// The principals' sessions the state folder keeps count against
+	// their limit from the start.
+	for _, k := range s.state.list() {
+		s.counted[k.key] = true
+		s.handlesBy[k.rec.Principal]++
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.warm = newWarmPool(s, o.Pool)
@@ -425,8 +477,23 @@ func (o *Options) check() ([]allowPattern, error) {
 		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
 		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
 		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
+		defaults.Duration{Name: "Options.HibernateAfter", V: &o.HibernateAfter, Def: DefaultHibernateAfter},
+		defaults.Duration{Name: "Options.SessionExpiry", V: &o.SessionExpiry, Def: DefaultSessionExpiry},
 	); err != nil {
 		return nil, err
+	}
+	switch o.Checkpoint {
+	case "":
+		o.Checkpoint = CheckpointNone
+	case CheckpointNone, CheckpointCell:
+	default:
+		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Checkpoint, CheckpointNone, CheckpointCell)
+	}
+	if o.SnapshotBytes == 0 {
+		o.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if o.SnapshotWorkspaceBytes == 0 {
+		o.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
 	}
 	switch o.Approval {
 	case "":
@@ -530,9 +597,13 @@ func isClosedErr(err error) bool {
 	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, os.ErrClosed)
 }
 
-// Close ends every session and stops every kernel and the MCP servers
-// they started. It is idempotent, safe to call concurrently, and bounded
-// in time.
+// Close ends every session in this process and stops every kernel and
+// the MCP servers they started, without saving them: a session of
+// create_session stays in the state folder, and a server started on it
+// later brings it back from its last snapshot (Shutdown saves them all
+// first). A gateway kernel of a session of create_session is left running
+// on the gateway (detached), for the next front end. It is idempotent, safe to call concurrently, and bounded in
+// time.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
@@ -560,7 +631,7 @@ func (s *Server) Close() error {
 		ewg.Add(1)
 		go func() {
 			defer ewg.Done()
-			if err := x.close(); err != nil {
+			if err := x.stop(); err != nil {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()

@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,12 +21,16 @@ var errSessionClosed = errors.New("the session is closed")
 // starts at the first call that needs it, not when the session is made:
 // a session that never runs a cell holds no kernel.
 type session struct {
-	s         *Server
-	handle    string // the secret; logs show id
+	s *Server
+	// handle is the secret (logs show id): "" for a session revived from
+	// the state folder until a call names it. Guarded by mu.
+	handle    string
+	key       [32]byte // the handle's SHA-256
 	id        string
 	principal string
 	// conn is the connection of an implicit session, which ends with it;
-	// nil for a session of create_session.
+	// nil for a session of create_session, which the state folder keeps
+	// (durable).
 	conn    *mcp.ServerSession
 	created time.Time
 
@@ -39,8 +42,28 @@ type session struct {
 	ex      *ipybox.Executor
 	closed  bool
 	slot    bool      // holds one of the server's kernel slots
-	active  int       // calls and cells in flight
+	active  int       // calls, cells and checkpoints in flight
 	used    time.Time // when the last call ended (or began)
+
+	// pkg and snap name the session's folders, below .ipybox/packages and
+	// .ipybox/snapshots ("" until its first local kernel); kernelID is
+	// the id of its gateway kernel. Guarded by mu.
+	pkg, snap, kernelID string
+	// asleep is set while the session holds no kernel and its next call
+	// must bring its state back: it hibernated, or was revived from the
+	// state folder. Guarded by mu.
+	asleep *sleep
+	// sleeping is set while a hibernation runs. Guarded by mu.
+	sleeping bool
+	// lockf is the session's lock in the state folder, held while it has
+	// a local kernel. Guarded by startMu.
+	lockf *os.File
+	// ckBusy is set while a checkpoint runs, ckAgain when a cell ended
+	// meanwhile; ckUnsaved is what the last checkpoint left out. Guarded
+	// by mu.
+	ckBusy, ckAgain bool
+	ckDone          chan struct{} // closed when ckBusy clears
+	ckUnsaved       string
 
 	closeMu   sync.Mutex // makes close wait for a concurrent close
 	closeDone bool
@@ -66,9 +89,27 @@ type session struct {
 func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
 	h := newHandle()
 	now := time.Now()
-	x := &session{s: s, handle: h, id: logID(h), principal: principal, conn: conn, created: now, used: now, synced: map[string]int{}}
+	x := &session{s: s, handle: h, key: handleKey(h), id: logID(h), principal: principal, conn: conn, created: now, used: now, synced: map[string]int{}}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x
+}
+
+// durable reports whether the state folder keeps x: a session of
+// create_session.
+func (x *session) durable() bool { return x.conn == nil }
+
+// sleep says why a session holds no kernel, and what its next call must
+// restore.
+type sleep struct {
+	at  time.Time
+	why string // "idle for 10m", "ipybox mcp stopped"
+	// saved is set when the snapshot was saved (a local kernel; not its
+	// report: a hibernated session holds as little as it can); detached
+	// is set for a gateway kernel that runs on without this process.
+	saved    bool
+	detached bool
+	// lost says why nothing was saved, when something should have been.
+	lost string
 }
 
 // begin marks a call in flight (the idle timeout leaves the session
@@ -149,12 +190,16 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	}
 	t0 := time.Now()
 	sctx, span := x.s.tel.StartSession(sctx)
-	ex, err := x.s.startExecutor(sctx, x)
+	ex, err := x.wake(sctx)
 	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	if err != nil {
 		x.s.releaseSlot(x)
+		x.unlock()
 		x.s.log.Warn("kernel start failed", "session", x.id, "err", err)
-		if sctx.Err() != nil {
+		switch {
+		case errors.Is(err, errHeldElsewhere), errors.Is(err, errUnknownSession):
+			return nil, err
+		case sctx.Err() != nil:
 			return nil, x.startErr(ctx, err, wait)
 		}
 		return nil, fmt.Errorf("starting the kernel: %w", err)
@@ -162,13 +207,15 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
-		x.s.closeExecutor(ex)
+		x.s.closeExecutor(ex, true)
 		x.s.releaseSlot(x)
+		x.unlock()
 		return nil, errSessionClosed
 	}
 	x.ex = ex
 	x.mu.Unlock()
 	x.s.log.Info("kernel started", "session", x.id, "took", time.Since(t0).Round(time.Millisecond))
+	x.s.saveRecord(x)
 	x.sync(ctx, ex)
 	return ex, nil
 }
@@ -315,9 +362,17 @@ func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string
 	return mods, nil
 }
 
-// close ends the session: its running cell, its kernel, its handle. It is
-// idempotent.
-func (x *session) close() error {
+// close ends the session for good: its running cell, its kernel, its
+// handle, its folders and its record. It is idempotent.
+func (x *session) close() error { return x.finish(false) }
+
+// stop ends the session in this process, as the server stops: its
+// running cell and its kernel end, but a session of create_session keeps
+// its record and folders, and comes back at the next start from its last
+// snapshot. An implicit session is closed.
+func (x *session) stop() error { return x.finish(x.durable()) }
+
+func (x *session) finish(keep bool) error {
 	x.closeMu.Lock()
 	defer x.closeMu.Unlock()
 	if x.closeDone {
@@ -328,31 +383,57 @@ func (x *session) close() error {
 	x.closed = true
 	x.mu.Unlock()
 	x.cancel()
-	x.s.forget(x)
+	x.s.forget(x, keep)
 	// A start in progress ends with the context.
 	x.startMu.Lock()
+	defer x.startMu.Unlock()
 	x.mu.Lock()
 	ex := x.ex
 	x.ex = nil
+	pkg, snap, kid, asleep := x.pkg, x.snap, x.kernelID, x.asleep
 	x.mu.Unlock()
-	x.startMu.Unlock()
 	if ex != nil {
-		x.closeErr = x.s.closeExecutor(ex)
+		if keep && !x.s.local() {
+			// A gateway kernel keeps the state itself: let it run on
+			// for the next front end, as a hibernation does.
+			x.closeErr = ex.Detach()
+		} else {
+			x.closeErr = x.s.closeExecutor(ex, keep)
+		}
 		x.s.releaseSlot(x)
-		x.s.log.Info("session closed; its kernel stopped", "session", x.id)
+		x.s.log.Info("session ended; its kernel stopped", "session", x.id, "kept", keep)
+	} else if !keep && asleep != nil && asleep.detached && kid != "" {
+		// Its kernel runs on the gateway without us: end it there too.
+		x.s.deleteGatewayKernel(kid)
 	}
+	if !keep {
+		x.s.removeFolders(pkg, snap)
+	}
+	x.unlock()
 	return x.closeErr
 }
 
+// unlock releases the session's lock in the state folder, if it holds it.
+// Called with startMu held.
+func (x *session) unlock() {
+	if x.lockf != nil {
+		x.lockf.Close()
+		x.lockf = nil
+	}
+}
+
 // startExecutor gives session x an Executor: a warm one from the pool when
-// there is one, else one started now. The generations of the
-// registrations it knows are recorded in x.synced.
-func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executor, error) {
-	if w, ok := s.warm.Take(); ok && w.ex.Stale() {
+// there is one, else one started now (attached to gateway kernel attach,
+// when it is set). The generations of the registrations it knows are
+// recorded in x.synced.
+func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (*ipybox.Executor, error) {
+	if attach != "" {
+		// Not from the pool: its kernel is the one to attach to.
+	} else if w, ok := s.warm.Take(); ok && w.ex.Stale() {
 		// It started before a server with a secret file was registered:
 		// its kernel would see what a start now hides.
 		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
-		s.closeExecutor(w.ex)
+		s.closeExecutor(w.ex, false)
 	} else if ok {
 		x.pooled = true
 		x.mu.Lock()
@@ -363,7 +444,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 		s.mu.Unlock()
 		return w.ex, nil
 	}
-	ex, synced, owner, err := s.newExecutor(ctx)
+	ex, synced, owner, err := s.newExecutor(ctx, attach)
 	if err != nil {
 		return nil, err
 	}
@@ -378,10 +459,12 @@ func (s *Server) startExecutor(ctx context.Context, x *session) (*ipybox.Executo
 
 // newExecutor starts an Executor as sessions get them: the workspace's
 // virtualenv, the approval policy, the sandbox, and (unsandboxed) the
-// server's fork server. It returns the registration generations the
-// executor loaded from servers.json at its start, and the holder of the
-// session it will serve (for OAuth sign-ins).
-func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
+// server's fork server; a local one gets a package folder and a snapshot
+// folder of its own, a gateway one attaches to kernel attach when it is
+// set. It returns the registration generations the executor loaded from
+// servers.json at its start, and the holder of the session it will serve
+// (for OAuth sign-ins).
+func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
 	var py string
 	if s.opts.Container == nil && s.opts.Gateway == nil {
 		// A container brings its own Python, a gateway's kernels theirs;
@@ -401,27 +484,32 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	s.mu.Unlock()
 	owner := &oauthOwner{}
-	pkgDir := ""
+	pkgDir, snapDir := "", ""
 	if py != "" {
 		// Packages that this executor's kernel installs with pip go to a
 		// folder of its own: the shared virtualenv is read-only to
 		// kernels, so one session's install cannot replace code that
 		// another runs (install_package changes the shared one, with
 		// approval). They survive a reset, and go with the session.
-		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", rand.Text())
+		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", newFolderName())
+	}
+	if s.opts.Gateway == nil {
+		// Its snapshots, which its kernel alone writes and reads.
+		snapDir = filepath.Join(s.workspace, ".ipybox", "snapshots", newFolderName())
 	}
 	o := ipybox.Options{
 		TracerProvider: s.opts.TracerProvider,
 		TraceCode:      s.opts.TraceCode,
 
-		PackageDir: pkgDir,
-		Python:     py,
-		WorkDir:    s.workspace,
-		ImagesDir:  s.opts.ImagesDir,
-		KernelEnv:  s.opts.KernelEnv,
-		DotEnv:     s.opts.DotEnv,
-		Logger:     s.log,
-		OAuthURL:   owner.openURL,
+		PackageDir:  pkgDir,
+		SnapshotDir: snapDir,
+		Python:      py,
+		WorkDir:     s.workspace,
+		ImagesDir:   s.opts.ImagesDir,
+		KernelEnv:   s.opts.KernelEnv,
+		DotEnv:      s.opts.DotEnv,
+		Logger:      s.log,
+		OAuthURL:    owner.openURL,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
 	}
@@ -437,6 +525,7 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	switch {
 	case s.opts.Gateway != nil:
 		g := *s.opts.Gateway
+		g.KernelID = attach
 		o.Gateway = &g
 		o.ToolServerAddr = s.opts.ToolServerAddr
 	case s.sandbox == nil && o.Container == nil:
@@ -444,13 +533,12 @@ func (s *Server) newExecutor(ctx context.Context) (*ipybox.Executor, map[string]
 	}
 	ex, err := ipybox.Start(ctx, &o)
 	if err != nil {
-		if pkgDir != "" {
-			os.RemoveAll(pkgDir)
+		for _, d := range []string{pkgDir, snapDir} {
+			if d != "" {
+				os.RemoveAll(d)
+			}
 		}
 		return nil, nil, nil, err
-	}
-	if pkgDir != "" {
-		s.pkgDirs.Store(ex, pkgDir)
 	}
 	return ex, synced, owner, nil
 }
@@ -463,16 +551,33 @@ func sessionID(ex *ipybox.Executor) string {
 	return ex.SessionID()
 }
 
-// closeExecutor closes ex and removes its package folder (os.RemoveAll
-// removes a link planted there, not what it points to).
-func (s *Server) closeExecutor(ex *ipybox.Executor) error {
+// closeExecutor closes ex and, unless keep, removes its package and
+// snapshot folders (os.RemoveAll removes a link planted there, not what it
+// points to).
+func (s *Server) closeExecutor(ex *ipybox.Executor, keep bool) error {
 	err := ex.Close()
-	if d, ok := s.pkgDirs.LoadAndDelete(ex); ok {
-		if rerr := os.RemoveAll(d.(string)); rerr != nil {
-			s.log.Warn("could not remove a session's package folder", "path", d, "err", rerr)
+	if !keep {
+		for _, d := range []string{ex.PackageDir(), ex.SnapshotDir()} {
+			if d == "" {
+				continue
+			}
+			if rerr := os.RemoveAll(d); rerr != nil {
+				s.log.Warn("could not remove a session's folder", "path", d, "err", rerr)
+			}
 		}
 	}
 	return err
+}
+
+// removeFolders removes a session's folders by their names.
+func (s *Server) removeFolders(pkg, snap string) {
+	for _, d := range []struct{ kind, name string }{{"packages", pkg}, {"snapshots", snap}} {
+		if folderName(d.name) {
+			if err := os.RemoveAll(filepath.Join(s.workspace, ".ipybox", d.kind, d.name)); err != nil {
+				s.log.Warn("could not remove a session's folder", "kind", d.kind, "err", err)
+			}
+		}
+	}
 }
 
 // oauthOwner returns the holder of the session for OAuth sign-ins of its

@@ -101,6 +101,7 @@ func (s *Server) sessionOf(req *mcp.CallToolRequest, handle string) (*session, e
 	x := newSession(s, p, ss)
 	s.implicit[ss] = x
 	s.store.add(x)
+	s.startReaper()
 	return x, nil
 }
 
@@ -122,16 +123,33 @@ func (s *Server) createSession(p string) (*session, error) {
 	return x, nil
 }
 
-// forget removes x from the tables, with its suspended cells. Called by
-// x.close.
-func (s *Server) forget(x *session) {
-	s.store.remove(x)
+// revived counts a session that the store brought back from the state
+// folder against its principal's handles, unless it was counted at start.
+func (s *Server) revived(x *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.counted[x.key] {
+		s.counted[x.key] = true
+		s.handlesBy[x.principal]++
+	}
+	s.startReaper()
+}
+
+// forget removes x from the tables, with its suspended cells, and, unless
+// keep, from the state folder. Called by x.finish.
+func (s *Server) forget(x *session, keep bool) {
+	if keep {
+		s.store.drop(x)
+	} else {
+		s.store.remove(x)
+	}
 	s.mu.Lock()
 	if x.conn != nil {
 		if s.implicit[x.conn] == x {
 			delete(s.implicit, x.conn)
 		}
-	} else {
+	} else if !keep {
+		delete(s.counted, x.key)
 		s.handlesBy[x.principal]--
 		if s.handlesBy[x.principal] <= 0 {
 			delete(s.handlesBy, x.principal)
@@ -201,12 +219,13 @@ func (s *Server) releaseSlot(x *session) {
 	}
 }
 
-// startReaper starts, once, the goroutine that closes sessions of
-// create_session idle for longer than Options.SessionIdleTimeout. Called
-// with s.mu held.
+// startReaper starts, once, the goroutine that hibernates sessions idle
+// for longer than Options.HibernateAfter and ends sessions of
+// create_session idle for longer than Options.SessionExpiry. Called with
+// s.mu held.
 func (s *Server) startReaper() {
 	s.reaper.Do(func() {
-		tick := min(max(s.opts.SessionIdleTimeout/10, 10*time.Millisecond), 30*time.Second)
+		tick := min(max(min(s.opts.HibernateAfter, s.opts.SessionExpiry)/10, 10*time.Millisecond), 30*time.Second)
 		s.wg.Add()
 		go func() {
 			defer s.wg.Done()
@@ -224,19 +243,71 @@ func (s *Server) startReaper() {
 	})
 }
 
-// reap closes the sessions of create_session that have been idle for
-// longer than the idle timeout. (An implicit session ends with its
-// connection, which has the same timeout over HTTP.)
+// reap hibernates the sessions idle for longer than Options.HibernateAfter
+// (in the background: a save takes a while), and ends the sessions of
+// create_session idle for longer than Options.SessionExpiry, here or, for
+// those of the state folder that no call revived, on disk. (An implicit
+// session ends with its connection, after Options.SessionIdleTimeout over
+// HTTP.)
 func (s *Server) reap(now time.Time) {
+	live := map[[32]byte]bool{}
 	for _, x := range s.store.all() {
-		if x.conn != nil {
+		live[x.key] = true
+		since := x.idleSince()
+		if since.IsZero() {
 			continue
 		}
-		if since := x.idleSince(); !since.IsZero() && now.Sub(since) > s.opts.SessionIdleTimeout {
-			s.log.Info("session idle; closing it", "session", x.id, "idle", now.Sub(since).Round(time.Second))
+		idle := now.Sub(since)
+		switch {
+		case x.durable() && idle > s.opts.SessionExpiry:
+			s.log.Info("session expired; closing it", "session", x.id, "idle", idle.Round(time.Second))
 			x.close()
+		case idle > s.opts.HibernateAfter && x.hasKernel():
+			s.wg.Add()
+			go func() {
+				defer s.wg.Done()
+				x.hibernate(s.ctx, "idle for "+shortDuration(s.opts.HibernateAfter.Round(time.Second)), false)
+			}()
 		}
 	}
+	if s.state == nil || now.Sub(s.lastScan) < min(s.opts.SessionExpiry/10, time.Minute) {
+		return
+	}
+	s.lastScan = now
+	for _, k := range s.state.list() {
+		if live[k.key] || now.Sub(k.rec.Used) <= s.opts.SessionExpiry {
+			continue
+		}
+		s.expire(k)
+	}
+}
+
+// expire ends a session of the state folder that no call revived here and
+// that outlived Options.SessionExpiry: its record, its folders, its
+// gateway kernel. One that another process runs now is left to it.
+func (s *Server) expire(k keyed) {
+	if s.local() {
+		f, err := s.state.lock(s.ctx, k.key, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+	}
+	s.log.Info("a stored session expired; removing it", "session", keyName(k.key)[:8])
+	s.state.remove(k.key)
+	s.removeFolders(k.rec.Packages, k.rec.Snapshot)
+	if k.rec.Kernel != "" && !s.local() {
+		s.deleteGatewayKernel(k.rec.Kernel)
+	}
+	s.mu.Lock()
+	if s.counted[k.key] {
+		delete(s.counted, k.key)
+		s.handlesBy[k.rec.Principal]--
+		if s.handlesBy[k.rec.Principal] <= 0 {
+			delete(s.handlesBy, k.rec.Principal)
+		}
+	}
+	s.mu.Unlock()
 }
 
 // SessionCount returns the number of sessions: those of create_session

@@ -73,11 +73,13 @@ type createOut struct {
 
 // sessionInfo describes a session in list_sessions.
 type sessionInfo struct {
-	Session  string `json:"session" jsonschema:"the handle"`
-	Created  string `json:"created" jsonschema:"when it was created (RFC 3339)"`
-	LastUsed string `json:"last_used" jsonschema:"when a call last used it (RFC 3339)"`
-	Kernel   bool   `json:"kernel" jsonschema:"whether its kernel has started (at its first cell)"`
-	Busy     bool   `json:"busy" jsonschema:"whether a call or a cell runs in it now"`
+	Session    string `json:"session" jsonschema:"the handle; empty for a session this server has kept since a restart but not yet seen a call for (it knows only the handle's digest)"`
+	ID         string `json:"id" jsonschema:"a short name of the session, as the server's logs show it"`
+	Created    string `json:"created" jsonschema:"when it was created (RFC 3339)"`
+	LastUsed   string `json:"last_used" jsonschema:"when a call last used it (RFC 3339)"`
+	Kernel     bool   `json:"kernel" jsonschema:"whether it holds a running kernel now"`
+	Hibernated bool   `json:"hibernated" jsonschema:"whether it is hibernated: its state is saved, and its next call restores it into a fresh kernel"`
+	Busy       bool   `json:"busy" jsonschema:"whether a call or a cell runs in it now"`
 }
 
 type listOut struct {
@@ -290,11 +292,16 @@ The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 202
 // lifetime says when a session ends, for the model that decides to make
 // one.
 func (s *Server) lifetime() string {
-	return fmt.Sprintf("A session ends with close_session, after %v without a call, or when ipybox stops; its variables are then gone, and files in the workspace stay.", shortDuration(s.opts.SessionIdleTimeout))
+	return fmt.Sprintf("After %v without a call it hibernates: its variables are saved and its kernel stops, and the next call brings them back (open files, sockets and threads do not come back; the result says which). It also survives a restart of ipybox. It ends with close_session, or after %v without a call; its variables are then gone, and files in the workspace stay.",
+		shortDuration(s.opts.HibernateAfter), shortDuration(s.opts.SessionExpiry))
 }
 
-// shortDuration writes d without zero units: 30m rather than 30m0s.
+// shortDuration writes d without zero units: 30m rather than 30m0s, and
+// whole days from two on as days.
 func shortDuration(d time.Duration) string {
+	if d >= 48*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
 	t := d.String()
 	if strings.HasSuffix(t, "m0s") {
 		t = strings.TrimSuffix(t, "0s")
@@ -361,6 +368,13 @@ func (s *Server) useSession(ctx context.Context, req *mcp.CallToolRequest, handl
 		done()
 		return nil, nil, nil, nil, err
 	}
+	if !s.local() && x.durable() {
+		// Another front end on the same state folder may have attached to
+		// this gateway kernel since: its tool calls would go there.
+		s.claim(cctx, x, ex)
+		d := done
+		done = func() { s.kernelChanged(x, ex); d() }
+	}
 	// A sign-in question while this call runs goes on its request's
 	// stream, as approvals do: a client need not open a standalone one.
 	if owner := x.oauthOwner(); owner != nil {
@@ -407,6 +421,7 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return nil, nil, err
 	}
 	defer done()
+	x.checkpointWait(ctx)
 	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
 	res, err := s.await(ctx, c, att)
 	return res, nil, err
@@ -585,25 +600,51 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 	p := principalOf(req)
 	var out listOut
 	out.Sessions = []sessionInfo{}
-	all := s.store.all()
-	slices.SortFunc(all, func(a, b *session) int { return a.created.Compare(b.created) })
-	var b strings.Builder
-	for _, x := range all {
+	type entry struct {
+		created time.Time
+		info    sessionInfo
+	}
+	var all []entry
+	live := map[[32]byte]bool{}
+	for _, x := range s.store.all() {
+		live[x.key] = true
 		if x.conn != nil || x.principal != p || x.ctx.Err() != nil {
 			continue
 		}
 		x.mu.Lock()
-		info := sessionInfo{Session: x.handle, Created: x.created.UTC().Format(time.RFC3339), LastUsed: x.used.UTC().Format(time.RFC3339), Kernel: x.ex != nil, Busy: x.active > 0}
+		info := sessionInfo{Session: x.handle, ID: x.id, Created: x.created.UTC().Format(time.RFC3339), LastUsed: x.used.UTC().Format(time.RFC3339),
+			Kernel: x.ex != nil, Hibernated: x.asleep != nil, Busy: x.active > 0}
 		x.mu.Unlock()
+		all = append(all, entry{x.created, info})
+	}
+	// The sessions the state folder keeps that no call has revived here.
+	for _, k := range s.state.list() {
+		if live[k.key] || k.rec.Principal != p {
+			continue
+		}
+		all = append(all, entry{k.rec.Created, sessionInfo{ID: keyName(k.key)[:8], Created: k.rec.Created.UTC().Format(time.RFC3339),
+			LastUsed: k.rec.Used.UTC().Format(time.RFC3339), Hibernated: true}})
+	}
+	slices.SortFunc(all, func(a, b entry) int { return a.created.Compare(b.created) })
+	var b strings.Builder
+	for _, e := range all {
+		info := e.info
 		out.Sessions = append(out.Sessions, info)
 		state := "no kernel yet"
-		if info.Kernel {
+		switch {
+		case info.Kernel:
 			state = "kernel running"
+		case info.Hibernated:
+			state = "hibernated (its next call restores it)"
 		}
 		if info.Busy {
 			state += ", busy"
 		}
-		fmt.Fprintf(&b, "%s  created %s, last used %s, %s\n", info.Session, info.Created, info.LastUsed, state)
+		name := info.Session
+		if name == "" {
+			name = "(session " + info.ID + ", kept since a restart: its handle is known only to its holder)"
+		}
+		fmt.Fprintf(&b, "%s  created %s, last used %s, %s\n", name, info.Created, info.LastUsed, state)
 	}
 	if len(out.Sessions) == 0 {
 		return textResult("You have no sessions; create_session makes one."), out, nil

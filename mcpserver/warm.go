@@ -29,13 +29,13 @@ type warmExec struct {
 // newWarmPool keeps size Executors of s ready (none when size is 0).
 func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
 	start := func(ctx context.Context) (warmExec, error) {
-		ex, synced, owner, err := s.newExecutor(ctx)
+		ex, synced, owner, err := s.newExecutor(ctx, "")
 		if err != nil && ex != nil {
-			s.closeExecutor(ex)
+			s.closeExecutor(ex, false)
 		}
 		return warmExec{ex, synced, owner}, err
 	}
-	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex) }, s.log)
+	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex, false) }, s.log)
 }
 
 // zygote returns the server's fork server for python, starting it once;

@@ -73,6 +73,7 @@ type mcpFlags struct {
 	container                  containerFlags
 	sandboxExplicit            bool // set by mcpOptions
 	gateway                    gatewayFlags
+	durable                    durableFlags
 }
 
 func mcpCommand() *command {
@@ -144,10 +145,20 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	defer stopMetrics()
 	if f.httpAddr == "" {
+		// The stop budget starts once the sessions of create_session are
+		// saved: none over stdio, usually, so at once.
+		saved := make(chan struct{})
 		if tp == nil {
-			defer armStop(ctx, env, log)()
+			defer armStop(ctx, env, log, saved, f.shutdownGrace)()
 		}
-		if err := srv.Serve(ctx, mcpserver.StdioTransport()); err != nil {
+		err := srv.Serve(ctx, mcpserver.StdioTransport())
+		if ctx.Err() != nil {
+			hctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
+			srv.Hibernate(hctx)
+			cancel()
+		}
+		close(saved)
+		if err != nil && ctx.Err() == nil {
 			return fail(exitFail, err)
 		}
 		return exitOK
@@ -166,12 +177,19 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 const stopBudget = 100 * time.Millisecond
 
 // armStop makes a stop by signal (ctx done) end the process within
-// stopBudget. It returns the disarm for a return before the signal.
-func armStop(ctx context.Context, env *cliEnv, log *slog.Logger) (disarm func() bool) {
+// stopBudget of the sessions' saves (saved closed, at most grace). It
+// returns the disarm for a return before the signal.
+func armStop(ctx context.Context, env *cliEnv, log *slog.Logger, saved <-chan struct{}, grace time.Duration) (disarm func() bool) {
 	if env.exit == nil {
 		return func() bool { return true }
 	}
 	return context.AfterFunc(ctx, func() {
+		// The sessions of create_session are saved first (Hibernate),
+		// within grace.
+		select {
+		case <-saved:
+		case <-time.After(grace):
+		}
 		time.AfterFunc(stopBudget, func() {
 			log.Warn("stopping: the kernels' teardown outlasted " + stopBudget.String() + "; exiting, and they end with this process")
 			env.exit(exitOK)
@@ -201,7 +219,8 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
 	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
-	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end a session (a handle of create_session, or an HTTP connection's), and stop its kernel, after this long without a call")
+	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP connection's implicit session (a 2025-11-25 client's), and stop its kernel, after this long without a call; sessions of create_session hibernate instead (--hibernate-after)")
+	f.durable.register(fs)
 	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
@@ -210,7 +229,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	f.gateway.register(fs)
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long HTTP requests may take to finish at shutdown")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long sessions may take to hibernate (a session not saved by then comes back from its last checkpoint), and then HTTP requests to finish")
 	f.sandbox.register(fs, true)
 	f.container.register(fs)
 	return fs
@@ -342,9 +361,9 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 		return exitFail
 	case <-ctx.Done():
 	}
-	// Stop the kernels first, so that running cells end and their
-	// requests can finish; then stop the listener.
-	srv.Close()
+	// Hibernate the sessions and stop the kernels first, so that running
+	// cells end and their requests can finish; then stop the listener.
+	hibernateAll(srv, f.shutdownGrace, nil)
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
@@ -352,6 +371,17 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	}
 	<-errc // bound: Serve returns once Shutdown or Close closed the listener
 	return exitOK
+}
+
+// hibernateAll saves every session of create_session and closes srv, at
+// most grace for the saves (a session not saved by then comes back from
+// its last checkpoint, or without its state).
+func hibernateAll(srv *mcpserver.Server, grace time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil && log != nil {
+		log.Error("shutdown", "err", err)
+	}
 }
 
 // listenError says what to do when --http cannot listen on addr.
@@ -414,6 +444,9 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	}
 	if f.idle <= 0 {
 		return nil, fmt.Errorf("--session-idle-timeout %v: want a positive duration", f.idle)
+	}
+	if err := f.durable.apply(o); err != nil {
+		return nil, err
 	}
 	var err error
 	if o.DotEnv, err = f.environment(o.KernelEnv); err != nil {

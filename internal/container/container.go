@@ -23,7 +23,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,11 +102,16 @@ type Config struct {
 	// Workspace is the host workspace, mounted at WorkspaceDir.
 	Workspace string
 	// ReadOnly are workspace-relative directories mounted read-only over
-	// the workspace (the registry, .ipybox); they are created if missing.
+	// the workspace; they are created if missing.
 	ReadOnly []string
-	// Writable are workspace-relative directories inside a ReadOnly one
-	// that the kernel may write all the same (a session's own packages);
-	// they must exist. Nil means none.
+	// Hidden are workspace-relative directories that the kernel sees as an
+	// empty, read-only folder, as the sandbox shows ipybox's state
+	// (.ipybox): the registry, other sessions' packages and snapshots are
+	// not there. They are created if missing.
+	Hidden []string
+	// Writable are workspace-relative directories inside a ReadOnly or
+	// Hidden one that the kernel may write all the same (a session's own
+	// packages and snapshots); they must exist. Nil means none.
 	Writable []string
 	// Protect, when set, computes at each start the workspace's
 	// protection (internal/wsguard): the guard in the container refuses
@@ -355,7 +362,7 @@ func (l *Launcher) workspaceMounts(runDir, sockDir string) ([]docker.Mount, erro
 	if sockDir != runDir {
 		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockDir, Target: sockDir})
 	}
-	for _, rel := range l.cfg.ReadOnly {
+	for i, rel := range slices.Concat(l.cfg.ReadOnly, l.cfg.Hidden) {
 		p := filepath.Join(l.cfg.Workspace, rel)
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return nil, fmt.Errorf("container: %w", err)
@@ -365,7 +372,26 @@ func (l *Launcher) workspaceMounts(runDir, sockDir string) ([]docker.Mount, erro
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("container: %s is not a directory (a symbolic link?); remove it", p)
 		}
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
+		if i < len(l.cfg.ReadOnly) {
+			mounts = append(mounts, docker.Mount{Type: "bind", Source: p, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
+			continue
+		}
+		// An empty folder of the run directory, read-only, with the mount
+		// points of the Writable folders below it made in advance (a
+		// tmpfs would take the mode of the folder it covers, which the
+		// kernel's user may not search).
+		empty := filepath.Join(runDir, "hidden", strconv.Itoa(i))
+		if err := os.MkdirAll(empty, 0o755); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+		for _, w := range l.cfg.Writable {
+			if sub, ok := strings.CutPrefix(filepath.Clean(w), filepath.Clean(rel)+string(filepath.Separator)); ok {
+				if err := os.MkdirAll(filepath.Join(empty, sub), 0o755); err != nil {
+					return nil, fmt.Errorf("container: %w", err)
+				}
+			}
+		}
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: empty, Target: filepath.Join(WorkspaceDir, rel), ReadOnly: true})
 	}
 	for _, rel := range l.cfg.Writable {
 		p := filepath.Join(l.cfg.Workspace, rel)
@@ -545,6 +571,11 @@ func (l *Launcher) guardPolicy(prot *wsguard.Protection, sockDir string) (string
 	pol := seccomp.Policy{Roots: []string{WorkspaceDir}, Workspace: WorkspaceDir, SocketDirs: []string{"/tmp", "/dev/shm", sockDir}}
 	for _, b := range l.cfg.Binds {
 		pol.Roots = append(pol.Roots, filepath.Join(BindRoot, b.Path))
+	}
+	// The session's own folders of ipybox's state (its packages, its
+	// snapshots), which hostpaths' list would refuse as .ipybox.
+	for _, rel := range l.cfg.Writable {
+		pol.Open = append(pol.Open, path.Join(WorkspaceDir, filepath.ToSlash(rel)))
 	}
 	if prot != nil {
 		for _, p := range prot.Protected {

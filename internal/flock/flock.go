@@ -5,10 +5,15 @@ package flock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 )
+
+// ErrHeld is what Lock's error wraps when another holder kept the lock
+// past the wait.
+var ErrHeld = errors.New("locked by another process")
 
 // poll is the pause between two tries of a lock that is held.
 const poll = 10 * time.Millisecond
@@ -26,7 +31,7 @@ func Lock(ctx context.Context, f *os.File, exclusive bool, wait time.Duration) e
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is locked by another process for more than %v", f.Name(), wait)
+			return fmt.Errorf("%s is %w for more than %v", f.Name(), ErrHeld, wait)
 		}
 		select {
 		case <-time.After(poll):

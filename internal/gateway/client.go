@@ -272,6 +272,10 @@ func (c *Client) StartKernel(ctx context.Context, r *StartRequest) (string, erro
 	return m.ID, nil
 }
 
+// ValidID reports whether id can be a kernel's id: what servers issue
+// (UUIDs), and nothing that could change the path it is put into.
+func ValidID(id string) bool { return validID(id) }
+
 // validID accepts the ids servers issue (UUIDs), and nothing that could
 // change the path it is put into.
 func validID(id string) bool {

@@ -144,6 +144,9 @@ type Kernel struct {
 	wg          waitgroup.Group // background goroutines of all instances
 
 	remote *remote // nil for a local kernel
+	// attach is GatewayConfig.KernelID until the first spawn attaches to
+	// it; guarded by startMu.
+	attach string
 
 	// obs observes the kernel's process starts and deaths: the
 	// *telemetry.Kernel that rode on Start's ctx (nil: none). spawned is
@@ -176,6 +179,9 @@ func Start(ctx context.Context, opts *Options) (*Kernel, error) {
 		return nil, err
 	}
 	k := &Kernel{opts: o, python: python, session: jupyter.NewID(), remote: rem, obs: telemetry.KernelFrom(ctx)}
+	if o.Gateway != nil {
+		k.attach = o.Gateway.KernelID
+	}
 	k.closeCtx, k.closeCancel = context.WithCancel(context.Background())
 	k.imagesDir = o.ImagesDir
 	if k.imagesDir == "" {

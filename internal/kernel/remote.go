@@ -41,7 +41,18 @@ type GatewayConfig struct {
 	KernelName string
 	// Protocol chooses the websocket framing. The zero value negotiates.
 	Protocol GatewayProtocol
+	// KernelID, when set, makes Start attach to this kernel, already
+	// running on the server (one that Detach left, or that another front
+	// end started), instead of starting one: its namespace is kept, the
+	// init code is not run again, and only Env is set in it, so that it
+	// reaches this host's tool server. A restart (Restart, or a death)
+	// starts a fresh kernel as usual. Empty means a new kernel.
+	KernelID string
 }
+
+// ErrNoKernel is returned by Start when GatewayConfig.KernelID names no
+// kernel of the server (it was deleted or culled).
+var ErrNoKernel = errors.New("kernel: the gateway has no kernel of that id (deleted, or culled for idleness)")
 
 // remote is the gateway side of a Kernel.
 type remote struct {
@@ -85,6 +96,12 @@ func (p *remoteProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 		return p.Kill(ctx)
 	}
 	return p.c.Interrupt(ctx, p.id)
+}
+
+// release ends the process's hold on the kernel without deleting it: Wait
+// returns, and a later Kill deletes nothing.
+func (p *remoteProcess) release() {
+	p.once.Do(func() { close(p.done) })
 }
 
 // Kill implements Process: it deletes the kernel on the server. The first
@@ -167,10 +184,15 @@ func envCode(env []string) string {
 
 // spawnRemote starts a kernel on the gateway and connects to it. A start
 // that fails or is cancelled deletes the kernel it created, even when the
-// POST answers only after the caller gave up.
+// POST answers only after the caller gave up. The first spawn of a Kernel
+// whose GatewayConfig names a KernelID attaches to that kernel instead.
 func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, k.opts.StartTimeout)
 	defer cancel()
+	if id := k.attach; id != "" {
+		k.attach = ""
+		return k.attachRemote(ctx, id)
+	}
 	type started struct {
 		id  string
 		err error
@@ -211,47 +233,144 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	if s.err != nil {
 		return nil, fmt.Errorf("kernel failed to start on the gateway: %w", s.err)
 	}
+	in, err := k.connectRemote(ctx, s.id, true)
+	if err != nil {
+		return nil, err
+	}
+	// The server launched the kernel, not launchShim: bound its stream
+	// messages here, so that heavy printing leaves in messages of a few
+	// MiB rather than in one over the host's limit (which would drop the
+	// connection, and with it the kernel's state).
+	init := boundStreams + envCode(k.opts.Env) + k.opts.InitCode
+	if _, err := in.execute(ctx, init, &ExecOptions{Silent: true}); err != nil {
+		k.kill(in)
+		return nil, fmt.Errorf("kernel init code failed: %w", err)
+	}
+	return in, nil
+}
+
+// attachRemote connects to kernel id, running on the gateway with the
+// state of an earlier front end, and points it at this one: only Env is
+// set in it (the tool server's address and token), since the init code
+// ran at its start.
+func (k *Kernel) attachRemote(ctx context.Context, id string) (*instance, error) {
+	if !gateway.ValidID(id) {
+		return nil, fmt.Errorf("kernel: GatewayConfig.KernelID %q is not a kernel id", id)
+	}
+	if _, err := k.remote.c.Kernel(ctx, id); err != nil {
+		var he *gateway.HTTPError
+		if errors.As(err, &he) && he.Status == 404 {
+			return nil, ErrNoKernel
+		}
+		return nil, fmt.Errorf("kernel attach on the gateway: %w", err)
+	}
+	in, err := k.connectRemote(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	if code := envCode(k.opts.Env); code != "" {
+		if _, err := in.execute(ctx, code, &ExecOptions{Silent: true}); err != nil {
+			// Not ours to delete: let it go as it was.
+			in.closing.Store(true)
+			k.detachInstance(in)
+			return nil, fmt.Errorf("kernel attach: setting its environment: %w", err)
+		}
+	}
+	k.opts.Logger.Debug("attached to a gateway kernel", "kernel", id)
+	return in, nil
+}
+
+// connectRemote makes the instance of gateway kernel id: its watcher, its
+// connection, the handshake and the heartbeat. A failure deletes a kernel
+// this Kernel started (own), and lets go of one it attached to.
+func (k *Kernel) connectRemote(ctx context.Context, id string, own bool) (*instance, error) {
+	fail := func(in *instance) {
+		if own {
+			k.kill(in)
+			return
+		}
+		in.closing.Store(true)
+		k.detachInstance(in)
+	}
 	log := k.opts.Logger
-	proc := &remoteProcess{c: k.remote.c, id: s.id, grace: k.opts.ShutdownGrace, done: make(chan struct{}), log: log.Warn}
+	proc := &remoteProcess{c: k.remote.c, id: id, grace: k.opts.ShutdownGrace, done: make(chan struct{}), log: log.Warn}
 	in := newInstance(k, proc)
 	k.wg.Add()
 	go func() {
 		defer k.wg.Done()
-		proc.Wait(context.Background()) // lifetime: the gateway kernel, until its bounded DELETE
+		proc.Wait(context.Background()) // lifetime: the gateway kernel, until its bounded DELETE or its release (Detach)
 		in.exitCause = "the gateway kernel was deleted"
 		close(in.exited)
 		in.markDead(in.exitCause)
 	}()
-	conn, err := k.remote.c.Connect(ctx, s.id, in.handle, &gateway.ConnOptions{
+	conn, err := k.remote.c.Connect(ctx, id, in.handle, &gateway.ConnOptions{
 		Legacy:    k.remote.legacy,
 		SessionID: k.session,
 		OnLost:    func(cause string) { in.markDead(cause) },
 		OnDropped: func(err error) { log.Warn("dropped kernel message", "err", err) },
 	})
 	if err != nil {
-		k.kill(in)
+		fail(in)
 		return nil, fmt.Errorf("kernel failed to start on the gateway: %w", err)
 	}
 	in.conn = conn
-	log.Debug("gateway kernel started", "kernel", s.id, "protocol", conn.Protocol())
+	log.Debug("gateway kernel connected", "kernel", id, "protocol", conn.Protocol())
 	if err := in.handshake(ctx); err != nil {
-		k.kill(in)
+		fail(in)
 		return nil, err
 	}
 	k.wg.Add()
 	go in.heartbeat()
-	// The server launched the kernel, not launchShim: bound its stream
-	// messages here, so that heavy printing leaves in messages of a few
-	// MiB rather than in one over the host's limit (which would drop the
-	// connection, and with it the kernel's state).
-	init := boundStreams + envCode(k.opts.Env) + k.opts.InitCode
-	{
-		if _, err := in.execute(ctx, init, &ExecOptions{Silent: true}); err != nil {
-			k.kill(in)
-			return nil, fmt.Errorf("kernel init code failed: %w", err)
-		}
-	}
 	return in, nil
+}
+
+// Detach ends this Kernel's hold on its gateway kernel without deleting
+// it: the connection closes, and the kernel runs on, with its state, on
+// the server (a later Start with GatewayConfig.KernelID attaches to it).
+// A cell running then goes on there, and its output is lost. After
+// Detach, the Kernel is closed. A local kernel cannot be detached: Detach
+// fails and does nothing.
+func (k *Kernel) Detach() error {
+	if k.remote == nil {
+		return errors.New("kernel: only a gateway kernel can be detached; a local one ends with Close")
+	}
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return ErrClosed
+	}
+	k.closed = true
+	in := k.cur
+	k.cur = nil
+	k.mu.Unlock()
+	k.closeCancel()
+	k.startMu.Lock()
+	k.startMu.Unlock()
+	if in != nil {
+		in.closedByClose.Store(true)
+		in.closing.Store(true)
+		k.detachInstance(in)
+	}
+	if d := k.closeWait(); !k.wg.Wait(d) {
+		return fmt.Errorf("kernel: detach: gave up after %v on a gateway call", d)
+	}
+	return nil
+}
+
+// detachInstance lets go of a gateway kernel: no DELETE, no shutdown.
+func (k *Kernel) detachInstance(in *instance) {
+	select {
+	case <-in.stopHB:
+	default:
+		close(in.stopHB)
+	}
+	in.markDead("detached")
+	if p, ok := in.proc.(*remoteProcess); ok {
+		p.release()
+	}
+	if in.conn != nil {
+		in.conn.Close()
+	}
 }
 
 // RemoteID returns the gateway's id of the current kernel, or "" for a
