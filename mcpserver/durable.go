@@ -170,7 +170,16 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 		return fmt.Sprintf("[ipybox: this session hibernated at %s, and its state could not be saved: %s; this cell runs in a fresh kernel]", x.since(sl), sl.lost)
 	}
 	t0 := time.Now()
+	ctx, span := s.tel.StartRestore(ctx)
 	rep, err := ex.Restore(ctx)
+	switch {
+	case errors.Is(err, ipybox.ErrNoSnapshot):
+		s.tel.EndRestore(span, sessionID(ex), "no_snapshot", 0, 0)
+	case err != nil:
+		s.tel.EndRestore(span, sessionID(ex), "error", 0, 0)
+	default:
+		s.tel.EndRestore(span, sessionID(ex), "ok", rep.RestoredCount, rep.MissingCount)
+	}
 	var se *ipybox.SnapshotError
 	switch {
 	case errors.Is(err, ipybox.ErrNoSnapshot):

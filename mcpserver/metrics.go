@@ -38,5 +38,21 @@ func (s *Server) MetricsHandler() http.Handler {
 // reportSessions reports the server's open sessions to the metrics, until
 // the returned function.
 func (s *Server) reportSessions() func() {
-	return telemetry.Sessions(func() int { return len(s.store.all()) })
+	return telemetry.Sessions(s.sessionStates)
+}
+
+// sessionStates counts the open sessions: those with a kernel or about to
+// get one (active), and those whose state is saved (hibernated).
+func (s *Server) sessionStates() (active, hibernated int) {
+	for _, x := range s.store.all() {
+		x.mu.Lock()
+		asleep := x.asleep != nil
+		x.mu.Unlock()
+		if asleep {
+			hibernated++
+		} else {
+			active++
+		}
+	}
+	return active, hibernated
 }

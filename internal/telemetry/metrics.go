@@ -45,6 +45,9 @@ const (
 const (
 	StateActive = "active"
 	StatePooled = "pooled"
+	// StateHibernated is a session whose state is saved and which holds
+	// no kernel until its next call.
+	StateHibernated = "hibernated"
 )
 
 type metricSet struct {
@@ -115,11 +118,11 @@ func Gatherer() prometheus.Gatherer { return registry }
 
 // sessionSources report the open sessions of each MCP server of the
 // process, asked at each scrape.
-var sessionSources sync.Map // *int (a key of its own) -> func() int
+var sessionSources sync.Map // *int (a key of its own) -> func() (active, hibernated int)
 
-// Sessions reports the open sessions of an MCP server (open, asked at
-// each scrape), until remove.
-func Sessions(open func() int) (remove func()) {
+// Sessions reports the open sessions of an MCP server, active and
+// hibernated (open, asked at each scrape), until remove.
+func Sessions(open func() (active, hibernated int)) (remove func()) {
 	key := new(int)
 	sessionSources.Store(key, open)
 	return func() { sessionSources.Delete(key) }
@@ -137,7 +140,7 @@ type stateCollector struct{}
 
 var (
 	sessionsDesc = prometheus.NewDesc(MetricSessions,
-		"MCP sessions of ipybox mcp by state: active (open: a handle of create_session, or a connection's implicit session; its kernel starts at its first cell).", []string{"state"}, nil)
+		"MCP sessions of ipybox mcp by state: active (open: a handle of create_session, or a connection's implicit session; its kernel starts at its first cell) or hibernated (its state saved, no kernel until its next call).", []string{"state"}, nil)
 	kernelsDesc = prometheus.NewDesc(MetricKernels,
 		"Kernel processes by state: pooled (kept ready for new sessions) and active (the others that are up).", []string{"state"}, nil)
 	memoryDesc = prometheus.NewDesc(MetricKernelMemory,
@@ -154,12 +157,14 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (stateCollector) Collect(ch chan<- prometheus.Metric) {
-	open := 0
+	active, hibernated := 0, 0
 	sessionSources.Range(func(_, v any) bool {
-		open += v.(func() int)()
+		a, h := v.(func() (int, int))()
+		active, hibernated = active+a, hibernated+h
 		return true
 	})
-	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(open), StateActive) // bound: the registry drains ch
+	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(active), StateActive)         // bound: the registry drains ch
+	ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(hibernated), StateHibernated) // bound: the registry drains ch
 	up, ready := live.Load(), pooled()
 	// A pooled kernel that died is still counted pooled until the pool
 	// drops it: active is never shown below zero.

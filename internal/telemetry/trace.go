@@ -81,6 +81,8 @@ const (
 	KeyBackend      = attribute.Key("ipybox.kernel.backend")
 	KeyCause        = attribute.Key("ipybox.kernel.cause")
 	KeyPooled       = attribute.Key("ipybox.session.pooled")
+	KeyRestored     = attribute.Key("ipybox.session.restored")
+	KeyMissing      = attribute.Key("ipybox.session.missing")
 )
 
 // MaxCode bounds the code put on a cell's span (--otel-include-code): its
@@ -331,6 +333,25 @@ func (t *Tracer) EndSession(s Span, session string, pooled bool, err error) {
 		return
 	}
 	s.end("ok", KeySession.String(session), KeyPooled.Bool(pooled))
+}
+
+// StartRestore starts a hibernated session's restore: its namespace
+// loaded into a fresh kernel.
+func (t *Tracer) StartRestore(ctx context.Context) (context.Context, Span) {
+	if t == nil {
+		return ctx, Span{start: time.Now()}
+	}
+	return t.start(ctx, SpanSessionRestore, trace.SpanKindInternal)
+}
+
+// EndRestore ends a restore: outcome is "ok", "no_snapshot" or "error";
+// restored and missing count the names that came back and those that did
+// not.
+func (t *Tracer) EndRestore(s Span, session, outcome string, restored, missing int) {
+	if s.s == nil {
+		return
+	}
+	s.end(outcome, KeySession.String(session), KeyRestored.Int(restored), KeyMissing.Int(missing))
 }
 
 // clip returns s's first n bytes, without a rune cut in two.
