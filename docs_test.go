@@ -125,3 +125,34 @@ func TestNoCitationOutsideTheRepository(t *testing.T) {
 		t.Errorf("cites a DESIGN.md that is not in the repository: %s", line)
 	}
 }
+
+// TestReadmeNamesSetupPackages keeps the README's list of what set-up
+// installs true: every Debian package scripts/setup.sh installs is named.
+func TestReadmeNamesSetupPackages(t *testing.T) {
+	setup, err := os.ReadFile("scripts/setup.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(setup), "\npkgs=(\n")
+	block, _, ok2 := strings.Cut(block, "\n)\n")
+	if !ok || !ok2 {
+		t.Fatal("scripts/setup.sh has no pkgs=( ... ) block")
+	}
+	var n int
+	for line := range strings.Lines(block) {
+		line, _, _ = strings.Cut(line, "#")
+		for _, p := range strings.Fields(line) {
+			n++
+			if !strings.Contains(string(readme), "`"+p+"`") {
+				t.Errorf("README.md does not name %s, which scripts/setup.sh installs", p)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("read %d packages from scripts/setup.sh; the block's format changed", n)
+	}
+}
