@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -307,33 +306,7 @@ type durableBinary struct {
 
 func startDurable(b *testing.B, bin, ws, py, tokFile string, args ...string) *durableBinary {
 	b.Helper()
-	argv := append([]string{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokFile, "--workspace", ws, "--python", py}, args...)
-	cmd := exec.Command(bin, argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	s := &mcpServer{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	pr, pw := io.Pipe()
-	cmd.Stderr = io.MultiWriter(s.stderr, pw)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	s.seen = trackProcs(cmd.Process.Pid)
-	go func() {
-		cmd.Wait()
-		pw.Close()
-		close(s.exited)
-	}()
-	urlc := testenv.ServingURL(pr)
-	b.Cleanup(func() { s.stop(b) })
-	select {
-	case s.url = <-urlc:
-	case <-s.exited:
-		b.Fatalf("ipybox mcp exited: %v\n%s", cmd.ProcessState, s.stderr)
-	case <-time.After(60 * time.Second):
-		b.Fatalf("ipybox mcp did not listen within 60s\n%s", s.stderr)
-	}
-	tok, _ := os.ReadFile(tokFile)
-	s.hc = &http.Client{Transport: testenv.Bearer{Token: strings.TrimSpace(string(tok)), Base: http.DefaultTransport.(*http.Transport).Clone()}}
-	return &durableBinary{s, tokFile}
+	return &durableBinary{startMCPWith(b, bin, "127.0.0.1:0", ws, py, tokFile, args...), tokFile}
 }
 
 func (s *durableBinary) client(b *testing.B) *mcp.ClientSession {

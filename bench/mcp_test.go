@@ -657,9 +657,19 @@ func startMCP(b *testing.B, bin, addr, ws, py string, args ...string) *mcpServer
 	b.Helper()
 	var raw [32]byte
 	rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
 	tokFile := filepath.Join(b.TempDir(), "token")
-	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokFile, []byte(hex.EncodeToString(raw[:])+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return startMCPWith(b, bin, addr, ws, py, tokFile, args...)
+}
+
+// startMCPWith is startMCP with the token in tokFile, kept for a restart
+// on the same one.
+func startMCPWith(b *testing.B, bin, addr, ws, py, tokFile string, args ...string) *mcpServer {
+	b.Helper()
+	tok, err := os.ReadFile(tokFile)
+	if err != nil {
 		b.Fatal(err)
 	}
 	argv := append([]string{"mcp", "--http", addr, "--auth-token-file", tokFile, "--workspace", ws, "--python", py}, args...)
@@ -688,7 +698,7 @@ func startMCP(b *testing.B, bin, addr, ws, py string, args ...string) *mcpServer
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 4 * loadSessions
-	s.hc = &http.Client{Transport: testenv.Bearer{Token: token, Base: tr}}
+	s.hc = &http.Client{Transport: testenv.Bearer{Token: strings.TrimSpace(string(tok)), Base: tr}}
 	return s
 }
 
