@@ -45,44 +45,20 @@ func TestMCPClaudeCodeStop(t *testing.T) {
 			exited := make(chan time.Time, 1)
 			go func() { cmd.Process.Wait(); exited <- time.Now() }()
 			t0 := time.Now()
-			var gone time.Duration
-			switch how {
-			case "sigkill":
-				cmd.Process.Signal(syscall.SIGKILL)
-				<-exited
-			case "sigterm":
-				cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case at := <-exited:
-					gone = at.Sub(t0)
-				case <-time.After(500 * time.Millisecond):
-					cmd.Process.Signal(syscall.SIGKILL)
-					<-exited
-					t.Errorf("ipybox mcp was still running 0.5 s after SIGTERM, and was killed")
+			// The signals, each at its time after the first; SIGKILL last.
+			steps := map[string][]stopStep{
+				"claude-code": {{syscall.SIGINT, 0}, {syscall.SIGTERM, 100 * time.Millisecond}, {syscall.SIGKILL, 500 * time.Millisecond}},
+				"sigterm":     {{syscall.SIGTERM, 0}, {syscall.SIGKILL, 500 * time.Millisecond}},
+				"sigkill":     {{syscall.SIGKILL, 0}},
+			}[how]
+			gone, killed := stopWith(cmd.Process, exited, t0, steps)
+			if how != "sigkill" {
+				if killed {
+					t.Errorf("ipybox mcp was still running 0.5 s after %v, and was killed", steps[0].sig)
 				}
-				t.Logf("exited %v after SIGTERM (target 300 ms)", gone.Round(time.Millisecond))
+				t.Logf("exited %v after %v (target 300 ms)", gone.Round(time.Millisecond), steps[0].sig)
 				if gone > 300*time.Millisecond {
-					t.Errorf("exited %v after SIGTERM; want under 300 ms", gone.Round(time.Millisecond))
-				}
-			default:
-				cmd.Process.Signal(syscall.SIGINT)
-				select {
-				case at := <-exited:
-					gone = at.Sub(t0)
-				case <-time.After(100 * time.Millisecond):
-					cmd.Process.Signal(syscall.SIGTERM)
-					select {
-					case at := <-exited:
-						gone = at.Sub(t0)
-					case <-time.After(400 * time.Millisecond):
-						cmd.Process.Signal(syscall.SIGKILL)
-						<-exited
-						t.Errorf("ipybox mcp was still running 0.5 s after SIGINT, and was killed")
-					}
-				}
-				t.Logf("exited %v after SIGINT (target 300 ms)", gone.Round(time.Millisecond))
-				if gone > 300*time.Millisecond {
-					t.Errorf("exited %v after SIGINT; want under 300 ms", gone.Round(time.Millisecond))
+					t.Errorf("exited %v after %v; want under 300 ms", gone.Round(time.Millisecond), steps[0].sig)
 				}
 			}
 			checkGone(t, procs)
@@ -99,4 +75,31 @@ func TestMCPClaudeCodeStop(t *testing.T) {
 			cs.Close()
 		})
 	}
+}
+
+// stopStep is a signal a client sends at a time after its first one.
+type stopStep struct {
+	sig syscall.Signal
+	at  time.Duration
+}
+
+// stopWith sends the steps' signals to p until it exits (exited gets the
+// time); it returns how long after t0 p exited, and whether it took the
+// last step, a SIGKILL, to end it.
+func stopWith(p *os.Process, exited <-chan time.Time, t0 time.Time, steps []stopStep) (gone time.Duration, killed bool) {
+	for i, st := range steps {
+		if wait := time.Until(t0.Add(st.at)); wait > 0 {
+			select {
+			case at := <-exited:
+				return at.Sub(t0), false
+			case <-time.After(wait):
+			}
+		}
+		p.Signal(st.sig)
+		if i == len(steps)-1 {
+			at := <-exited // bound: the last step is SIGKILL
+			return at.Sub(t0), st.sig == syscall.SIGKILL && i > 0
+		}
+	}
+	return 0, false
 }
