@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -27,7 +29,9 @@ func New(root, prefix string) (string, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", fmt.Errorf("create %s: %w", root, err)
 	}
-	ReapStale(root, prefix)
+	if reapDue(root, prefix) {
+		ReapStale(root, prefix)
+	}
 	b := make([]byte, 5)
 	rand.Read(b)
 	dir := filepath.Join(root, prefix+hex.EncodeToString(b))
@@ -39,6 +43,25 @@ func New(root, prefix string) (string, error) {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// reapEvery spaces New's reaps of one root and prefix: a busy process
+// makes a directory at each kernel start, and a scan of a shared /tmp at
+// each one would be work done again for nothing new.
+const reapEvery = time.Minute
+
+var lastReap sync.Map // root + "\x00" + prefix -> time.Time
+
+// reapDue reports whether New should reap root's prefix now, and records
+// that it does.
+func reapDue(root, prefix string) bool {
+	key := root + "\x00" + prefix
+	now := time.Now()
+	if last, ok := lastReap.Load(key); ok && now.Sub(last.(time.Time)) < reapEvery {
+		return false
+	}
+	lastReap.Store(key, now)
+	return true
 }
 
 // ReapStale removes the directories of root, named with prefix ("": any),

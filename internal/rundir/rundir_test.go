@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestNewReapsOnlyItsPrefix: New removes the directories with its prefix
@@ -48,5 +49,35 @@ func TestNewReapsOnlyItsPrefix(t *testing.T) {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s was removed: %v", d, err)
 		}
+	}
+}
+
+// TestReapsAtMostEveryMinute: a second New soon after the first does not
+// scan the root again; the next one after reapEvery does.
+func TestReapsAtMostEveryMinute(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skipf("no true: %v", err)
+	}
+	if _, err := New(root, "p-"); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(root, "p-stale")
+	os.Mkdir(stale, 0o700)
+	os.WriteFile(filepath.Join(stale, OwnerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o600)
+	if _, err := New(root, "p-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("reaped again within reapEvery: %v", err)
+	}
+	lastReap.Store(root+"\x00p-", time.Now().Add(-reapEvery))
+	if _, err := New(root, "p-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("not reaped after reapEvery: %v", err)
 	}
 }
