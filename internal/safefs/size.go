@@ -13,14 +13,25 @@ import (
 var ErrTooManyEntries = errors.New("too many files to count")
 
 // Size returns the bytes of the regular files in dir and below, without
-// following links (a link is counted as nothing, and not entered). It
-// visits at most maxEntries entries, and fails with ErrTooManyEntries past
-// them: kernel code can fill a folder it writes with files. A dir that does
-// not exist holds 0 bytes.
+// following links (a link is counted as nothing, and not entered). The
+// walk is confined to dir (os.Root): a folder that kernel code swaps for
+// a link while it runs is not followed out. A file counts as the smaller
+// of its length and the disk it takes, so a sparse file (a truncate to
+// 4 GiB) counts as nothing. It visits at most maxEntries entries, and
+// fails with ErrTooManyEntries past them: kernel code can fill a folder
+// it writes with files. A dir that does not exist holds 0 bytes.
 func Size(dir string, maxEntries int) (int64, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	defer r.Close()
 	var total int64
 	n := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -32,7 +43,7 @@ func Size(dir string, maxEntries int) (int64, error) {
 		}
 		if d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
+				total += min(fi.Size(), allocated(fi))
 			}
 		}
 		return nil
