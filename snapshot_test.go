@@ -185,3 +185,26 @@ func TestGatewayDetachAttach(t *testing.T) {
 		t.Errorf("a local executor after a refused Detach: %q", got)
 	}
 }
+
+// TestSnapshotHangBounded: kernel code can make a save hang (a value whose
+// pickling sleeps); Snapshot ends with its context all the same, and the
+// kernel is left usable.
+func TestSnapshotHangBounded(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	ex := start(t, snapshotOpts(ws, "hang"))
+	run(t, ex, "import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(3600)\nslow = Slow()")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, err := ex.Snapshot(ctx, nil)
+	if err == nil {
+		t.Fatal("a save that cannot finish reported success")
+	}
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Errorf("Snapshot returned %v after its 3s context", d)
+	}
+	if got := run(t, ex, "print(6 * 7)").Text; strings.TrimSpace(got) != "42" {
+		t.Errorf("the kernel after the hung save: %q", got)
+	}
+}

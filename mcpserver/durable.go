@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/escape"
 	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/safefs"
@@ -406,6 +407,10 @@ func saveFailure(err error) string {
 // (Options.SnapshotWorkspaceBytes) leaves once the other sessions'
 // snapshots and the saves in flight are counted.
 func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ipybox.SnapshotReport, error) {
+	// Bounded: kernel code can make a save hang (a __reduce__ that
+	// sleeps), and a hibernation holds the session's startMu meanwhile.
+	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
+	defer cancel()
 	limit, release, err := s.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
 		return nil, err
@@ -420,6 +425,11 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 	x.mu.Unlock()
 	return rep, nil
 }
+
+// SaveTimeout bounds one save of a session's namespace, the wait for
+// room in the workspace's budget included: past it the save fails, and
+// a hibernation stops the kernel without a snapshot.
+const SaveTimeout = defaults.SnapshotSave
 
 // minSave is the least room a save is started with.
 const minSave = 64 << 10
@@ -495,6 +505,12 @@ func (s *Server) snapshotsSize(except string) (int64, error) {
 		if err != nil {
 			// A folder too full to count counts as the whole budget.
 			n = s.opts.SnapshotBytes
+		}
+		// Its running kernel can write it between saves: it counts as at
+		// most one session's budget, so that one session cannot take the
+		// others' room.
+		if per := s.opts.SnapshotBytes; per >= 0 {
+			n = min(n, per)
 		}
 		total += n
 	}

@@ -30,6 +30,7 @@ const (
 	Transfer          = 10 * time.Minute // one upload_file or download_file with a gateway kernel
 	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
 	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
+	SnapshotSave      = 2 * time.Minute  // one save of a session's namespace (durable sessions)
 )
 
 // Duration is one duration field of an options struct.
