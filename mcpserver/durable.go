@@ -193,7 +193,7 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 		if errors.As(err, &se) {
 			why = clipText(se.Reason, 500)
 		}
-		s.log.Warn("restoring a session failed; it starts afresh", "session", x.id, "err", err)
+		s.log.Warn("restoring a session failed; it starts afresh", "session", x.id, "err", clipText(err.Error(), 2000))
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StartTimeout)
 		defer cancel()
 		if rerr := ex.Reset(rctx); rerr != nil {
@@ -377,7 +377,7 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 		sl.saved = err == nil
 		if err != nil {
 			sl.lost = saveFailure(err)
-			s.log.Warn("hibernating: the snapshot was not saved", "session", x.id, "err", err)
+			s.log.Warn("hibernating: the snapshot was not saved", "session", x.id, "err", clipText(err.Error(), 2000))
 		} else {
 			s.log.Info("snapshot saved", "session", x.id, "names", rep.SavedCount, "unsaved", rep.UnsavedCount, "bytes", rep.Bytes, "took", rep.Took.Round(time.Millisecond))
 		}
