@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/gateway"
+	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/safefs"
 )
 
@@ -229,13 +230,14 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Options.StateDir: %w", err)
 	}
-	// Kernels write the workspace: a state folder in it, but for ipybox's
-	// own .ipybox, which every sandbox and container hides, would let
-	// their code forge records.
-	if rel, err := filepath.Rel(workspace, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		if rel != ".ipybox" && !strings.HasPrefix(rel, ".ipybox"+string(filepath.Separator)) {
-			return nil, fmt.Errorf("Options.StateDir %s is in the workspace, where kernel code can write; choose a folder outside it, or leave it empty for .ipybox/sessions", abs)
-		}
+	// Kernels write the workspace: a state folder in it, but for
+	// .ipybox/sessions, which every sandbox and container hides, would let
+	// their code forge records. (Other folders of .ipybox are bound
+	// writable into kernels: a session's packages and snapshots.) Links
+	// are resolved first, as far as the path exists.
+	sessions := filepath.Join(workspace, ".ipybox", "sessions")
+	if real := policy.RealPath(abs); under(real, workspace) && !under(real, sessions) {
+		return nil, fmt.Errorf("Options.StateDir %s is in the workspace, where kernel code can write; choose a folder outside it, or leave it empty for .ipybox/sessions", abs)
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("Options.StateDir: %w", err)
@@ -244,4 +246,10 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 		abs = real
 	}
 	return &stateDir{dir: abs}, nil
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
