@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -17,6 +18,9 @@ func TestStateDirPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	link := filepath.Join(outside, "into-ws")
 	if err := os.Symlink(filepath.Join(ws, "sub"), link); err != nil {
 		t.Fatal(err)
@@ -38,6 +42,9 @@ func TestStateDirPlace(t *testing.T) {
 		_, err := openStateDir(ws, tc.dir)
 		if (err == nil) != tc.ok {
 			t.Errorf("state folder %q: %v; want ok=%v", tc.dir, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "in the workspace") {
+			t.Errorf("state folder %q refused for another reason: %v", tc.dir, err)
 		}
 	}
 }
