@@ -20,7 +20,7 @@
 # public registry is reachable, scripts/image.sh makes both locally from
 # Debian's packages and this machine's Go, and builds with them.
 ARG BASE=debian:bookworm-slim
-ARG GO_IMAGE=golang:1.26-bookworm
+ARG GO_IMAGE=golang:1.27-bookworm
 # VERSION is ipybox's release (cmd/ipybox/version.go); scripts/image.sh
 # passes it, and it becomes `ipybox version` and the image's version label.
 ARG VERSION=devel

@@ -3,6 +3,9 @@
 # actions in a stateful kernel (state across cells, shell commands, a plot),
 # MCP tools called from Python with approval, and the sandbox.
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 mkdir -p bin

@@ -15,6 +15,9 @@
 # Environment: IPYBOX_IMAGE (default ipybox:latest), IPYBOX_MIRROR (default:
 # the first deb.debian.org-style URI in /etc/apt), IPYBOX_SUITE (bookworm).
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'image: %s\n' "$*" >&2; }

@@ -6,11 +6,14 @@
 #   scripts/install.sh                 # ~/.local/bin/ipybox
 #   PREFIX=/usr/local scripts/install.sh
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'install: %s\n' "$*" >&2; }
 
-command -v go >/dev/null || { say "Go is missing: install Go 1.26 (https://go.dev/dl), or run scripts/setup.sh"; exit 1; }
+command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN), or run scripts/setup.sh"; exit 1; }
 prefix=${PREFIX:-$HOME/.local}
 bindir=$prefix/bin
 mkdir -p "$bindir"

@@ -6,6 +6,9 @@
 #   - npm test servers, pinned by tools/npm/package-lock.json
 #   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
@@ -52,7 +55,7 @@ if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   cp "$lock" "$stamp"
 fi
 
-command -v go >/dev/null || { say "Go is missing: install Go 1.26 (https://go.dev/dl)"; exit 1; }
+command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
 
 # The container backend: a running daemon and the image (cached: seconds
 # when nothing changed). IPYBOX_SKIP_IMAGE=1 skips both. A failure here is

@@ -4,6 +4,9 @@
 # every test tier under the race detector, then checks that no process
 # ipybox started is left.
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/setup-claude.sh   # the Claude Code CLI, for the plugin's tier-4 test only

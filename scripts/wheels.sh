@@ -14,6 +14,9 @@
 # commit, the Go and setuptools versions), and a run with the same hash
 # does nothing.
 set -euo pipefail
+# go.mod names Go 1.27.3: the go command fetches that toolchain from the
+# module proxy once (a machine's own Go ignores go.mod's toolchain line).
+export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'wheels: %s\n' "$*" >&2; }
@@ -33,7 +36,7 @@ targets=(
 out=${IPYBOX_WHEEL_DIR:-dist}
 release=$(sed -n 's/^const release = "\(.*\)"$/\1/p' cmd/ipybox/version.go)
 [ -n "$release" ] || { say "cmd/ipybox/version.go has no 'const release = \"...\"' line"; exit 1; }
-command -v go >/dev/null || { say "Go is missing: install Go 1.26 (https://go.dev/dl)"; exit 1; }
+command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
 
 # A Python with build, setuptools and wheel: the first python3 on PATH that
 # has them, else the system's (Debian's python3-build is only there).
