@@ -170,7 +170,9 @@ func (e *Executor) startEgress(allowed []string, cfg *container.Config) error {
 	for _, k := range proxyEnv {
 		cfg.Env = append(cfg.Env, k+"="+url)
 	}
-	cfg.Env = append(cfg.Env, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	// Loopback goes direct, unless the allowlist names a loopback address
+	// (the host's, which only the proxy reaches).
+	cfg.Env = append(cfg.Env, "NO_PROXY="+rules.NoProxy(), "no_proxy="+rules.NoProxy())
 	return nil
 }
 

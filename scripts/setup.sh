@@ -23,6 +23,7 @@ pkgs=(
   python3-build python3-setuptools python3-wheel  # scripts/wheels.sh, offline (--no-isolation)
   pipx                     # the wheel tests' stand-in for uvx
   python3-dill             # durable sessions: the kernel saves its namespace
+  python3-requests         # the egress tests: an ordinary HTTP client in the kernel
   bubblewrap               # the sandbox
   nodejs npm               # the MCP reference servers used by the tests
   docker.io debootstrap    # the container backend, and its image's Debian base

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the machine (scripts/setup.sh) and runs the whole test suite:
-# formatting, vet (for every target system: scripts/crossbuild.sh), and
+# formatting, vet (for every target system: scripts/crossbuild.sh),
+# govulncheck (scripts/vulncheck.sh), and
 # every test tier under the race detector, then checks that no process
 # ipybox started is left.
 set -euo pipefail
@@ -18,6 +19,9 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+# No known vulnerability that the code reaches, in the toolchain or a
+# dependency (offline, with a pinned database: scripts/vulncheck.sh).
+scripts/vulncheck.sh
 scripts/crossbuild.sh
 # No process that ipybox started may outlive the tests: each test closes
 # what it starts, and a killed ipybox takes its sandboxes, kernels and

@@ -169,6 +169,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// NoProxy is the NO_PROXY value for the processes that use p ([Rules.NoProxy]).
+func (p *Proxy) NoProxy() string { return p.rules.NoProxy() }
+
 // record tells Options.Decided of a decision.
 func (p *Proxy) record(t target, allowed bool, rule string) {
 	if p.decided != nil {
@@ -311,15 +314,8 @@ func (p *Proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 		}
 		addrs = found
 	}
-	var ok []netip.Addr
-	for _, a := range addrs {
-		a = a.Unmap()
-		if publicAddr(a) || p.rules.explicit(a) || p.allowPrivate != nil && p.allowPrivate(a) {
-			ok = append(ok, a)
-		}
-	}
-	if len(ok) == 0 {
-		ref := &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v)", t, addrs)}
+	ok, ref := p.checkAddrs(t, addrs)
+	if ref != nil {
 		p.record(t, false, ref.reason)
 		return nil, ref
 	}
@@ -334,6 +330,34 @@ func (p *Proxy) connect(ctx context.Context, t target) (net.Conn, error) {
 		last = err
 	}
 	return nil, fmt.Errorf("connect %s: %w", t, last)
+}
+
+// checkAddrs keeps the addresses of t that may be dialed at t's port: not
+// covered by a deniedDomains address or range, and public, or listed by an
+// allowedDomains address or range for that port. It is the check of what
+// is dialed, not of what was asked for: a name that resolves to an
+// address is held to the address's rules.
+func (p *Proxy) checkAddrs(t target, addrs []netip.Addr) ([]netip.Addr, *refusal) {
+	var ok []netip.Addr
+	denied := ""
+	for _, a := range addrs {
+		a = a.Unmap()
+		if raw, bad := p.rules.deniedAddr(a, t.port); bad {
+			denied = raw
+			continue
+		}
+		if publicAddr(a) || p.rules.explicit(a, t.port) || p.allowPrivate != nil && p.allowPrivate(a) {
+			ok = append(ok, a)
+		}
+	}
+	switch {
+	case len(ok) > 0:
+		return ok, nil
+	case denied != "":
+		return nil, &refusal{fmt.Sprintf("%s resolves to %v, which deniedDomains entry %q covers", t, addrs, denied)}
+	}
+	return nil, &refusal{fmt.Sprintf("%s resolves only to loopback, private, link-local or reserved addresses (%v) "+
+		"that no allowedDomains address or range lists for port %d", t, addrs, t.port)}
 }
 
 // reserved lists ranges that are not reachable public unicast space, beyond

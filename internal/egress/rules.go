@@ -127,17 +127,54 @@ func unmapBits(a netip.Addr) int {
 	return 0
 }
 
-// explicit reports whether a was allowed by an IP literal or a CIDR range
-// of allowedDomains: such an address passes the proxy's private-address
-// guard, for that range only ("*" and names never do).
-func (r *Rules) explicit(a netip.Addr) bool {
+// explicit reports whether a:port was allowed by an IP literal or a CIDR
+// range of allowedDomains: such an address passes the proxy's
+// private-address guard, for that range, and for that port when the entry
+// names one ("*" and names never do). "127.0.0.1:11434" opens port 11434
+// of the host's loopback, not its other ports, whatever name the request
+// used to get there.
+func (r *Rules) explicit(a netip.Addr, port uint16) bool {
 	for _, h := range r.allow {
+		if h.port != 0 && h.port != port {
+			continue
+		}
 		if h.ip.IsValid() && h.ip == a || h.prefix.IsValid() && h.prefix.Contains(a) {
 			return true
 		}
 	}
 	return false
 }
+
+// deniedAddr reports the deniedDomains entry (an IP literal or a range)
+// that covers the address a name resolved to: a denied address stays
+// denied under every name.
+func (r *Rules) deniedAddr(a netip.Addr, port uint16) (string, bool) {
+	for _, d := range r.deny {
+		if (d.ip.IsValid() || d.prefix.IsValid()) && d.match("", a, port) {
+			return d.raw, true
+		}
+	}
+	return "", false
+}
+
+// NoProxy is the NO_PROXY value for a process whose HTTP clients use the
+// proxy: "localhost,127.0.0.1", so that a server the process runs on its
+// own loopback is reached directly; or empty when allowedDomains names a
+// loopback address, which only the proxy can reach (the process's
+// loopback is not the host's).
+func (r *Rules) NoProxy() string {
+	for _, h := range r.allow {
+		if h.ip.IsValid() && h.ip.IsLoopback() || h.prefix.IsValid() && (h.prefix.Overlaps(loopback4) || h.prefix.Overlaps(loopback6)) {
+			return ""
+		}
+	}
+	return "localhost,127.0.0.1"
+}
+
+var (
+	loopback4 = netip.MustParsePrefix("127.0.0.0/8")
+	loopback6 = netip.MustParsePrefix("::1/128")
+)
 
 // validName reports whether s is a dot-separated list of non-empty labels
 // of letters, digits, '-' and '_'.

@@ -84,7 +84,7 @@ func TestCIDRRules(t *testing.T) {
 		if ok, _ := r.decide(target{ip: a, port: 80}); ok != tc.decide {
 			t.Errorf("decide(%s) = %v, want %v", tc.ip, ok, tc.decide)
 		}
-		if got := r.explicit(a); got != tc.explict {
+		if got := r.explicit(a, 80); got != tc.explict {
 			t.Errorf("explicit(%s) = %v, want %v", tc.ip, got, tc.explict)
 		}
 	}

@@ -294,7 +294,8 @@ func containsRule(rs []*Rule, r *Rule) bool {
 	return false
 }
 
-// match matches a deny or ask rule: yes, maybe (with why), or no.
+// match matches a tool or shell rule: yes, maybe (with why), or no. An
+// allow rule applies only on yes.
 func (r *Rule) match(p *prepared) (match, string) {
 	if r.Kind == KindShell {
 		sh := p.sh
@@ -341,10 +342,21 @@ func (r *Rule) match(p *prepared) (match, string) {
 		if !ok {
 			return no, ""
 		}
-		if s, isStr := v.(string); isStr && !cd.isRange && dotDot(s) && !strings.Contains(cd.glob, "..") {
+		s, isStr := v.(string)
+		if isStr && !cd.isRange && r.Action != Allow {
+			// A deny or ask rule matches every spelling of a path
+			// (paths.go).
+			switch denyGlobMatch(cd.glob, s) {
+			case no:
+				return no, ""
+			case maybe:
+				res, why = maybe, climbNote
+			}
+			continue
+		}
+		if isStr && !cd.isRange && dotDot(s) && !strings.Contains(cd.glob, "..") {
 			// A glob sees text, and /work/../etc is not in /work/*: such a
-			// value is no allow rule's; a deny or ask rule matches it by
-			// its text or by the path it names.
+			// value is no allow rule's.
 			if !cd.matches(v) && !globMatch(cd.glob, path.Clean(s)) {
 				return no, ""
 			}

@@ -452,14 +452,45 @@ const (
 	maybe       // it may match: part of the call is not known
 )
 
-func matchWord(p, w shellWord) bool {
+// matchWord matches a rule's word against a command's. For a deny or ask
+// rule, a word that is a path matches by any of its cleaned spellings too
+// (paths.go); for an allow rule, a glob never matches a word with a ..
+// segment that the glob does not have: cat /work/../etc/shadow is not in
+// cat /work/*.
+func matchWord(p, w shellWord, deny bool) bool {
 	if p.glob {
 		if w.expandable {
 			return p.text == w.text
 		}
-		return globMatch(p.text, w.text)
+		if globMatch(p.text, w.text) {
+			return deny || !dotDot(w.text) || strings.Contains(p.text, "..")
+		}
+		if deny {
+			for _, c := range pathForms(w.text) {
+				if globMatch(p.text, c) {
+					return true
+				}
+			}
+		}
+		return false
 	}
-	return p.expandable == w.expandable && p.text == w.text
+	if p.expandable != w.expandable {
+		return false
+	}
+	if p.text == w.text {
+		return true
+	}
+	if deny && !w.expandable {
+		pf := append(pathForms(p.text), p.text)
+		for _, c := range append(pathForms(w.text), w.text) {
+			for _, d := range pf {
+				if c == d {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // matchCmd matches a shell rule against one simple command. A word known
@@ -469,7 +500,7 @@ func (r *Rule) matchCmd(c simpleCmd) match {
 	for i, w := range c.words {
 		if w.opaque {
 			for j := 0; j < i && j < len(r.words); j++ {
-				if !matchWord(r.words[j], c.words[j]) {
+				if !matchWord(r.words[j], c.words[j], r.Action != Allow) {
 					return no
 				}
 			}
@@ -483,7 +514,7 @@ func (r *Rule) matchCmd(c simpleCmd) match {
 		return no
 	}
 	for i, p := range r.words {
-		if !matchWord(p, c.words[i]) {
+		if !matchWord(p, c.words[i], r.Action != Allow) {
 			return no
 		}
 	}

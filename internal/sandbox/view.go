@@ -599,8 +599,12 @@ func (s *Sandbox) envArgs(env []string) []string {
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			set(k, url)
 		}
+		// Loopback goes direct, to the sandbox's own, unless the
+		// allowlist names a loopback address: the host's, which only the
+		// proxy reaches (the runtime reaches the tool server's forward
+		// with its own connection, which ignores these variables).
 		for _, k := range []string{"NO_PROXY", "no_proxy"} {
-			set(k, "localhost,127.0.0.1")
+			set(k, s.proxy.NoProxy())
 		}
 	}
 	if !have["MPLCONFIGDIR"] {

@@ -1,0 +1,70 @@
+package policy
+
+import (
+	"path"
+	"strings"
+)
+
+// A string argument or a shell word is text to a glob, but a tool that
+// opens it, and the kernel that chose it, read it as a path: //etc/passwd,
+// /./etc/passwd, /etc/passwd/ and /x/../etc/passwd all name /etc/passwd.
+// So a deny or ask rule matches a value by its text or by each cleaned
+// spelling of it (slashes collapsed, . and .. segments resolved, a
+// trailing / dropped, \ read as / as Windows does), and an allow rule,
+// which can only widen what runs, never matches a value with a ..
+// segment (through a link, .. is not even what path.Clean says). Since
+// deny and ask are decided before allow, no allow rule lets through a
+// spelling that a deny rule would have refused once cleaned.
+
+// pathForms returns the cleaned spellings of s that differ from s: none
+// for a value that is no path (no / or \).
+func pathForms(s string) []string {
+	var out []string
+	add := func(c string) {
+		if c != s && (len(out) == 0 || out[0] != c) {
+			out = append(out, c)
+		}
+	}
+	if strings.Contains(s, "/") {
+		add(path.Clean(s))
+	}
+	if strings.Contains(s, `\`) {
+		add(path.Clean(strings.ReplaceAll(s, `\`, "/")))
+	}
+	return out
+}
+
+// climbs reports whether a cleaned relative path leaves the folder it is
+// relative to: ../x names a path that only the server's current folder
+// decides, /etc/passwd among them.
+func climbs(cleaned string) bool {
+	return cleaned == ".." || strings.HasPrefix(cleaned, "../")
+}
+
+// denyGlobMatch matches a deny or ask rule's glob against s: yes by the
+// text or a cleaned spelling, maybe when s climbs out of an unknown
+// folder and the glob names absolute paths, else no.
+func denyGlobMatch(glob, s string) match {
+	if globMatch(glob, s) {
+		return yes
+	}
+	forms := pathForms(s)
+	for _, c := range forms {
+		if globMatch(glob, c) {
+			return yes
+		}
+	}
+	if strings.HasPrefix(glob, "/") || strings.HasPrefix(glob, `\`) {
+		for _, c := range forms {
+			if climbs(c) {
+				return maybe
+			}
+		}
+		if climbs(s) {
+			return maybe
+		}
+	}
+	return no
+}
+
+const climbNote = "a relative path climbs (..) out of a folder that only the server knows, so it may name any path"
