@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -150,11 +149,6 @@ func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 	if got := runIn(t, n, h3, "print('third')"); got != "third" {
 		t.Errorf("after a close: %q", got)
 	}
-}
-
-// callErr calls a tool and returns its JSON-RPC error, if any.
-func callErr(ctx context.Context, cs *mcp.ClientSession, tool string, args any) (*mcp.CallToolResult, error) {
-	return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 }
 
 // TestIdleHandleEnds: a session of create_session that gets no call for
