@@ -209,7 +209,7 @@ func FuzzMatch(f *testing.F) {
 // the path.
 func TestConfigPathsEscapes(t *testing.T) {
 	for cfg, want := range map[string]string{
-		"[core]\n# note \\\n\thooksPath = /evil\n":        "core.hookspath /evil",
+		"[core]\n# note \\\n\thooksPath = /evil\n":         "core.hookspath /evil",
 		"[core]\n; note \\\nhooksPath = /evil\n":           "core.hookspath /evil",
 		"[core]\n\tx = 1 # c \\\n\thooksPath = /evil\n":    "core.hookspath /evil",
 		"[core][include]path=/evil\n":                      "include.path /evil",
@@ -222,7 +222,7 @@ func TestConfigPathsEscapes(t *testing.T) {
 		"[core]\n\tfsmonitor = \"./a\tb\"\n\tx = y\n":      "core.fsmonitor /ws/a\tb",
 		"[core]\n\thooksPath = ./a\tb\n":                   "core.hookspath /ws/a b",
 		"[includeIf \"gitdir:/W/\"]\n\tpath = ../c.cfg\n":  "includeif.gitdir:/W/.path /ws/c.cfg",
-		"[core]\n\thooksPath = \"/ev\\\nil\"\n\tx = y\n":    "core.hookspath /evil",
+		"[core]\n\thooksPath = \"/ev\\\nil\"\n\tx = y\n":   "core.hookspath /evil",
 		"[core]\n\thooksPath = /ev\\\n\til # c\n\tx = y\n": "core.hookspath /ev il",
 	} {
 		got, complete := ConfigPaths([]byte(cfg), "/ws/.git", "/ws", "/home/u")
