@@ -178,8 +178,14 @@ func TestApprovalUnanswered(t *testing.T) {
 		t.Errorf("another principal's retry: %v", err)
 	}
 	// The approval times out in the cell, which goes on; the kernel keeps
-	// its state.
-	time.Sleep(3 * time.Second)
+	// its state. Until then the session is busy with the cell.
+	if !sessionBusy(t, cs, h) {
+		t.Error("the session of a cell left at an approval is not busy")
+	}
+	waitSessionIdle(t, cs, h, 60*time.Second)
+	if d := time.Since(t0); d < 2*time.Second {
+		t.Errorf("the cell went on after %v, before the approval timeout", d)
+	}
 	if got := runIn(t, cs, h, "print(x, err)"); got != "1 ApprovalTimeoutError" {
 		t.Errorf("after the timeout: %q", got)
 	}
