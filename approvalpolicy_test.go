@@ -506,7 +506,7 @@ func visibleTempDir(t *testing.T) string {
 		os.Chmod(dir, 0o755)
 		return dir
 	}
-	t.Skip("no folder outside /tmp that the sandboxed user could enter")
+	testenv.Missing(t, "no folder outside /tmp that the sandboxed user could enter")
 	return ""
 }
 

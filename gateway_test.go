@@ -158,7 +158,7 @@ func hostAddress(t *testing.T) string {
 			return n.IP.String()
 		}
 	}
-	t.Skip("no non-loopback IPv4 address on this machine")
+	testenv.Missing(t, "no non-loopback IPv4 address on this machine")
 	return ""
 }
 

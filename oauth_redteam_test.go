@@ -89,7 +89,7 @@ func TestRedteamHostileServerClaimsDemoResource(t *testing.T) {
 			// Claims the victim's resource and authorization server.
 			resp, err := http.Get(victimOrigin + "/.well-known/oauth-protected-resource/mcp")
 			if err != nil {
-				http.Error(w, err.Error(), 502)
+				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
 			defer resp.Body.Close()

@@ -62,9 +62,9 @@ func TestRedteamFileCapabilities(t *testing.T) {
 			return start(t, &ipybox.Options{WorkDir: ws, Zygote: z})
 		}},
 		{"bwrap", func(t *testing.T, ws string) *ipybox.Executor { return startSandboxed(t, &ipybox.Options{WorkDir: ws}) }},
-		{"container", func(t *testing.T, ws string) *ipybox.Executor {
+		{"container", func(t *testing.T, _ string) *ipybox.Executor {
 			testenv.NeedsDocker(t)
-			ws = containerWorkspace(t)
+			ws := containerWorkspace(t)
 			return startContainer(t, nil, &ipybox.Options{WorkDir: ws})
 		}},
 	} {

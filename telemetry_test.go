@@ -178,7 +178,7 @@ print("token", os.environ["IPYBOX_TOOL_TOKEN"])
 	}
 	for _, s := range spans {
 		for _, kv := range s.Attributes() {
-			v := kv.Value.Emit()
+			v := kv.Value.String()
 			if strings.Contains(v, secret) || strings.Contains(v, token) || strings.Contains(v, "IPYBOX_TOOL_TOKEN") {
 				t.Errorf("span %s: attribute %s = %q holds a secret or the code", s.Name(), kv.Key, v)
 			}
@@ -245,7 +245,7 @@ func names(spans []sdktrace.ReadOnlySpan) []string {
 func attr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -384,7 +384,7 @@ for target in ["localhost:9", "denied.example:443"]:
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	out := map[string]string{}
 	for _, kv := range s.Attributes() {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -35,7 +36,8 @@ func register(t *testing.T, ex *ipybox.Executor, name string, cfg ipybox.ServerC
 
 // collect runs code through Stream, answers approval requests with decide
 // (nil accepts all), and returns the requests, the result and the error.
-func collect(t *testing.T, ex *ipybox.Executor, code string, opts *ipybox.ExecOptions, decide func(*ipybox.ApprovalRequest)) ([]*ipybox.ApprovalRequest, []ipybox.Event, error) {
+// Each seen function sees every event first, as it arrives.
+func collect(t *testing.T, ex *ipybox.Executor, code string, opts *ipybox.ExecOptions, decide func(*ipybox.ApprovalRequest), seen ...func(ipybox.Event)) ([]*ipybox.ApprovalRequest, []ipybox.Event, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -46,6 +48,9 @@ func collect(t *testing.T, ex *ipybox.Executor, code string, opts *ipybox.ExecOp
 			return reqs, events, err
 		}
 		events = append(events, ev)
+		for _, f := range seen {
+			f(ev)
+		}
 		if r, ok := ev.(*ipybox.ApprovalRequest); ok {
 			reqs = append(reqs, r)
 			if decide == nil {
@@ -179,15 +184,27 @@ func TestApprovals(t *testing.T) {
 
 	// Two calls, one request each; output streams around the approvals.
 	code := imports + "print('before', flush=True)\na = run(Params(s='1'))\nprint('between', flush=True)\nb = run(Params(s='2'))\nprint(a, b)"
-	begin := time.Now()
-	reqs, events, err := collect(t, ex, code, nil, nil)
+	// The approvals wait for the output printed before each call (a sync
+	// marker on iopub), not for cellctl.SyncWait to pass: the time from
+	// that output to the call's request is measured, which a held call
+	// would make SyncWait long, whatever the load on the machine.
+	var lastOutput time.Time
+	var gaps []time.Duration
+	reqs, events, err := collect(t, ex, code, nil, func(r *ipybox.ApprovalRequest) {
+		gaps = append(gaps, time.Since(lastOutput))
+		r.Accept()
+	}, func(ev ipybox.Event) {
+		if _, ok := ev.(*ipybox.Output); ok {
+			lastOutput = time.Now()
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The approvals wait for the output printed before each call (a sync
-	// marker on iopub), not for cellctl.SyncWait to pass.
-	if d := time.Since(begin); d > 900*time.Millisecond {
-		t.Errorf("two approved calls took %v: approvals waited for the sync timeout", d)
+	for i, d := range gaps {
+		if d >= cellctl.SyncWait*3/4 {
+			t.Errorf("approval %d came %v after the output before it: it waited for the sync timeout (%v)", i+1, d, cellctl.SyncWait)
+		}
 	}
 	var order []string
 	for _, ev := range events {

@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"testing"
 	"time"
 
@@ -133,10 +132,4 @@ print(json.dumps(ts))`, nil)
 	b.Logf("p50 of %d each (OTLP/HTTP to loopback, %d spans received): pass cell off %.3f, on %.3f, control (off) %.3f ms; "+
 		"median of the rounds' differences: on-off %+.3f ms (target <= +0.1), control-off %+.3f ms; tool call off %.3f, on %.3f, control %.3f ms (on-off %+.3f ms)",
 		len(cells[0]), len(spans), co, cn, cc, added, floor, to, tn, tc, tn-to)
-}
-
-func pct90(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)*9/10]
 }

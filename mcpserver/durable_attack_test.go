@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,21 +308,26 @@ func TestShutdownInterruptsCell(t *testing.T) {
 	runIn(t, cs, idle, "w = 'idle'")
 	runIn(t, cs, busy, "v = 1")
 	done := make(chan struct{})
+	marker := filepath.Join(ws, "v-is-2")
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time\nv = 2\nprint('running', flush=True)\ntime.sleep(60)", "session": busy}})
+		code := fmt.Sprintf("import time\nv = 2\nopen(%q, 'w').close()\ntime.sleep(60)", marker)
+		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": code, "session": busy}})
 	}()
+	// The cell writes the marker once past `v = 2`.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if x := srv.store.get(busy); x != nil && x.idleSince().IsZero() {
+		if _, err := os.Stat(marker); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the long cell did not start")
+			t.Fatal("the long cell did not reach its marker")
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // past `v = 2`
+	if x := srv.store.get(busy); x == nil || !x.idleSince().IsZero() {
+		t.Fatal("the session of the long cell is idle while the cell runs")
+	}
 	shutdown(t, srv)
 	<-done
 	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -134,9 +133,18 @@ func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 	for range 5 {
 		createSession(t, n)
 	}
-	time.Sleep(500 * time.Millisecond)
-	if got := len(kernels(t, os.Getpid())); got != base || srv.KernelCount() != 0 {
-		t.Fatalf("%d kernel processes (%d counted) after 5 connections and 5 sessions without a cell; want %d", got, srv.KernelCount(), base)
+	// No start is owed to anything above: the server says no session holds
+	// a kernel, and none appears while it is watched for a while (an
+	// observation of an absence, not a wait for an event).
+	for _, s := range sessionInfos(t, n) {
+		if s.Kernel {
+			t.Fatalf("session %s holds a kernel without a cell", s.Session)
+		}
+	}
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := len(kernels(t, os.Getpid())); got != base || srv.KernelCount() != 0 {
+			t.Fatalf("%d kernel processes (%d counted) after 5 connections and 5 sessions without a cell; want %d", got, srv.KernelCount(), base)
+		}
 	}
 	// The cap: two kernels, then an error that says which limit.
 	h1, h2, h3 := createSession(t, n), createSession(t, n), createSession(t, n)
@@ -150,11 +158,6 @@ func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 	if got := runIn(t, n, h3, "print('third')"); got != "third" {
 		t.Errorf("after a close: %q", got)
 	}
-}
-
-// callErr calls a tool and returns its JSON-RPC error, if any.
-func callErr(ctx context.Context, cs *mcp.ClientSession, tool string, args any) (*mcp.CallToolResult, error) {
-	return cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 }
 
 // TestIdleHandleEnds: a session of create_session that gets no call for

@@ -178,8 +178,14 @@ func TestApprovalUnanswered(t *testing.T) {
 		t.Errorf("another principal's retry: %v", err)
 	}
 	// The approval times out in the cell, which goes on; the kernel keeps
-	// its state.
-	time.Sleep(3 * time.Second)
+	// its state. Until then the session is busy with the cell.
+	if !sessionBusy(t, cs, h) {
+		t.Error("the session of a cell left at an approval is not busy")
+	}
+	waitSessionIdle(t, cs, h, 60*time.Second)
+	if d := time.Since(t0); d < 2*time.Second {
+		t.Errorf("the cell went on after %v, before the approval timeout", d)
+	}
 	if got := runIn(t, cs, h, "print(x, err)"); got != "1 ApprovalTimeoutError" {
 		t.Errorf("after the timeout: %q", got)
 	}
@@ -245,6 +251,7 @@ func TestOutputAsProgress(t *testing.T) {
 			cs := connectHTTPAs(t, url, testToken, version, &mcp.ClientOptions{
 				ElicitationHandler: (&asker{answers: []string{"accept"}}).handle,
 				// Log messages go only to a client that asks for them.
+				//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 				LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 					t.Errorf("a log message the client did not ask for: %+v", r.Params)
 				},

@@ -54,6 +54,7 @@ func TestStructuredResults(t *testing.T) {
 	var asked []map[string]any
 	wire := &testenv.Buffer{}
 	cs := connectWire(t, srv, legacyVersion, &mcp.ClientOptions{
+		//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -88,6 +89,7 @@ func TestStructuredResults(t *testing.T) {
 	})
 
 	t.Run("chunks", func(t *testing.T) {
+		//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 		if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 			t.Fatal(err)
 		}

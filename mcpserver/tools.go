@@ -336,6 +336,7 @@ func streamOutput(ctx context.Context, ss *mcp.ServerSession, o *ipybox.Output) 
 	}
 	// An error means the client went away; the result will not reach it
 	// either.
+	//lint:ignore SA1019 log messages are MCP's one channel for a cell's chunks before its result; SEP-2577 deprecates them from protocol 2026-07-28 but keeps them working for at least twelve months, and a client that never sets a level gets none
 	_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: o.Stream, Data: o.Text})
 }
 

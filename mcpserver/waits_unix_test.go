@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestRunCmdIgnoresHeldOutput: a helper that exits while a child it
@@ -17,10 +19,7 @@ import (
 // runCmd, and its exit status is what runCmd returns.
 func TestRunCmdIgnoresHeldOutput(t *testing.T) {
 	t.Parallel()
-	setsid, err := exec.LookPath("setsid")
-	if err != nil {
-		t.Skip("no setsid command")
-	}
+	setsid := testenv.NeedsTool(t, "setsid")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()

@@ -627,7 +627,7 @@ func hostWheel(t *testing.T) string {
 			return wheelPath(wheelDir(t), checkoutVersion(t), w.plat)
 		}
 	}
-	t.Skipf("no wheel for %s/%s", runtime.GOOS, runtime.GOARCH)
+	t.Skipf("ipybox builds no wheel for %s/%s", runtime.GOOS, runtime.GOARCH)
 	return ""
 }
 

@@ -98,7 +98,7 @@ func TestAuthCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "signed out of remote") {
 		t.Errorf("logout: %d %s", code, out)
 	}
-	code, out, _ = cli("status", "--workspace", ws)
+	_, out, _ = cli("status", "--workspace", ws)
 	if !strings.Contains(out, "not signed in") {
 		t.Errorf("status after logout: %s", out)
 	}

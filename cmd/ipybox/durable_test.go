@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -187,15 +188,23 @@ func TestMCPGatewayCellInFlight(t *testing.T) {
 	cs := durableClient(t, b)
 	h := newHandle(t, cs)
 	runIn(t, cs, h, "v = 1")
-	started := make(chan struct{})
+	// The cell writes a marker as it starts; the kernel is the Jupyter
+	// server's, on this machine.
+	marker := filepath.Join(t.TempDir(), "cell-started")
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		close(started)
-		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "import time\ntime.sleep(3)\nv = 2", "session": h}})
+		code := fmt.Sprintf("open(%q, 'w').close()\nimport time\ntime.sleep(3)\nv = 2", marker)
+		cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": code, "session": h}})
 	}()
-	<-started
-	time.Sleep(time.Second) // the cell runs
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break // the cell runs
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cell did not start")
+		}
+	}
 	b.cmd.Process.Signal(syscall.SIGKILL)
 	<-b.exited
 	b2 := startHTTPCmd(t, exec.Command(os.Args[0], append([]string{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokenFileOf(t, b)}, args...)...))

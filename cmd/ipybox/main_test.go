@@ -239,7 +239,7 @@ func TestDoctor(t *testing.T) {
 	// A Python without ipykernel: the fix is named.
 	venv := filepath.Join(t.TempDir(), "venv")
 	if err := exec.Command(testenv.NeedsPython(t), "-m", "venv", "--without-pip", venv).Run(); err != nil {
-		t.Skipf("no venv module: %v", err)
+		testenv.Missing(t, "python -m venv: %v", err)
 	}
 	out, _, code = runBinary(t, "", "doctor", "--python", filepath.Join(venv, "bin", "python"))
 	if code != 1 || !strings.Contains(out, "cannot import ipykernel") || !strings.Contains(out, "-m pip install ipykernel") {

@@ -49,8 +49,3 @@ func loadMCPConfig(path string) ([]namedServer, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
 }
-
-func jsonMarshalIndent(v any) (string, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	return string(b), err
-}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // openPTY returns the terminal end of a new pseudo-terminal.
@@ -16,7 +17,7 @@ func openPTY(t *testing.T) *os.File {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
+		testenv.Missing(t, "no pseudo-terminal: %v", err)
 	}
 	t.Cleanup(func() { m.Close() })
 	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)

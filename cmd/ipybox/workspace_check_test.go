@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,9 +77,6 @@ func TestMCPCorruptRegistryFailsOnce(t *testing.T) {
 // it.
 func TestMCPUnwritableWorkspaceFailsOnce(t *testing.T) {
 	t.Parallel()
-	if runtime.GOOS == "windows" {
-		t.Skip("no uid on Windows")
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run ipybox as one user on another's directory")
 	}

@@ -1,7 +1,6 @@
 package hostpaths
 
 import (
-	"bufio"
 	"bytes"
 	"path/filepath"
 	"strings"
@@ -47,171 +46,321 @@ var commandKeys = []string{
 // complete is false (callers treat an unreadable config as naming
 // everything below the worktree).
 func ConfigPaths(cfg []byte, configDir, worktree, home string) (out []Named, complete bool) {
-	if worktree == "" {
-		worktree = configDir
-	}
-	add := func(key, v string, relToConfig bool) {
-		v = strings.TrimSpace(v)
-		switch {
-		case v == "":
-			return
-		case v == "~" || strings.HasPrefix(v, "~/"):
-			if home == "" {
-				return
-			}
-			v = filepath.Join(home, v[1:])
-		case strings.HasPrefix(v, "%(prefix)/"):
-			return // relative to git's installation
-		case !filepath.IsAbs(v):
-			base := worktree
-			if relToConfig {
-				base = configDir
-			}
-			v = filepath.Join(base, v)
+	entries, complete := configEntries(cfg)
+	for _, e := range entries {
+		if e.hasValue {
+			out = append(out, namedBy(e.key, e.value, configDir, worktree, home)...)
 		}
-		out = append(out, Named{Path: filepath.Clean(v), Key: key})
-	}
-	complete = true
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(cfg))
-	sc.Buffer(nil, 1<<20)
-	var pending string // a value continued with a trailing backslash
-	for sc.Scan() {
-		line := sc.Text()
-		if pending != "" {
-			line = pending + line
-			pending = ""
-		}
-		if strings.HasSuffix(line, `\`) && !strings.HasSuffix(line, `\\`) {
-			pending = strings.TrimSuffix(line, `\`)
-			continue
-		}
-		t := strings.TrimSpace(line)
-		if t == "" || t[0] == '#' || t[0] == ';' {
-			continue
-		}
-		if t[0] == '[' {
-			head, rest, ok := parseSection(t)
-			if !ok {
-				return out, false
-			}
-			section = head
-			t = strings.TrimSpace(rest)
-			if t == "" || t[0] == '#' || t[0] == ';' {
-				continue
-			}
-		}
-		k, v, hasValue := strings.Cut(t, "=")
-		k = strings.ToLower(strings.TrimSpace(k))
-		if section == "" || k == "" || strings.ContainsAny(k, " \t\"\\") {
-			return out, false
-		}
-		if !hasValue {
-			continue // a boolean
-		}
-		val, ok := parseValue(v)
-		if !ok {
-			return out, false
-		}
-		key := strings.Replace(section, "\x00", ".", 1) + "." + k
-		generic := genericKey(section, k)
-		if rel, ok := pathKeys[generic]; ok {
-			if generic == "core.fsmonitor" && isBool(val) {
-				continue
-			}
-			add(key, val, rel)
-			continue
-		}
-		name, _, _ := strings.Cut(section, "\x00")
-		for _, c := range commandKeys {
-			if c != generic && c != name+".*" {
-				continue
-			}
-			cmd := strings.TrimPrefix(strings.TrimSpace(val), "!")
-			first := firstWord(cmd)
-			if strings.Contains(first, "/") || strings.HasPrefix(first, "~") {
-				add(key, first, false)
-			}
-		}
-	}
-	if sc.Err() != nil {
-		return out, false
 	}
 	return out, complete
 }
 
-// genericKey writes a key with its subsection replaced by "*"
-// (section.sub.key -> section.*.key), lower case.
-func genericKey(section, key string) string {
-	name, sub, ok := strings.Cut(section, "\x00")
-	if !ok || sub == "" {
-		return name + "." + key
-	}
-	return name + ".*." + key
+// configEntry is one key of a config file, as git reads it: the key is
+// section[.subsection].name, with the section and the name in lower case.
+type configEntry struct {
+	key, value string
+	hasValue   bool // false for a key alone on its line (a boolean true)
 }
 
-// parseSection reads "[name]", "[name \"sub\"]" or "[name.sub]" and
-// returns the section as "name" or "name\x00sub" (name lower case).
-func parseSection(t string) (head, rest string, ok bool) {
-	end := strings.IndexByte(t, ']')
-	if end < 0 {
-		return "", "", false
+// namedBy returns what one key names (see ConfigPaths): none, or one path.
+func namedBy(key, val, configDir, worktree, home string) []Named {
+	if worktree == "" {
+		worktree = configDir
 	}
-	inner := strings.TrimSpace(t[1:end])
-	rest = t[end+1:]
-	if i := strings.IndexByte(inner, '"'); i >= 0 {
-		name := strings.ToLower(strings.TrimSpace(inner[:i]))
-		sub := inner[i:]
-		if len(sub) < 2 || sub[len(sub)-1] != '"' {
-			return "", "", false
+	section, rest, _ := strings.Cut(key, ".")
+	i := strings.LastIndexByte(rest, '.')
+	name, sub, hasSub := rest[i+1:], "", i >= 0
+	if hasSub {
+		sub = rest[:i]
+	}
+	generic := section + "." + name
+	if hasSub && sub != "" {
+		generic = section + ".*." + name
+	}
+	if rel, ok := pathKeys[generic]; ok {
+		if generic == "core.fsmonitor" && isBool(val) {
+			return nil
 		}
-		return name + "\x00" + sub[1:len(sub)-1], rest, name != ""
+		return namedPath(key, val, rel, configDir, worktree, home)
 	}
-	name, sub, dotted := strings.Cut(inner, ".")
-	name = strings.ToLower(name)
-	if dotted {
-		return name + "\x00" + strings.ToLower(sub), rest, name != ""
+	for _, c := range commandKeys {
+		if c != generic && c != section+".*" {
+			continue
+		}
+		cmd := strings.TrimPrefix(strings.TrimSpace(val), "!")
+		if first := firstWord(cmd); strings.Contains(first, "/") || strings.HasPrefix(first, "~") {
+			return namedPath(key, first, false, configDir, worktree, home)
+		}
+		return nil
 	}
-	return name, rest, name != ""
+	return nil
 }
 
-// parseValue unquotes a git config value and drops a trailing comment.
-func parseValue(v string) (string, bool) {
-	var b strings.Builder
-	quoted := false
-	v = strings.TrimLeft(v, " \t")
-	for i := 0; i < len(v); i++ {
-		c := v[i]
+// namedPath makes a config value into the absolute path it names, relative
+// to configDir or worktree, or to home for "~". It returns none for a
+// value that names no path: empty, "~" without a home, or %(prefix)/
+// (git's installation).
+func namedPath(key, v string, relToConfig bool, configDir, worktree, home string) []Named {
+	v = strings.TrimSpace(v)
+	switch {
+	case v == "":
+		return nil
+	case v == "~" || strings.HasPrefix(v, "~/"):
+		if home == "" {
+			return nil
+		}
+		v = filepath.Join(home, v[1:])
+	case strings.HasPrefix(v, "%(prefix)/"):
+		return nil
+	case !filepath.IsAbs(v):
+		base := worktree
+		if relToConfig {
+			base = configDir
+		}
+		v = filepath.Join(base, v)
+	}
+	return []Named{{Path: filepath.Clean(v), Key: key}}
+}
+
+// configEntries reads the keys of a config file the way git does (a
+// port of config.c's git_parse_source, get_base_var, get_value and
+// parse_value, checked against git by FuzzConfigPathsGit). ok is false
+// when git would refuse the file, or when it holds a NUL byte (git reads
+// up to one, in a key or a value, where this reader would not agree): the
+// keys before are returned.
+func configEntries(cfg []byte) (out []configEntry, ok bool) {
+	if bytes.IndexByte(cfg, 0) >= 0 {
+		return nil, false
+	}
+	r := &configReader{src: cfg}
+	r.skipBOM()
+	var base string // "section." or "section.sub." of the last header
+	for {
+		c := r.next()
 		switch {
-		case c == '"':
-			quoted = !quoted
-		case c == '\\':
-			if i+1 >= len(v) {
-				return "", false
+		case c == '\n':
+			if r.eof {
+				return out, true
 			}
-			i++
-			switch v[i] {
-			case 'n':
-				b.WriteByte('\n')
-			case 't':
-				b.WriteByte('\t')
-			case 'b':
-				b.WriteByte('\b')
-			case '"', '\\':
-				b.WriteByte(v[i])
-			default:
-				return "", false
+		case gitSpace(c):
+		case c == '#' || c == ';':
+			r.skipLine()
+		case c == '[':
+			name, ok := r.sectionName()
+			if !ok || name == "" {
+				return out, false
 			}
-		case (c == '#' || c == ';') && !quoted:
-			return strings.TrimRight(b.String(), " \t"), true
+			base = name + "."
+		case gitAlpha(c):
+			e, ok := r.entry(base, c)
+			if !ok {
+				return out, false
+			}
+			out = append(out, e)
 		default:
-			b.WriteByte(c)
+			return out, false
 		}
 	}
-	if quoted {
+}
+
+// configReader reads a config file a byte at a time, as git's
+// get_next_char does: CR LF reads as LF, and the end reads as LF with eof
+// set.
+type configReader struct {
+	src []byte
+	pos int
+	eof bool
+}
+
+func (r *configReader) next() byte {
+	if r.pos >= len(r.src) {
+		r.eof = true
+		return '\n'
+	}
+	c := r.src[r.pos]
+	r.pos++
+	if c == '\r' && r.pos < len(r.src) && r.src[r.pos] == '\n' {
+		r.pos++
+		return '\n'
+	}
+	return c
+}
+
+// skipBOM skips a UTF-8 byte order mark at the start. A partial one is
+// left to fail, as in git.
+func (r *configReader) skipBOM() {
+	if bytes.HasPrefix(r.src, []byte("\xef\xbb\xbf")) {
+		r.pos = 3
+	}
+}
+
+// skipLine skips a comment to the end of its line: a backslash there
+// continues nothing.
+func (r *configReader) skipLine() {
+	for r.next() != '\n' {
+	}
+}
+
+// sectionName reads a header after its "[": "[name]", the legacy
+// "[name.sub]" (all lower case) or `[name "sub"]` (the subsection keeps
+// its case; a backslash escapes the next byte), and returns "name" or
+// "name.sub".
+func (r *configReader) sectionName() (string, bool) {
+	var b strings.Builder
+	for {
+		c := r.next()
+		switch {
+		case r.eof:
+			return "", false
+		case c == ']':
+			return b.String(), true
+		case gitSpace(c):
+			return r.subsection(&b, c)
+		case !gitKeyChar(c) && c != '.':
+			return "", false
+		}
+		b.WriteByte(gitLower(c))
+	}
+}
+
+// subsection reads `"sub"]` after a section's name and the space c.
+func (r *configReader) subsection(b *strings.Builder, c byte) (string, bool) {
+	for gitSpace(c) {
+		if c == '\n' {
+			return "", false
+		}
+		c = r.next()
+	}
+	if c != '"' {
 		return "", false
 	}
-	return strings.TrimRight(b.String(), " \t"), true
+	b.WriteByte('.')
+	for {
+		c := r.next()
+		if c == '\n' {
+			return "", false
+		}
+		if c == '"' {
+			break
+		}
+		if c == '\\' {
+			if c = r.next(); c == '\n' {
+				return "", false
+			}
+		}
+		b.WriteByte(c)
+	}
+	if r.next() != ']' {
+		return "", false
+	}
+	return b.String(), true
+}
+
+// entry reads a key, whose first letter c was read, and its value.
+func (r *configReader) entry(base string, c byte) (configEntry, bool) {
+	var b strings.Builder
+	b.WriteString(base)
+	b.WriteByte(gitLower(c))
+	for {
+		c = r.next()
+		if r.eof || !gitKeyChar(c) {
+			break
+		}
+		b.WriteByte(gitLower(c))
+	}
+	for c == ' ' || c == '\t' {
+		c = r.next()
+	}
+	e := configEntry{key: b.String()}
+	if c == '\n' {
+		return e, true // a boolean
+	}
+	if c != '=' {
+		return e, false
+	}
+	v, ok := r.value()
+	e.value, e.hasValue = v, true
+	return e, ok
+}
+
+// value reads a value after its "=", up to its line's end: whitespace
+// around it is dropped, but not inside quotes; # and ; start a comment
+// outside quotes; \\, \", \n, \t and \b are escapes, and a backslash at
+// the end of a line continues the value on the next.
+func (r *configReader) value() (string, bool) {
+	var b []byte
+	quote, comment := false, false
+	trim := 0 // when > 0, the length before trailing whitespace
+	for {
+		c := r.next()
+		switch {
+		case c == '\n':
+			if quote {
+				return "", false
+			}
+			if trim > 0 {
+				b = b[:trim]
+			}
+			return string(b), true
+		case comment:
+		case gitSpace(c) && !quote:
+			if trim == 0 {
+				trim = len(b)
+			}
+			if len(b) > 0 {
+				b = append(b, ' ') // a tab or CR inside reads as a space
+			}
+		case (c == ';' || c == '#') && !quote:
+			comment = true
+		case c == '\\':
+			trim = 0
+			esc, ok := gitEscape(r.next())
+			if !ok {
+				return "", false
+			}
+			if esc != 0 {
+				b = append(b, esc)
+			}
+		case c == '"':
+			trim = 0
+			quote = !quote
+		default:
+			trim = 0
+			b = append(b, c)
+		}
+	}
+}
+
+// gitEscape returns what a backslash and c stand for in a value: 0 for a
+// line continuation; ok is false for an escape git refuses.
+func gitEscape(c byte) (byte, bool) {
+	switch c {
+	case '\n':
+		return 0, true
+	case 't':
+		return '\t', true
+	case 'b':
+		return '\b', true
+	case 'n':
+		return '\n', true
+	case '\\', '"':
+		return c, true
+	}
+	return 0, false
+}
+
+// gitSpace, gitAlpha, gitKeyChar and gitLower are git's own (ASCII)
+// character classes: isspace is only space, tab, LF and CR.
+func gitSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+func gitAlpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func gitKeyChar(c byte) bool {
+	return gitAlpha(c) || '0' <= c && c <= '9' || c == '-'
+}
+func gitLower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 func isBool(v string) bool {

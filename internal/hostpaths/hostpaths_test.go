@@ -201,3 +201,40 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+// TestConfigPathsEscapes: configs in which git reads a path key that the
+// line-based reader before the port of git's parser missed (a comment
+// ending in a backslash swallowed the next line; a second header on a
+// header's line hid its key), or read with another value. Each must name
+// the path.
+func TestConfigPathsEscapes(t *testing.T) {
+	for cfg, want := range map[string]string{
+		"[core]\n# note \\\n\thooksPath = /evil\n":         "core.hookspath /evil",
+		"[core]\n; note \\\nhooksPath = /evil\n":           "core.hookspath /evil",
+		"[core]\n\tx = 1 # c \\\n\thooksPath = /evil\n":    "core.hookspath /evil",
+		"[core][include]path=/evil\n":                      "include.path /evil",
+		"[alias][core]hooksPath=/evil\n":                   "core.hookspath /evil",
+		"\xef\xbb\xbf[core]\n\thooksPath = /evil\n":        "core.hookspath /evil",
+		"[core]\r\n\thooksPath = /ev\\\r\nil\r\n":          "core.hookspath /evil",
+		"[core]\n\thooksPath = /a\\\\\\\nb\n":              "core.hookspath /a\\b",
+		"[filter \"x\\\"y\"]\n\tclean = ./c\n":             "filter.x\"y.clean /ws/c",
+		"[core]\n\tattributesFile = \"  /sp  \"\n":         "core.attributesfile /sp",
+		"[core]\n\tfsmonitor = \"./a\tb\"\n\tx = y\n":      "core.fsmonitor /ws/a\tb",
+		"[core]\n\thooksPath = ./a\tb\n":                   "core.hookspath /ws/a b",
+		"[includeIf \"gitdir:/W/\"]\n\tpath = ../c.cfg\n":  "includeif.gitdir:/W/.path /ws/c.cfg",
+		"[core]\n\thooksPath = \"/ev\\\nil\"\n\tx = y\n":   "core.hookspath /evil",
+		"[core]\n\thooksPath = /ev\\\n\til # c\n\tx = y\n": "core.hookspath /ev il",
+	} {
+		got, complete := ConfigPaths([]byte(cfg), "/ws/.git", "/ws", "/home/u")
+		if !complete {
+			t.Errorf("ConfigPaths(%q) gives up; git reads it", cfg)
+		}
+		var lines []string
+		for _, n := range got {
+			lines = append(lines, n.Key+" "+n.Path)
+		}
+		if !slices.Contains(lines, want) {
+			t.Errorf("ConfigPaths(%q) = %q, want %q among them", cfg, lines, want)
+		}
+	}
+}

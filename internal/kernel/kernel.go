@@ -790,6 +790,7 @@ func (k *Kernel) Close() error {
 	k.closeCancel() // a start in progress gives up
 	// and is waited for: it adds to wg, which must not race with Wait.
 	k.startMu.Lock()
+	//lint:ignore SA2001 the empty section is the wait: a start holds startMu while it adds to wg
 	k.startMu.Unlock()
 
 	if in != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ipybox/ipybox/internal/lifeline"
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // TestPyScriptsCompile compiles each program that ipybox hands to Python,
@@ -21,7 +22,7 @@ func TestPyScriptsCompile(t *testing.T) {
 	}
 	py, err := FindPython(context.Background(), "")
 	if err != nil {
-		t.Skipf("no Python with ipykernel: %v", err)
+		ci.Missing(t, "%v", err)
 	}
 	programs := map[string]string{
 		"launchShim":   launchShim,

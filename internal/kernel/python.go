@@ -113,7 +113,7 @@ func otherPython(ctx context.Context, not string) string {
 }
 
 // errNoIpykernel is a probe's error for a Python without ipykernel.
-var errNoIpykernel = errors.New("No module named ipykernel")
+var errNoIpykernel = errors.New("no module named ipykernel")
 
 // noIpykernelExit is the probe's exit status for "no ipykernel": a status,
 // not a message, so that nothing depends on what Python prints.

@@ -345,6 +345,7 @@ func (k *Kernel) Detach() error {
 	k.mu.Unlock()
 	k.closeCancel()
 	k.startMu.Lock()
+	//lint:ignore SA2001 the empty section is the wait for a start in progress, which holds startMu while it adds to wg
 	k.startMu.Unlock()
 	if in != nil {
 		in.closedByClose.Store(true)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // lockedBuffer is a bytes.Buffer that a process's stdout and stderr may
@@ -43,10 +43,7 @@ func (l *lockedBuffer) String() string {
 // itself has exited.
 func TestDirectWaitIgnoresHeldOutput(t *testing.T) {
 	t.Parallel()
-	setsid, err := exec.LookPath("setsid")
-	if err != nil {
-		t.Skip("no setsid command")
-	}
+	setsid := ci.NeedsTool(t, "setsid")
 	out := &lockedBuffer{}
 	p, err := kernel.DirectLauncher{}.Start(context.Background(), &kernel.Spec{
 		Path: "/bin/sh", Args: []string{"-c", setsid + " sleep 30 & echo $!"},

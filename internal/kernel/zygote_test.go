@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -230,7 +231,6 @@ func closeDuringStart(t *testing.T, z *kernel.Zygote, py string, stuck func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // well inside the wait
 	t0 := time.Now()
 	z.Close()
 	if d := time.Since(t0); d > 3*time.Second {
@@ -269,15 +269,13 @@ func TestZygoteCloseDuringRestart(t *testing.T) {
 		for _, p := range testenv.Processes() {
 			if p.PPid == os.Getpid() && p.Pid != old && strings.Contains(p.Cmdline, "time.sleep(600)") {
 				sleeper = p.Pid
-				return true
+				// and the start waits for its imports
+				return blockedIn("(*Zygote).proc")
 			}
 		}
 		return false
 	})
-	time.Sleep(100 * time.Millisecond)
-	if testenv.Alive(sleeper) {
-		t.Errorf("the restarting zygote %d outlived Close", sleeper)
-	}
+	waitGone(t, sleeper, "the restarting zygote")
 }
 
 // TestZygoteCloseDuringFork: Close during a Start that waits for the
@@ -295,9 +293,45 @@ func TestZygoteCloseDuringFork(t *testing.T) {
 	if err := testenv.Suspend(zpid); err != nil {
 		t.Fatal(err)
 	}
-	closeDuringStart(t, z, py, func() bool { return true })
-	time.Sleep(100 * time.Millisecond)
-	if testenv.Alive(zpid) {
-		t.Errorf("the stopped zygote %d outlived Close", zpid)
+	closeDuringStart(t, z, py, func() bool { return blockedIn("(*Zygote).Start") })
+	waitGone(t, zpid, "the stopped zygote")
+}
+
+// blockedIn reports whether a goroutine is blocked in a select right in
+// fn, a function of package kernel as stacks name it ("(*Zygote).Start"):
+// the marker that a start has reached the wait a test means to interrupt.
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(g, "\n")
+		if !strings.Contains(lines[0], "[select") {
+			continue
+		}
+		// The first frame that is not the runtime's (older tracebacks show
+		// gopark and selectgo; function lines are the untabbed ones).
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") {
+				continue
+			}
+			if strings.Contains(l, "/internal/kernel."+fn+"(") {
+				return true
+			}
+			break
+		}
+	}
+	return false
+}
+
+// waitGone waits until process pid has gone (Close kills it; the kill is
+// delivered, and the process reaped, asynchronously), and fails t after a
+// bound.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); testenv.Alive(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s %d outlived Close", what, pid)
+			return
+		}
 	}
 }

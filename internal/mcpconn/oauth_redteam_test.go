@@ -823,7 +823,7 @@ func TestRedteamTokenInResultsAndErrors(t *testing.T) {
 	h.MCP = func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+h.Origin+`/.well-known/oauth-protected-resource/mcp"`)
-			http.Error(w, "no token", 401)
+			http.Error(w, "no token", http.StatusUnauthorized)
 			return
 		}
 		http.Error(w, "backend failed for "+r.Header.Get("Authorization"), http.StatusBadRequest)
@@ -871,7 +871,7 @@ func TestRedteamRedirectToOtherOrigin(t *testing.T) {
 				a := r.Header.Get("Authorization")
 				if a == "" {
 					w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+h.Origin+`/.well-known/oauth-protected-resource/mcp"`)
-					http.Error(w, "no token", 401)
+					http.Error(w, "no token", http.StatusUnauthorized)
 					return
 				}
 				signedIn.Store(true)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,8 +123,21 @@ func bypassRuns(t *testing.T, sh, cmd string) bool {
 	c := exec.CommandContext(ctx, sh, "-c", cmd)
 	c.Dir = dir
 	c.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + dir}
+	// Every process of the command (a background job, a process
+	// substitution) inherits fd 3, the write end of a pipe: the read end
+	// sees its end once the last of them has exited.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c.ExtraFiles = []*os.File{w}
 	c.Run()
-	time.Sleep(50 * time.Millisecond) // a background job or process substitution
-	_, err := os.Stat(filepath.Join(dir, "pwned"))
+	w.Close()
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Errorf("%q: a process of it outlived 10 s: %v", cmd, err)
+	}
+	_, err = os.Stat(filepath.Join(dir, "pwned"))
 	return err == nil
 }

@@ -163,7 +163,7 @@ func ParseMatch(match string) (*Rule, error) {
 			return nil, err
 		}
 	case "":
-		return nil, errors.New("the rule says nothing to match: want tool SERVER.TOOL ... or shell COMMAND ...")
+		return nil, errors.New("the rule says nothing to match: want tool SERVER.TOOL [ARGS] or shell COMMAND [ARGS]")
 	default:
 		return nil, fmt.Errorf("%q: a rule matches a tool or a shell command (allow tool ..., allow shell ...)", kind)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // TestNewReapsOnlyItsPrefix: New removes the directories with its prefix
@@ -15,9 +17,9 @@ import (
 func TestNewReapsOnlyItsPrefix(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	dead := exec.Command("true")
+	dead := exec.Command(ci.NeedsTool(t, "true"))
 	if err := dead.Run(); err != nil {
-		t.Skipf("no true: %v", err)
+		t.Fatalf("true: %v", err)
 	}
 	mk := func(name, owner string) string {
 		d := filepath.Join(root, name)
@@ -57,9 +59,9 @@ func TestNewReapsOnlyItsPrefix(t *testing.T) {
 func TestReapsAtMostEveryMinute(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	dead := exec.Command("true")
+	dead := exec.Command(ci.NeedsTool(t, "true"))
 	if err := dead.Run(); err != nil {
-		t.Skipf("no true: %v", err)
+		t.Fatalf("true: %v", err)
 	}
 	if _, err := New(root, "p-"); err != nil {
 		t.Fatal(err)

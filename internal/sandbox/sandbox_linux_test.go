@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ipybox/ipybox/internal/egress"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/egress"
 	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -1014,10 +1014,7 @@ func TestIgnoredKeysWarned(t *testing.T) {
 // probed again by the next Sandbox of the process (each MCP session makes
 // one), while one that failed is.
 func TestProbeKeptAcrossSandboxes(t *testing.T) {
-	real, err := exec.LookPath("bwrap")
-	if err != nil {
-		t.Skip("no bwrap")
-	}
+	real := testenv.NeedsTool(t, "bwrap")
 	dir := t.TempDir()
 	log := callLog(t)
 	good, bad := filepath.Join(dir, "good-bwrap"), filepath.Join(dir, "bad-bwrap")

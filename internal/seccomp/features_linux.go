@@ -26,7 +26,7 @@ func GuardSupported() error {
 		return err
 	}
 	if major, minor, ok := kernelVersion(unix.ByteSliceToString(u.Release[:])); ok && (major < 5 || major == 5 && minor < 14) {
-		return fmt.Errorf("Linux %d.%d lacks SECCOMP_ADDFD_FLAG_SEND; the workspace guard needs Linux 5.14 or newer", major, minor)
+		return fmt.Errorf("the running kernel, Linux %d.%d, lacks SECCOMP_ADDFD_FLAG_SEND; the workspace guard needs Linux 5.14 or newer", major, minor)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // guardWorkspace makes a workspace as a user would have it: a repository
@@ -14,10 +16,7 @@ import (
 // bare repository, a .vscode folder and a .env.
 func guardWorkspace(t *testing.T) string {
 	t.Helper()
-	git, err := exec.LookPath("git")
-	if err != nil {
-		t.Skip("no git")
-	}
+	git := ci.NeedsTool(t, "git")
 	ws := t.TempDir()
 	sh := func(dir string, args ...string) {
 		t.Helper()

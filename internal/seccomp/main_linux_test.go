@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // The test binary runs as the guarded runner when IPYBOX_SECCOMP_RUN is
@@ -91,7 +93,7 @@ func python(t *testing.T) string {
 			return path
 		}
 	}
-	t.Skip("no python3")
+	ci.Missing(t, "python3 not on PATH; run scripts/setup.sh")
 	return ""
 }
 

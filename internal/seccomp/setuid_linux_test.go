@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // TestNoSetuidFile tries every way kernel code has to leave a setuid or
@@ -99,10 +101,7 @@ func TestPlantedFileGainsNothing(t *testing.T) {
 		t.Skip("needs root to run a file as another user")
 	}
 	py := python(t)
-	idBin, err := exec.LookPath("id")
-	if err != nil {
-		t.Skip("no id")
-	}
+	idBin := ci.NeedsTool(t, "id")
 	ws := t.TempDir()
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)

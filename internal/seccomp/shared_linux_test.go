@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // pdeathChildren starts n children with a parent-death signal, each from
@@ -64,7 +66,7 @@ func killedChildren(cmds []*exec.Cmd) int {
 // fail.
 func TestStartSharedKeepsOthersChildren(t *testing.T) {
 	if !Supported() {
-		t.Skip("no seccomp")
+		ci.Missing(t, "seccomp with user notification (Linux 5.14 or newer)")
 	}
 	starts := func(start func(*exec.Cmd) error) {
 		var wg sync.WaitGroup

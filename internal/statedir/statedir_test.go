@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 func TestEnsure(t *testing.T) {
@@ -48,10 +50,7 @@ func TestEnsureRefusesLink(t *testing.T) {
 // folder does not show in git status.
 func TestGitStatusClean(t *testing.T) {
 	t.Parallel()
-	git, err := exec.LookPath("git")
-	if err != nil {
-		t.Skip("no git")
-	}
+	git := ci.NeedsTool(t, "git")
 	ws := t.TempDir()
 	if out, err := exec.Command(git, "-C", ws, "init", "-q").CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v %s", err, out)

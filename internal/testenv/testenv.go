@@ -9,7 +9,6 @@ package testenv
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -18,28 +17,22 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/testenv/ci"
 )
 
 // InCI reports whether the tests run in CI, where missing tools are fatal.
-func InCI() bool { return os.Getenv("CI") == "true" }
+func InCI() bool { return ci.InCI() }
 
 // Missing skips t locally and fails it in CI.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if InCI() {
-		t.Fatalf("required in CI: "+format, args...)
-	}
-	t.Skipf("skipped (missing): "+format, args...)
+	ci.Missing(t, format, args...)
 }
 
 // NeedsTool returns the path of the named program or skips/fails.
 func NeedsTool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		Missing(t, "%s not on PATH; run scripts/setup.sh", name)
-	}
-	return p
+	return ci.NeedsTool(t, name)
 }
 
 // NeedsPython returns an interpreter that can import ipykernel.
