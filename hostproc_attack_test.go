@@ -2,7 +2,7 @@ package ipybox_test
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
