@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -257,4 +258,49 @@ func envList(m map[string]string) []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// TestHostServerCwdInWorkspace: a config whose cwd (or program) lies in
+// the workspace, however spelt, is refused on the host with a message
+// that says to sandbox it; with "sandbox": true the same config runs, in
+// the sandbox, in that folder.
+func TestHostServerCwdInWorkspace(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "ws")
+	if err := os.Symlink(ws, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "srv.py"), []byte(hostSrvPy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ex := start(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, cfg := range []ipybox.ServerConfig{
+		{Command: py, Args: []string{"-c", hostSrvPy}, Cwd: ws},
+		{Command: py, Args: []string{"-c", hostSrvPy}, Cwd: filepath.Join(ws, "sub")},
+		{Command: py, Args: []string{"-c", hostSrvPy}, Cwd: filepath.Join(link, "sub", "..")},
+		{Command: filepath.Join(ws, "srv.py")},
+		{Command: filepath.Join(link, "srv.py")},
+	} {
+		_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("cwd%d", i), cfg)
+		if err == nil || !strings.Contains(err.Error(), "kernel code can write") || !strings.Contains(err.Error(), `"sandbox": true`) {
+			t.Errorf("config %d (cwd %q, command %q): err = %v, want a refusal that says to sandbox it", i, cfg.Cwd, cfg.Command, err)
+		}
+	}
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		testenv.Missing(t, "bwrap, for the sandboxed case")
+	}
+	if _, err := ex.RegisterMCPServer(ctx, "boxed", ipybox.ServerConfig{Command: py, Args: []string{"-c", hostSrvPy}, Cwd: filepath.Join(ws, "sub"), Sandbox: json.RawMessage("true")}); err != nil {
+		t.Fatalf("the sandboxed server in the workspace: %v", err)
+	}
+	res := run(t, ex, "from mcptools.boxed.where import Params, run\nprint(run(Params()))")
+	if got := strings.TrimSpace(res.Text); got != filepath.Join(ws, "sub") {
+		t.Errorf("the sandboxed server's folder = %q, want %q", got, filepath.Join(ws, "sub"))
+	}
 }

@@ -187,3 +187,21 @@ type WritableError struct {
 func (e *WritableError) Error() string {
 	return fmt.Sprintf("its %s %s is in %s, which kernel code can write: a host process never starts there, nor runs a program from there", e.What, e.Path, e.Folder)
 }
+
+// Env returns the named variables of this process's environment, as
+// "KEY=value", followed by extra: the start of a constructed environment.
+func Env(keys []string, extra ...string) []string {
+	env := []string{}
+	for _, k := range keys {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, extra...)
+}
+
+// PythonSafePath keeps an interpreter from putting its working folder or
+// the script's folder on sys.path (Python 3.11 and later; older ones
+// ignore it, and the private working folder covers them). Only for
+// processes that import nothing beside their own script.
+const PythonSafePath = "PYTHONSAFEPATH=1"
