@@ -2,11 +2,16 @@ package mcpserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/approvaltext"
+	"github.com/ipybox/ipybox/internal/escape"
 )
 
 // Registering a stdio server runs its command, and register_mcp_server
@@ -47,4 +52,42 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 	}
 	cfg.Sandbox = b
 	return cfg, nil
+}
+
+// askHostServer asks the person at the client whether the stdio server
+// name may run on this host, unsandboxed, as cfg says: with --approval
+// elicit, and a client that can be asked. Otherwise, or when the person
+// declines, the registration is refused.
+func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, name string, cfg ipybox.ServerConfig) error {
+	if s.opts.Approval != ApprovalElicit || req == nil || req.Session == nil {
+		return errHostServer
+	}
+	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return fmt.Errorf("%w; this MCP client does not support elicitation, so it cannot be asked instead", errHostServer)
+	}
+	if !legacyClient(req.Session) {
+		// 2026-07-28 asks through multi round-trip results, which a
+		// registration does not make (a cell's approvals do).
+		return fmt.Errorf("%w; this MCP client (protocol 2026-07-28) cannot be asked about it during a registration", errHostServer)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("server_params: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ApprovalTimeout)
+	defer cancel()
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+		Mode: "form",
+		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights (${VAR} placeholders are filled from ipybox's environment and .env):\n\n%s\n\nAccept to run it, decline to refuse.",
+			escape.Text(name), approvaltext.Args(raw)),
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; asking the MCP client instead failed: %v", errHostServer, err)
+	case res.Action != "accept":
+		return fmt.Errorf("the user did not allow the MCP server %s to run on this host (%s); the operator can add it to --mcp-config, or run ipybox mcp with the sandbox", quote(name), res.Action)
+	}
+	s.log.Info("a stdio server registered through the tool runs on the host: the user accepted it", "server", name, "command", cfg.Command)
+	return nil
 }

@@ -1,12 +1,16 @@
 package mcpserver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
@@ -147,4 +151,56 @@ func TestRegisterServerSandboxed(t *testing.T) {
 func with(m map[string]any, k string, v any) map[string]any {
 	m[k] = v
 	return m
+}
+
+// TestHostServerAskedWithElicit: with --approval elicit and no sandbox, a
+// client-registered stdio server is asked about like a shell command: the
+// question shows the command, a decline refuses it before it starts, and
+// an accept runs it on the host.
+func TestHostServerAskedWithElicit(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	mark, canary := hostFiles(t)
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approval: ApprovalElicit})
+	var mu sync.Mutex
+	var asked []string
+	accept := false
+	// Asked only of clients before 2026-07-28 (elicitation requests);
+	// a 2026-07-28 client is refused, as without elicitation.
+	if res := call(t, connect(t, srv, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+	}}), "register_mcp_server", map[string]any{"server_name": "h", "server_params": probeParams(t, py, mark, canary)}); !res.IsError || !strings.Contains(text(res), "--allow-host-servers") {
+		t.Errorf("a 2026-07-28 client: %s", short(text(res)))
+	}
+	cs := connectAt(t, srv, "2025-11-25", &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, r.Params.Message)
+		if accept {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+		}
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}})
+	params := probeParams(t, py, mark, canary)
+	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "h", "server_params": params})
+	if !res.IsError || !strings.Contains(text(res), "did not allow") {
+		t.Errorf("declined: %s", short(text(res)))
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a declined server started on the host")
+	}
+	mu.Lock()
+	accept = true
+	mu.Unlock()
+	if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "h", "server_params": params}); res.IsError {
+		t.Fatalf("accepted: %s", text(res))
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Error("an accepted server did not run on the host")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || !strings.Contains(asked[0], py) || !strings.Contains(asked[0], "unsandboxed") {
+		t.Errorf("the questions do not show the command: %q", asked)
+	}
 }
