@@ -20,7 +20,7 @@ import (
 // $MARK (a host path, when it runs on the host); its one tool, probe,
 // says whether $CANARY (a host file outside the workspace) is visible.
 const probeSrv = `import json, os, sys
-try: open(os.environ["MARK"], "w").write("started")
+try: open(os.environ.get("MARK", "/nonexistent/mark"), "w").write("started")
 except OSError: pass
 def send(m):
     sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
@@ -33,7 +33,9 @@ for line in sys.stdin:
     elif meth == "tools/list":
         send({"jsonrpc": "2.0", "id": i, "result": {"tools": [{"name": "probe", "description": "what the server sees", "inputSchema": {"type": "object"}}]}})
     elif meth == "tools/call":
-        send({"jsonrpc": "2.0", "id": i, "result": {"content": [{"type": "text", "text": "canary-visible=%s" % os.path.exists(os.environ["CANARY"])}]}})
+        try: key = open(os.environ.get("KEY", "/nonexistent")).read() != ""
+        except OSError: key = False
+        send({"jsonrpc": "2.0", "id": i, "result": {"content": [{"type": "text", "text": "canary-visible=%s key-readable=%s" % (os.path.exists(os.environ["CANARY"]), key)}]}})
     else:
         send({"jsonrpc": "2.0", "id": i, "error": {"code": -32601, "message": "unknown method"}})
 `
@@ -202,5 +204,39 @@ func TestHostServerAskedWithElicit(t *testing.T) {
 	defer mu.Unlock()
 	if len(asked) != 2 || !strings.Contains(asked[0], py) || !strings.Contains(asked[0], "unsandboxed") {
 		t.Errorf("the questions do not show the command: %q", asked)
+	}
+}
+
+// TestSandboxedServerOwnFiles: a client-registered server, sandboxed, runs
+// a script of its own in the workspace (the files a config names are
+// hidden from kernels, but not from that server's own sandbox), and still
+// cannot read a key file that the operator's server names, by naming it
+// too.
+func TestSandboxedServerOwnFiles(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	_, canary := hostFiles(t)
+	key, script := filepath.Join(ws, "op-key.txt"), filepath.Join(ws, "own.py")
+	if err := os.WriteFile(key, []byte("operator secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, []byte(probeSrv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Servers: map[string]ipybox.ServerConfig{
+		"op": {Command: py, Args: []string{"-c", probeSrv, "--key-file", key}, Env: map[string]string{"CANARY": canary, "KEY": key}},
+	}})
+	cs := connect(t, srv, nil)
+	if got := run(t, cs, "from mcptools.op.probe import Params, run\nprint(run(Params()))"); !strings.Contains(got, "key-readable=True") {
+		t.Fatalf("the operator's server cannot read its key: %q", got)
+	}
+	params := map[string]any{"command": py, "args": []string{script, "--key-file", key}, "env": map[string]string{"CANARY": canary, "KEY": key}}
+	if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "own", "server_params": params}); res.IsError {
+		t.Fatalf("a sandboxed server with its script in the workspace: %s", text(res))
+	}
+	if got := run(t, cs, "from mcptools.own.probe import Params, run\nprint(run(Params()))"); !strings.Contains(got, "key-readable=False") || !strings.Contains(got, "canary-visible=False") {
+		t.Errorf("the client's server: %q, want it sandboxed, without the operator's key", got)
 	}
 }
