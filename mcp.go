@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/kernel"
@@ -50,6 +52,20 @@ func registryPath(workspace string) string {
 	return filepath.Join(workspace, ".ipybox", "servers.json")
 }
 
+// hostWritable is kernelWritable with "~" expanded: the folders where no
+// host process starts (invariant 14).
+func hostWritable(ws string, o *Options) []string {
+	out := kernelWritable(ws, o)
+	for i, w := range out {
+		if strings.HasPrefix(w, "~") {
+			if home, err := os.UserHomeDir(); err == nil {
+				out[i] = filepath.Join(home, strings.TrimPrefix(w, "~"))
+			}
+		}
+	}
+	return out
+}
+
 // startTools loads the workspace's registry and starts the MCP manager and
 // the tool server (on a unix socket in the run directory).
 func (e *Executor) startTools() error {
@@ -63,6 +79,7 @@ func (e *Executor) startTools() error {
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
+		Writable:     hostWritable(e.workspace, &e.opts),
 		OAuthURL:     e.opts.OAuthURL,
 	}); err != nil {
 		return err

@@ -206,6 +206,30 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 // filesystem server's roots) stays visible.
 func (e *Executor) secretFiles() []string { return registrySecrets(e.workspace, e.registry) }
 
+// secretFilesBut is secretFiles without the files that only server's own
+// config names: its sandbox hides the others' files from it, but it reads
+// its own (a script in the workspace, its key file), which stdio servers
+// that clients register, sandboxed by default, need. A file that another
+// server's config names stays hidden, even if this one names it too: a
+// client must not get an operator's server's key file by naming it.
+func (e *Executor) secretFilesBut(server string) []string {
+	all := e.secretFiles()
+	own, others := mcpconn.NewRegistry(), mcpconn.NewRegistry()
+	for _, name := range e.registry.Names() {
+		cfg, ok := e.registry.Get(name)
+		if !ok {
+			continue
+		}
+		if name == server {
+			own.Add(name, cfg)
+		} else {
+			others.Add(name, cfg)
+		}
+	}
+	mine, theirs := registrySecrets(e.workspace, own), registrySecrets(e.workspace, others)
+	return slices.DeleteFunc(all, func(p string) bool { return slices.Contains(mine, p) && !slices.Contains(theirs, p) })
+}
+
 // registrySecrets is secretFiles for a workspace and its registry.
 func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
 	var out []string
@@ -339,7 +363,7 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, e.secretFiles)
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, func() []string { return e.secretFilesBut(server) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)

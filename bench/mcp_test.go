@@ -239,7 +239,7 @@ func BenchmarkMCPLoad(b *testing.B) {
 
 // loadArgs are the server's flags under load. --max-sessions: the default
 // (32) would refuse sessions 33 to 50.
-var loadArgs = []string{"--no-sandbox", "--pool", "4", "--max-sessions", "64"}
+var loadArgs = []string{"--no-sandbox", "--pool", "4", "--max-sessions", "64", "--allow-host-servers"}
 
 // toolCell is cell c of session i: a tool call plus some Python, and the
 // output it must print.

@@ -70,6 +70,9 @@ func newServer(t *testing.T, o *Options) *Server {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 90 * time.Second
 	}
+	// The tests register stdio servers through the tool, unsandboxed;
+	// hostservers_test.go checks the default, with servers of its own.
+	o.AllowHostServers = true
 	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)

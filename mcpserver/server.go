@@ -97,6 +97,14 @@ type Options struct {
 	// Servers are MCP servers registered at start (in the first session's
 	// kernel, which persists them in the workspace). Nil means none.
 	Servers map[string]ipybox.ServerConfig
+	// AllowHostServers lets register_mcp_server start a stdio server on
+	// the host, as its config says: every client that can call tools can
+	// then run commands on the host. False runs such a server in the
+	// sandbox, under Sandbox's policy, and refuses it when there is no
+	// sandbox. Servers of Servers, and those an application registers
+	// through ipybox.Executor.RegisterMCPServer, run as configured either
+	// way.
+	AllowHostServers bool
 	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
 	Approval ApprovalMode
 	// AllowTools are "server.tool" patterns (path.Match globs on each part)

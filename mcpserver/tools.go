@@ -440,6 +440,12 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg, err = s.gateServer(cfg); errors.Is(err, errHostServer) {
+		err = s.askHostServer(ctx, req, name, cfg)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
 	x, ex, ctx, done, err := s.useSession(ctx, req, a.Session, true)
 	if err != nil {
 		return nil, nil, err

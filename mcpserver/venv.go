@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/flock"
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/statedir"
@@ -209,7 +211,7 @@ func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	// Debian's interpreter is "externally managed"; --target installs into
 	// the venv, not into it, so pip may go ahead.
 	env := append(helperEnv(s.opts.KernelEnv), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1", "PIP_BREAK_SYSTEM_PACKAGES=1")
-	return runCommand(ctx, s.workspace, env, base, append([]string{"-I", "-m", "pip"}, args...)...)
+	return runCommand(ctx, s.workspace, env, base, append([]string{"-I", "-m", "pip"}, hostPipArgs(s.workspace, args)...)...)
 }
 
 // venvSitePackages returns the venv's site-packages directory (made by
@@ -288,12 +290,31 @@ func helperEnv(extra map[string]string) []string {
 	return env
 }
 
-// runCommand runs a helper in its own process group, which is killed
-// whole when ctx ends.
-func runCommand(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+// hostPipArgs makes pip's local paths absolute: relative ones are the
+// workspace's (localRequirementInside), and on the host pip runs in a
+// private folder, not there.
+func hostPipArgs(workspace string, args []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if !strings.HasPrefix(a, "-") && !strings.Contains(a, "://") && !filepath.IsAbs(a) &&
+			(strings.HasPrefix(a, ".") || strings.ContainsAny(a, `/\`)) {
+			out[i] = filepath.Join(workspace, a)
+		}
+	}
+	return out
+}
+
+// runCommand runs a helper on the host in its own process group, which
+// is killed whole when ctx ends. It starts in the private folder of host
+// processes, never in the workspace (invariant 14: a module there would
+// shadow the helper's own), with the search-path entries of env that lie
+// in the workspace dropped.
+func runCommand(ctx context.Context, workspace string, env []string, name string, args ...string) ([]byte, error) {
 	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
 	cmd.Env = env
+	if _, err := hostproc.Prepare(cmd, []string{workspace}); err != nil {
+		return nil, err
+	}
 	return runCmd(ctx, cmd)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/pyinstall"
 )
@@ -191,6 +192,13 @@ for m in sys.argv[1:]:
         pass
 print(json.dumps(out))`
 	cmd := exec.CommandContext(ctx, py, append([]string{"-c", script}, mods...)...)
+	// Not in the working folder, the workspace often: -c would import a
+	// module the kernel wrote there in place of the one asked about
+	// (invariant 14). The kernel's own basic variables, no more.
+	cmd.Env = hostproc.Env([]string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION", "SYSTEMROOT", "LOCALAPPDATA", "USERPROFILE"}, hostproc.PythonSafePath)
+	if _, err := hostproc.Prepare(cmd, nil); err != nil {
+		return map[string]string{}
+	}
 	// Killed at the deadline, a wrapper's child may keep stdout open.
 	cmd.WaitDelay = time.Second
 	b, err := cmd.Output() // bound: ctx (30s), then WaitDelay

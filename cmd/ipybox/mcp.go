@@ -54,6 +54,7 @@ type mcpFlags struct {
 	kernelEnv, binds           stringList
 	kernelEnvFile              string
 	mcpConfig                  string
+	allowHostServers           bool
 	approval                   string
 	allowTools                 stringList
 	policy                     policyFlags
@@ -211,6 +212,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
 	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
+	fs.BoolVar(&f.allowHostServers, "allow-host-servers", false, "let register_mcp_server start stdio servers on this host, unsandboxed: every client that can call tools can then run commands here (default: they run in the sandbox, and are refused without one; servers of --mcp-config run as configured)")
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
 	f.policy.register(fs)
@@ -424,6 +426,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		MaxSessions:             f.maxSessions,
 		MaxSessionsPerPrincipal: f.maxPerPrincipal,
 		NoZygote:                f.noZygote,
+		AllowHostServers:        f.allowHostServers,
 		Version:                 strings.Fields(versionString())[1],
 		KernelEnv:               map[string]string{},
 	}

@@ -144,7 +144,7 @@ func TestEnvTokenNotExpanded(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	const token = "env-token-7d2e9c41b05a"
-	cmd := exec.Command(os.Args[0], "mcp", "--http", "127.0.0.1:0", "--workspace", t.TempDir(), "--no-sandbox")
+	cmd := exec.Command(os.Args[0], "mcp", "--http", "127.0.0.1:0", "--workspace", t.TempDir(), "--no-sandbox", "--allow-host-servers")
 	srv := startHTTPCmd(t, cmd, "IPYBOX_MCP_AUTH_TOKEN="+token)
 	srv.token = token
 	cs := goClient(t, &mcp.StreamableClientTransport{Endpoint: srv.url, DisableStandaloneSSE: true, HTTPClient: srv.httpClient()}, nil)

@@ -312,7 +312,9 @@ func TestMCPBinarySession(t *testing.T) {
 	testmcp := mcptest.Build(t)
 	cfg := writeMCPConfig(t, map[string]any{"startgo": map[string]any{"command": testmcp}})
 	start := func(args ...string) (*mcp.ClientSession, *lockedBuffer) {
-		cmd := exec.Command(os.Args[0], append([]string{"mcp", "--workspace", ws, "--log-level", "debug"}, args...)...)
+		// The test registers its Go server, built outside the workspace,
+		// through the tool: on the host, as the operator allows.
+		cmd := exec.Command(os.Args[0], append([]string{"mcp", "--workspace", ws, "--log-level", "debug", "--allow-host-servers"}, args...)...)
 		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "PLAIN_HOST_Z=host")
 		stderr := &lockedBuffer{}
 		cmd.Stderr = stderr

@@ -194,7 +194,12 @@ func TestPluginClaudeCode(t *testing.T) {
 	if err != nil || len(installed) != 1 {
 		t.Fatalf("the installed plugin's .mcp.json: %v %v", installed, err)
 	}
-	steps := skillSteps(t, filepath.Join(root, "plugin", "skills", "codeact", "SKILL.md"), everything)
+	// The plugin's server sandboxes a server that the client registers
+	// (docs/mcp.md): the package, copied into the project, is what the
+	// sandbox sees of it, and the system's node runs it there.
+	sysNode := testenv.NeedsTool(t, "node")
+	everythingJS := copyNPMPackage(t, filepath.Dir(filepath.Dir(everything)), "@modelcontextprotocol/server-everything", filepath.Join(project, ".servers"))
+	steps := skillSteps(t, filepath.Join(root, "plugin", "skills", "codeact", "SKILL.md"), map[string]any{"command": sysNode, "args": []string{filepath.Join(everythingJS, "dist", "index.js"), "stdio"}})
 	// Then a check of this test's own: the kernel is sandboxed.
 	steps = append(steps, clientStep{Tool: "execute_ipython_cell", Args: map[string]any{
 		"code": "try:\n    print(repr(open('.env').read()))\nexcept OSError as e:\n    print(type(e).__name__)"}})
@@ -373,7 +378,7 @@ func readmeClaudeCommands(t *testing.T, root, home string, env []string, sh func
 // would fetch it from the registry; offline, the same package comes from
 // tools/npm. The error example's call that the user declines is the one
 // whose arguments name "deploy to production".
-func skillSteps(t *testing.T, skill, everything string) []clientStep {
+func skillSteps(t *testing.T, skill string, everything map[string]any) []clientStep {
 	t.Helper()
 	b, err := os.ReadFile(skill)
 	if err != nil {
@@ -396,9 +401,58 @@ func skillSteps(t *testing.T, skill, everything string) []clientStep {
 			if step.Args["server_name"] != "everything" || params["command"] != "npx" || string(args) != `["-y","@modelcontextprotocol/server-everything"]` {
 				t.Fatalf("SKILL.md registers %v; the test expects server-everything through npx", step.Args)
 			}
-			step.Args["server_params"] = map[string]any{"command": everything, "args": []string{"stdio"}}
+			step.Args["server_params"] = everything
 		}
 		steps = append(steps, step)
 	}
 	return steps
 }
+
+// copyNPMPackage copies the package name of the node_modules folder nm,
+// with every package it depends on (resolved as node does: the nearest
+// node_modules upward), to dst/node_modules, and returns the package's
+// copy.
+func copyNPMPackage(t *testing.T, nm, name, dst string) string {
+	t.Helper()
+	root := filepath.Dir(nm)
+	seen := map[string]bool{}
+	var walk func(dir string)
+	walk = func(dir string) {
+		if seen[dir] {
+			return
+		}
+		seen[dir] = true
+		b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pj struct{ Dependencies, OptionalDependencies map[string]string }
+		if err := json.Unmarshal(b, &pj); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		for _, deps := range []map[string]string{pj.Dependencies, pj.OptionalDependencies} {
+			for dep := range deps {
+				for d := dir; strings.HasPrefix(d, root); d = filepath.Dir(d) {
+					if p := filepath.Join(d, "node_modules", dep); fileExists(filepath.Join(p, "package.json")) {
+						walk(p)
+						break
+					}
+				}
+			}
+		}
+	}
+	walk(filepath.Join(nm, name))
+	for dir := range seen {
+		rel, _ := filepath.Rel(root, dir)
+		parent := filepath.Join(dst, filepath.Dir(rel))
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-R", dir, parent+"/").CombinedOutput(); err != nil {
+			t.Fatalf("copy %s: %v %s", dir, err, out)
+		}
+	}
+	return filepath.Join(dst, "node_modules", name)
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -71,7 +71,7 @@ func TestObservability(t *testing.T) {
 	ws := t.TempDir()
 	b := startHTTPCmd(t, exec.Command(os.Args[0], "mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokenFile,
 		"--metrics-addr", "127.0.0.1:0", "--otel-endpoint", recv.URL,
-		"--workspace", ws, "--no-sandbox", "--pool", "0",
+		"--workspace", ws, "--no-sandbox", "--pool", "0", "--allow-host-servers",
 		"--approval", "elicit", "--allow-tool", "go.tool_2",
 		"--log-level", "debug", "--log-file", logFile),
 		"OBS_TEST_SECRET="+secret, "OTEL_BSP_SCHEDULE_DELAY=100",

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/pyinstall"
 )
 
@@ -219,7 +220,10 @@ func pyLauncher(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-3", "-c", "import sys; print(sys.executable)")
-	cmd.Env = minimalEnv()
+	cmd.Env = append(minimalEnv(), hostproc.PythonSafePath)
+	if _, err := hostproc.Prepare(cmd, nil); err != nil {
+		return ""
+	}
 	cmd.WaitDelay = probeWaitDelay
 	out, err := cmd.Output() // bound: probeTimeout, then probeWaitDelay
 	if err != nil {
@@ -242,7 +246,13 @@ func probe(ctx context.Context, python string) error {
 	// shows, with its traceback, when the kernel starts.
 	cmd := exec.CommandContext(ctx, python, "-c",
 		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else "+strconv.Itoa(noIpykernelExit)+")")
-	cmd.Env = minimalEnv()
+	// Not in ipybox's working folder (the workspace, often): -c would put
+	// it first on sys.path, and find_spec would find the kernel's own
+	// ipykernel there (invariant 14).
+	cmd.Env = append(minimalEnv(), hostproc.PythonSafePath)
+	if _, err := hostproc.Prepare(cmd, nil); err != nil {
+		return fmt.Errorf("probe: %w", err) // not cached: may be transient
+	}
 	cmd.WaitDelay = probeWaitDelay
 	out, err := cmd.CombinedOutput() // bound: probeTimeout, then probeWaitDelay
 	if ctx.Err() != nil {

@@ -23,7 +23,9 @@ type Config struct {
 	Args []string `json:"args,omitempty"`
 	// Env is added to the stdio server's minimal environment (see Options).
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the stdio server's working directory. Empty means ours.
+	// Cwd is the stdio server's working directory. Empty means, on the
+	// host, a private folder of ipybox's (never the workspace: see
+	// Options.Writable), and inside a sandbox the sandbox's default.
 	Cwd string `json:"cwd,omitempty"`
 
 	// URL is the endpoint of a remote server.

@@ -67,7 +67,18 @@ type Options struct {
 	// its placeholders expanded. If the returned command has no
 	// SysProcAttr, it is put in its own process group, which Stop ends as a
 	// whole. Nil runs commands as they are.
+	//
+	// A command that runs on the host (StdioCommand returned the command
+	// it was given, or there is no StdioCommand) starts in the private
+	// folder of host processes when its config names no cwd, with the
+	// search-path entries of its environment that are relative or in
+	// Writable dropped; a cwd or a program in Writable is refused (see
+	// internal/hostproc).
 	StdioCommand func(ctx context.Context, server string, cfg Config, cmd *exec.Cmd) (*exec.Cmd, error)
+	// Writable are the folders that kernel code can write (the
+	// workspace): no stdio server starts on the host in one, or runs a
+	// program from one. Nil means none beyond the rules above.
+	Writable []string
 
 	// OAuthURL is called when a streamable HTTP server needs a user to sign
 	// in (the OAuth authorization code grant): it should show or open url

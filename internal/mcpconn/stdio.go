@@ -2,12 +2,14 @@ package mcpconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os/exec"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/linelog"
 )
 
@@ -56,6 +58,7 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 	cmd.Stderr = stderr
 	// A grandchild that keeps stderr open must not hold Wait forever.
 	cmd.WaitDelay = m.opts.StopGrace
+	host := cmd
 	if m.opts.StdioCommand != nil {
 		c, err := m.opts.StdioCommand(ctx, name, cfg, cmd)
 		if err != nil {
@@ -65,6 +68,21 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 			return nil, fmt.Errorf("MCP server %q: Options.StdioCommand returned no command", name)
 		}
 		cmd = c
+	}
+	if cmd == host {
+		// It runs on the host, unwrapped: invariant 14.
+		dropped, err := hostproc.Prepare(cmd, m.opts.Writable)
+		if err != nil {
+			var we *hostproc.WritableError
+			if errors.As(err, &we) {
+				return nil, fmt.Errorf("MCP server %q: %w; set \"sandbox\": true in its config to run it sandboxed there, or give it a cwd and a program outside that folder", name, err)
+			}
+			return nil, fmt.Errorf("MCP server %q: %w", name, err)
+		}
+		if len(dropped) > 0 {
+			m.log.Warn("dropped search-path entries from a stdio server's environment: they are relative or in a folder that kernel code can write",
+				"server", name, "dropped", dropped)
+		}
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = procAttr()

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/hostproc"
 )
 
 // pythonFor returns the host directories the interpreter at path needs
@@ -119,14 +121,11 @@ func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "-I", "-c",
 		"import sys\nfor v in (sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix): print(v)")
-	cmd.Dir = "/" // not the workspace: a .python-version there could steer a pyenv shim
-	for _, k := range []string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"} {
-		if v, ok := os.LookupEnv(k); ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-	}
-	if cmd.Env == nil {
-		cmd.Env = []string{}
+	// Not in the workspace: a .python-version there could steer a pyenv
+	// shim (invariant 14).
+	cmd.Env = hostproc.Env([]string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"})
+	if _, err := hostproc.Prepare(cmd, nil); err != nil {
+		return &pyInfo{err: err} // not cached: may be transient
 	}
 	// Killed at the deadline, a wrapper's child may keep stdout open: the
 	// answer must not wait for it (every start waits behind pyMu).

@@ -265,28 +265,69 @@ def _bundled_binary() -> str | None:
     ``Scripts\\ipybox.exe`` on Windows); the distribution's RECORD says where
     it went, whatever the install scheme (venv, --user, --prefix, --target).
     It counts only if that distribution is the one this module was imported
-    from: a checkout on sys.path does not run another version's binary."""
+    from: a checkout on sys.path does not run another version's binary.
+
+    Only the folder this module was imported from is searched for the
+    distribution, never the current folder (sys.path's '' or the cwd), where
+    kernel code may have planted an ``ipybox-*.dist-info`` whose RECORD names
+    a binary of its own; and the binary must lie under the distribution's
+    own install prefix (RECORD entries are paths relative to it, or
+    absolute)."""
     from importlib import metadata
 
-    try:
-        dist = metadata.distribution("ipybox")
-        files = dist.files or []
-    except Exception:  # not installed (a checkout), or unreadable metadata
-        return None
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
-    mine, scripts = False, []
-    for f in files:
-        if f.parts[-2:] == ("ipybox", "code_exec.py"):
-            mine = os.path.realpath(os.path.dirname(os.path.abspath(str(dist.locate_file(f))))) == here
-        elif f.name in ("ipybox", "ipybox.exe") and f.parent.name in ("bin", "Scripts"):
-            scripts.append(f)
-    if not mine:
+    site = os.path.dirname(here)
+    if site == os.path.realpath(os.getcwd()):
+        return None  # imported from the current folder: nothing there is trusted
+    try:
+        dists = list(metadata.distributions(name="ipybox", path=[site]))
+    except Exception:  # unreadable metadata
         return None
-    for f in scripts:
-        p = os.path.abspath(str(dist.locate_file(f)))
-        if os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
+    prefixes = _install_prefixes(site)
+    for dist in dists:
+        try:
+            files = dist.files or []
+        except Exception:
+            continue
+        mine, scripts = False, []
+        for f in files:
+            if f.parts[-2:] == ("ipybox", "code_exec.py"):
+                mine = os.path.realpath(os.path.dirname(os.path.abspath(str(dist.locate_file(f))))) == here
+            elif f.name in ("ipybox", "ipybox.exe") and f.parent.name in ("bin", "Scripts"):
+                scripts.append(f)
+        if not mine:
+            continue
+        for f in scripts:
+            p = os.path.abspath(str(dist.locate_file(f)))
+            if _under_any(os.path.realpath(p), prefixes) and os.path.isfile(p) and os.access(p, os.X_OK):
+                return p
     return None
+
+
+def _install_prefixes(site: str) -> list[str]:
+    """Return the install prefixes a distribution in the folder ``site``
+    may have put its scripts under: ``site`` itself (pip --target puts them
+    in ``<target>/bin``), and the prefix of a scheme's layout:
+    ``<prefix>/lib/pythonX.Y/site-packages`` (venv, --user, --prefix),
+    Debian's ``<prefix>/lib/python3/dist-packages``, or Windows'
+    ``<prefix>/Lib/site-packages``."""
+    site = os.path.realpath(site)
+    out = [site]
+    parts = site.replace("\\", "/").split("/")
+    if len(parts) >= 3 and parts[-1] in ("site-packages", "dist-packages"):
+        if parts[-3].lower() == "lib" and parts[-2].startswith("python"):
+            out.append(os.path.dirname(os.path.dirname(os.path.dirname(site))))
+        elif parts[-2].lower() == "lib":
+            out.append(os.path.dirname(os.path.dirname(site)))
+    return out
+
+
+def _under_any(path: str, prefixes: list[str]) -> bool:
+    """Report whether path is at or below one of prefixes."""
+    for pre in prefixes:
+        if path == pre or path.startswith(pre.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 _LOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "WARN": "warn", "ERROR": "error", "CRITICAL": "error"}
@@ -460,6 +501,11 @@ class CodeExecutor:
         # One kernel at a time: a warm spare would double the memory of a
         # single-user executor; reset starts a fresh kernel instead.
         argv += ["--pool", "0"]
+        # This program is ipybox mcp's only client, and the servers it
+        # registers are its own (as upstream's, they run on the host): the
+        # rule that sandboxes or refuses servers registered by clients is
+        # for clients that are not the application.
+        argv += ["--allow-host-servers"]
         if self.images_dir is not None:
             argv += ["--images-dir", str(self.images_dir.resolve())]
         if self.python is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import tempfile
 import unittest
 
 from ipybox import ApprovalRequest, CodeExecutor
@@ -90,6 +92,11 @@ class ArgvTest(unittest.TestCase):
                 self.assertEqual(argv[argv.index("--approval") + 1], want)
                 self.assertEqual("--allow-tool" in argv, allow)
 
+    def test_host_servers_allowed(self):
+        # The application is ipybox mcp's only client: its servers run as
+        # configured, not sandboxed or refused as a client's would be.
+        self.assertIn("--allow-host-servers", self.argv())
+
     def test_sandbox_flags(self):
         self.assertIn("--no-sandbox", self.argv())
         self.assertIn("--sandbox", self.argv(sandbox=True))
@@ -114,6 +121,62 @@ class BundledBinaryTest(unittest.TestCase):
         from ipybox.code_exec import _bundled_binary
 
         self.assertIsNone(_bundled_binary())
+
+    def test_planted_distribution_in_the_current_folder(self):
+        # Kernel code writes an ipybox-*.dist-info into the workspace, the
+        # host program's current folder, whose RECORD names this module (so
+        # that it looks like the distribution it was imported from) and a
+        # binary of its own; with '' or the cwd on sys.path, importlib
+        # found it first. Variants: the script by a relative RECORD path,
+        # by an absolute one, and a .exe under Scripts.
+        import importlib
+        import ipybox.code_exec as ce
+
+        here = os.path.abspath(ce.__file__)
+        for script in ("bin/ipybox", None, "Scripts/ipybox.exe"):
+            with self.subTest(script=script), tempfile.TemporaryDirectory() as ws:
+                evil = os.path.join(ws, "evil", "bin", "ipybox")
+                os.makedirs(os.path.dirname(evil))
+                with open(evil, "w") as f:
+                    f.write("#!/bin/sh\necho planted\n")
+                os.chmod(evil, 0o755)
+                rel = script or evil
+                if script:
+                    os.makedirs(os.path.join(ws, os.path.dirname(script)), exist_ok=True)
+                    os.symlink(evil, os.path.join(ws, script))
+                info = os.path.join(ws, "ipybox-99.0.dist-info")
+                os.mkdir(info)
+                with open(os.path.join(info, "METADATA"), "w") as f:
+                    f.write("Metadata-Version: 2.1\nName: ipybox\nVersion: 99.0\n")
+                with open(os.path.join(info, "RECORD"), "w") as f:
+                    f.write(f"{here},,\n{rel},,\nipybox-99.0.dist-info/RECORD,,\n")
+                old_cwd, old_path = os.getcwd(), list(sys.path)
+                try:
+                    os.chdir(ws)
+                    sys.path[:0] = ["", ws]
+                    importlib.invalidate_caches()
+                    got = ce._bundled_binary()
+                finally:
+                    os.chdir(old_cwd)
+                    sys.path[:] = old_path
+                    importlib.invalidate_caches()
+                self.assertIsNone(got, "a distribution planted in the current folder named the binary")
+
+    def test_install_prefixes(self):
+        from ipybox.code_exec import _install_prefixes, _under_any
+
+        for site, prefix in (
+            ("/v/lib/python3.12/site-packages", "/v"),
+            ("/usr/lib/python3/dist-packages", "/usr"),
+            ("/home/u/.local/lib/python3.11/site-packages", "/home/u/.local"),
+            ("/t/target", "/t/target"),
+        ):
+            with self.subTest(site=site):
+                pres = _install_prefixes(site)
+                self.assertEqual(pres[-1], prefix)
+                self.assertTrue(_under_any(prefix + "/bin/ipybox", pres))
+                self.assertFalse(_under_any("/tmp/evil/bin/ipybox", pres))
+                self.assertFalse(_under_any(prefix + "x/bin/ipybox", pres))
 
     def test_version(self):
         import re

@@ -1,0 +1,207 @@
+// Package hostproc is where every process that ipybox starts on the host
+// gets its working folder and its environment (DESIGN.md invariant 14).
+//
+// Kernel code can write the workspace, and interpreters and package
+// runners load code from their working folder and its parents: `python -m`
+// and `python -c` put the working folder on sys.path[0], node and npx look
+// for node_modules upward from it, and uv, pyenv and nvm read project and
+// version files there (pyproject.toml, uv.toml, .python-version, .nvmrc).
+// No list of protected names covers "any module name", so a host process
+// never starts in a folder that kernel code can write: it starts in Dir,
+// an empty folder private to this process (0700, in $XDG_RUNTIME_DIR or
+// the user's cache folder, never under /tmp when either exists, since
+// another user can plant files in /tmp that an upward search finds), and
+// its search-path variables lose every entry that is relative or lies in a
+// folder kernel code can write.
+//
+//	cmd := exec.Command(python, "-c", probe)
+//	if err := hostproc.Prepare(cmd, []string{workspace}); err != nil { ... }
+package hostproc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/ipybox/ipybox/internal/rundir"
+)
+
+// SearchPathVars are the variables whose value is a list of folders that
+// a program searches for code or for the programs it runs.
+var SearchPathVars = []string{"PATH", "PYTHONPATH", "NODE_PATH", "PERL5LIB", "RUBYLIB", "GEM_PATH", "CLASSPATH", "LD_LIBRARY_PATH"}
+
+var (
+	dirOnce sync.Once
+	dir     string
+	dirErr  error
+)
+
+// Dir returns this process's private working folder for host processes,
+// making it at the first call: an empty 0700 folder named ipybox-host-*,
+// reaped by a later start when this process died without removing it.
+// Its parents are the user's own: $XDG_RUNTIME_DIR/ipybox, else the
+// user's cache folder; the system's temporary folder only when neither
+// exists.
+func Dir() (string, error) {
+	dirOnce.Do(func() { dir, dirErr = makeDir() })
+	return dir, dirErr
+}
+
+func makeDir() (string, error) {
+	var roots []string
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+		if st, err := os.Stat(x); err == nil && st.IsDir() {
+			roots = append(roots, filepath.Join(x, "ipybox"))
+		}
+	}
+	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
+		roots = append(roots, filepath.Join(c, "ipybox"))
+	}
+	roots = append(roots, os.TempDir())
+	var errs []error
+	for _, root := range roots {
+		d, err := rundir.New(root, "ipybox-host-")
+		if err == nil {
+			return d, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("host processes' private folder: %w", errors.Join(errs...))
+}
+
+// Inside reports the folder of writable that p lies at or below, after
+// links are resolved as far as the paths exist; "" when none.
+func Inside(p string, writable []string) string {
+	rp := realPath(p)
+	for _, w := range writable {
+		if w == "" {
+			continue
+		}
+		rw := realPath(w)
+		if rp == rw || strings.HasPrefix(rp, strings.TrimSuffix(rw, string(filepath.Separator))+string(filepath.Separator)) {
+			return w
+		}
+	}
+	return ""
+}
+
+// realPath returns p absolute and with its links resolved, as far as its
+// leading part exists.
+func realPath(p string) string {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	rest := ""
+	for cur := p; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// CleanEnv returns env with every entry of a search-path variable
+// (SearchPathVars) that is relative, empty, or in a folder of writable
+// removed, and the removed entries, as "VAR=entry".
+func CleanEnv(env []string, writable []string) (out, dropped []string) {
+	out = make([]string, 0, len(env))
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !isSearchVar(k) {
+			out = append(out, kv)
+			continue
+		}
+		var keep []string
+		for _, e := range filepath.SplitList(v) {
+			if e == "" || !filepath.IsAbs(e) || Inside(e, writable) != "" {
+				dropped = append(dropped, k+"="+e)
+				continue
+			}
+			keep = append(keep, e)
+		}
+		if len(keep) > 0 {
+			out = append(out, k+"="+strings.Join(keep, string(filepath.ListSeparator)))
+		}
+	}
+	return out, dropped
+}
+
+func isSearchVar(k string) bool {
+	for _, s := range SearchPathVars {
+		if strings.EqualFold(k, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Prepare makes cmd fit to start on the host: an empty cmd.Dir becomes
+// Dir; a cmd.Dir or a program in a folder of writable is an error that
+// names it; cmd.Env (nil means none: it never inherits ours) loses the
+// search-path entries CleanEnv drops. It returns what was dropped, for
+// the caller's log.
+func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
+	if cmd.Dir == "" {
+		if cmd.Dir, err = Dir(); err != nil {
+			return nil, err
+		}
+		if w := Inside(cmd.Dir, writable); w != "" {
+			return nil, fmt.Errorf("the private folder of host processes, %s, is in %s, which kernel code can write; set XDG_RUNTIME_DIR to a folder of your own outside it, or choose another workspace", cmd.Dir, w)
+		}
+	} else if w := Inside(cmd.Dir, writable); w != "" {
+		return nil, &WritableError{What: "working folder", Path: cmd.Dir, Folder: w}
+	}
+	if p := cmd.Path; p != "" {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cmd.Dir, p)
+		}
+		if w := Inside(p, writable); w != "" {
+			return nil, &WritableError{What: "program", Path: cmd.Path, Folder: w}
+		}
+	}
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Env, dropped = CleanEnv(cmd.Env, writable)
+	return dropped, nil
+}
+
+// WritableError is Prepare's refusal: a host process would start in, or
+// run a program from, a folder that kernel code can write.
+type WritableError struct {
+	What   string // "working folder" or "program"
+	Path   string
+	Folder string // the writable folder Path lies in
+}
+
+func (e *WritableError) Error() string {
+	return fmt.Sprintf("its %s %s is in %s, which kernel code can write: a host process never starts there, nor runs a program from there", e.What, e.Path, e.Folder)
+}
+
+// Env returns the named variables of this process's environment, as
+// "KEY=value", followed by extra: the start of a constructed environment.
+func Env(keys []string, extra ...string) []string {
+	env := []string{}
+	for _, k := range keys {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, extra...)
+}
+
+// PythonSafePath keeps an interpreter from putting its working folder or
+// the script's folder on sys.path (Python 3.11 and later; older ones
+// ignore it, and the private working folder covers them). Only for
+// processes that import nothing beside their own script.
+const PythonSafePath = "PYTHONSAFEPATH=1"

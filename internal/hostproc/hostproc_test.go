@@ -1,0 +1,64 @@
+package hostproc
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestPrepare(t *testing.T) {
+	ws := t.TempDir()
+	outside := t.TempDir()
+	link := filepath.Join(outside, "link")
+	if err := os.Symlink(ws, link); err != nil {
+		t.Fatal(err)
+	}
+
+	// No folder: the private one, 0700, outside the workspace.
+	cmd := exec.Command("/bin/true")
+	if _, err := Prepare(cmd, []string{ws}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := Dir()
+	if cmd.Dir != d || Inside(cmd.Dir, []string{ws}) != "" {
+		t.Errorf("Dir = %q, want the private folder %q", cmd.Dir, d)
+	}
+	if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("private folder %s: %v %v", d, st.Mode(), err)
+	}
+	if cmd.Env == nil {
+		t.Error("a nil environment stays nil: the process would inherit ours")
+	}
+
+	// A folder or a program in the workspace, however spelt, is refused.
+	for _, c := range []struct{ dir, path string }{
+		{dir: ws}, {dir: filepath.Join(ws, "sub")}, {dir: link}, {dir: filepath.Join(link, "a", "..", "b")},
+		{path: filepath.Join(ws, "srv")}, {path: filepath.Join(link, "srv")}, {dir: outside, path: "../" + filepath.Base(outside) + "/link/x"},
+	} {
+		cmd := &exec.Cmd{Path: c.path, Dir: c.dir}
+		var we *WritableError
+		if _, err := Prepare(cmd, []string{ws}); !errors.As(err, &we) {
+			t.Errorf("Prepare(dir %q, path %q) = %v, want a WritableError", c.dir, c.path, err)
+		}
+	}
+
+	// Search paths lose relative, empty and workspace entries; other
+	// variables keep theirs.
+	cmd = exec.Command("/bin/true")
+	cmd.Env = []string{"PATH=/usr/bin::.:bin:" + ws + "/bin:" + link + "/x:/bin", "PYTHONPATH=" + ws, "NODE_PATH=" + outside, "HOME=" + ws, "path=."}
+	dropped, err := Prepare(cmd, []string{ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=/usr/bin:/bin", "NODE_PATH=" + outside, "HOME=" + ws}
+	if !slices.Equal(cmd.Env, want) {
+		t.Errorf("env = %q, want %q", cmd.Env, want)
+	}
+	if len(dropped) != 7 || !strings.HasPrefix(dropped[0], "PATH=") {
+		t.Errorf("dropped = %q", dropped)
+	}
+}

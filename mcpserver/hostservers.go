@@ -1,0 +1,93 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/approvaltext"
+	"github.com/ipybox/ipybox/internal/escape"
+)
+
+// Registering a stdio server runs its command, and register_mcp_server
+// takes the command from the client: over HTTP, from anyone who holds a
+// token; over stdio, from a model that text in its context can steer. So
+// a stdio server registered through the tool runs in the sandbox, under
+// the server's own policy (the kernels' Options.Sandbox: its masks, its
+// limits, and its network allowlist, through an egress proxy of the
+// server's own), unless the operator allows host servers
+// (Options.AllowHostServers, ipybox mcp --allow-host-servers). With no
+// sandbox (unsandboxed, container or gateway kernels), it is refused.
+// Servers of Options.Servers (the operator's --mcp-config) run as they
+// are configured; so do those an application registers through the Go
+// API (ipybox.Executor.RegisterMCPServer): they are the operator's own.
+// (DESIGN.md invariant 14.)
+
+// errHostServer is the refusal of a stdio server that would run on the
+// host.
+var errHostServer = errors.New("a stdio server registered through register_mcp_server runs its command on this host, and this ipybox mcp has no sandbox to run it in (its kernels run unsandboxed, in a container or on a gateway); " +
+	"ask the operator to add the server to --mcp-config, to run ipybox mcp with the sandbox, or to allow host servers with --allow-host-servers (every client that can call tools can then run commands on the host)")
+
+// gateServer returns the config a server registered through the tool
+// runs with: a stdio server's sandbox is the kernels' policy, or the
+// registration is refused.
+func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
+	if t, _ := cfg.Transport(); t != "stdio" || s.opts.AllowHostServers {
+		return cfg, nil
+	}
+	if raw := bytes.TrimSpace(cfg.Sandbox); len(raw) > 0 && !bytes.Equal(raw, []byte("true")) {
+		return cfg, errors.New(`server_params.sandbox: a stdio server registered here runs in the sandbox under this server's policy, which a client does not choose; leave "sandbox" out`)
+	}
+	if s.sandbox == nil {
+		return cfg, errHostServer
+	}
+	b, err := json.Marshal(s.sandbox)
+	if err != nil {
+		return cfg, fmt.Errorf("server_params: the sandbox policy: %w", err)
+	}
+	cfg.Sandbox = b
+	return cfg, nil
+}
+
+// askHostServer asks the person at the client whether the stdio server
+// name may run on this host, unsandboxed, as cfg says: with --approval
+// elicit, and a client that can be asked. Otherwise, or when the person
+// declines, the registration is refused.
+func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, name string, cfg ipybox.ServerConfig) error {
+	if s.opts.Approval != ApprovalElicit || req == nil || req.Session == nil {
+		return errHostServer
+	}
+	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return fmt.Errorf("%w; this MCP client does not support elicitation, so it cannot be asked instead", errHostServer)
+	}
+	if !legacyClient(req.Session) {
+		// 2026-07-28 asks through multi round-trip results, which a
+		// registration does not make (a cell's approvals do).
+		return fmt.Errorf("%w; this MCP client (protocol 2026-07-28) cannot be asked about it during a registration", errHostServer)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("server_params: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ApprovalTimeout)
+	defer cancel()
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+		Mode: "form",
+		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights (${VAR} placeholders are filled from ipybox's environment and .env):\n\n%s\n\nAccept to run it, decline to refuse.",
+			escape.Text(name), approvaltext.Args(raw)),
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w; asking the MCP client instead failed: %v", errHostServer, err)
+	case res.Action != "accept":
+		return fmt.Errorf("the user did not allow the MCP server %s to run on this host (%s); the operator can add it to --mcp-config, or run ipybox mcp with the sandbox", quote(name), res.Action)
+	}
+	s.log.Info("a stdio server registered through the tool runs on the host: the user accepted it", "server", name, "command", cfg.Command)
+	return nil
+}
