@@ -140,6 +140,15 @@ type Options struct {
 	// NoToolApproval or ApproveShellCommands would let run, and deny rules
 	// apply to them too. Nil means no rules and no audit log.
 	ApprovalPolicy *ApprovalPolicy
+	// Principal names whom the Executor runs for (a principal of ipybox
+	// mcp): the audit log's rows name it. Empty means none.
+	Principal string
+	// RememberForPrincipal writes the answers remembered for the
+	// session or always as rules of Principal alone ("allow
+	// principal=NAME tool ..."), which no other principal's calls match:
+	// for a server whose principals are tenants. False writes rules for
+	// every caller.
+	RememberForPrincipal bool
 	// SessionID names this Executor's session in the approval audit log.
 	// Empty means a random one.
 	SessionID string

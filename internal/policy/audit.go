@@ -19,6 +19,9 @@ import (
 type Entry struct {
 	Time    time.Time `json:"time"`
 	Session string    `json:"session,omitempty"`
+	// Principal is whose session made the call (a principal of ipybox
+	// mcp, as its token says); empty for a program without principals.
+	Principal string `json:"principal,omitempty"`
 	Kind    string    `json:"kind"` // tool or shell
 	Server  string    `json:"server,omitempty"`
 	Tool    string    `json:"tool,omitempty"`

@@ -1,0 +1,305 @@
+package mcpserver
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcptest"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// Two principals of one server, as the attacks of issue 34.3 set them up.
+const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
+
+var twoPrincipals = map[string]string{"alice": aliceTok, "bob": bobTok}
+
+// wheelBytes returns a wheel of distribution name whose purelib holds
+// files (top-level names: modules, .pth files).
+func wheelBytes(t *testing.T, name string, files map[string]string) []byte {
+	t.Helper()
+	info := name + "-0.1.dist-info/"
+	all := map[string]string{
+		info + "METADATA": "Metadata-Version: 2.1\nName: " + name + "\nVersion: 0.1\n",
+		info + "WHEEL":    "Wheel-Version: 1.0\nGenerator: ipybox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	for k, v := range files {
+		all[k] = v
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, n := range names {
+		w, _ := zw.Create(n)
+		w.Write([]byte(all[n]))
+		sum := sha256.Sum256([]byte(all[n]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(all[n]))
+	}
+	fmt.Fprintf(&record, "%sRECORD,,\n", info)
+	w, _ := zw.Create(info + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestAttackTenantInstall: alice's install_package of a wheel that her
+// kernel wrote into her workspace, with a .pth file, a module named as
+// one that bob imports, and a sitecustomize, reaches nothing of bob's:
+// his next kernel (a fresh one, and one started before) runs none of it,
+// imports none of it, and his folder holds none of it. Before, the
+// principals shared one virtualenv, and bob's next kernel ran her .pth.
+func TestAttackTenantInstall(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, Principals: twoPrincipals, NoZygote: true})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	runIn(t, bob, hb, "import builtins")
+	whl := wheelBytes(t, "alice_evil", map[string]string{
+		"zz_alice_evil.pth": "import builtins; builtins.ALICE_PTH = 'ran'\n",
+		"bobs_helper.py":    "ALICE = 'shadowed'\n",
+		"sitecustomize.py":  "import builtins; builtins.ALICE_SITE = 'ran'\n",
+	})
+	ha := createSession(t, alice)
+	name := "alice_evil-0.1-py3-none-any.whl"
+	runIn(t, alice, ha, fmt.Sprintf("import base64\nopen(%q, 'wb').write(base64.b64decode(%q))", name, base64.StdEncoding.EncodeToString(whl)))
+	res := call(t, alice, "install_package", map[string]any{"package_name": "./" + name, "session": ha})
+	if res.IsError {
+		t.Fatalf("alice's install: %s", text(res))
+	}
+	// Her own fresh kernel gets what she installed: the test can fail.
+	ha2 := createSession(t, alice)
+	if got := runIn(t, alice, ha2, "import builtins, bobs_helper\nprint(getattr(builtins, 'ALICE_PTH', None), bobs_helper.ALICE)"); !strings.Contains(got, "ran shadowed") {
+		t.Fatalf("alice's own next kernel lacks her package, so the test proves nothing: %q", got)
+	}
+	probe := `import builtins, importlib.util, sys
+print('pth', getattr(builtins, 'ALICE_PTH', None))
+print('site', getattr(builtins, 'ALICE_SITE', None))
+print('module', importlib.util.find_spec('bobs_helper'))
+print('paths', [p for p in sys.path if 'alice' in p])`
+	want := "pth None\nsite None\nmodule None\npaths []"
+	hb2 := createSession(t, bob)
+	for _, h := range []string{hb, hb2} {
+		if got := runIn(t, bob, h, probe); got != want {
+			t.Errorf("bob's kernel sees alice's install:\n%s", got)
+		}
+	}
+	if got := runIn(t, bob, hb2, "import os\nprint(os.path.exists("+fmt.Sprintf("%q", name)+"))"); got != "False" {
+		t.Errorf("bob's folder holds alice's wheel: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "alice", name)); err != nil {
+		t.Errorf("alice's wheel is not in her folder: %v", err)
+	}
+}
+
+// TestAttackTenantRegistration: alice registers a server under the name
+// of bob's. Bob's tool call goes to his own server still: from his
+// running kernel (the in-memory table), from a new session (the registry
+// file), and after a restart (the file, read by a new server); alice's
+// mcptools/ module is not in his folder. Before, the registry was one.
+func TestAttackTenantRegistration(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	bin := mcptest.Build(t)
+	ws := t.TempDir()
+	opts := &Options{Workspace: ws, Principals: twoPrincipals, NoZygote: true}
+	srv := newServer(t, opts)
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	reg := func(cs *mcp.ClientSession, h, name, who string) {
+		t.Helper()
+		res := call(t, cs, "register_mcp_server", map[string]any{"server_name": name, "session": h,
+			"server_params": map[string]any{"command": bin, "env": map[string]string{"WHO": who}}})
+		if res.IsError {
+			t.Fatalf("register %s for %s: %s", name, who, text(res))
+		}
+	}
+	reg(bob, hb, "work", "bob")
+	const whoCell = "from mcptools.work.env import Params, run\nprint(run(Params(name='WHO')))"
+	if got := runIn(t, bob, hb, whoCell); got != "bob" {
+		t.Fatalf("bob's server before: %q", got)
+	}
+	ha := createSession(t, alice)
+	reg(alice, ha, "work", "alice")
+	reg(alice, ha, "alices", "alice")
+	if got := runIn(t, alice, ha, whoCell); got != "alice" {
+		t.Fatalf("alice's own server: %q (the test proves nothing)", got)
+	}
+	check := func(cs *mcp.ClientSession, h, when string) {
+		t.Helper()
+		if got := runIn(t, cs, h, whoCell); got != "bob" {
+			t.Errorf("%s, bob's call went to %q's server", when, got)
+		}
+		if got := runIn(t, cs, h, "import os\nprint(os.path.exists('mcptools/alices'))"); got != "False" {
+			t.Errorf("%s, bob's mcptools/ holds alice's server: %q", when, got)
+		}
+	}
+	check(bob, hb, "in his running kernel")
+	check(bob, createSession(t, bob), "in a new session")
+	srv.Close()
+	srv2 := newServer(t, opts)
+	bob2 := connectHTTPAs(t, serveHTTP(t, srv2), bobTok, newVersion, nil)
+	check(bob2, createSession(t, bob2), "after a restart")
+	for who, file := range map[string]string{"alice": filepath.Join(ws, "alice", ".ipybox", "servers.json"), "bob": filepath.Join(ws, "bob", ".ipybox", "servers.json")} {
+		b, err := os.ReadFile(file)
+		if err != nil || !strings.Contains(string(b), `"`+who+`"`) || strings.Contains(string(b), `"alices"`) != (who == "alice") {
+			t.Errorf("%s's registry %s: %v\n%s", who, file, err, b)
+		}
+	}
+}
+
+// TestAttackTenantRememberedAnswers: bob answers his approvals "allow
+// always" with a widened rule, and "allow for the session"; alice's
+// same calls are still asked about (and refused, as she declines). The
+// rule bob remembered names him, the audit rows name each principal, and
+// the client's name is recorded as its claim. Before, bob's rule landed
+// in the one policy file for everyone.
+func TestAttackTenantRememberedAnswers(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	p, file := loadPolicy(t, "")
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, Approval: ApprovalElicit, ApprovalPolicy: p, NoZygote: true})
+	url := serveHTTP(t, srv)
+	var mu sync.Mutex
+	asked := map[string][]string{}
+	handler := func(who string, answer func(cmd string) *mcp.ElicitResult) *mcp.ClientOptions {
+		return &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			var m map[string]any
+			metaOf(t, r.Params.Meta, ApprovalMetaKey, &m)
+			cmd, _ := m["command"].(string)
+			mu.Lock()
+			asked[who] = append(asked[who], cmd)
+			mu.Unlock()
+			return answer(cmd), nil
+		}}
+	}
+	bob := connectHTTPAs(t, url, bobTok, newVersion, handler("bob", func(cmd string) *mcp.ElicitResult {
+		switch cmd {
+		case "echo one":
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "allow-always", "rule": "shell echo *"}}
+		case "true":
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "allow-session", "rule": "shell true *"}}
+		}
+		return &mcp.ElicitResult{Action: "decline"}
+	}))
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, handler("alice", func(string) *mcp.ElicitResult {
+		return &mcp.ElicitResult{Action: "decline"}
+	}))
+	hb := createSession(t, bob)
+	runIn(t, bob, hb, shellCell+"sh('echo one'); sh('echo two'); sh('true'); sh('true x')")
+	mu.Lock()
+	if got := strings.Join(asked["bob"], "|"); got != "echo one|true" {
+		t.Errorf("bob was asked %q, want echo one|true (his answers count for him)", got)
+	}
+	mu.Unlock()
+	ha := createSession(t, alice)
+	out := runIn(t, alice, ha, shellCell+"sh('echo two'); sh('true')")
+	mu.Lock()
+	if got := strings.Join(asked["alice"], "|"); got != "echo two|true" {
+		t.Errorf("alice was asked %q, want echo two|true: bob's answers count for her", got)
+	}
+	mu.Unlock()
+	if strings.Count(out, "ApprovalRejectedError") != 2 {
+		t.Errorf("alice's calls, which she declined:\n%s", out)
+	}
+	policyText, _ := os.ReadFile(file)
+	if !strings.Contains(string(policyText), "allow principal=bob shell echo *") || strings.Contains(string(policyText), "\nallow shell echo *") {
+		t.Errorf("the remembered rule does not name bob:\n%s", policyText)
+	}
+	logText, _ := os.ReadFile(p.LogFile())
+	for _, w := range []string{`"principal":"bob"`, `"principal":"alice"`, `the client says it is \"test\"`} {
+		if !strings.Contains(string(logText), w) {
+			t.Errorf("the audit log lacks %s:\n%s", w, logText)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(logText)), "\n") {
+		if !strings.Contains(line, `"principal":`) {
+			t.Errorf("an audit row names no principal: %s", line)
+		}
+	}
+}
+
+// TestAttackConfinementDowngrade: a session saved by a sandboxed kernel,
+// with a module its kernel wrote into its package folder, is not
+// restored by a server that runs kernels unsandboxed (nor with other
+// sandbox settings): the first result says why, its names are not back,
+// and its package folder is not on the path (it is gone). A session
+// saved unsandboxed comes back into the sandbox (a stronger one).
+// Before, the unsandboxed kernel unpickled the sandboxed kernel's data.
+func TestAttackConfinementDowngrade(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	save := func(sb *ipybox.SandboxConfig) string {
+		t.Helper()
+		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, NoZygote: true})
+		cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+		h := createSession(t, cs)
+		runIn(t, cs, h, `import sys, os
+x = 42
+pkg = [p for p in sys.path if '/.ipybox/packages/' in p][0]
+open(os.path.join(pkg, 'planted_mod.py'), 'w').write('PLANTED = 1\n')`)
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	restore := func(sb *ipybox.SandboxConfig, h string) string {
+		t.Helper()
+		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, NoZygote: true})
+		cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
+		return runIn(t, cs, h, `import sys, importlib.util
+print('x', globals().get('x'))
+print('mod', importlib.util.find_spec('planted_mod') is not None)
+print('pkgs', len([p for p in sys.path if '/.ipybox/packages/' in p]))`)
+	}
+	other := ipybox.DefaultSandbox()
+	other.Network.AllowedDomains = append(other.Network.AllowedDomains, "example.com")
+	for _, c := range []struct {
+		name     string
+		from, to *ipybox.SandboxConfig
+		kept     bool
+	}{
+		{"sandbox to none", ipybox.DefaultSandbox(), nil, false},
+		{"sandbox to other settings", ipybox.DefaultSandbox(), other, false},
+		{"none to sandbox", nil, ipybox.DefaultSandbox(), true},
+	} {
+		h := save(c.from)
+		got := restore(c.to, h)
+		restored := strings.Contains(got, "x 42") && strings.Contains(got, "mod True")
+		if restored != c.kept {
+			t.Errorf("%s: restored %v, want %v:\n%s", c.name, restored, c.kept, got)
+		}
+		if !c.kept && (!strings.Contains(got, "restored only under the confinement that wrote it") || !strings.Contains(got, "mod False")) {
+			t.Errorf("%s: no note, or the package folder is on the path:\n%s", c.name, got)
+		}
+	}
+}
