@@ -62,7 +62,10 @@ type Bind struct {
 type Options struct {
 	// Workspace is the kernel's working directory, shared by every session:
 	// it holds mcptools/, images/, .ipybox/ (the registry of MCP servers and
-	// the kernel's virtualenv) and the agent's files. Empty means the
+	// the kernel's virtualenv) and the agent's files. With several
+	// principals (Principals and AuthToken name two or more), each has a
+	// workspace of its own, Workspace/<principal>, made at its first use,
+	// and the kernels see only theirs (see docs/mcp.md). Empty means the
 	// current directory.
 	Workspace string
 	// Python is the interpreter the workspace's virtualenv is created from

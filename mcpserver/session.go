@@ -589,6 +589,9 @@ func (s *Server) closeExecutor(ex *ipybox.Executor, keep bool) error {
 
 // removeFolders removes a session's folders by their names.
 func (t *tenant) removeFolders(pkg, snap string) {
+	if t.dir == "" {
+		return
+	}
 	for _, d := range []struct{ kind, name string }{{"packages", pkg}, {"snapshots", snap}} {
 		if folderName(d.name) {
 			if err := os.RemoveAll(filepath.Join(t.dir, ".ipybox", d.kind, d.name)); err != nil {

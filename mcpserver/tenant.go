@@ -126,7 +126,13 @@ func (s *Server) tenant(principal string) *tenant {
 	defer s.tenantMu.Unlock()
 	t := s.tenants[principal]
 	if t == nil {
-		t = newTenant(s, principal, tenantDir(s.workspace, principal), true)
+		dir := tenantDir(s.workspace, principal)
+		if strings.HasPrefix(principal, ".") {
+			// Only from a record of the state folder (New refuses such
+			// tokens): ".." would name the workspace's parent.
+			dir = ""
+		}
+		t = newTenant(s, principal, dir, true)
 		s.tenants[principal] = t
 	}
 	return t
@@ -178,6 +184,9 @@ func (t *tenant) ensure() error {
 func (t *tenant) make() error {
 	if !t.multi {
 		return nil // the workspace, checked by New
+	}
+	if t.dir == "" {
+		return fmt.Errorf("principal %q has no folder: with several principals a name may not start with '.'", t.principal)
 	}
 	ws := t.s.workspace
 	st, err := os.Stat(ws)

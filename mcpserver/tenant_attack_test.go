@@ -303,3 +303,47 @@ print('pkgs', len([p for p in sys.path if '/.ipybox/packages/' in p]))`)
 		}
 	}
 }
+
+// TestAttackTenantView: a sandboxed kernel of alice's sees nothing of
+// bob's folder, nor the workspace above hers: his file in her folder
+// (before, they shared one), listing his folder or the workspace, reading bob's
+// file by its host path, writing into his venv or registry, and a link
+// to his folder all fail. Alice's own folder is writable (the test can
+// fail).
+func TestAttackTenantView(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, Principals: twoPrincipals, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	runIn(t, bob, createSession(t, bob), "open('bobs-secret.txt', 'w').write('bob')")
+	bobDir := filepath.Join(srv.Workspace(), "bob")
+	cell := fmt.Sprintf(`import os
+def try_(what, f):
+    try:
+        r = f()
+        print(what, 'OK', repr(r)[:80])
+    except Exception as e:
+        print(what, 'refused', type(e).__name__)
+B = %q
+try_('read', lambda: open(os.path.join(B, 'bobs-secret.txt')).read())
+try_('read-here', lambda: open('bobs-secret.txt').read())
+try_('list-bob', lambda: os.listdir(B))
+try_('list-parent', lambda: [n for n in os.listdir('..') if n == 'bob'] or 1/0)
+try_('write-venv', lambda: open(os.path.join(B, '.ipybox', 'venv', 'x.pth'), 'w').write('import os'))
+try_('write-registry', lambda: open(os.path.join(B, '.ipybox', 'servers.json'), 'w').write('{}'))
+try_('link', lambda: (os.symlink(B, 'to-bob'), open('to-bob/bobs-secret.txt').read()))
+try_('own', lambda: open('mine.txt', 'w').write('a'))`, bobDir)
+	got := runIn(t, alice, createSession(t, alice), cell)
+	for _, w := range []string{"read refused", "read-here refused", "list-bob refused", "list-parent refused", "write-venv refused", "write-registry refused", "link refused", "own OK"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("alice's sandboxed kernel: want %q:\n%s", w, got)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(bobDir, "bobs-secret.txt")); err != nil || string(b) != "bob" {
+		t.Errorf("bob's file: %q %v", b, err)
+	}
+}
