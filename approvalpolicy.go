@@ -411,7 +411,7 @@ func (r *ApprovalRequest) Answer(a Answer) error {
 			action = policy.Allow
 		}
 		c := r.call()
-		if !r.exec.opts.RememberForPrincipal {
+		if !r.exec.opts.Tenant {
 			c.Principal = "" // rules for every caller
 		}
 		rules, err := policy.Cover(c, action, ms)

@@ -193,7 +193,9 @@ type Options struct {
 	ToolServerAddr string
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
-	// milliseconds. Zero means none (each session starts its own).
+	// milliseconds. With several principals there is none: a pooled
+	// kernel starts in one principal's folder before its session is
+	// known. Zero means none (each session starts its own).
 	Pool int
 	// PoolMax is how far the pool grows with demand: each session that
 	// finds it empty raises what it keeps ready by one, up to PoolMax, and

@@ -498,7 +498,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		}
 	}
 	t.mu.Unlock()
-	owner := &oauthOwner{}
+	owner := &oauthOwner{tenant: t.multi}
 	pkgDir, snapDir := "", ""
 	if py != "" {
 		// Packages that this executor's kernel installs with pip go to a
@@ -537,7 +537,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 	o.ApprovalPolicy = s.opts.ApprovalPolicy
 	// The audit log names the principal; with several, the answers it
 	// remembers apply to it alone.
-	o.Principal, o.RememberForPrincipal = t.principal, t.multi
+	o.Principal, o.Tenant = t.principal, t.multi
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	switch {

@@ -347,3 +347,42 @@ try_('own', lambda: open('mine.txt', 'w').write('a'))`, bobDir)
 		t.Errorf("bob's file: %q %v", b, err)
 	}
 }
+
+// TestAttackTenantOAuth: alice signs in to a remote MCP server through
+// her client; bob registers the same server, under the same name and
+// another: it asks him to sign in, and never runs with alice's token.
+// Before, the sign-ins were one file for every principal, keyed by URL,
+// and bob's calls went out as alice.
+func TestAttackTenantOAuth(t *testing.T) {
+	testenv.NeedsPython(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // the token files
+	s := mcptest.NewOAuthServer(nil)
+	t.Cleanup(s.Close)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	url := serveHTTP(t, srv)
+	// A 2025-11-25 connection: URL-mode elicitation asks it directly.
+	alice := connectHTTPAs(t, url, aliceTok, legacyVersion, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			testenv.Browse(r.Params.URL, 0, 10*time.Second)
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	bob := connectHTTPAs(t, url, bobTok, legacyVersion, nil)
+	params := map[string]any{"url": s.URL}
+	if res := call(t, alice, "register_mcp_server", map[string]any{"server_name": "remote", "server_params": params}); res.IsError {
+		t.Fatalf("alice's sign-in: %s", text(res))
+	}
+	if got := run(t, alice, "from mcptools.remote.tool_1 import Params, run\nprint(run(Params(s='alice')))"); got != "tool-1: alice" {
+		t.Fatalf("alice's call after her sign-in: %q (the test proves nothing)", got)
+	}
+	for _, name := range []string{"remote", "mine"} {
+		res := call(t, bob, "register_mcp_server", map[string]any{"server_name": name, "server_params": params})
+		if !res.IsError || !strings.Contains(text(res), "sign-in") {
+			t.Errorf("bob registered %s with alice's sign-in: %s", name, text(res))
+		}
+	}
+	if c := s.Counts(); c.Authorizations != 1 {
+		t.Errorf("sign-ins: %+v", c)
+	}
+}
