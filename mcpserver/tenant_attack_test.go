@@ -386,3 +386,38 @@ func TestAttackTenantOAuth(t *testing.T) {
 		t.Errorf("sign-ins: %+v", c)
 	}
 }
+
+// TestOnePrincipalLayout: one token (the default principal, or one named
+// principal) keeps the layout of a server without principals: the
+// kernel works in the workspace itself, the registry is the workspace's,
+// and no principal's folder is made.
+func TestOnePrincipalLayout(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	bin := mcptest.Build(t)
+	for _, o := range []*Options{{}, {NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}} {
+		ws := t.TempDir()
+		o.Workspace, o.NoZygote = ws, true
+		srv := newServer(t, o)
+		tok := testToken
+		if o.NoAuth {
+			tok = "ci-token-0123456789"
+		}
+		cs := connectHTTPAs(t, serveHTTP(t, srv), tok, newVersion, nil)
+		h := createSession(t, cs)
+		if got := runIn(t, cs, h, "import os\nprint(os.getcwd())"); got != srv.Workspace() {
+			t.Errorf("the kernel works in %q, want the workspace %q", got, srv.Workspace())
+		}
+		if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "go", "server_params": map[string]any{"command": bin}, "session": h}); res.IsError {
+			t.Fatal(text(res))
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".ipybox", "servers.json")); err != nil {
+			t.Errorf("the workspace's registry: %v", err)
+		}
+		for _, p := range []string{"default", "ci", LocalPrincipal} {
+			if _, err := os.Stat(filepath.Join(ws, p)); err == nil {
+				t.Errorf("a folder %s was made for one principal", p)
+			}
+		}
+	}
+}
