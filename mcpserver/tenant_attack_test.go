@@ -304,7 +304,7 @@ print('pkgs', len([p for p in sys.path if '/.ipybox/packages/' in p]))`)
 	}
 }
 
-// TestAttackTenantView: a sandboxed kernel of alice's sees nothing of
+// TestAttackTenantView: a sandboxed (or container) kernel of alice's sees nothing of
 // bob's folder, nor the workspace above hers: his file in her folder
 // (before, they shared one), listing his folder or the workspace, reading bob's
 // file by its host path, writing into his venv or registry, and a link
@@ -313,9 +313,24 @@ print('pkgs', len([p for p in sys.path if '/.ipybox/packages/' in p]))`)
 func TestAttackTenantView(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	testenv.NeedsTool(t, "bwrap")
-	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, Principals: twoPrincipals, Sandbox: ipybox.DefaultSandbox()})
+	for _, backend := range []string{"sandbox", "container"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			o := &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true}
+			if backend == "sandbox" {
+				testenv.NeedsTool(t, "bwrap")
+				o.Sandbox = ipybox.DefaultSandbox()
+			} else {
+				testenv.NeedsDocker(t)
+				o.Container = &ipybox.ContainerConfig{}
+			}
+			tenantView(t, o)
+		})
+	}
+}
+
+func tenantView(t *testing.T, o *Options) {
+	srv := newServer(t, o)
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
