@@ -263,7 +263,8 @@ const defaultPoolMax = 4
 //	x.closeMu → x.startMu → lockName(name) → t.mu
 //	s.runMu → c.mu
 //	c.outMu → c.mu → c.progMu
-//	t.venvMu, t.zygMu, t.readyMu, s.tenantMu (each alone)
+//	t.venvMu, t.zygMu, t.readyMu (each alone)
+//	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
 //	s.budgetMu (alone)
 //
 // (x is a session, c a cell run, store the handle table, t a tenant:
@@ -297,7 +298,7 @@ type Server struct {
 
 	// The tenants (tenant.go): with one principal or none, only is the
 	// one, in the workspace itself; with several (multi), tenants holds
-	// each principal's once used, guarded by tenantMu (taken alone).
+	// each principal's once used, guarded by tenantMu (a leaf lock).
 	multi    bool
 	only     *tenant
 	tenantMu sync.Mutex
@@ -431,8 +432,11 @@ func New(opts *Options) (*Server, error) {
 		}
 		s.sandbox = &cp
 	}
-	if err := s.makeBinds(ws); err != nil {
-		return nil, err
+	if !s.multi {
+		// Several principals get the links in their folders (tenant.go).
+		if err := s.makeBinds(ws); err != nil {
+			return nil, err
+		}
 	}
 	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
 		return nil, err

@@ -41,9 +41,13 @@ import (
 // what the server does for each (installs, registrations, remembered
 // answers), not what kernel code can do as that user.
 //
-// Locks: t.venvMu and t.zygMu are each taken alone. t.mu guards the
+// Locks: t.readyMu (across the folder's creation and check, a few file
+// operations), t.venvMu (across the virtualenv's creation) and t.zygMu
+// (across the fork server's start) are each taken alone. t.mu guards the
 // registration table and the synced generations of the tenant's
-// sessions; it is taken after lockName(name) and never with s.mu.
+// sessions, in memory only; it is taken after lockName(name) and never
+// with s.mu. s.tenantMu, the Server's, guards the map of tenants and is
+// a leaf.
 // Processes that are shared stay on Server: the snapshot budget, the
 // warm pool (only with one tenant), the kernel limits.
 type tenant struct {
