@@ -410,7 +410,11 @@ func (r *ApprovalRequest) Answer(a Answer) error {
 		if a.Accept {
 			action = policy.Allow
 		}
-		rules, err := policy.Cover(r.call(), action, ms)
+		c := r.call()
+		if !r.exec.opts.Tenant {
+			c.Principal = "" // rules for every caller
+		}
+		rules, err := policy.Cover(c, action, ms)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCannotRemember, err)
 		}
@@ -439,10 +443,14 @@ func (r *ApprovalRequest) Answer(a Answer) error {
 
 // call is the request as the policy sees it.
 func (r *ApprovalRequest) call() *policy.Call {
-	if r.Kind == KindShell {
-		return &policy.Call{Kind: policy.KindShell, Command: r.Command}
+	principal := ""
+	if r.exec != nil {
+		principal = r.exec.opts.Principal
 	}
-	return &policy.Call{Kind: policy.KindTool, Server: r.Server, Tool: r.Tool, Args: r.Args}
+	if r.Kind == KindShell {
+		return &policy.Call{Kind: policy.KindShell, Command: r.Command, Principal: principal}
+	}
+	return &policy.Call{Kind: policy.KindTool, Server: r.Server, Tool: r.Tool, Args: r.Args, Principal: principal}
 }
 
 // remember keeps rules as a answered them: for the session, or in the
@@ -470,6 +478,9 @@ func (e *Executor) remember(a Answer, rules []*policy.Rule) error {
 			who += " (" + a.Person + ")"
 		}
 		comment := fmt.Sprintf("%s by %s, session %s", time.Now().UTC().Format(time.RFC3339), who, e.session)
+		if e.opts.Principal != "" {
+			comment += ", principal " + e.opts.Principal
+		}
 		if _, err := e.opts.ApprovalPolicy.file.Append(comment, lines...); err != nil {
 			return fmt.Errorf("ipybox: remember the answer: %w", err)
 		}
@@ -611,6 +622,7 @@ func (e *Executor) audit(entry *policy.Entry, r *ApprovalRequest, decision strin
 	}
 	entry.Time = start.UTC()
 	entry.Session = e.session
+	entry.Principal = e.opts.Principal
 	entry.Kind = string(r.Kind)
 	entry.Decision = decision
 	entry.WaitedMS = float64(time.Since(start).Microseconds()) / 1000

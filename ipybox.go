@@ -140,6 +140,19 @@ type Options struct {
 	// NoToolApproval or ApproveShellCommands would let run, and deny rules
 	// apply to them too. Nil means no rules and no audit log.
 	ApprovalPolicy *ApprovalPolicy
+	// Principal names whom the Executor runs for (a principal of ipybox
+	// mcp): the audit log's rows name it. Empty means none.
+	Principal string
+	// Tenant keeps what Principal's sessions leave behind apart from
+	// other principals' (for a server whose principals are tenants): the
+	// answers remembered for the session or always become rules of
+	// Principal alone ("allow principal=NAME tool ..."), which no other
+	// principal's calls match, and the OAuth sign-ins to remote MCP
+	// servers are kept in a token file of Principal's own
+	// (mcpconn.PrincipalTokenFile, in the default one's folder, which
+	// every sandbox masks). False writes rules for every caller and uses
+	// the one token file.
+	Tenant bool
 	// SessionID names this Executor's session in the approval audit log.
 	// Empty means a random one.
 	SessionID string

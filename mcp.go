@@ -74,7 +74,15 @@ func (e *Executor) startTools() error {
 		return err
 	}
 	e.registry = reg
+	tokens := ""
+	if e.opts.Tenant && e.opts.Principal != "" {
+		// Another principal's sign-ins are not this one's.
+		if tokens, err = mcpconn.PrincipalTokenFile(e.opts.Principal); err != nil {
+			return err
+		}
+	}
 	if e.mcp, err = mcpconn.New(reg, &mcpconn.Options{
+		TokenFile:    tokens,
 		Logger:       e.log,
 		CallTimeout:  e.toolCallTimeout(),
 		DotEnv:       e.opts.DotEnv,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -101,7 +102,8 @@ func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult
 	}
 	a.By, a.Channel = ipybox.ByPerson, elicitChannel
 	if client != "" {
-		a.Channel += " (client " + client + ")"
+		// The client names itself: a claim, quoted as it came.
+		a.Channel += " (the client says it is " + strconv.QuoteToASCII(clipText(client, 80)) + ")"
 	}
 	if err := r.Answer(a); errors.Is(err, ipybox.ErrCannotRemember) {
 		// A widened rule that does not match the call: this answer

@@ -19,11 +19,15 @@
 // negotiates MCP 2026-07-28 (server/discover; stateless over HTTP) and
 // 2025-11-25 and older (initialize).
 //
-// Every session shares the workspace: its files, the generated tool modules
-// (mcptools/), the registrations of MCP servers (.ipybox/servers.json), and
-// the kernel's virtualenv (.ipybox/venv), which is created on first use with
-// --system-site-packages. A server registered in one session can be used by
-// the others: each session's executor learns it before its next call.
+// Every session of a principal shares its workspace: its files, the
+// generated tool modules (mcptools/), the registrations of MCP servers
+// (.ipybox/servers.json), and the kernel's virtualenv (.ipybox/venv), which
+// is created on first use with --system-site-packages. A server registered
+// in one session can be used by the others: each session's executor learns
+// it before its next call. With one principal (or none) the workspace is
+// Options.Workspace; with several, each principal has its own below it
+// (see tenant.go), and nothing one registers, installs or remembers reaches
+// another.
 //
 // A session's kernel starts at its first cell (from the warm pool, when it
 // has one; the call waits for it, Options.StartTimeout): a session that

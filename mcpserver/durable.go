@@ -81,10 +81,15 @@ func (x *session) wake(ctx context.Context) (*ipybox.Executor, error) {
 			return nil, err
 		}
 	}
+	var notes []string
+	if s.local() {
+		if n := x.confine(); n != "" {
+			notes = append(notes, n)
+		}
+	}
 	x.mu.Lock()
 	asleep, kid := x.asleep, x.kernelID
 	x.mu.Unlock()
-	var notes []string
 	attach := ""
 	if !s.local() && asleep != nil {
 		attach = kid
@@ -155,7 +160,7 @@ func (x *session) reload(ctx context.Context) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.ex == nil {
-		x.pkg, x.snap, x.kernelID = r.Packages, r.Snapshot, r.Kernel
+		x.pkg, x.snap, x.kernelID, x.conf = r.Packages, r.Snapshot, r.Kernel, r.Confinement
 		if x.asleep == nil && (r.Snapshot != "" || r.Kernel != "") {
 			x.asleep = &sleep{at: r.Used, why: "ipybox mcp stopped", detached: r.Kernel != "", lost: r.Lost}
 		}
@@ -282,7 +287,7 @@ func (s *Server) adopt(x *session, ex *ipybox.Executor) {
 	if ex.SnapshotDir() == "" {
 		newSnap = ""
 	}
-	ipy := filepath.Join(s.workspace, ".ipybox")
+	ipy := filepath.Join(x.t.dir, ".ipybox")
 	for _, m := range []struct{ kind, old, new string }{{"packages", oldPkg, newPkg}, {"snapshots", oldSnap, newSnap}} {
 		if !folderName(m.old) || m.old == m.new {
 			continue
@@ -488,12 +493,21 @@ func (s *Server) reserve(ctx context.Context, dir string) (int64, func(), error)
 	}
 }
 
-// snapshotsSize measures the workspace's snapshot folders but except.
+// snapshotsSize measures the snapshot folders of every tenant but except
+// (the budget is the server's, over its principals).
 func (s *Server) snapshotsSize(except string) (int64, error) {
-	root := filepath.Join(s.workspace, ".ipybox", "snapshots")
+	var total int64
+	for _, dir := range s.tenantDirs() {
+		total += s.tenantSnapshotsSize(filepath.Join(dir, ".ipybox", "snapshots"), except)
+	}
+	return total, nil
+}
+
+// tenantSnapshotsSize measures the snapshot folders in root but except.
+func (s *Server) tenantSnapshotsSize(root, except string) int64 {
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return 0, nil
+		return 0
 	}
 	var total int64
 	for _, e := range ents {
@@ -514,7 +528,7 @@ func (s *Server) snapshotsSize(except string) (int64, error) {
 		}
 		total += n
 	}
-	return total, nil
+	return total
 }
 
 // unsavedKey is what a save left out, to tell a change.
@@ -644,7 +658,7 @@ func (s *Server) saveRecord(x *session) {
 		x.mu.Unlock()
 		return
 	}
-	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.frontend}
+	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.frontend, Confinement: x.conf}
 	if !s.local() {
 		r.Gateway = s.opts.Gateway.URL
 	}
@@ -664,8 +678,8 @@ func (s *Server) saveRecord(x *session) {
 // revive makes the session of a record of the state folder, asleep: its
 // first call restores it. h is the handle the call named.
 func (s *Server) revive(h string, key [32]byte, r *record) *session {
-	x := &session{s: s, handle: h, key: key, id: logID(h), principal: r.Principal, created: r.Created, used: r.Used, synced: map[string]int{},
-		pkg: r.Packages, snap: r.Snapshot, kernelID: r.Kernel}
+	x := &session{s: s, handle: h, key: key, id: logID(h), principal: r.Principal, t: s.tenant(r.Principal), created: r.Created, used: r.Used, synced: map[string]int{},
+		pkg: r.Packages, snap: r.Snapshot, kernelID: r.Kernel, conf: r.Confinement}
 	if r.Snapshot != "" || r.Kernel != "" {
 		// It had a kernel: its next call brings its state back. (One that
 		// never ran a cell has nothing to bring back, and no note.)

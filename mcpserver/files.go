@@ -101,9 +101,12 @@ func (d dirFS) MkdirAll(name string, perm os.FileMode) error {
 
 // workspaceRoot resolves a checked relpath to the directory it lies in
 // (the workspace, or a bound host directory) and the path inside it.
-func (s *Server) workspaceRoot(rel string) (dirFS, string, error) {
-	base, inner := s.workspace, rel
-	for _, b := range s.opts.Binds {
+func (t *tenant) workspaceRoot(rel string) (dirFS, string, error) {
+	if err := t.ensure(); err != nil {
+		return dirFS{}, "", err
+	}
+	base, inner := t.dir, rel
+	for _, b := range t.s.opts.Binds {
 		br := filepath.Clean(b.RelPath)
 		if rel == br || strings.HasPrefix(rel, br+"/") {
 			host, err := filepath.EvalSymlinks(b.HostPath)
@@ -124,7 +127,7 @@ func (s *Server) workspaceRoot(rel string) (dirFS, string, error) {
 // symbolic links are resolved, and returns it as an os.Root with p's path
 // inside it. For a path that does not exist yet (a download target), the
 // deepest existing ancestor is resolved and the rest appended.
-func (s *Server) allowedRoot(p string) (dirFS, string, error) {
+func (t *tenant) allowedRoot(p string) (dirFS, string, error) {
 	existing, rest := p, ""
 	for {
 		if _, err := os.Lstat(existing); err == nil {
@@ -142,7 +145,11 @@ func (s *Server) allowedRoot(p string) (dirFS, string, error) {
 		return dirFS{}, "", fmt.Errorf("local_path %q: %w", p, err)
 	}
 	real = filepath.Join(real, rest)
-	for _, dir := range s.allowed {
+	if t.othersFolder(real) {
+		return dirFS{}, "", fmt.Errorf("local_path %s is in another principal's folder (or the workspace's .ipybox); choose a path in yours, %s", p, t.dir)
+	}
+	allowed := t.allowedDirs()
+	for _, dir := range allowed {
 		if within(real, dir) {
 			inner, _ := filepath.Rel(dir, real)
 			if inner == "." {
@@ -155,7 +162,7 @@ func (s *Server) allowedRoot(p string) (dirFS, string, error) {
 	if real != p {
 		shown = fmt.Sprintf("%s (really %s)", p, real)
 	}
-	return dirFS{}, "", fmt.Errorf("local_path %s is outside the allowed directories (%s); choose a path inside one of them, or start ipybox mcp with --allowed-dir", shown, strings.Join(s.allowed, ", "))
+	return dirFS{}, "", fmt.Errorf("local_path %s is outside the allowed directories (%s); choose a path inside one of them, or start ipybox mcp with --allowed-dir", shown, strings.Join(allowed, ", "))
 }
 
 // copyFile copies src in sr to dst in dr: a regular file, binary-safe, the
@@ -304,10 +311,11 @@ func checkBind(b Bind) error {
 }
 
 // makeBinds makes each bound host directory visible at its relpath in the
-// workspace, as a symbolic link (a sandbox mounts it instead).
-func (s *Server) makeBinds() error {
+// workspace ws (a tenant's folder), as a symbolic link (a sandbox mounts
+// it instead).
+func (s *Server) makeBinds(ws string) error {
 	for _, b := range s.opts.Binds {
-		link := filepath.Join(s.workspace, filepath.Clean(b.RelPath))
+		link := filepath.Join(ws, filepath.Clean(b.RelPath))
 		if cur, err := os.Readlink(link); err == nil {
 			if cur == b.HostPath {
 				continue

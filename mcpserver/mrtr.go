@@ -138,7 +138,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(s.workspace, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
+	sp := newSpill(x.t.dir, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	x.begin()
 	s.wg.Add()
 	go func() {

@@ -16,6 +16,11 @@ import (
 // authorization URL, through URL-mode elicitation. Warm executors start
 // without a session; startExecutor sets it.
 type oauthOwner struct {
+	// tenant says the executor's principal is one of several, whose
+	// sign-ins are its own (ipybox.Options.Tenant): `ipybox auth login`
+	// does not sign in for it.
+	tenant bool
+
 	mu   sync.Mutex
 	ss   *mcp.ServerSession
 	call context.Context // the running tool call's request, if any
@@ -48,6 +53,9 @@ func (o *oauthOwner) openURL(ctx context.Context, server, url string) error {
 	ss, call := o.ss, o.call
 	o.mu.Unlock()
 	login := fmt.Sprintf("sign in with `ipybox auth login %s` (run in a terminal on this host, with this --workspace) and try again", server)
+	if o.tenant {
+		login = "with several principals each signs in for itself, through an MCP client that supports URL-mode elicitation (`ipybox auth login` signs in for a server without principals); connect with one and try again"
+	}
 	if ss == nil {
 		return fmt.Errorf("MCP server %q needs an OAuth sign-in, and no MCP client is connected to open the sign-in page; %s", server, login)
 	}

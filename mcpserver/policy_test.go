@@ -161,7 +161,7 @@ for c in ['echo a', 'echo a', 'echo b', 'echo b', 'echo bad', 'echo forged', 'ec
 		t.Errorf("output:\n%s", out)
 	}
 	text, _ := os.ReadFile(file)
-	for _, w := range []string{"deny shell echo bad", "allow shell echo *", "through MCP elicitation (client test)"} {
+	for _, w := range []string{"deny shell echo bad", "allow shell echo *", `through MCP elicitation (the client says it is "test")`} {
 		if !strings.Contains(string(text), w) {
 			t.Errorf("the policy lacks %q:\n%s", w, text)
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,7 +62,10 @@ type Bind struct {
 type Options struct {
 	// Workspace is the kernel's working directory, shared by every session:
 	// it holds mcptools/, images/, .ipybox/ (the registry of MCP servers and
-	// the kernel's virtualenv) and the agent's files. Empty means the
+	// the kernel's virtualenv) and the agent's files. With several
+	// principals (Principals and AuthToken name two or more), each has a
+	// workspace of its own, Workspace/<principal>, made at its first use,
+	// and the kernels see only theirs (see docs/mcp.md). Empty means the
 	// current directory.
 	Workspace string
 	// Python is the interpreter the workspace's virtualenv is created from
@@ -199,7 +201,9 @@ type Options struct {
 	ToolServerAddr string
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
-	// milliseconds. Zero means none (each session starts its own).
+	// milliseconds. With several principals there is none: a pooled
+	// kernel starts in one principal's folder before its session is
+	// known. Zero means none (each session starts its own).
 	Pool int
 	// PoolMax is how far the pool grows with demand: each session that
 	// finds it empty raises what it keeps ready by one, up to PoolMax, and
@@ -262,20 +266,23 @@ const defaultPoolMax = 4
 // Locks, outer first; a goroutine that holds one may take only those
 // after it on its line:
 //
-//	s.closeMu → s.mu → s.zygMu
+//	s.closeMu → s.mu
 //	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
+//	x.closeMu → x.startMu → lockName(name) → t.mu
 //	s.runMu → c.mu
 //	c.outMu → c.mu → c.progMu
-//	s.venvMu (alone)
+//	t.venvMu, t.zygMu, t.readyMu (each alone)
+//	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
 //	s.budgetMu (alone)
 //
-// (x is a session, c a cell run, store the handle table.) s.mu, x.mu,
+// (x is a session, c a cell run, store the handle table, t a tenant:
+// see tenant.go.) s.mu, x.mu,
 // store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
 // under them. Three are held across I/O, each bounded and each waited for
 // only by what must wait: x.startMu across its session's kernel start
 // (StartTimeout), lockName(name) across a registration of that name (its
 // context and the connect timeout: registrations of other names, and
-// cells, go on), and s.venvMu across the virtualenv's creation.
+// cells, go on), and t.venvMu across the virtualenv's creation.
 type Server struct {
 	opts      Options
 	workspace string
@@ -295,14 +302,15 @@ type Server struct {
 	// with the bound directories added as writable paths.
 	sandbox *ipybox.SandboxConfig
 
-	warm   *warm.Pool[warmExec]
-	zygMu  sync.Mutex
-	zyg    *ipybox.Zygote // the fork server of unsandboxed kernels, once started
-	zygErr error
+	warm *warm.Pool[warmExec]
 
-	venvMu   sync.Mutex // serialises the virtualenv's creation
-	venvPy   string     // the virtualenv's interpreter once created
-	venvBase string     // the interpreter it was made from, when this server made it
+	// The tenants (tenant.go): with one principal or none, only is the
+	// one, in the workspace itself; with several (multi), tenants holds
+	// each principal's once used, guarded by tenantMu (a leaf lock).
+	multi    bool
+	only     *tenant
+	tenantMu sync.Mutex
+	tenants  map[string]*tenant
 
 	// store is the table of sessions by handle, implicit ones included.
 	store sessionStore
@@ -344,13 +352,6 @@ type Server struct {
 	// (see mrtr.go); guarded by runMu.
 	runMu sync.Mutex
 	runs  map[[32]byte]*cellRun
-
-	// regs is the registration table and regGen its last generation,
-	// guarded by mu. nameLocks order the registrations of one name (see
-	// lockName), guarded by mu too.
-	regs      map[string]*registration
-	regGen    int
-	nameLocks map[string]*nameLock
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -417,15 +418,17 @@ func New(opts *Options) (*Server, error) {
 		kernelsBy: map[string]int{},
 		handlesBy: map[string]int{},
 		runs:      map[[32]byte]*cellRun{},
-		regs:      map[string]*registration{},
-		nameLocks: map[string]*nameLock{},
+		tenants:   map[string]*tenant{},
 	}
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
-	for _, name := range slices.Sorted(maps.Keys(o.Servers)) {
-		s.regGen++
-		s.regs[name] = &registration{cfg: o.Servers[name], gen: s.regGen}
+	if err := checkTenantNames(s.tokens); err != nil {
+		return nil, err
+	}
+	s.multi = multiTenant(s.tokens)
+	if !s.multi {
+		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 	}
 	if o.Sandbox != nil {
 		// A bind is a link in the workspace to a host directory; inside the
@@ -437,8 +440,11 @@ func New(opts *Options) (*Server, error) {
 		}
 		s.sandbox = &cp
 	}
-	if err := s.makeBinds(); err != nil {
-		return nil, err
+	if !s.multi {
+		// Several principals get the links in their folders (tenant.go).
+		if err := s.makeBinds(ws); err != nil {
+			return nil, err
+		}
 	}
 	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
 		return nil, err
@@ -451,6 +457,12 @@ func New(opts *Options) (*Server, error) {
 		s.handlesBy[k.rec.Principal]++
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.multi && o.Pool > 0 {
+		// A pooled kernel starts in one folder, before its session (and
+		// so its principal) is known.
+		log.Warn("the warm pool is off with several principals: each principal's kernels start in its own folder", "pool", o.Pool)
+		o.Pool = 0
+	}
 	s.warm = newWarmPool(s, o.Pool)
 	if o.Pool > 0 {
 		most := o.PoolMax
@@ -653,12 +665,10 @@ func (s *Server) Close() error {
 	if !s.wg.Wait(30 * time.Second) {
 		errs = append(errs, errors.New("sessions did not end within 30s"))
 	}
-	// Last: the kernels it forked are closed.
-	s.zygMu.Lock()
-	if s.zyg != nil {
-		s.zyg.Close()
+	// Last: the kernels they forked are closed.
+	for _, t := range s.allTenants() {
+		t.close()
 	}
-	s.zygMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		s.closeErr = fmt.Errorf("close: %w", err)
 	}

@@ -28,6 +28,12 @@ type session struct {
 	key       [32]byte // the handle's SHA-256
 	id        string
 	principal string
+	// t is the principal's tenant (tenant.go): its folder, registry and
+	// virtualenv.
+	t *tenant
+	// conf is the confinement of the kernels that wrote the session's
+	// folders (confinement.go); guarded by mu.
+	conf string
 	// conn is the connection of an implicit session, which ends with it;
 	// nil for a session of create_session, which the state folder keeps
 	// (durable).
@@ -70,7 +76,7 @@ type session struct {
 	closeErr  error
 
 	// synced maps a registration's name to the generation this session's
-	// executor knows; guarded by s.mu.
+	// executor knows; guarded by t.mu.
 	synced map[string]int
 	// warnings are registration problems to report with the next execute;
 	// guarded by mu.
@@ -89,7 +95,7 @@ type session struct {
 func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
 	h := newHandle()
 	now := time.Now()
-	x := &session{s: s, handle: h, key: handleKey(h), id: logID(h), principal: principal, conn: conn, created: now, used: now, synced: map[string]int{}}
+	x := &session{s: s, handle: h, key: handleKey(h), id: logID(h), principal: principal, t: s.tenant(principal), conf: s.confinement(), conn: conn, created: now, used: now, synced: map[string]int{}}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x
 }
@@ -263,25 +269,26 @@ func (x *session) sync(ctx context.Context, ex *ipybox.Executor) {
 // syncOne registers name in ex, as the table has it once name's lock is
 // held: a registration that committed while this one waited wins.
 func (x *session) syncOne(ctx context.Context, ex *ipybox.Executor, name string) {
-	unlock := x.s.lockName(name)
+	t := x.t
+	unlock := t.lockName(name)
 	defer unlock()
-	x.s.mu.Lock()
-	r := x.s.regs[name]
+	t.mu.Lock()
+	r := t.regs[name]
 	if r == nil || x.synced[name] == r.gen {
-		x.s.mu.Unlock()
+		t.mu.Unlock()
 		return
 	}
 	cfg, gen := r.cfg, r.gen
-	x.s.mu.Unlock()
+	t.mu.Unlock()
 	_, err := ex.RegisterMCPServer(ctx, name, cfg)
-	x.s.mu.Lock()
+	t.mu.Lock()
 	x.synced[name] = gen
 	if err == nil {
-		if r := x.s.regs[name]; r != nil && r.gen == gen {
+		if r := t.regs[name]; r != nil && r.gen == gen {
 			r.persisted = true
 		}
 	}
-	x.s.mu.Unlock()
+	t.mu.Unlock()
 	if err != nil {
 		x.s.log.Warn("registering an MCP server", "server", name, "err", err)
 		x.mu.Lock()
@@ -305,23 +312,23 @@ type nameLock struct {
 // registrations of one name are ordered by it, so that the last to commit
 // is the last written to servers.json and to the table alike; those of
 // other names, and everything else, do not wait for its network I/O.
-func (s *Server) lockName(name string) (unlock func()) {
-	s.mu.Lock()
-	l := s.nameLocks[name]
+func (t *tenant) lockName(name string) (unlock func()) {
+	t.mu.Lock()
+	l := t.nameLocks[name]
 	if l == nil {
 		l = &nameLock{}
-		s.nameLocks[name] = l
+		t.nameLocks[name] = l
 	}
 	l.users++
-	s.mu.Unlock()
+	t.mu.Unlock()
 	l.mu.Lock() // bound: the holder's registration, bounded by its ctx and the connect timeout
 	return func() {
 		l.mu.Unlock()
-		s.mu.Lock()
+		t.mu.Lock()
 		if l.users--; l.users == 0 {
-			delete(s.nameLocks, name)
+			delete(t.nameLocks, name)
 		}
-		s.mu.Unlock()
+		t.mu.Unlock()
 	}
 }
 
@@ -331,12 +338,14 @@ type pendingReg struct {
 	gen  int
 }
 
-// pending lists the registrations x's executor does not know yet.
+// pending lists the registrations of x's tenant that x's executor does
+// not know yet.
 func (s *Server) pending(x *session) []pendingReg {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	t := x.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var out []pendingReg
-	for name, r := range s.regs {
+	for name, r := range t.regs {
 		if x.synced[name] != r.gen {
 			out = append(out, pendingReg{name, r.cfg, r.gen})
 		}
@@ -345,21 +354,22 @@ func (s *Server) pending(x *session) []pendingReg {
 }
 
 // register registers a server through x's executor and makes it known to
-// every other session. The executor saves only this server's entry in
+// every other session of x's tenant. The executor saves only this server's entry in
 // servers.json (mcpconn's SaveEntry keeps the others), so it need not
 // learn the other registrations first.
 func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string, cfg ipybox.ServerConfig) ([]ipybox.ToolModule, error) {
-	unlock := x.s.lockName(name)
+	t := x.t
+	unlock := t.lockName(name)
 	defer unlock()
 	mods, err := ex.RegisterMCPServer(ctx, name, cfg)
 	if err != nil {
 		return nil, err
 	}
-	x.s.mu.Lock()
-	x.s.regGen++
-	x.s.regs[name] = &registration{cfg: cfg, gen: x.s.regGen, persisted: true}
-	x.synced[name] = x.s.regGen
-	x.s.mu.Unlock()
+	t.mu.Lock()
+	t.regGen++
+	t.regs[name] = &registration{cfg: cfg, gen: t.regGen, persisted: true}
+	x.synced[name] = t.regGen
+	t.mu.Unlock()
 	return mods, nil
 }
 
@@ -408,7 +418,7 @@ func (x *session) finish(keep bool) error {
 		x.s.deleteGatewayKernel(kid)
 	}
 	if !keep {
-		x.s.removeFolders(pkg, snap)
+		x.t.removeFolders(pkg, snap)
 	}
 	x.unlock()
 	return x.closeErr
@@ -440,51 +450,55 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
-		s.mu.Lock()
+		x.t.mu.Lock()
 		maps.Copy(x.synced, w.synced)
-		s.mu.Unlock()
+		x.t.mu.Unlock()
 		return w.ex, nil
 	}
-	ex, synced, owner, err := s.newExecutor(ctx, attach)
+	ex, synced, owner, err := x.t.newExecutor(ctx, attach)
 	if err != nil {
 		return nil, err
 	}
 	x.mu.Lock()
 	x.owner = owner
 	x.mu.Unlock()
-	s.mu.Lock()
+	x.t.mu.Lock()
 	maps.Copy(x.synced, synced)
-	s.mu.Unlock()
+	x.t.mu.Unlock()
 	return ex, nil
 }
 
-// newExecutor starts an Executor as sessions get them: the workspace's
-// virtualenv, the approval policy, the sandbox, and (unsandboxed) the
-// server's fork server; a local one gets a package folder and a snapshot
+// newExecutor starts an Executor as the tenant's sessions get them: in
+// its folder, with its virtualenv, the approval policy, the sandbox, and
+// (unsandboxed) its fork server; a local one gets a package folder and a snapshot
 // folder of its own, a gateway one attaches to kernel attach when it is
 // set. It returns the registration generations the executor loaded from
 // servers.json at its start, and the holder of the session it will serve
 // (for OAuth sign-ins).
-func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
+func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
+	s := t.s
+	if err := t.ensure(); err != nil {
+		return nil, nil, nil, err
+	}
 	var py string
 	if s.opts.Container == nil && s.opts.Gateway == nil {
 		// A container brings its own Python, a gateway's kernels theirs;
 		// the workspace's virtualenv is the host's.
 		var err error
-		if py, err = s.venvPython(ctx); err != nil {
+		if py, err = t.venvPython(ctx); err != nil {
 			return nil, nil, nil, err
 		}
 	}
 	// What servers.json holds now, this executor loads at Start.
 	synced := map[string]int{}
-	s.mu.Lock()
-	for name, r := range s.regs {
+	t.mu.Lock()
+	for name, r := range t.regs {
 		if r.persisted {
 			synced[name] = r.gen
 		}
 	}
-	s.mu.Unlock()
-	owner := &oauthOwner{}
+	t.mu.Unlock()
+	owner := &oauthOwner{tenant: t.multi}
 	pkgDir, snapDir := "", ""
 	if py != "" {
 		// Packages that this executor's kernel installs with pip go to a
@@ -492,11 +506,11 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		// kernels, so one session's install cannot replace code that
 		// another runs (install_package changes the shared one, with
 		// approval). They survive a reset, and go with the session.
-		pkgDir = filepath.Join(s.workspace, ".ipybox", "packages", newFolderName())
+		pkgDir = filepath.Join(t.dir, ".ipybox", "packages", newFolderName())
 	}
 	if s.opts.Gateway == nil {
 		// Its snapshots, which its kernel alone writes and reads.
-		snapDir = filepath.Join(s.workspace, ".ipybox", "snapshots", newFolderName())
+		snapDir = filepath.Join(t.dir, ".ipybox", "snapshots", newFolderName())
 	}
 	o := ipybox.Options{
 		TracerProvider: s.opts.TracerProvider,
@@ -505,8 +519,8 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		PackageDir:  pkgDir,
 		SnapshotDir: snapDir,
 		Python:      py,
-		WorkDir:     s.workspace,
-		ImagesDir:   s.opts.ImagesDir,
+		WorkDir:     t.dir,
+		ImagesDir:   t.imagesDir(),
 		KernelEnv:   s.opts.KernelEnv,
 		DotEnv:      s.opts.DotEnv,
 		Logger:      s.log,
@@ -521,6 +535,9 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 	}
 	o.ApprovalTimeout = s.opts.ApprovalTimeout
 	o.ApprovalPolicy = s.opts.ApprovalPolicy
+	// The audit log names the principal; with several, the answers it
+	// remembers apply to it alone.
+	o.Principal, o.Tenant = t.principal, t.multi
 	o.Sandbox = s.sandbox
 	o.Container = s.opts.Container
 	switch {
@@ -530,7 +547,7 @@ func (s *Server) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		o.Gateway = &g
 		o.ToolServerAddr = s.opts.ToolServerAddr
 	case s.sandbox == nil && o.Container == nil:
-		o.Zygote = s.zygote(ctx, py)
+		o.Zygote = t.zygote(ctx, py)
 	}
 	ex, err := ipybox.Start(ctx, &o)
 	if err != nil {
@@ -571,11 +588,14 @@ func (s *Server) closeExecutor(ex *ipybox.Executor, keep bool) error {
 }
 
 // removeFolders removes a session's folders by their names.
-func (s *Server) removeFolders(pkg, snap string) {
+func (t *tenant) removeFolders(pkg, snap string) {
+	if t.dir == "" {
+		return
+	}
 	for _, d := range []struct{ kind, name string }{{"packages", pkg}, {"snapshots", snap}} {
 		if folderName(d.name) {
-			if err := os.RemoveAll(filepath.Join(s.workspace, ".ipybox", d.kind, d.name)); err != nil {
-				s.log.Warn("could not remove a session's folder", "kind", d.kind, "err", err)
+			if err := os.RemoveAll(filepath.Join(t.dir, ".ipybox", d.kind, d.name)); err != nil {
+				t.s.log.Warn("could not remove a session's folder", "kind", d.kind, "err", err)
 			}
 		}
 	}

@@ -295,7 +295,7 @@ func (s *Server) expire(k keyed) {
 	}
 	s.log.Info("a stored session expired; removing it", "session", keyName(k.key)[:8])
 	s.state.remove(k.key)
-	s.removeFolders(k.rec.Packages, k.rec.Snapshot)
+	s.tenant(k.rec.Principal).removeFolders(k.rec.Packages, k.rec.Snapshot)
 	if k.rec.Kernel != "" && !s.local() {
 		s.deleteGatewayKernel(k.rec.Kernel)
 	}

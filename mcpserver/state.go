@@ -66,6 +66,11 @@ type record struct {
 	Saved  time.Time `json:"saved,omitzero"`
 	// Lost says why its last hibernation saved nothing.
 	Lost string `json:"lost,omitempty"`
+	// Confinement is how the kernels that wrote its folders were
+	// confined (confinement.go): none, sandbox/<digest> or
+	// container/<digest>; empty for a gateway session, or from an
+	// ipybox before it was recorded.
+	Confinement string `json:"confinement,omitempty"`
 }
 
 // folderName reports whether s can name a session's folder: what
@@ -96,7 +101,7 @@ func (r *record) check() error {
 		return errors.New("bad folder name")
 	case r.Kernel != "" && !gateway.ValidID(r.Kernel):
 		return errors.New("bad kernel id")
-	case len(r.Asleep) > 200, len(r.Gateway) > 2000, len(r.Frontend) > 64, len(r.Lost) > 4000:
+	case len(r.Asleep) > 200, len(r.Gateway) > 2000, len(r.Frontend) > 64, len(r.Lost) > 4000, len(r.Confinement) > 64:
 		return errors.New("field too long")
 	}
 	return nil

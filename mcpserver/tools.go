@@ -506,7 +506,8 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 	case strings.HasPrefix(name, "-"):
 		return nil, nil, fmt.Errorf("package_name %s starts with -: pip options are not accepted, give a package name or path", quote(name))
 	}
-	if err := localRequirementInside(s.workspace, name); err != nil {
+	t := s.tenant(principalOf(req))
+	if err := localRequirementInside(t.dir, name); err != nil {
 		return nil, nil, err
 	}
 	if s.opts.Container != nil {
@@ -522,7 +523,7 @@ func (s *Server) installTool(ctx context.Context, req *mcp.CallToolRequest, a in
 	if s.opts.Gateway != nil {
 		return s.installRemote(ctx, ex, name)
 	}
-	out, err := s.runPip(ctx, "install", name)
+	out, err := t.runPip(ctx, "install", name)
 	text := truncate(strings.TrimSpace(string(out)), maxPipOutput)
 	if err != nil {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
@@ -673,7 +674,7 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 		}
 		defer done()
 	}
-	sr, src, err := s.allowedRoot(local)
+	sr, src, err := s.tenant(principalOf(req)).allowedRoot(local)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -700,7 +701,7 @@ func (s *Server) uploadTool(ctx context.Context, req *mcp.CallToolRequest, a fil
 		}
 		return textResult("Copied %d bytes from %s to %s in the kernel's working directory.", n, local, rel), nil, nil
 	}
-	dr, dst, err := s.workspaceRoot(rel)
+	dr, dst, err := s.tenant(principalOf(req)).workspaceRoot(rel)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -748,7 +749,7 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 		}
 		defer done()
 	}
-	dr, dst, err := s.allowedRoot(local)
+	dr, dst, err := s.tenant(principalOf(req)).allowedRoot(local)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -767,7 +768,7 @@ func (s *Server) downloadTool(ctx context.Context, req *mcp.CallToolRequest, a f
 		}
 		return textResult("Copied %d bytes from %s in the kernel's working directory to %s.", n, rel, local), nil, nil
 	}
-	sr, src, err := s.workspaceRoot(rel)
+	sr, src, err := s.tenant(principalOf(req)).workspaceRoot(rel)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -43,46 +43,46 @@ func venvDir(workspace string) string { return filepath.Join(workspace, ".ipybox
 // write through whatever links kernel code left in it): it is moved
 // aside, and a fresh one made.
 
-// venvPython returns the interpreter of the workspace's virtualenv,
+// venvPython returns the interpreter of the tenant's virtualenv,
 // creating the virtualenv first when it is missing. It is created with
 // --system-site-packages from the discovered interpreter, so that the
 // system's ipykernel (and numpy, matplotlib, ...) stay importable while
 // pip installs into the virtualenv.
-func (s *Server) venvPython(ctx context.Context) (string, error) {
-	s.venvMu.Lock()
-	defer s.venvMu.Unlock()
-	if s.venvPy != "" {
-		return s.venvPy, nil
+func (t *tenant) venvPython(ctx context.Context) (string, error) {
+	t.venvMu.Lock()
+	defer t.venvMu.Unlock()
+	if t.venvPy != "" {
+		return t.venvPy, nil
 	}
-	unlock, err := s.lockVenv(ctx)
+	unlock, err := t.lockVenv(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	dir := venvDir(s.workspace)
+	dir := venvDir(t.dir)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
-		s.venvPy = py
+		t.venvPy = py
 		return py, nil
 	}
-	base, err := ipybox.FindPython(ctx, s.opts.Python)
+	base, err := ipybox.FindPython(ctx, t.s.opts.Python)
 	if err != nil {
 		return "", err
 	}
-	if err := s.moveAsideBrokenVenv(); err != nil {
+	if err := t.moveAsideBrokenVenv(); err != nil {
 		return "", err
 	}
-	if err := safefs.MkdirAll(s.workspace, filepath.Join(".ipybox", "venv"), 0o755); err != nil {
+	if err := safefs.MkdirAll(t.dir, filepath.Join(".ipybox", "venv"), 0o755); err != nil {
 		return "", fmt.Errorf("create the virtualenv: %w", err)
 	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
 	defer cancel()
-	if err := s.makeVenv(ctx, base, dir); err != nil {
+	if err := t.makeVenv(ctx, base, dir); err != nil {
 		return "", err
 	}
-	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
-	s.venvBase, s.venvPy = base, py
+	t.s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
+	t.venvBase, t.venvPy = base, py
 	return py, nil
 }
 
@@ -93,33 +93,33 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 // by the time a venv may take to make; kernel code, which can write the
 // workspace, can hold the lock too, and then delays only this workspace's
 // venv. The lock is advisory, and there is none on Windows.
-func (s *Server) lockVenv(ctx context.Context) (unlock func(), err error) {
+func (t *tenant) lockVenv(ctx context.Context) (unlock func(), err error) {
 	const name = "venv.lock"
-	if _, err := statedir.Ensure(s.workspace); err != nil {
+	if _, err := statedir.Ensure(t.dir); err != nil {
 		return nil, fmt.Errorf("lock the virtualenv: %w", err)
 	}
-	f, err := safefs.OpenFile(s.workspace, filepath.Join(".ipybox", name), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := safefs.OpenFile(t.dir, filepath.Join(".ipybox", name), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock the virtualenv: %w", err)
 	}
 	if err := flock.Lock(ctx, f, true, venvTimeout); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("the virtualenv of %s is being made by another process: %w", s.workspace, err)
+		return nil, fmt.Errorf("the virtualenv of %s is being made by another process: %w", t.dir, err)
 	}
 	return func() { f.Close() }, nil
 }
 
 // moveAsideBrokenVenv renames a venv without bin/python out of the way.
-func (s *Server) moveAsideBrokenVenv() error {
-	dir := venvDir(s.workspace)
+func (t *tenant) moveAsideBrokenVenv() error {
+	dir := venvDir(t.dir)
 	if _, err := os.Lstat(dir); err != nil {
 		return nil
 	}
 	aside := fmt.Sprintf("venv.broken-%s", time.Now().Format("20060102-150405.000"))
-	if err := safefs.Rename(s.workspace, filepath.Join(".ipybox", "venv"), filepath.Join(".ipybox", aside)); err != nil {
+	if err := safefs.Rename(t.dir, filepath.Join(".ipybox", "venv"), filepath.Join(".ipybox", aside)); err != nil {
 		return fmt.Errorf("the virtualenv %s has no bin/python, and it cannot be moved aside (%v); remove it", dir, err)
 	}
-	s.log.Warn("the virtualenv had no bin/python; moved it aside and making a fresh one", "moved_to", filepath.Join(s.workspace, ".ipybox", aside))
+	t.s.log.Warn("the virtualenv had no bin/python; moved it aside and making a fresh one", "moved_to", filepath.Join(t.dir, ".ipybox", aside))
 	return nil
 }
 
@@ -128,28 +128,28 @@ func (s *Server) moveAsideBrokenVenv() error {
 // system's pip is visible (through --system-site-packages), bin/pip runs
 // it with the virtualenv's interpreter, which installs into the
 // virtualenv. Otherwise ensurepip installs a pip of its own.
-func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
-	if out, err := s.helper(ctx, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+func (t *tenant) makeVenv(ctx context.Context, base, dir string) error {
+	if out, err := t.helper(ctx, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
 	// Whether the base's pip is there is asked of the base, isolated:
 	// the venv's interpreter is not run for it.
-	if _, err := s.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
+	if _, err := t.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
 		py := filepath.Join(dir, "bin", "python")
 		shim := "#!/bin/sh\n# ipybox: the system's pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
 		for _, name := range []string{"pip", "pip3"} {
-			if err := safefs.WriteFile(s.workspace, filepath.Join(".ipybox", "venv", "bin", name), []byte(shim), 0o755); err != nil {
+			if err := safefs.WriteFile(t.dir, filepath.Join(".ipybox", "venv", "bin", name), []byte(shim), 0o755); err != nil {
 				return fmt.Errorf("create the virtualenv %s: %w", dir, err)
 			}
 		}
 		return nil
 	}
-	if s.sandbox == nil {
+	if t.s.sandbox == nil {
 		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
 	}
 	// Inside the sandbox, the fresh venv's own interpreter may install a
 	// pip of its own.
-	if out, err := s.helper(ctx, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
+	if out, err := t.helper(ctx, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
 		return fmt.Errorf("install pip into the virtualenv %s: %w\n%s\n(on Debian, install python3-pip)", dir, err, strings.TrimSpace(string(out)))
 	}
 	return nil
@@ -160,14 +160,14 @@ func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
 // Sandboxed, it is the one process that may write the shared virtualenv
 // (the kernels see it read-only): it makes the virtualenv, or installs an
 // approved package.
-func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
-	env := helperEnv(s.opts.KernelEnv)
+func (t *tenant) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
+	env := helperEnv(t.s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
-	if s.sandbox == nil {
-		return runCommand(ctx, s.workspace, env, path, args...)
+	if t.s.sandbox == nil {
+		return runCommand(ctx, t.dir, env, path, args...)
 	}
-	cmd, release, err := ipybox.SandboxedCommand(ctx, s.workspace, path, args,
-		&ipybox.CommandOptions{Sandbox: s.sandbox, Env: env, Writable: []string{venvDir(s.workspace)}})
+	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
+		&ipybox.CommandOptions{Sandbox: t.s.sandbox, Env: env, Writable: []string{venvDir(t.dir)}})
 	if err != nil {
 		return nil, err
 	}
@@ -178,23 +178,23 @@ func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byt
 // runPip runs pip with args, in the workspace, and returns its combined
 // output: sandboxed, the venv's pip inside the sandbox; unsandboxed, the
 // base interpreter's pip, isolated, installing into the venv (--prefix).
-func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
-	py, err := s.venvPython(ctx)
+func (t *tenant) runPip(ctx context.Context, args ...string) ([]byte, error) {
+	py, err := t.venvPython(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, pipTimeout)
 	defer cancel()
-	if s.sandbox != nil {
-		out, err := s.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
+	if t.s.sandbox != nil {
+		out, err := t.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
 		if err != nil && looksOffline(out) {
 			err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
 		}
 		return out, err
 	}
-	base := s.venvBase
+	base := t.venvBase
 	if base == "" {
-		if base, err = venvHome(venvDir(s.workspace)); err != nil {
+		if base, err = venvHome(venvDir(t.dir)); err != nil {
 			return nil, err
 		}
 	}
@@ -202,7 +202,7 @@ func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 		// Into the venv's own site-packages, which is on a running
 		// kernel's sys.path already (a --prefix install may land in a
 		// directory the kernel did not see at start, as on Debian).
-		site, err := venvSitePackages(venvDir(s.workspace))
+		site, err := venvSitePackages(venvDir(t.dir))
 		if err != nil {
 			return nil, err
 		}
@@ -210,8 +210,8 @@ func (s *Server) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	// Debian's interpreter is "externally managed"; --target installs into
 	// the venv, not into it, so pip may go ahead.
-	env := append(helperEnv(s.opts.KernelEnv), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1", "PIP_BREAK_SYSTEM_PACKAGES=1")
-	return runCommand(ctx, s.workspace, env, base, append([]string{"-I", "-m", "pip"}, hostPipArgs(s.workspace, args)...)...)
+	env := append(helperEnv(t.s.opts.KernelEnv), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1", "PIP_BREAK_SYSTEM_PACKAGES=1")
+	return runCommand(ctx, t.dir, env, base, append([]string{"-I", "-m", "pip"}, hostPipArgs(t.dir, args)...)...)
 }
 
 // venvSitePackages returns the venv's site-packages directory (made by

@@ -48,7 +48,7 @@ func TestAttackVenvPth(t *testing.T) {
 			ws := t.TempDir()
 			mark := filepath.Join(t.TempDir(), "host-marked")
 			first := newServer(t, &Options{Workspace: ws, Sandbox: policy})
-			if _, err := first.venvPython(context.Background()); err != nil {
+			if _, err := first.only.venvPython(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			plantVenv(t, ws, mark)
@@ -56,12 +56,12 @@ func TestAttackVenvPth(t *testing.T) {
 			// The next server: it finds the venv broken and re-creates it,
 			// and pip installs a package.
 			next := newServer(t, &Options{Workspace: ws, Sandbox: policy})
-			if _, err := next.venvPython(context.Background()); err != nil {
+			if _, err := next.only.venvPython(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			os.MkdirAll(filepath.Join(ws, "dist"), 0o755)
 			whl := buildWheel(t, filepath.Join(ws, "dist"))
-			if out, err := next.runPip(context.Background(), "install", filepath.Join(ws, "dist", whl)); err != nil {
+			if out, err := next.only.runPip(context.Background(), "install", filepath.Join(ws, "dist", whl)); err != nil {
 				t.Fatalf("pip: %v\n%s", err, out)
 			}
 			if b, err := os.ReadFile(mark); err == nil {
@@ -75,7 +75,7 @@ func TestAttackVenvPth(t *testing.T) {
 			// kept: pip does not load the venv either.
 			sites, _ := filepath.Glob(filepath.Join(ws, ".ipybox", "venv", "lib", "python*", "site-packages"))
 			os.WriteFile(filepath.Join(sites[0], "zz-evil.pth"), []byte(fmt.Sprintf("import os; open(%q, 'a').write('x')\n", mark)), 0o644)
-			if out, err := next.runPip(context.Background(), "install", filepath.Join(ws, "dist", whl)); err != nil && !strings.Contains(string(out), "already") {
+			if out, err := next.only.runPip(context.Background(), "install", filepath.Join(ws, "dist", whl)); err != nil && !strings.Contains(string(out), "already") {
 				t.Fatalf("pip again: %v\n%s", err, out)
 			}
 			if _, err := os.Stat(mark); err == nil {

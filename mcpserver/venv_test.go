@@ -24,7 +24,7 @@ func TestVenvMadeOnceByTwoServers(t *testing.T) {
 		errs := make([]error, len(servers))
 		var wg sync.WaitGroup
 		for i, s := range servers {
-			wg.Go(func() { pys[i], errs[i] = s.venvPython(context.Background()) })
+			wg.Go(func() { pys[i], errs[i] = s.only.venvPython(context.Background()) })
 		}
 		wg.Wait()
 		for i, err := range errs {

@@ -26,29 +26,15 @@ type warmExec struct {
 	owner  *oauthOwner
 }
 
-// newWarmPool keeps size Executors of s ready (none when size is 0).
+// newWarmPool keeps size Executors of s ready (none when size is 0),
+// for its one tenant: with several, New sets size to 0.
 func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
 	start := func(ctx context.Context) (warmExec, error) {
-		ex, synced, owner, err := s.newExecutor(ctx, "")
+		ex, synced, owner, err := s.only.newExecutor(ctx, "")
 		if err != nil && ex != nil {
 			s.closeExecutor(ex, false)
 		}
 		return warmExec{ex, synced, owner}, err
 	}
 	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex, false) }, s.log)
-}
-
-// zygote returns the server's fork server for python, starting it once;
-// nil when it cannot start (kernels then start cold, which still works).
-func (s *Server) zygote(ctx context.Context, python string) *ipybox.Zygote {
-	s.zygMu.Lock()
-	defer s.zygMu.Unlock()
-	if s.zyg != nil || s.zygErr != nil || s.opts.NoZygote {
-		return s.zyg
-	}
-	s.zyg, s.zygErr = ipybox.NewZygote(ctx, python, s.log)
-	if s.zygErr != nil {
-		s.log.Warn("the fork server did not start; kernels start cold", "err", s.zygErr)
-	}
-	return s.zyg
 }

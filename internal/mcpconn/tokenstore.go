@@ -49,6 +49,20 @@ func DefaultTokenFile() (string, error) {
 	return filepath.Join(dir, "ipybox", tokenFileName), nil
 }
 
+// PrincipalTokenFile returns the token file of principal, one of several
+// that share a server as tenants: principals/<principal>/ in
+// DefaultTokenFile's folder, which every sandbox masks whole.
+func PrincipalTokenFile(principal string) (string, error) {
+	if principal == "" || principal == "." || principal == ".." || strings.ContainsAny(principal, `/\`) {
+		return "", fmt.Errorf("no OAuth token file for the principal %q", principal)
+	}
+	def, err := DefaultTokenFile()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(def), "principals", principal, tokenFileName), nil
+}
+
 // tokenFile is the JSON layout of the token file.
 type tokenFile struct {
 	Version int                      `json:"version"`

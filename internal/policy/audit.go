@@ -19,9 +19,12 @@ import (
 type Entry struct {
 	Time    time.Time `json:"time"`
 	Session string    `json:"session,omitempty"`
-	Kind    string    `json:"kind"` // tool or shell
-	Server  string    `json:"server,omitempty"`
-	Tool    string    `json:"tool,omitempty"`
+	// Principal is whose session made the call (a principal of ipybox
+	// mcp, as its token says); empty for a program without principals.
+	Principal string `json:"principal,omitempty"`
+	Kind      string `json:"kind"` // tool or shell
+	Server    string `json:"server,omitempty"`
+	Tool      string `json:"tool,omitempty"`
 	// Args are the call's arguments, redacted: the values of argument
 	// names that the policy's redact lines name, and every ${VAR} value
 	// substituted into a server config, are replaced by "<redacted>".

@@ -18,6 +18,10 @@ type Call struct {
 	Tool    string
 	Args    []byte // the JSON object kernel code sent
 	Command string // the shell command as it will run
+	// Principal is who made the call (a principal of ipybox mcp); rules
+	// with a principal apply only to its calls. Empty means none: only
+	// rules without a principal apply.
+	Principal string
 }
 
 // Rules is a parsed policy: its rules in file order and its redact
@@ -186,7 +190,7 @@ func Decide(c *Call, sets ...*Rules) Decision {
 			continue
 		}
 		for _, r := range rs.rules {
-			if r.Kind != c.Kind || r.Action == Allow || r.Action == Ask && ask.Action == Ask {
+			if r.Kind != c.Kind || r.Action == Allow || r.Action == Ask && ask.Action == Ask || !r.appliesTo(c) {
 				continue
 			}
 			m, note := r.match(p)
@@ -211,7 +215,7 @@ func Decide(c *Call, sets ...*Rules) Decision {
 			continue
 		}
 		for _, r := range rs.rules {
-			if r.Kind == KindTool && r.Action == Allow {
+			if r.Kind == KindTool && r.Action == Allow && r.appliesTo(c) {
 				m, why := r.match(p)
 				if m == yes {
 					allowTool = r
@@ -254,7 +258,7 @@ func decideShellAllow(p *prepared, sets []*Rules) Decision {
 				continue
 			}
 			for _, r := range rs.rules {
-				if r.Kind == KindShell && r.Action == Allow && r.matchCmd(cmd) == yes {
+				if r.Kind == KindShell && r.Action == Allow && r.appliesTo(p.c) && r.matchCmd(cmd) == yes {
 					found = r
 					break
 				}

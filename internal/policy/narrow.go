@@ -144,6 +144,7 @@ func Cover(c *Call, action Action, matches []string) ([]*Rule, error) {
 			return nil, fmt.Errorf("rule %q: %v", m, err)
 		}
 		r.Action = action
+		r.Principal = c.Principal
 		r.ID = ruleID(r.String())
 		set.add(r)
 	}

@@ -56,6 +56,12 @@ type Rule struct {
 	// digits of the SHA-256 of String(), so that it does not change when
 	// other lines are added or removed.
 	ID string
+	// Principal, when set, limits the rule to the calls of that
+	// principal (Call.Principal): an answer that one principal of
+	// `ipybox mcp` remembered is written "allow principal=NAME tool ...",
+	// and applies to that principal's sessions alone. Empty means every
+	// caller.
+	Principal string
 
 	// A tool rule: globs on the server and the tool, conditions on
 	// arguments, or the exact arguments.
@@ -70,8 +76,38 @@ type Rule struct {
 	rest  bool
 }
 
-// String is the rule as written: "allow tool github.search_*".
-func (r *Rule) String() string { return r.Action.String() + " " + r.Match }
+// String is the rule as written: "allow tool github.search_*", or
+// "allow principal=alice tool github.search_*".
+func (r *Rule) String() string {
+	if r.Principal != "" {
+		return r.Action.String() + " principal=" + r.Principal + " " + r.Match
+	}
+	return r.Action.String() + " " + r.Match
+}
+
+// appliesTo reports whether r applies to c's caller.
+func (r *Rule) appliesTo(c *Call) bool { return r.Principal == "" || r.Principal == c.Principal }
+
+// principalPrefix starts a rule's principal qualifier.
+const principalPrefix = "principal="
+
+// cutPrincipal reads an optional principal=NAME before a rule's match.
+func cutPrincipal(rest string) (principal, match string, err error) {
+	if !strings.HasPrefix(rest, principalPrefix) {
+		return "", rest, nil
+	}
+	word, match := cutSpace(rest)
+	name := strings.TrimPrefix(word, principalPrefix)
+	if !ValidPrincipal(name) {
+		return "", "", fmt.Errorf("%q: a principal's name is 1 to 64 letters, digits, '.', '_' or '-'", word)
+	}
+	return name, match, nil
+}
+
+// ValidPrincipal reports whether name can name a principal in a rule.
+func ValidPrincipal(name string) bool {
+	return name != "" && len(name) <= 64 && strings.TrimLeft(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
+}
 
 // Where is "FILE:LINE" for a rule of a file, "this session" for an answer
 // remembered for the session.
@@ -137,10 +173,15 @@ func parseLine(text string) (r *Rule, redact []string, err error) {
 	default:
 		return nil, nil, fmt.Errorf("%q: a line starts with allow, ask, deny or redact (or # for a comment)", word)
 	}
+	principal, rest, err := cutPrincipal(rest)
+	if err != nil {
+		return nil, nil, err
+	}
 	r, err = ParseMatch(rest)
 	if err != nil {
 		return nil, nil, err
 	}
+	r.Principal = principal
 	r.Action = map[string]Action{"allow": Allow, "ask": Ask, "deny": Deny}[word]
 	r.ID = ruleID(r.String())
 	return r, nil, nil
