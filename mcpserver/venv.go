@@ -57,6 +57,7 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer unlock()
+	s.removeStaleVenvBuilds()
 	dir := venvDir(s.workspace)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
@@ -70,13 +71,10 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 	if err := s.moveAsideBrokenVenv(); err != nil {
 		return "", err
 	}
-	if err := safefs.MkdirAll(s.workspace, filepath.Join(".ipybox", "venv"), 0o755); err != nil {
-		return "", fmt.Errorf("create the virtualenv: %w", err)
-	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
 	defer cancel()
-	if err := s.makeVenv(ctx, base, dir); err != nil {
+	if err := s.buildVenvAside(ctx, base); err != nil {
 		return "", err
 	}
 	s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
@@ -121,34 +119,87 @@ func (s *Server) moveAsideBrokenVenv() error {
 	return nil
 }
 
-// makeVenv creates the virtualenv dir (already there, empty) from base.
+// buildVenvAside makes the virtualenv in a folder of its own beside
+// .ipybox/venv and renames it into place when it is whole: a server
+// stopped while it makes it (claude mcp list, an Inspector tools/list
+// stop the server within a second of its start) leaves no half-made venv
+// for the next start to take for a broken one. The folders such a stop
+// leaves are removed by the next server that takes the venv lock (no
+// other is making one then; removeStaleVenvBuilds). The interpreter finds its prefix from the
+// pyvenv.cfg beside its bin/, so the renamed venv works; the pip scripts,
+// whose first line names a path, are written for the final one.
+func (s *Server) buildVenvAside(ctx context.Context, base string) error {
+	rel := filepath.Join(".ipybox", venvBuildPrefix+newFolderName())
+	if err := safefs.MkdirAll(s.workspace, rel, 0o755); err != nil {
+		return fmt.Errorf("create the virtualenv: %w", err)
+	}
+	tmp := filepath.Join(s.workspace, rel)
+	if err := s.makeVenv(ctx, base, tmp, venvDir(s.workspace)); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := safefs.Rename(s.workspace, rel, filepath.Join(".ipybox", "venv")); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("create the virtualenv: move %s into place: %w", tmp, err)
+	}
+	return nil
+}
+
+// venvBuildPrefix names the folders a virtualenv is made in.
+const venvBuildPrefix = "venv.building-"
+
+// removeStaleVenvBuilds removes the folders of makes that were stopped
+// (os.RemoveAll works beneath an open directory, and removes a link
+// rather than what it leads to). The caller holds the venv lock.
+func (s *Server) removeStaleVenvBuilds() {
+	old, _ := filepath.Glob(filepath.Join(s.workspace, ".ipybox", venvBuildPrefix+"*"))
+	for _, d := range old {
+		if err := os.RemoveAll(d); err != nil {
+			s.log.Warn("could not remove a stopped virtualenv build", "dir", d, "err", err)
+		}
+	}
+}
+
+// makeVenv creates the virtualenv dir (already there, empty) from base,
+// for use at final (where it is renamed to).
 // Without its own pip it takes milliseconds instead of seconds: when the
 // system's pip is visible (through --system-site-packages), bin/pip runs
 // it with the virtualenv's interpreter, which installs into the
 // virtualenv. Otherwise ensurepip installs a pip of its own.
-func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
-	if out, err := s.helper(ctx, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+func (s *Server) makeVenv(ctx context.Context, base, dir, final string) error {
+	if out, err := s.helperIn(ctx, dir, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
 	// Whether the base's pip is there is asked of the base, isolated:
 	// the venv's interpreter is not run for it.
 	if _, err := s.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
-		py := filepath.Join(dir, "bin", "python")
-		shim := "#!/bin/sh\n# ipybox: the system's pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
-		for _, name := range []string{"pip", "pip3"} {
-			if err := safefs.WriteFile(s.workspace, filepath.Join(".ipybox", "venv", "bin", name), []byte(shim), 0o755); err != nil {
-				return fmt.Errorf("create the virtualenv %s: %w", dir, err)
-			}
-		}
-		return nil
+		return writePipShims(dir, final, []string{"pip", "pip3"})
 	}
 	if s.sandbox == nil {
 		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
 	}
 	// Inside the sandbox, the fresh venv's own interpreter may install a
 	// pip of its own.
-	if out, err := s.helper(ctx, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
+	if out, err := s.helperIn(ctx, dir, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
 		return fmt.Errorf("install pip into the virtualenv %s: %w\n%s\n(on Debian, install python3-pip)", dir, err, strings.TrimSpace(string(out)))
+	}
+	// ensurepip's scripts name dir in their first line.
+	names, _ := filepath.Glob(filepath.Join(dir, "bin", "pip*"))
+	for i, n := range names {
+		names[i] = filepath.Base(n)
+	}
+	return writePipShims(dir, final, names)
+}
+
+// writePipShims writes bin/<name> of the venv being made in dir, each
+// running pip with the interpreter of final, where the venv will be.
+func writePipShims(dir, final string, names []string) error {
+	py := filepath.Join(final, "bin", "python")
+	shim := "#!/bin/sh\n# ipybox: pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
+	for _, name := range names {
+		if err := safefs.WriteFile(dir, filepath.Join("bin", name), []byte(shim), 0o755); err != nil {
+			return fmt.Errorf("create the virtualenv %s: %w", dir, err)
+		}
 	}
 	return nil
 }
@@ -159,13 +210,19 @@ func (s *Server) makeVenv(ctx context.Context, base, dir string) error {
 // (the kernels see it read-only): it makes the virtualenv, or installs an
 // approved package.
 func (s *Server) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
+	return s.helperIn(ctx, venvDir(s.workspace), path, args...)
+}
+
+// helperIn is helper with writable, instead of the venv, the one folder a
+// sandboxed helper may write.
+func (s *Server) helperIn(ctx context.Context, writable, path string, args ...string) ([]byte, error) {
 	env := helperEnv(s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
 	if s.sandbox == nil {
 		return runCommand(ctx, s.workspace, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, s.workspace, path, args,
-		&ipybox.CommandOptions{Sandbox: s.sandbox, Env: env, Writable: []string{venvDir(s.workspace)}})
+		&ipybox.CommandOptions{Sandbox: s.sandbox, Env: env, Writable: []string{writable}})
 	if err != nil {
 		return nil, err
 	}
