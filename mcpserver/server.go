@@ -455,6 +455,12 @@ func New(opts *Options) (*Server, error) {
 		Instructions:       instructions,
 		Logger:             log,
 		InitializedHandler: s.initialized,
+		// The go-sdk answers prompts/list, resources/list and
+		// resources/templates/list (with empty lists) whatever is
+		// declared: declare them, so that initialize's and
+		// server/discover's capabilities say what is answered.
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})
 	// Outermost first: the validation messages, then the rounds of
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
