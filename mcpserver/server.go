@@ -256,7 +256,7 @@ const defaultPoolMax = 4
 //
 //	s.closeMu → s.mu → s.zygMu
 //	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
-//	s.runMu → c.mu
+//	s.runMu → c.mu, x.mu
 //	c.outMu → c.mu → c.progMu
 //	s.venvMu (alone)
 //	s.budgetMu (alone)
@@ -336,6 +336,9 @@ type Server struct {
 	// (see mrtr.go); guarded by runMu.
 	runMu sync.Mutex
 	runs  map[[32]byte]*cellRun
+	// cells are each session's cells, from their start until their
+	// result is taken (cells.go); guarded by runMu.
+	cells map[*session][]*cellRun
 
 	// regs is the registration table and regGen its last generation,
 	// guarded by mu. nameLocks order the registrations of one name (see

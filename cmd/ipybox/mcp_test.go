@@ -210,7 +210,7 @@ func checkInspectorOutput(t *testing.T, list, callOut string) {
 	for _, tool := range l.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "close_session,create_session,download_file,execute_ipython_cell,install_package,list_sessions,register_mcp_server,reset,upload_file" {
+	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,install_package,interrupt,list_sessions,register_mcp_server,reset,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 	if err := json.Unmarshal([]byte(callOut), &c); err != nil {
