@@ -33,8 +33,9 @@ import (
 // server that stops with SIGTERM hibernates them first (Shutdown), and a
 // server started on the same workspace accepts their handles. With
 // CheckpointCell, a session's namespace is also saved after every cell
-// that completes, behind the cell's result, so that a server killed with
-// SIGKILL loses no more than the cell that ran.
+// that completes, before the cell's result is sent, so that a server
+// killed with SIGKILL comes back as it was after the last cell whose
+// result a client got.
 
 // CheckpointMode says when a session's namespace is saved, beyond
 // hibernation and shutdown.

@@ -174,9 +174,12 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		// Before the end is seen: the next call, which waits for it,
 		// has the note.
 		s.noteCancelled(c, res)
-		c.finish(res, cellErr, sp.finish())
-		// Behind the result: the checkpoint (CheckpointCell).
+		// The checkpoint (CheckpointCell) is saved before the result is
+		// sent: a result the client has is durable, as a database
+		// acknowledges a commit after its fsync.
 		s.afterCell(x, ex, cellErr)
+		x.checkpointWait(x.ctx)
+		c.finish(res, cellErr, sp.finish())
 	}()
 	return c, att
 }
