@@ -237,7 +237,13 @@ func TestCheckpointBeforeResult(t *testing.T) {
 	srv.Close() // at once: no wait for a save behind the result
 	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
 	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
-	if got := runIn(t, cs2, h, "print(zz, len(big))"); !strings.HasSuffix(got, "100 200000") {
+	got := runIn(t, cs2, h, "print(zz, len(big))")
+	if !strings.HasSuffix(got, "100 200000") {
 		t.Errorf("after the restart: %q, want 100 200000", got)
+	}
+	// The note says the server ended without hibernating it, not that
+	// it hibernated when "ipybox mcp stopped".
+	if !strings.Contains(got, "stopped without hibernating: ipybox mcp was killed or crashed after its last call, at ") || strings.Contains(got, "ipybox mcp stopped") {
+		t.Errorf("the restore note after a stop without a save: %q", got)
 	}
 }
