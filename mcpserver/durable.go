@@ -33,8 +33,9 @@ import (
 // server that stops with SIGTERM hibernates them first (Shutdown), and a
 // server started on the same workspace accepts their handles. With
 // CheckpointCell, a session's namespace is also saved after every cell
-// that completes, behind the cell's result, so that a server killed with
-// SIGKILL loses no more than the cell that ran.
+// that completes, before the cell's result is sent, so that a server
+// killed with SIGKILL comes back as it was after the last cell whose
+// result a client got.
 
 // CheckpointMode says when a session's namespace is saved, beyond
 // hibernation and shutdown.
@@ -127,6 +128,33 @@ func (x *session) since(sl *sleep) string {
 	return sl.at.Format("2006-01-02 15:04:05") + " (" + sl.why + ")"
 }
 
+// stopped says how a session's kernel stopped: "hibernated at T (why)",
+// or, when no hibernation was recorded (the server was killed, or
+// crashed), that, with the session's last call.
+func (x *session) stopped(sl *sleep) string {
+	if sl != nil && sl.why == whyKilled {
+		return "stopped without hibernating: ipybox mcp was killed or crashed after its last call, at " + sl.at.Format("2006-01-02 15:04:05")
+	}
+	return "hibernated at " + x.since(sl)
+}
+
+// whyKilled marks a session whose record says it never hibernated: the
+// server that ran it ended without a save (SIGKILL, a crash).
+const whyKilled = "killed"
+
+// asleepOf is the sleep of a session's record: when and why it
+// hibernated (its save's time, not its last call's), or whyKilled.
+func asleepOf(r *record) *sleep {
+	sl := &sleep{at: r.Used, why: r.Asleep, detached: r.Kernel != "", lost: r.Lost}
+	switch {
+	case r.Asleep == "":
+		sl.why = whyKilled
+	case !r.Saved.IsZero():
+		sl.at = r.Saved
+	}
+	return sl
+}
+
 // reload takes x's lock in the state folder (a local session: no other
 // process may run it meanwhile) and reads its record again: another
 // process may have run it since this one let it sleep, or closed it.
@@ -162,7 +190,7 @@ func (x *session) reload(ctx context.Context) error {
 	if x.ex == nil {
 		x.pkg, x.snap, x.kernelID, x.conf = r.Packages, r.Snapshot, r.Kernel, r.Confinement
 		if x.asleep == nil && (r.Snapshot != "" || r.Kernel != "") {
-			x.asleep = &sleep{at: r.Used, why: "ipybox mcp stopped", detached: r.Kernel != "", lost: r.Lost}
+			x.asleep = asleepOf(r)
 		}
 	}
 	return nil
@@ -173,7 +201,7 @@ func (x *session) reload(ctx context.Context) error {
 func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) string {
 	s := x.s
 	if sl.lost != "" && !snapshotExists(ex) {
-		return fmt.Sprintf("[ipybox: this session hibernated at %s, and its state could not be saved: %s; this cell runs in a fresh kernel]", x.since(sl), sl.lost)
+		return fmt.Sprintf("[ipybox: this session %s, and its state could not be saved: %s; this cell runs in a fresh kernel]", x.stopped(sl), sl.lost)
 	}
 	t0 := time.Now()
 	ctx, span := s.tel.StartRestore(ctx)
@@ -189,7 +217,7 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 	var se *ipybox.SnapshotError
 	switch {
 	case errors.Is(err, ipybox.ErrNoSnapshot):
-		return fmt.Sprintf("[ipybox: this session's kernel stopped at %s without a snapshot of its state (a server stopped by SIGKILL or at its shutdown bound saves none; --checkpoint cell saves one after every cell); this cell runs in a fresh kernel]", x.since(sl))
+		return fmt.Sprintf("[ipybox: this session %s, without a snapshot of its state (a server stopped by SIGKILL or at its shutdown bound saves none; --checkpoint cell saves one after every cell); this cell runs in a fresh kernel]", x.stopped(sl))
 	case err != nil:
 		// The state is gone, and a half-restored namespace is worse than
 		// an empty one: a fresh kernel, and no snapshot to try again.
@@ -204,10 +232,10 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 		if rerr := ex.Reset(rctx); rerr != nil {
 			s.log.Warn("resetting after a failed restore", "session", x.id, "err", rerr)
 		}
-		return fmt.Sprintf("[ipybox: this session hibernated at %s, and its snapshot could not be restored (%s); its state was lost; this cell runs in a fresh kernel]", x.since(sl), why)
+		return fmt.Sprintf("[ipybox: this session %s, and its snapshot could not be restored (%s); its state was lost; this cell runs in a fresh kernel]", x.stopped(sl), why)
 	}
 	s.log.Info("session restored", "session", x.id, "names", rep.RestoredCount, "missing", rep.MissingCount, "took", time.Since(t0).Round(time.Millisecond))
-	return restoreNote(x.since(sl), rep)
+	return restoreNote(x.stopped(sl), rep)
 }
 
 func snapshotExists(ex *ipybox.Executor) bool {
@@ -218,9 +246,9 @@ func snapshotExists(ex *ipybox.Executor) bool {
 // restoreNote tells the agent what came back after a hibernation, and
 // what did not. Names are the kernel's (kernel code chooses them): they
 // are escaped, and the lists bounded.
-func restoreNote(since string, rep *ipybox.RestoreReport) string {
+func restoreNote(stopped string, rep *ipybox.RestoreReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[ipybox: this session hibernated at %s; its state was restored into a fresh kernel", since)
+	fmt.Fprintf(&b, "[ipybox: this session %s; its state was restored into a fresh kernel", stopped)
 	if !rep.SavedAt.IsZero() {
 		fmt.Fprintf(&b, " from the snapshot saved at %s", rep.SavedAt.Format("15:04:05"))
 	}
@@ -464,6 +492,10 @@ func (s *Server) reserve(ctx context.Context, dir string) (int64, func(), error)
 			want = per
 		}
 		if want < minSave {
+			if per >= 0 && per < total-used {
+				// The session's own budget is what refuses.
+				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
+			}
 			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
 		}
 		s.budgetMu.Lock()
@@ -683,11 +715,7 @@ func (s *Server) revive(h string, key [32]byte, r *record) *session {
 	if r.Snapshot != "" || r.Kernel != "" {
 		// It had a kernel: its next call brings its state back. (One that
 		// never ran a cell has nothing to bring back, and no note.)
-		why := r.Asleep
-		if why == "" {
-			why = "ipybox mcp stopped"
-		}
-		x.asleep = &sleep{at: r.Used, why: why, detached: r.Kernel != "", lost: r.Lost}
+		x.asleep = asleepOf(r)
 	}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x

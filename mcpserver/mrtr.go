@@ -51,6 +51,7 @@ type cellRun struct {
 	maxChars  int
 	start     time.Time
 	cancel    context.CancelFunc // ends the cell
+	id        string             // names it in results (cells.go)
 
 	// outMu orders output: the pump's deliveries, and a request's
 	// attachment (which first sends what was printed while none waited).
@@ -71,6 +72,12 @@ type cellRun struct {
 	regErrs   map[string]string // servers this session could not register
 	changed   chan struct{}     // closed, and replaced, at every change
 	state     [32]byte          // the key of the requestState it is suspended under
+	// interrupted says why the cell was interrupted on purpose, and
+	// when (cells.go); recent is its output since the last "still
+	// running" answer.
+	interrupted   string
+	interruptedAt time.Time
+	recent        strings.Builder
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -132,7 +139,9 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		args:     argsDigest(req.Params.Name, req.Params.Arguments),
 		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
 		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
+		id: newCellID(),
 	}
+	s.addCell(x, c)
 	att := c.attach(ctx, req)
 	timeout := time.Duration(a.Timeout * float64(time.Second))
 	// The result shows a head and a tail; the kernel keeps no more than
@@ -162,9 +171,15 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 				res = e
 			}
 		}
-		c.finish(res, cellErr, sp.finish())
-		// Behind the result: the checkpoint (CheckpointCell).
+		// Before the end is seen: the next call, which waits for it,
+		// has the note.
+		s.noteCancelled(c, res)
+		// The checkpoint (CheckpointCell) is saved before the result is
+		// sent: a result the client has is durable, as a database
+		// acknowledges a commit after its fsync.
 		s.afterCell(x, ex, cellErr)
+		x.checkpointWait(x.ctx)
+		c.finish(res, cellErr, sp.finish())
 	}()
 	return c, att
 }
@@ -190,7 +205,7 @@ func (c *cellRun) attach(ctx context.Context, req *mcp.CallToolRequest) *attachm
 	c.canElicit = canElicit(req.ClientCapabilities())
 	c.mu.Unlock()
 	c.outMu.Unlock()
-	att.stop = context.AfterFunc(ctx, c.cancel)
+	att.stop = context.AfterFunc(ctx, func() { c.interrupt(byCancel) })
 	return att
 }
 
@@ -224,6 +239,7 @@ func (c *cellRun) output(o *ipybox.Output) {
 	defer c.outMu.Unlock()
 	c.mu.Lock()
 	att := c.att
+	c.keepRecentLocked(o.Text)
 	c.mu.Unlock()
 	if att != nil {
 		c.deliver(att, o)
@@ -307,7 +323,7 @@ func (c *cellRun) result() *mcp.CallToolResult {
 	c.progMu.Lock()
 	chunks := c.progChunks
 	c.progMu.Unlock()
-	out := cellResult(c.res, c.err, c.maxChars, c.warnings, chunks)
+	out := cellResult(c.res, c.cellErrLocked(), c.maxChars, c.warnings, chunks)
 	if len(c.regErrs) > 0 {
 		m := out.Meta[CellMetaKey].(cellMeta)
 		m.Unregistered = c.regErrs
@@ -338,6 +354,18 @@ func (c *cellRun) openAsks(now time.Time) ([]*ask, time.Time) {
 // await waits, as att, for the cell's result or its next approval: the
 // result, or an input-required result that suspends the cell.
 func (s *Server) await(ctx context.Context, c *cellRun, att *attachment) (*mcp.CallToolResult, error) {
+	return s.awaitFor(ctx, c, att, 0, "")
+}
+
+// awaitFor is await that, with maxWait, answers that the cell still runs
+// after maxWait (cells.go); handle is the session's, for that answer.
+func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxWait time.Duration, handle string) (*mcp.CallToolResult, error) {
+	var expired <-chan time.Time
+	if maxWait > 0 {
+		t := time.NewTimer(maxWait)
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		c.mu.Lock()
 		asks, deadline := c.openAsks(time.Now())
@@ -345,6 +373,7 @@ func (s *Server) await(ctx context.Context, c *cellRun, att *attachment) (*mcp.C
 		case c.done:
 			c.mu.Unlock()
 			c.detach(att)
+			s.forgetCell(c)
 			return c.result(), nil
 		case len(asks) > 0:
 			reqs := mcp.InputRequestMap{}
@@ -365,6 +394,9 @@ func (s *Server) await(ctx context.Context, c *cellRun, att *attachment) (*mcp.C
 		c.mu.Unlock()
 		select {
 		case <-changed:
+		case <-expired:
+			c.detach(att)
+			return c.stillRunning(handle), nil
 		case <-ctx.Done():
 			// The request ended while attached, and the cell with it
 			// (attach): wait for its end, which the result reports.
@@ -372,6 +404,7 @@ func (s *Server) await(ctx context.Context, c *cellRun, att *attachment) (*mcp.C
 			if !c.waitDone(30 * time.Second) {
 				return nil, fmt.Errorf("the call was cancelled: %w", ctx.Err())
 			}
+			s.forgetCell(c) // the session's next result says what happened
 			return c.result(), nil
 		}
 	}
@@ -435,6 +468,7 @@ func (s *Server) dropRun(c *cellRun) {
 			delete(s.runs, k)
 		}
 	}
+	s.forgetCellLocked(c)
 }
 
 // dropRuns forgets the suspended runs of session x (which ends them: they
@@ -447,6 +481,7 @@ func (s *Server) dropRuns(x *session) {
 			delete(s.runs, k)
 		}
 	}
+	delete(s.cells, x)
 }
 
 // errBadState answers a retry whose requestState is not one this server

@@ -110,7 +110,11 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, 
 		isErr = true
 		meta.Error = &cellError{Kind: "error", Message: err.Error()}
 		var pe *ipybox.PythonError
+		var ie *interruptedError
 		switch {
+		case errors.As(err, &ie):
+			meta.Error.Kind = "interrupted"
+			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.As(err, &pe):
 			meta.Error.Kind, meta.Error.Name, meta.Error.Value = "python", pe.Name, pe.Value
 			meta.Error.Traceback = truncate(strings.TrimRight(pe.TracebackText(), "\n"), maxChars)
@@ -171,6 +175,12 @@ type cellMeta struct {
 	// notifications may reach it after the result (the go-sdk hands them
 	// over on their own) waits for that many.
 	Chunks int `json:"chunks,omitempty"`
+	// Cell names the cell of a "still running" or "busy" answer, and
+	// Running says it still runs; Pending are the approval questions it
+	// waits on (cells.go).
+	Cell    string   `json:"cell,omitempty"`
+	Running bool     `json:"running,omitempty"`
+	Pending []string `json:"pending,omitempty"`
 	// Unregistered names the servers registered at start (--mcp-config,
 	// or by another session) that this session could not register, with
 	// the error: the Python API fails its start on them.

@@ -269,7 +269,7 @@ const defaultPoolMax = 4
 //	s.closeMu → s.mu
 //	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
 //	x.closeMu → x.startMu → lockName(name) → t.mu
-//	s.runMu → c.mu
+//	s.runMu → c.mu, x.mu
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
@@ -352,6 +352,9 @@ type Server struct {
 	// (see mrtr.go); guarded by runMu.
 	runMu sync.Mutex
 	runs  map[[32]byte]*cellRun
+	// cells are each session's cells, from their start until their
+	// result is taken (cells.go); guarded by runMu.
+	cells map[*session][]*cellRun
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -475,6 +478,12 @@ func New(opts *Options) (*Server, error) {
 		Instructions:       instructions,
 		Logger:             log,
 		InitializedHandler: s.initialized,
+		// The go-sdk answers prompts/list, resources/list and
+		// resources/templates/list (with empty lists) whatever is
+		// declared: declare them, so that initialize's and
+		// server/discover's capabilities say what is answered.
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})
 	// Outermost first: the validation messages, then the rounds of
 	// approvals for clients before 2026-07-28 (around the go-sdk's own

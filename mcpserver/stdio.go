@@ -20,13 +20,14 @@ const MaxRequest = 16 << 20
 // The go-sdk ends the connection, and with it the session and the kernel's
 // state, on a message over its bound; here, a longer message is read
 // through and dropped, and the client gets a JSON-RPC error for it (see
-// LimitRequests).
+// LimitRequests). Every request read before the end of input is answered
+// before the connection ends (answerAll).
 func StdioTransport() mcp.Transport {
-	return &mcp.IOTransport{
+	return answerAll{&mcp.IOTransport{
 		Reader:        io.NopCloser(LimitRequests(os.Stdin, MaxRequest)),
 		Writer:        nopWriteCloser{os.Stdout},
 		MaxLineLength: -1, // LimitRequests bounds every line
-	}
+	}}
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -40,6 +40,7 @@ type executeArgs struct {
 	Code           string  `json:"code"`
 	Timeout        float64 `json:"timeout"`
 	MaxOutputChars int     `json:"max_output_chars"`
+	MaxWait        float64 `json:"max_wait"`
 	Session        string  `json:"session"`
 }
 
@@ -108,6 +109,7 @@ func (s *Server) addTools() {
 	s.addRegisterTool()
 	s.addFileTools()
 	s.addSessionTools()
+	s.addClientTools()
 }
 
 // addCellTools adds the tools of a session's kernel: execute_ipython_cell,
@@ -131,6 +133,7 @@ Returns what the cell printed (stdout and stderr) and the value of its last expr
     "code": {"type": "string", "description": "Python code to run as one cell. IPython syntax (!shell commands, %magics) is allowed."},
     "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "default": 120, "description": "Seconds the cell may run before it is interrupted (the kernel's state is kept). Default 120."},
     "max_output_chars": {"type": "integer", "minimum": 1, "maximum": 10000000, "default": 5000, "description": "Output beyond this many characters is cut in the middle, keeping the head and the tail. Default 5000."},
+    "max_wait": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400, "description": "Seconds to wait for the cell before answering that it still runs, with its cell id and output so far; collect_cell gets the rest, and the cell goes on. Default: wait until it ends. For cells longer than your client waits for a call."},
     ` + sessionProp + `
   },
   "required": ["code"],
@@ -417,14 +420,20 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	if a.MaxOutputChars < 0 || a.MaxOutputChars > maxMaxChars {
 		return nil, nil, fmt.Errorf("max_output_chars %d: want a number between 1 and %d", a.MaxOutputChars, maxMaxChars)
 	}
+	if a.MaxWait < 0 || a.MaxWait > maxTimeout {
+		return nil, nil, fmt.Errorf("max_wait %v: want seconds between 0 and %d", a.MaxWait, maxTimeout)
+	}
 	x, ex, ctx, done, err := s.useSession(ctx, req, a.Session, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
+	if res := s.busyAnswer(x, a.Session); res != nil {
+		return res, nil, nil
+	}
 	x.checkpointWait(ctx)
 	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
-	res, err := s.await(ctx, c, att)
+	res, err := s.awaitFor(ctx, c, att, time.Duration(a.MaxWait*float64(time.Second)), a.Session)
 	return res, nil, err
 }
 

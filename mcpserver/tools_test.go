@@ -60,7 +60,7 @@ func TestToolsGolden(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "close_session,create_session,download_file,execute_ipython_cell,install_package,list_sessions,register_mcp_server,reset,upload_file" {
+	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,install_package,interrupt,list_sessions,register_mcp_server,reset,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 }
@@ -93,6 +93,11 @@ func TestBadArguments(t *testing.T) {
 		{"execute_ipython_cell", map[string]any{"code": ""}, "code is empty"},
 		{"execute_ipython_cell", map[string]any{"code": "print(1)\x00"}, "NUL"},
 		{"execute_ipython_cell", map[string]any{"code": hugeCode}, "limit"},
+		{"execute_ipython_cell", map[string]any{"code": "1", "max_wait": -1}, "max_wait"},
+		{"collect_cell", map[string]any{"wait": -1}, "wait"},
+		{"collect_cell", map[string]any{"wait": 1e9}, "wait"},
+		{"interrupt", map[string]any{"session": 5}, "session"},
+		{"interrupt", map[string]any{"session": "ipy_unknown"}, "unknown session"},
 		{"register_mcp_server", map[string]any{"server_name": "x"}, "server_params"},
 		{"register_mcp_server", map[string]any{"server_name": "x", "server_params": "npx server"}, "server_params"},
 		{"register_mcp_server", map[string]any{"server_name": 7, "server_params": map[string]any{"command": "x"}}, "server_name"},

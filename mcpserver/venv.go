@@ -59,6 +59,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer unlock()
+	t.removeStaleVenvBuilds()
 	dir := venvDir(t.dir)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
@@ -72,13 +73,10 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 	if err := t.moveAsideBrokenVenv(); err != nil {
 		return "", err
 	}
-	if err := safefs.MkdirAll(t.dir, filepath.Join(".ipybox", "venv"), 0o755); err != nil {
-		return "", fmt.Errorf("create the virtualenv: %w", err)
-	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, venvTimeout)
 	defer cancel()
-	if err := t.makeVenv(ctx, base, dir); err != nil {
+	if err := t.buildVenvAside(ctx, base); err != nil {
 		return "", err
 	}
 	t.s.log.Info("virtualenv created", "dir", dir, "from", base, "took", time.Since(t0).Round(time.Millisecond))
@@ -123,34 +121,87 @@ func (t *tenant) moveAsideBrokenVenv() error {
 	return nil
 }
 
-// makeVenv creates the virtualenv dir (already there, empty) from base.
+// buildVenvAside makes the virtualenv in a folder of its own beside
+// .ipybox/venv and renames it into place when it is whole: a server
+// stopped while it makes it (claude mcp list, an Inspector tools/list
+// stop the server within a second of its start) leaves no half-made venv
+// for the next start to take for a broken one. The folders such a stop
+// leaves are removed by the next server that takes the venv lock (no
+// other is making one then; removeStaleVenvBuilds). The interpreter finds its prefix from the
+// pyvenv.cfg beside its bin/, so the renamed venv works; the pip scripts,
+// whose first line names a path, are written for the final one.
+func (t *tenant) buildVenvAside(ctx context.Context, base string) error {
+	rel := filepath.Join(".ipybox", venvBuildPrefix+newFolderName())
+	if err := safefs.MkdirAll(t.dir, rel, 0o755); err != nil {
+		return fmt.Errorf("create the virtualenv: %w", err)
+	}
+	tmp := filepath.Join(t.dir, rel)
+	if err := t.makeVenv(ctx, base, tmp, venvDir(t.dir)); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := safefs.Rename(t.dir, rel, filepath.Join(".ipybox", "venv")); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("create the virtualenv: move %s into place: %w", tmp, err)
+	}
+	return nil
+}
+
+// venvBuildPrefix names the folders a virtualenv is made in.
+const venvBuildPrefix = "venv.building-"
+
+// removeStaleVenvBuilds removes the folders of makes that were stopped
+// (os.RemoveAll works beneath an open directory, and removes a link
+// rather than what it leads to). The caller holds the venv lock.
+func (t *tenant) removeStaleVenvBuilds() {
+	old, _ := filepath.Glob(filepath.Join(t.dir, ".ipybox", venvBuildPrefix+"*"))
+	for _, d := range old {
+		if err := os.RemoveAll(d); err != nil {
+			t.s.log.Warn("could not remove a stopped virtualenv build", "dir", d, "err", err)
+		}
+	}
+}
+
+// makeVenv creates the virtualenv dir (already there, empty) from base,
+// for use at final (where it is renamed to).
 // Without its own pip it takes milliseconds instead of seconds: when the
 // system's pip is visible (through --system-site-packages), bin/pip runs
 // it with the virtualenv's interpreter, which installs into the
 // virtualenv. Otherwise ensurepip installs a pip of its own.
-func (t *tenant) makeVenv(ctx context.Context, base, dir string) error {
-	if out, err := t.helper(ctx, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+func (t *tenant) makeVenv(ctx context.Context, base, dir, final string) error {
+	if out, err := t.helperIn(ctx, dir, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
 	// Whether the base's pip is there is asked of the base, isolated:
 	// the venv's interpreter is not run for it.
 	if _, err := t.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
-		py := filepath.Join(dir, "bin", "python")
-		shim := "#!/bin/sh\n# ipybox: the system's pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
-		for _, name := range []string{"pip", "pip3"} {
-			if err := safefs.WriteFile(t.dir, filepath.Join(".ipybox", "venv", "bin", name), []byte(shim), 0o755); err != nil {
-				return fmt.Errorf("create the virtualenv %s: %w", dir, err)
-			}
-		}
-		return nil
+		return writePipShims(dir, final, []string{"pip", "pip3"})
 	}
 	if t.s.sandbox == nil {
 		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
 	}
 	// Inside the sandbox, the fresh venv's own interpreter may install a
 	// pip of its own.
-	if out, err := t.helper(ctx, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
+	if out, err := t.helperIn(ctx, dir, filepath.Join(dir, "bin", "python"), "-m", "ensurepip", "--default-pip"); err != nil {
 		return fmt.Errorf("install pip into the virtualenv %s: %w\n%s\n(on Debian, install python3-pip)", dir, err, strings.TrimSpace(string(out)))
+	}
+	// ensurepip's scripts name dir in their first line.
+	names, _ := filepath.Glob(filepath.Join(dir, "bin", "pip*"))
+	for i, n := range names {
+		names[i] = filepath.Base(n)
+	}
+	return writePipShims(dir, final, names)
+}
+
+// writePipShims writes bin/<name> of the venv being made in dir, each
+// running pip with the interpreter of final, where the venv will be.
+func writePipShims(dir, final string, names []string) error {
+	py := filepath.Join(final, "bin", "python")
+	shim := "#!/bin/sh\n# ipybox: pip, run by this virtualenv's interpreter, installs here.\nexec \"" + py + "\" -m pip \"$@\"\n"
+	for _, name := range names {
+		if err := safefs.WriteFile(dir, filepath.Join("bin", name), []byte(shim), 0o755); err != nil {
+			return fmt.Errorf("create the virtualenv %s: %w", dir, err)
+		}
 	}
 	return nil
 }
@@ -161,13 +212,19 @@ func (t *tenant) makeVenv(ctx context.Context, base, dir string) error {
 // (the kernels see it read-only): it makes the virtualenv, or installs an
 // approved package.
 func (t *tenant) helper(ctx context.Context, path string, args ...string) ([]byte, error) {
+	return t.helperIn(ctx, venvDir(t.dir), path, args...)
+}
+
+// helperIn is helper with writable, instead of the venv, the one folder a
+// sandboxed helper may write.
+func (t *tenant) helperIn(ctx context.Context, writable, path string, args ...string) ([]byte, error) {
 	env := helperEnv(t.s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
 	if t.s.sandbox == nil {
 		return runCommand(ctx, t.dir, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
-		&ipybox.CommandOptions{Sandbox: t.s.sandbox, Env: env, Writable: []string{venvDir(t.dir)}})
+		&ipybox.CommandOptions{Sandbox: t.s.sandbox, Env: env, Writable: []string{writable}})
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,12 @@ package mcpserver
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -42,5 +45,49 @@ func TestVenvMadeOnceByTwoServers(t *testing.T) {
 		if aside, _ := filepath.Glob(filepath.Join(ws, ".ipybox", "venv.broken-*")); len(aside) > 0 {
 			t.Fatalf("a server moved the other's venv aside as broken: %v", aside)
 		}
+	}
+}
+
+// TestVenvStoppedMakeLeavesNoDebris: a server stopped while it makes the
+// venv (claude mcp list, an Inspector tools/list) used to leave an empty
+// .ipybox/venv that the next start moved aside as venv.broken-*, with a
+// warning. Now the venv is made aside and renamed into place: a stopped
+// make leaves no .ipybox/venv, and its folder is removed by the next.
+func TestVenvStoppedMakeLeavesNoDebris(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	ws := t.TempDir()
+	// A make stopped at several points, the last one by a kill (its
+	// folder stays, as after a SIGKILL).
+	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 150 * time.Millisecond} {
+		s := newServer(t, &Options{Workspace: ws})
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		s.tenant(LocalPrincipal).venvPython(ctx)
+		cancel()
+		if _, err := os.Lstat(venvDir(ws)); err == nil {
+			if _, err := os.Stat(filepath.Join(venvDir(ws), "bin", "python")); err != nil {
+				t.Fatalf("a make stopped after %v left a venv without bin/python", d)
+			}
+		}
+	}
+	killed := filepath.Join(ws, ".ipybox", venvBuildPrefix+"KILLED")
+	if err := os.MkdirAll(filepath.Join(killed, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, &Options{Workspace: ws})
+	py, err := s.tenant(LocalPrincipal).venvPython(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(py, "-c", "import sys; print(sys.prefix)").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != venvDir(ws) {
+		t.Errorf("the venv's interpreter: prefix %q, %v; want %s", out, err, venvDir(ws))
+	}
+	for _, pat := range []string{"venv.broken-*", venvBuildPrefix + "*"} {
+		if left, _ := filepath.Glob(filepath.Join(ws, ".ipybox", pat)); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(venvDir(ws), "bin", "pip")); err == nil && !strings.Contains(string(b), venvDir(ws)+"/bin/python") {
+		t.Errorf("bin/pip does not run the venv's interpreter at its final place:\n%s", b)
 	}
 }

@@ -358,11 +358,24 @@ type jsonEvent struct {
 }
 
 // cell runs one cell and reports whether it succeeded.
+// With --json a cell ends in one event: "result", or, for a failing cell,
+// "error" alone, with the output of the partial result as its text.
 func (p *printer) cell(ctx context.Context, ex *ipybox.Executor, i int, code string, opts *ipybox.ExecOptions) bool {
+	var held *ipybox.Result
+	defer func() {
+		if held != nil {
+			p.event(i, held)
+		}
+	}()
 	for ev, err := range ex.Stream(ctx, code, opts) {
 		if err != nil {
-			p.fail(i, err)
+			p.failWith(i, err, held)
+			held = nil
 			return false
+		}
+		if r, ok := ev.(*ipybox.Result); ok && p.json != nil {
+			held = r
+			continue
 		}
 		p.event(i, ev)
 		if r, ok := ev.(*ipybox.ApprovalRequest); ok {
@@ -422,7 +435,14 @@ func (p *printer) event(i int, ev ipybox.Event) {
 	}
 }
 
-func (p *printer) fail(i int, err error) {
+func (p *printer) fail(i int, err error) { p.failWith(i, err, nil) }
+
+// failWith reports a cell's error; partial is its partial result (with
+// --json), whose text the error event carries.
+func (p *printer) failWith(i int, err error, partial *ipybox.Result) {
+	if partial != nil && p.json == nil {
+		p.event(i, partial)
+	}
 	var pe *ipybox.PythonError
 	kind := "error"
 	switch {
@@ -437,6 +457,9 @@ func (p *printer) fail(i int, err error) {
 	}
 	if p.json != nil {
 		j := jsonEvent{Type: "error", Cell: i, Kind: kind, Message: err.Error()}
+		if partial != nil {
+			j.Text, j.Images, j.Truncated, j.Omitted = partial.Text, partial.Images, partial.Truncated, partial.Omitted
+		}
 		if pe != nil {
 			j.Name, j.Value, j.Traceback = pe.Name, pe.Value, pe.Traceback
 		}

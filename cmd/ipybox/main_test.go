@@ -189,7 +189,7 @@ func TestExecJSONAndImages(t *testing.T) {
 	testenv.NeedsPython(t)
 	ws, imgs := t.TempDir(), t.TempDir()
 	out, _, code := runBinary(t, "", "exec", "--json", "--workspace", ws, "--images-dir", imgs,
-		"-c", "print('a')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n7", "-c", "raise KeyError('k')")
+		"-c", "print('a')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n7", "-c", "print('partial')\nraise KeyError('k')")
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -206,7 +206,9 @@ func TestExecJSONAndImages(t *testing.T) {
 	for _, ev := range events {
 		types = append(types, ev["type"].(string))
 	}
-	if got := strings.Join(types, ","); got != "output,display,display,result,result,error" {
+	// A failing cell ends in its error event alone (it was a result,
+	// then an error).
+	if got := strings.Join(types, ","); got != "output,display,display,result,output,error" {
 		t.Fatalf("event types = %s\n%s", got, out)
 	}
 	img := events[1]["images"].([]any)[0].(string)
@@ -219,7 +221,7 @@ func TestExecJSONAndImages(t *testing.T) {
 	if events[2]["result"] != true || events[2]["text"] != "7" {
 		t.Errorf("execute_result event = %v", events[2])
 	}
-	if e := events[5]; e["kind"] != "python" || e["name"] != "KeyError" || e["cell"] != 1.0 {
+	if e := events[5]; e["kind"] != "python" || e["name"] != "KeyError" || e["cell"] != 1.0 || e["text"] != "partial" {
 		t.Errorf("error event = %v", e)
 	}
 }

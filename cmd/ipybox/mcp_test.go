@@ -210,7 +210,7 @@ func checkInspectorOutput(t *testing.T, list, callOut string) {
 	for _, tool := range l.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "close_session,create_session,download_file,execute_ipython_cell,install_package,list_sessions,register_mcp_server,reset,upload_file" {
+	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,install_package,interrupt,list_sessions,register_mcp_server,reset,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 	if err := json.Unmarshal([]byte(callOut), &c); err != nil {
@@ -286,6 +286,53 @@ func TestMCPConformance(t *testing.T) {
 			t.Errorf("after run %d of the suite, the server has %d kernel processes; want at most the pool's one", i+1, len(k))
 		}
 		t.Logf("run %d:\n%s", i+1, summary)
+	}
+	conformance2026(t, ctx, node, srv.url)
+}
+
+// conformance2026 runs the suite's 0.2.0-alpha.12 (tools/npm's
+// conformance-2026) with --requirements 2026-07-28, and checks that
+// server-stateless, a baseline entry, fails only its four checks that
+// need the suite's fixture tools.
+func conformance2026(t *testing.T, ctx context.Context, node, url string) {
+	conf := filepath.Join(testenv.RepoRoot(t), "tools", "npm", "node_modules", "conformance-2026", "dist", "index.js")
+	if _, err := os.Stat(conf); err != nil {
+		testenv.Missing(t, "%s not installed; run scripts/setup.sh", conf)
+	}
+	baseline, _ := filepath.Abs(filepath.Join("testdata", "conformance-baseline-2026.yml"))
+	dir := t.TempDir()
+	cmd := exec.CommandContext(ctx, node, conf, "server", "--url", url, "--requirements", "2026-07-28", "--expected-failures", baseline, "-o", dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	summary := out.String()
+	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+		summary = summary[i:]
+	}
+	if err != nil {
+		t.Fatalf("conformance suite 2026-07-28: %v\n%s", err, summary)
+	}
+	t.Logf("2026-07-28:\n%s", summary)
+	files, _ := filepath.Glob(filepath.Join(dir, "server-server-stateless-*", "checks.json"))
+	if len(files) != 1 {
+		t.Fatalf("server-stateless's checks: %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	var checks []struct{ ID, Status, ErrorMessage string }
+	if err := json.Unmarshal(b, &checks); err != nil {
+		t.Fatal(err)
+	}
+	fixture := map[string]bool{"sep-2575-server-rejects-undeclared-capability": true, "sep-2575-missing-capability-http-400": true,
+		"sep-2575-http-server-no-independent-requests-on-stream": true, "sep-2575-server-no-log-without-loglevel": true}
+	passed := false
+	for _, c := range checks {
+		if c.Status == "FAILURE" && !fixture[c.ID] {
+			t.Errorf("server-stateless: %s failed: %s", c.ID, c.ErrorMessage)
+		}
+		passed = passed || c.ID == "sep-2575-server-declares-prompts-in-discover" && c.Status == "SUCCESS"
+	}
+	if !passed {
+		t.Errorf("server-stateless: sep-2575-server-declares-prompts-in-discover did not pass")
 	}
 }
 

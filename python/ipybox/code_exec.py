@@ -484,6 +484,9 @@ class CodeExecutor:
         self._tokens = 0
         self._current_rid: int | None = None
         self._unregistered: dict[str, str] = {}  # of the last cell: server -> error
+        # The start-up cell's warnings (a restored session's note), for the
+        # first result.
+        self._startup_warnings: list[str] = []
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -586,13 +589,19 @@ class CodeExecutor:
             # And for the servers of mcp_servers, which the first cell
             # registers (over stdio).
             self._unregistered = {}
-            await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
+            startup = await self._call_cell("None", timeout=None, chunks=False, start_bound=self.kernel_init_timeout + 30)
+            self._startup_warnings = list(startup.warnings)
             failed = {name: err for name, err in self._unregistered.items() if name in self.mcp_servers}
             if failed:
                 raise RuntimeError("; ".join(f"mcp_servers[{name!r}] could not be registered: {err}" for name, err in sorted(failed.items())))
         except BaseException as e:
             tail = self._client.stderr_tail() if self._client else ""
             await self.stop()
+            if isinstance(e, CodeExecutionError) and "unknown session" in str(e):
+                raise RuntimeError(
+                    f"session {self._session!r}: {e} (it was closed, it expired, or another token made it; "
+                    "leave session unset to make a new one)"
+                ) from e
             if isinstance(e, (ServerExited, MCPError, CodeExecutionError)):
                 raise RuntimeError(f"ipybox mcp could not start a kernel: {e}" + (f"\n{tail}" if tail and tail not in str(e) else "")) from e
             raise
@@ -894,6 +903,9 @@ class CodeExecutor:
         warnings = list(meta.get("warnings") or [])
         for w in warnings:
             logger.warning("%s", w)
+        if self._startup_warnings:
+            warnings = self._startup_warnings + warnings
+            self._startup_warnings = []
         err = meta.get("error")
         if err:
             kind = err.get("kind")

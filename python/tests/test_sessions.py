@@ -114,6 +114,65 @@ class SessionsTest(LoopTestCase):
         with self.assertRaisesRegex(RuntimeError, "unknown session"):
             self.run_async(self.executor(session=handle).start(), timeout=60)
 
+    def test_unknown_handle_is_not_a_kernel_failure(self):
+        with self.assertRaises(RuntimeError) as cm:
+            self.run_async(self.executor(session="ipy_" + "A" * 26).start(), timeout=60)
+        self.assertIn("unknown session", str(cm.exception))
+        self.assertNotIn("could not start a kernel", str(cm.exception))
+
+    def test_restore_note_in_first_result(self):
+        """The note of a restored session reaches the first result's
+        warnings (it came only to the logger, from the start-up cell)."""
+        ws = new_workspace()
+
+        def serve() -> tuple[subprocess.Popen, str]:
+            p = subprocess.Popen(
+                [binary(), "mcp", "--http", "127.0.0.1:0", "--auth-token-file", self.tokens, "--workspace", str(ws),
+                 "--no-sandbox", "--pool", "0"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                line = p.stderr.readline()
+                if not line:
+                    break
+                m = re.search(r"serving streamable HTTP at (http://\S+/mcp)", line)
+                if m:
+                    return p, m.group(1)
+            p.kill()
+            raise RuntimeError("ipybox mcp --http did not start")
+
+        def stop(p: subprocess.Popen) -> None:
+            p.terminate()  # hibernates every session
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+
+        async def first(url: str) -> str:
+            async with CodeExecutor(server_url=url, auth_token=TOKEN, keep_session=True, kernel_init_timeout=90) as ex:
+                await ex.execute("x = 41")
+                return ex.session
+
+        async def again(url: str, handle: str) -> CodeExecutionResult:
+            async with CodeExecutor(server_url=url, auth_token=TOKEN, session=handle, kernel_init_timeout=90) as ex:
+                return await ex.execute("print(x + 1)")
+
+        p, url = serve()
+        try:
+            handle = self.run_async(first(url), timeout=120)
+        finally:
+            stop(p)
+        p, url = serve()
+        try:
+            res = self.run_async(again(url, handle), timeout=120)
+        finally:
+            stop(p)
+        self.assertEqual(res.text, "42")
+        self.assertTrue(any("restored" in w or "hibernat" in w or "stopped" in w for w in res.warnings), res.warnings)
+
     def test_wrong_token(self):
         with self.assertRaisesRegex(Exception, "401"):
             self.run_async(self.executor(auth_token="wrong-token-0123456789").start(), timeout=60)
