@@ -102,7 +102,7 @@ for t in "${targets[@]}"; do
 done
 
 # 2. The wheels' version is the one the Go build reports: `ipybox version`
-# of a binary this machine runs ("ipybox 0.1.0 (commit ..., go1.26 linux/amd64)").
+# of a binary this machine runs ("ipybox 0.10.0 (commit ..., go1.26 linux/amd64)").
 host=$tmp/bin/$(go env GOHOSTOS)-$(go env GOHOSTARCH)/ipybox
 if ! [ -x "$host" ]; then
   mkdir -p "$tmp/host"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,4 +244,52 @@ func TestImageLabels(t *testing.T) {
 	if f := strings.Fields(string(out)); len(f) < 2 || f[1] != release {
 		t.Errorf("the image's ipybox version = %q, want version %s", out, release)
 	}
+}
+
+// upstreamLast is the last release of upstream's Python package on PyPI
+// under the name ipybox (docs/packaging.md, "One version").
+const upstreamLast = "0.9.2"
+
+// TestReleaseSucceedsUpstream checks that release sorts above upstream's
+// last PyPI release, so that `pip install ipybox` and `uvx ipybox` pick
+// ours once it is uploaded, and that the comparison itself is not
+// lexical ("0.10.0" > "0.9.2" > "0.1.0").
+func TestReleaseSucceedsUpstream(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"0.10.0", "0.9.2", 1}, {"0.9.2", "0.10.0", -1}, {"0.1.0", "0.9.2", -1},
+		{"1.0.0", "0.9.2", 1}, {"0.9.2", "0.9.2", 0}, {"0.9.10", "0.9.2", 1},
+	} {
+		if got := compareRelease(t, c.a, c.b); got != c.want {
+			t.Errorf("compareRelease(%q, %q) = %d; want %d", c.a, c.b, got, c.want)
+		}
+	}
+	if compareRelease(t, release, upstreamLast) <= 0 {
+		t.Errorf("release %q does not sort above upstream's last PyPI release %s: pip and uvx would install upstream's package; number it higher (docs/packaging.md)", release, upstreamLast)
+	}
+}
+
+// compareRelease compares two MAJOR.MINOR.PATCH versions numerically.
+func compareRelease(t *testing.T, a, b string) int {
+	t.Helper()
+	parse := func(v string) [3]int {
+		var n [3]int
+		if _, err := fmt.Sscanf(v, "%d.%d.%d", &n[0], &n[1], &n[2]); err != nil || fmt.Sprintf("%d.%d.%d", n[0], n[1], n[2]) != v {
+			t.Fatalf("version %q is not MAJOR.MINOR.PATCH", v)
+		}
+		return n
+	}
+	x, y := parse(a), parse(b)
+	for i := range x {
+		if x[i] != y[i] {
+			if x[i] > y[i] {
+				return 1
+			}
+			return -1
+		}
+	}
+	return 0
 }

@@ -14,7 +14,7 @@ import (
 // version; the Python package, the plugins, server.json and the image's
 // label carry the same string, and TestVersionsAgree holds them to it.
 // A release changes this line and those files together.
-const release = "0.1.0"
+const release = "0.10.0"
 
 // version and commit may be set at build time with -ldflags
 // "-X main.version=1.2.3 -X main.commit=abcdef123456" (scripts/wheels.sh

@@ -18,6 +18,7 @@ from .code_exec import (
     CodeExecutionError,
     CodeExecutionResult,
     CodeExecutor,
+    IgnoredArgumentWarning,
     KernelDiedError,
     find_binary,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "CodeExecutionError",
     "CodeExecutionResult",
     "CodeExecutor",
+    "IgnoredArgumentWarning",
     "KernelDiedError",
     "SyncCodeExecutor",
     "__version__",

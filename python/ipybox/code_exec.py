@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -354,6 +355,37 @@ def _private_file(prefix: str, text: str) -> str:
 _generated: dict[tuple[str, str], dict[str, Any]] = {}
 
 
+class IgnoredArgumentWarning(UserWarning):
+    """An argument that upstream's CodeExecutor (0.9) takes and this one
+    ignores, because what it configured no longer exists."""
+
+
+# What replaced each of upstream's arguments that CodeExecutor ignores.
+_IGNORED_ARGS = {
+    "tool_server_host": "kernel code reaches MCP tools through ipybox's own tool server, "
+    "on a per-kernel unix socket with a token (a TLS port only for remote kernels), "
+    "which ipybox sets up itself (docs/toolserver.md)",
+    "kernel_gateway_host": "ipybox mcp starts and talks to its kernel itself; to run kernels "
+    "on a Jupyter Server or Enterprise Gateway, start `ipybox mcp --http ADDR --gateway-url URL` "
+    "and pass server_url= (docs/scale.md)",
+}
+_IGNORED_ARGS["tool_server_port"] = _IGNORED_ARGS["tool_server_host"]
+_IGNORED_ARGS["kernel_gateway_port"] = _IGNORED_ARGS["kernel_gateway_host"]
+_warned_ignored: set[str] = set()
+
+
+def _warn_ignored(name: str) -> None:
+    """Warns, once per process and argument, that name is ignored."""
+    if name in _warned_ignored:
+        return
+    _warned_ignored.add(name)
+    warnings.warn(
+        f"CodeExecutor({name}=...) is ignored since ipybox 0.10 (upstream's 0.9 took it): {_IGNORED_ARGS[name]}",
+        IgnoredArgumentWarning,
+        stacklevel=3,
+    )
+
+
 class CodeExecutor:
     """A stateful IPython kernel with MCP tool calls that the application approves.
 
@@ -408,7 +440,8 @@ class CodeExecutor:
             later executor can come back to it (server_url only: a stdio
             server ends with the executor). By default stop() ends it.
     Accepted and ignored (upstream's internal servers): tool_server_host,
-    tool_server_port, kernel_gateway_host, kernel_gateway_port.
+    tool_server_port, kernel_gateway_host, kernel_gateway_port. Each warns
+    once per process (IgnoredArgumentWarning), saying what replaced it.
     """
 
     def __init__(
@@ -453,6 +486,14 @@ class CodeExecutor:
                 raise ValueError(f"{label} {t!r}: want a positive number of seconds")
         if approval_timeout is not None and approval_timeout <= 0:
             raise ValueError(f"approval_timeout {approval_timeout!r}: want a positive number of seconds, or None")
+        for name, value in (
+            ("tool_server_host", tool_server_host),
+            ("tool_server_port", tool_server_port),
+            ("kernel_gateway_host", kernel_gateway_host),
+            ("kernel_gateway_port", kernel_gateway_port),
+        ):
+            if value is not None:
+                _warn_ignored(name)
         self.kernel_env = dict(kernel_env or {})
         self.working_dir = Path(working_dir) if working_dir is not None else Path.cwd()
         self.images_dir = Path(images_dir) if images_dir is not None else None

@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import unittest
+import warnings
 
 from ipybox import ApprovalRequest, CodeExecutor
 from ipybox.code_exec import _dotenv_value
@@ -185,3 +186,39 @@ class BundledBinaryTest(unittest.TestCase):
 
         self.assertRegex(ipybox.__version__, re.compile(r"^\d+\.\d+\.\d+"))
         self.assertIn("__version__", ipybox.__all__)
+
+
+class IgnoredArgumentsTest(unittest.TestCase):
+    def test_each_warns_once_saying_what_replaced_it(self):
+        from ipybox import IgnoredArgumentWarning
+        from ipybox import code_exec
+
+        code_exec._warned_ignored.clear()
+        names = ["tool_server_host", "tool_server_port", "kernel_gateway_host", "kernel_gateway_port"]
+        values = {"tool_server_host": "localhost", "tool_server_port": 8900,
+                  "kernel_gateway_host": "localhost", "kernel_gateway_port": 8888}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            CodeExecutor(**values)
+            CodeExecutor(**values)  # a second executor: no second warning
+            CodeExecutor()  # none given: none
+        got = [w for w in caught if issubclass(w.category, IgnoredArgumentWarning)]
+        self.assertEqual([str(w.message).split("(", 2)[1].split("=")[0] for w in got], names)
+        for w in got:
+            self.assertIn("is ignored since ipybox 0.10", str(w.message))
+            self.assertEqual(w.filename, __file__, "the warning points at the caller's line")
+        self.assertIn("unix socket", str(got[0].message))
+        self.assertIn("--gateway-url", str(got[2].message))
+        self.assertIn("server_url=", str(got[3].message))
+
+    def test_0_9_keywords_are_accepted(self):
+        # Every keyword upstream's 0.9 CodeExecutor takes (docs/python.md).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            CodeExecutor(
+                kernel_env={"A": "1"}, working_dir=".", images_dir="images", approval_timeout=None,
+                connect_timeout=30, kernel_init_timeout=10, sandbox=False, sandbox_config=None,
+                log_level="WARNING", approve_tool_calls=True, approve_shell_cmds=False,
+                require_shell_escape=False, tool_server_host="localhost", tool_server_port=8900,
+                kernel_gateway_host="localhost", kernel_gateway_port=8888,
+            )
