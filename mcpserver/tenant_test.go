@@ -60,6 +60,9 @@ func TestTenantFolders(t *testing.T) {
 			t.Errorf("principal %q: %v", bad, err)
 		}
 	}
+	if _, err := New(&Options{Workspace: ws, Principals: map[string]string{"Alice": "x-token-0123456789", "alice": "b-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "only in case") {
+		t.Errorf("Alice and alice: %v", err)
+	}
 }
 
 // TestTenantFileTransfers: a principal's upload_file and download_file
