@@ -101,16 +101,24 @@ func multiTenant(tokens []principalToken) bool {
 }
 
 // checkTenantNames refuses, with several principals, a name that cannot
-// be a folder of the workspace of its own: "." and "..", and names that
-// start with a dot (".ipybox" is the workspace's state folder).
+// be a folder of the workspace of its own: "." and "..", names that start
+// with a dot (".ipybox" is the workspace's state folder), and two names
+// that differ only in case (one folder on a file system that ignores
+// case, as macOS's does by default).
 func checkTenantNames(tokens []principalToken) error {
 	if !multiTenant(tokens) {
 		return nil
 	}
+	folded := map[string]string{}
 	for _, pt := range tokens {
 		if strings.HasPrefix(pt.name, ".") {
 			return fmt.Errorf("principal name %q starts with '.': with several principals each has the folder <workspace>/<name>, and a name may not start with a dot; rename it in the token file", pt.name)
 		}
+		low := strings.ToLower(pt.name)
+		if other, ok := folded[low]; ok && other != pt.name {
+			return fmt.Errorf("principal names %q and %q differ only in case: with several principals each has the folder <workspace>/<name>, which may be one folder where case is ignored; rename one in the token file", other, pt.name)
+		}
+		folded[low] = pt.name
 	}
 	return nil
 }

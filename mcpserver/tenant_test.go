@@ -1,9 +1,11 @@
 package mcpserver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ipybox/ipybox"
@@ -59,6 +61,9 @@ func TestTenantFolders(t *testing.T) {
 		if _, err := New(&Options{Workspace: ws, Principals: map[string]string{bad: "x-token-0123456789", "b": "b-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "starts with '.'") {
 			t.Errorf("principal %q: %v", bad, err)
 		}
+	}
+	if _, err := New(&Options{Workspace: ws, Principals: map[string]string{"Alice": "x-token-0123456789", "alice": "b-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "only in case") {
+		t.Errorf("Alice and alice: %v", err)
 	}
 }
 
@@ -117,5 +122,40 @@ func TestConfinementOrder(t *testing.T) {
 		if got := mayRestore(c.from, c.to); got != c.ok {
 			t.Errorf("mayRestore(%q, %q) = %v", c.from, c.to, got)
 		}
+	}
+}
+
+// TestTenantsConcurrently: sessions of several principals that start at
+// once get one tenant per principal, each folder made once.
+func TestTenantsConcurrently(t *testing.T) {
+	t.Parallel()
+	ps := map[string]string{}
+	for i := range 4 {
+		ps[fmt.Sprintf("p%d", i)] = fmt.Sprintf("p%d-token-0123456789", i)
+	}
+	s := newServer(t, &Options{Workspace: t.TempDir(), Principals: ps})
+	got := make([][]*tenant, 16)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			for p := range 4 {
+				tn := s.tenant(fmt.Sprintf("p%d", p))
+				if err := tn.ensure(); err != nil {
+					t.Error(err)
+				}
+				got[i] = append(got[i], tn)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range got {
+		for p := range got[i] {
+			if got[i][p] != got[0][p] {
+				t.Fatalf("principal p%d has two tenants", p)
+			}
+		}
+	}
+	if n := len(s.allTenants()); n != 4 {
+		t.Errorf("%d tenants, want 4", n)
 	}
 }

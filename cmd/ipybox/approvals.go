@@ -198,7 +198,11 @@ func printLog(w io.Writer, entries []policy.Entry) {
 		if e.Person != "" {
 			by += " (" + e.Person + ")"
 		}
-		line := fmt.Sprintf("%s  %s  %-9s %s  by %s", e.Time.Local().Format(time.DateTime), e.Session, e.Decision, cut(what, 200), by)
+		sess := e.Session
+		if e.Principal != "" {
+			sess += " principal=" + e.Principal
+		}
+		line := fmt.Sprintf("%s  %s  %-9s %s  by %s", e.Time.Local().Format(time.DateTime), sess, e.Decision, cut(what, 200), by)
 		if e.Remember != "" {
 			line += ", remembered for " + e.Remember
 		}
