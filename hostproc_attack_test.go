@@ -60,6 +60,7 @@ type hostLaunch struct {
 	dir   string            // where the bait lies (ipybox's working folder for the case)
 	mark  string            // the file the bait writes when it runs
 	reg   string            // the server's name
+	needs string            // a program the case needs (testenv skips it locally when missing)
 }
 
 // TestAttackHostProcessLoadsWorkspace: a stdio server whose config names
@@ -132,13 +133,7 @@ func TestAttackHostProcessLoadsWorkspace(t *testing.T) {
 				"node_modules/.bin/ipybox-hostproc-bait":         "#!/usr/bin/env node\n" + jsBait,
 			}},
 	}
-	if uv, err := exec.LookPath("uv"); err == nil {
-		cases = append(cases, uvRunCase(uv))
-	} else if testenv.InCI() {
-		t.Error("uv is not on PATH in CI; scripts/setup.sh installs it")
-	} else {
-		t.Log("uv is not on PATH: its case is left out")
-	}
+	cases = append(cases, uvRunCase())
 
 	ws := t.TempDir()
 	marks := t.TempDir()
@@ -173,6 +168,9 @@ func TestAttackHostProcessLoadsWorkspace(t *testing.T) {
 }
 
 func (c hostLaunch) attack(t *testing.T, ex *ipybox.Executor, ws, trusted string) {
+	if c.needs != "" {
+		testenv.NeedsTool(t, c.needs)
+	}
 	cfg := c.cfg(trusted)
 	// The bait works where the old code started the server.
 	ctl := exec.Command(cfg.Command, cfg.Args...)
@@ -218,8 +216,12 @@ func (c hostLaunch) attack(t *testing.T, ex *ipybox.Executor, ws, trusted string
 // kernel plants a project whose dependency is its own wheel, from a
 // find-links folder beside it. (uvx does not read a project's config:
 // uv 0.13.8 ignored a planted uv.toml and pyproject.toml.)
-func uvRunCase(uv string) hostLaunch {
-	return hostLaunch{name: "uv run, a planted project",
+func uvRunCase() hostLaunch {
+	uv, err := exec.LookPath("uv")
+	if err != nil {
+		uv = "uv"
+	}
+	return hostLaunch{name: "uv run, a planted project", needs: "uv",
 		cfg: func(string) ipybox.ServerConfig {
 			// Offline: outside the planted project the name is looked up
 			// nowhere.

@@ -240,3 +240,13 @@ func TestSandboxedServerOwnFiles(t *testing.T) {
 		t.Errorf("the client's server: %q, want it sandboxed, without the operator's key", got)
 	}
 }
+
+// TestHostPipArgs: on the host pip runs in the private folder, so the
+// workspace's relative paths are made absolute, and nothing else changes.
+func TestHostPipArgs(t *testing.T) {
+	got := hostPipArgs("/ws", []string{"install", "--target", "/v/site", "./dist/x.whl", "dist/y.whl", ".", "numpy<2", "pkg @ https://h/p.whl", "git+https://h/r"})
+	want := []string{"install", "--target", "/v/site", "/ws/dist/x.whl", "/ws/dist/y.whl", "/ws", "numpy<2", "pkg @ https://h/p.whl", "git+https://h/r"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("hostPipArgs = %q, want %q", got, want)
+	}
+}

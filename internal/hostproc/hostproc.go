@@ -35,9 +35,8 @@ import (
 var SearchPathVars = []string{"PATH", "PYTHONPATH", "NODE_PATH", "PERL5LIB", "RUBYLIB", "GEM_PATH", "CLASSPATH", "LD_LIBRARY_PATH"}
 
 var (
-	dirOnce sync.Once
-	dir     string
-	dirErr  error
+	dirMu sync.Mutex
+	dirs  = map[string]string{} // root -> the folder made there
 )
 
 // Dir returns this process's private working folder for host processes,
@@ -46,12 +45,12 @@ var (
 // Its parents are the user's own: $XDG_RUNTIME_DIR/ipybox, else the
 // user's cache folder; the system's temporary folder only when neither
 // exists.
-func Dir() (string, error) {
-	dirOnce.Do(func() { dir, dirErr = makeDir() })
-	return dir, dirErr
-}
+func Dir() (string, error) { return DirOutside(nil) }
 
-func makeDir() (string, error) {
+// DirOutside is Dir, in the first of those parents that is not in a
+// folder of writable (the user's cache folder is in a workspace that is
+// the home folder).
+func DirOutside(writable []string) (string, error) {
 	var roots []string
 	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
 		if st, err := os.Stat(x); err == nil && st.IsDir() {
@@ -62,15 +61,25 @@ func makeDir() (string, error) {
 		roots = append(roots, filepath.Join(c, "ipybox"))
 	}
 	roots = append(roots, os.TempDir())
+	dirMu.Lock()
+	defer dirMu.Unlock()
 	var errs []error
 	for _, root := range roots {
+		if w := Inside(root, writable); w != "" {
+			errs = append(errs, fmt.Errorf("%s is in %s, which kernel code can write", root, w))
+			continue
+		}
+		if d, ok := dirs[root]; ok {
+			return d, nil
+		}
 		d, err := rundir.New(root, "ipybox-host-")
 		if err == nil {
+			dirs[root] = d
 			return d, nil
 		}
 		errs = append(errs, err)
 	}
-	return "", fmt.Errorf("host processes' private folder: %w", errors.Join(errs...))
+	return "", fmt.Errorf("host processes' private folder: %w; set XDG_RUNTIME_DIR to a folder of your own outside the workspace", errors.Join(errs...))
 }
 
 // Inside reports the folder of writable that p lies at or below, after
@@ -152,11 +161,8 @@ func isSearchVar(k string) bool {
 // the caller's log.
 func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 	if cmd.Dir == "" {
-		if cmd.Dir, err = Dir(); err != nil {
+		if cmd.Dir, err = DirOutside(writable); err != nil {
 			return nil, err
-		}
-		if w := Inside(cmd.Dir, writable); w != "" {
-			return nil, fmt.Errorf("the private folder of host processes, %s, is in %s, which kernel code can write; set XDG_RUNTIME_DIR to a folder of your own outside it, or choose another workspace", cmd.Dir, w)
 		}
 	} else if w := Inside(cmd.Dir, writable); w != "" {
 		return nil, &WritableError{What: "working folder", Path: cmd.Dir, Folder: w}

@@ -62,3 +62,24 @@ func TestPrepare(t *testing.T) {
 		t.Errorf("dropped = %q", dropped)
 	}
 }
+
+// TestDirOutsideHome: with the home folder as the workspace and no
+// $XDG_RUNTIME_DIR, the user's cache folder is in the workspace: the
+// private folder is made elsewhere, not refused.
+func TestDirOutsideHome(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", home)
+	d, err := DirOutside([]string{home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Inside(d, []string{home}) != "" {
+		t.Errorf("DirOutside = %s, in the workspace %s", d, home)
+	}
+	cmd := exec.Command("/bin/true")
+	if _, err := Prepare(cmd, []string{home}); err != nil || cmd.Dir != d {
+		t.Errorf("Prepare: dir %q, %v; want %q", cmd.Dir, err, d)
+	}
+}
