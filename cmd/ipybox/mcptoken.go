@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/trusted"
 	"github.com/ipybox/ipybox/mcpserver"
 )
 
@@ -28,6 +29,15 @@ func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
+	}
+	// Whoever can write the file, or swap it, chooses the tokens that
+	// let clients in: it must be this user's alone (internal/trusted).
+	warn, err := trusted.Check("--auth-token-file", abs, true)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" && env.stderr != nil {
+		fmt.Fprintf(env.stderr, "ipybox mcp: warning: %s\n", warn)
 	}
 	b, err := safefs.ReadFile(filepath.Dir(abs), filepath.Base(abs), maxTokenFile)
 	if errors.Is(err, fs.ErrPermission) {

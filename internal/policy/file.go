@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/flock"
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // File is a policy file on the host. Its rules are read again whenever the
@@ -43,6 +44,11 @@ const RememberedMark = "# remembered "
 func Open(path string) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
+		return nil, err
+	}
+	// Its rules decide what runs without asking: the file must be this
+	// user's alone (internal/trusted).
+	if _, err := trusted.Check("approval policy", abs, false); err != nil {
 		return nil, err
 	}
 	f := &File{path: RealPath(abs)}
