@@ -64,8 +64,13 @@ func TestAttackUntrustedFiles(t *testing.T) {
 			if v.Missing {
 				continue // a missing token file is an error of its own
 			}
-			// A refusal ends the command before it serves.
+			// A refusal ends the command before it serves. (The token
+			// file's read follows no link at all: that refusal comes
+			// first.)
 			if v.Want == trustedtest.Refuse {
+				if strings.HasPrefix(v.Name, "a link") {
+					v.Fix = "symbolic link"
+				}
 				check(t, "--auth-token-file", v, "--http", "127.0.0.1:0", "--auth-token-file", v.Path)
 				continue
 			}
