@@ -96,8 +96,14 @@ func (f *File) reload() error {
 		f.err = fmt.Errorf("approval policy %s is not a regular file", f.path)
 		return f.err
 	}
-	if f.info != nil && f.err == nil && os.SameFile(f.info, fi) && f.info.Size() == fi.Size() && f.info.ModTime().Equal(fi.ModTime()) {
+	if f.info != nil && f.err == nil && os.SameFile(f.info, fi) && f.info.Size() == fi.Size() && f.info.ModTime().Equal(fi.ModTime()) && f.info.Mode() == fi.Mode() {
 		return nil
+	}
+	// A file that changed (or changed mode) is trusted again only if it
+	// is still this user's alone.
+	if _, err := trusted.Check("approval policy", f.path, false); err != nil {
+		f.err = err
+		return f.err
 	}
 	data, err := os.ReadFile(f.path)
 	if err != nil {
