@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // Entry is one line of the audit log: one decision about one call.
@@ -104,6 +106,9 @@ func OpenLog(path string, maxBytes int64) (*Log, error) {
 	}
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxLogBytes
+	}
+	if _, err := trusted.Check("approval log", abs, false); err != nil {
+		return nil, err
 	}
 	l := &Log{path: RealPath(abs), max: maxBytes}
 	if err := l.open(); err != nil {

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -17,11 +19,13 @@ import (
 // spelling that a deny rule would have refused once cleaned.
 
 // pathForms returns the cleaned spellings of s that differ from s: none
-// for a value that is no path (no / or \).
+// for a value that is no path (no / or \). A file: URL of this host
+// (file:///etc/passwd, file://localhost/etc/%70asswd) is also its path,
+// which servers that take URLs open.
 func pathForms(s string) []string {
 	var out []string
 	add := func(c string) {
-		if c != s && (len(out) == 0 || out[0] != c) {
+		if c != s && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
@@ -30,6 +34,12 @@ func pathForms(s string) []string {
 	}
 	if strings.Contains(s, `\`) {
 		add(path.Clean(strings.ReplaceAll(s, `\`, "/")))
+	}
+	if len(s) > 5 && strings.EqualFold(s[:5], "file:") {
+		if u, err := url.Parse(s); err == nil && (u.Host == "" || strings.EqualFold(u.Host, "localhost")) && u.Path != "" {
+			add(u.Path)
+			add(path.Clean(u.Path))
+		}
 	}
 	return out
 }
