@@ -175,17 +175,27 @@ except OSError as e:
 // TestRedteam4InterpreterInWorkspace: the kernel's interpreter is the
 // project's own virtualenv, in the workspace (ipybox started with
 // --python .venv/bin/python, or from an activated venv). The sandboxed
-// kernel can write that venv's site-packages, and the host runs the same
-// interpreter outside the sandbox: the sandbox's own question to it
-// (sys.prefix...), the ipykernel probe, doctor. A .pth file there runs
-// at every interpreter start, -I or not. The host then runs kernel code
-// at the next start (a new Executor here; a restart of ipybox mcp).
+// kernel can write that venv's site-packages (the sandbox binds no
+// read-only view of it), and the host runs the same interpreter outside
+// the sandbox: kernel.CheckPython's ipykernel probe at every start of
+// ipybox mcp --python and ipybox exec --python, ipybox.FindPython where
+// the server makes a principal's virtualenv, doctor --python. (The
+// sandbox's own question, askPython, already asks the venv's base
+// interpreter instead.) A .pth file there runs at every interpreter
+// start, -I or not: the host runs kernel code at the next start (here a
+// process of its own, as a restart of ipybox mcp is).
 func TestRedteam4InterpreterInWorkspace(t *testing.T) {
 	if ws := os.Getenv("IPYBOX_REDTEAM4_CHILD"); ws != "" {
 		// The restarted ipybox: a process of its own, so that nothing
 		// of the first one's caches is in it.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		// What ipybox mcp --python does at its start (checkHost), and
+		// the server at a principal's first virtualenv: the check of
+		// the interpreter, on the host.
+		if _, err := ipybox.FindPython(ctx, filepath.Join(ws, ".venv", "bin", "python")); err != nil {
+			t.Fatal(err)
+		}
 		ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Python: filepath.Join(ws, ".venv", "bin", "python"), Sandbox: ipybox.DefaultSandbox()})
 		if err != nil {
 			t.Fatal(err)
@@ -194,6 +204,7 @@ func TestRedteam4InterpreterInWorkspace(t *testing.T) {
 		run(t, ex, "1")
 		return
 	}
+	t.Skip("BREAK: a sandboxed kernel writes the workspace venv that is its interpreter (.venv/lib/.../site-packages/*.pth), and the host runs that interpreter at the next ipybox mcp --python start (kernel.CheckPython's probe), at a principal's first venv (mcpserver venv.go FindPython) and in doctor; see /work/notes/attack.md")
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	sys := "/usr/bin/python3"
