@@ -261,3 +261,104 @@ print("\n".join(out))
 		t.Fatalf("the sandboxed kernel's .pth in the workspace's venv ran on the host at the next start (start: %v)", err)
 	}
 }
+
+// TestRedteam4SharedTmpAncestor: another local user (uid 65534) can write
+// a sticky shared folder (/tmp). The private folder of host processes is
+// under the user's runtime or cache folder, but when that lies in such a
+// folder (the Docker image sets HOME=/tmp, so its cache folder is
+// /tmp/.cache), or when neither exists (HOME unusable: the fallback is
+// the system's temporary folder), an upward search from the private
+// folder meets the shared one: npx takes the first ancestor with a
+// node_modules as its project, and runs the package it finds there.
+// Variants: HOME is the shared folder (the image), and no usable HOME
+// (TMPDIR is the shared folder). The other user's planting is files owned
+// by 65534 in the shared folder; ipybox's server runs in a process of its
+// own, so that its private folder is made under these settings.
+func TestRedteam4SharedTmpAncestor(t *testing.T) {
+	if os.Getenv("IPYBOX_RT4_TMP_CHILD") != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: os.Getenv("IPYBOX_RT4_WS"), NoToolApproval: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ex.Close()
+		npx, _ := exec.LookPath("npx")
+		_, err = ex.RegisterMCPServer(ctx, "tmpsrv", ipybox.ServerConfig{Command: npx, Args: []string{"-y", os.Getenv("IPYBOX_RT4_PKG") + "@1.0.0"},
+			Env: map[string]string{"npm_config_registry": os.Getenv("IPYBOX_RT4_REG"), "npm_config_update_notifier": "false", "npm_config_cache": os.Getenv("IPYBOX_RT4_CACHE")}})
+		if err == nil {
+			t.Log("REGISTERED-OK")
+		}
+		t.Logf("register: %v", err)
+		return
+	}
+	t.Skip("BREAK: the private folder of host processes has a shared sticky folder (/tmp) among its ancestors when HOME is /tmp (the Docker image) or unusable, and npx runs another user's /tmp/node_modules from there; see /work/notes/attack.md")
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "npx")
+	if os.Getuid() != 0 {
+		t.Skip("needs root to plant files as uid 65534")
+	}
+	const pkg = "ipybox-redteam4-tmp"
+	reg := npmRegistry(t, pkg, "#!/usr/bin/env node\n"+hostSrvJS)
+	for _, v := range []struct {
+		name string
+		env  func(shared string) []string
+	}{
+		{"HOME is the shared folder (the image)", func(sh string) []string { return []string{"HOME=" + sh, "TMPDIR=" + sh} }},
+		{"no usable HOME", func(sh string) []string { return []string{"HOME=/proc/self/nohome", "TMPDIR=" + sh} }},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			// Short: the run folder's socket path must fit in 107 bytes.
+			shared, err := os.MkdirTemp("", "rt4")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(shared) })
+			if err := os.Chmod(shared, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+			mark := filepath.Join(t.TempDir(), "mark")
+			os.Chmod(filepath.Dir(mark), 0o777)
+			// The other user's plant: shared/node_modules/<pkg>.
+			nm := filepath.Join(shared, "node_modules")
+			files := map[string]string{
+				filepath.Join(nm, pkg, "package.json"): fmt.Sprintf(`{"name": %q, "version": "1.0.0", "bin": {%q: "cli.js"}}`, pkg, pkg),
+				filepath.Join(nm, pkg, "cli.js"):       "#!/usr/bin/env node\nrequire('fs').writeFileSync(" + fmt.Sprintf("%q", mark) + ", 'ran'); process.exit(3);\n",
+			}
+			for p, c := range files {
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(c), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(nm, ".bin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../"+pkg+"/cli.js", filepath.Join(nm, ".bin", pkg)); err != nil {
+				t.Fatal(err)
+			}
+			filepath.Walk(nm, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			child := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedteam4SharedTmpAncestor$", "-test.count=1", "-test.v")
+			env := []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "IPYBOX_RT4_TMP_CHILD=1", "IPYBOX_RT4_WS=" + t.TempDir(),
+				"IPYBOX_RT4_PKG=" + pkg, "IPYBOX_RT4_REG=" + reg.URL + "/", "IPYBOX_RT4_CACHE=" + t.TempDir()}
+			for _, k := range []string{"PYENV_ROOT", "GOTOOLCHAIN", "GOCACHE", "GOPATH"} {
+				if x, ok := os.LookupEnv(k); ok {
+					env = append(env, k+"="+x)
+				}
+			}
+			child.Env = append(env, v.env(shared)...)
+			out, err := child.CombinedOutput() // bound: ctx
+			t.Logf("server: %v: %s", err, out)
+			if exists(mark) {
+				t.Fatalf("another user's node_modules in %s ran as ipybox's user", shared)
+			}
+			if !strings.Contains(string(out), "REGISTERED-OK") {
+				t.Fatal("the operator's server did not start, so the test shows nothing")
+			}
+		})
+	}
+}
