@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -98,5 +99,49 @@ func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
 		if strings.Contains(r, envSecret) || strings.Contains(r, dotSecret) {
 			t.Errorf("ipybox sent a host secret to the client's address: %s", r)
 		}
+	}
+}
+
+// TestRedteam4RegistryOutlivesTheFlag: a client registers a stdio server
+// while the operator allows host servers (--allow-host-servers); the
+// registry keeps it. The operator restarts without the flag: the client's
+// registration must not start on the host again (the gate is the
+// operator's current choice), with a sandbox (it runs there) or without
+// one (it is refused). The operator's own --mcp-config server still runs.
+func TestRedteam4RegistryOutlivesTheFlag(t *testing.T) {
+	t.Skip("BREAK: a stdio server a client registered under --allow-host-servers (or before the gate existed) starts on the host again after a restart without the flag; see /work/notes/attack.md")
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	for _, sandboxed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sandbox=%v", sandboxed), func(t *testing.T) {
+			if sandboxed {
+				testenv.NeedsTool(t, "bwrap")
+			}
+			ws := t.TempDir()
+			mark, canary := hostFiles(t)
+			first := newGatedServer(t, &Options{Workspace: ws, AllowHostServers: true})
+			cs := connect(t, first, nil)
+			if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "h", "server_params": probeParams(t, py, mark, canary)}); res.IsError {
+				t.Fatalf("register with the flag: %s", text(res))
+			}
+			if _, err := os.Stat(mark); err != nil {
+				t.Fatal("with the flag the server did not run on the host: the test shows nothing")
+			}
+			cs.Close()
+			first.Close()
+			os.Remove(mark)
+
+			o := &Options{Workspace: ws}
+			if sandboxed {
+				o.Sandbox = ipybox.DefaultSandbox()
+			}
+			second := newGatedServer(t, o)
+			cs = connect(t, second, nil)
+			got := run(t, cs, "import importlib\ntry:\n    m = importlib.import_module('mcptools.h.probe')\n    print(m.run(m.Params()))\nexcept Exception as e:\n    print('error', type(e).__name__, e)")
+			t.Logf("the client's server after the restart: %s", short(got))
+			if _, err := os.Stat(mark); err == nil {
+				t.Fatal("after a restart without --allow-host-servers, the client's stdio server started on the host again")
+			}
+		})
 	}
 }
