@@ -362,3 +362,54 @@ func TestRedteam4SharedTmpAncestor(t *testing.T) {
 		})
 	}
 }
+
+// TestRedteam4DiscoveryRunsWorkspacePython: Python discovery probes every
+// python3 on PATH at once (kernel.FindPython; ipybox mcp's first
+// virtualenv, ipybox.Start without Options.Python, doctor). When a PATH
+// folder lies in the workspace, a sandboxed kernel can put a python3
+// there, and the next discovery runs it on the host, even when a good
+// interpreter comes first. Variant: the workspace is HOME, and PATH has
+// ~/bin (a usual entry, not a protected name), which need not exist
+// until the kernel makes it.
+func TestRedteam4DiscoveryRunsWorkspacePython(t *testing.T) {
+	if os.Getenv("IPYBOX_RT4_DISC_CHILD") != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		py, err := ipybox.FindPython(ctx, "")
+		t.Logf("discovered %q (%v)", py, err)
+		return
+	}
+	t.Skip("BREAK: Python discovery runs every python3 on PATH on the host, those in the workspace too (a sandboxed kernel's ~/bin/python3 when the workspace is HOME); see /work/notes/attack.md")
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		testenv.Missing(t, "/usr/bin/python3")
+	}
+	ws := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "mark")
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("HOME", ws)
+	t.Chdir(ws)
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, Python: "/usr/bin/python3"})
+	res := run(t, ex, fmt.Sprintf(`import os
+d = os.path.expanduser("~/bin")
+os.makedirs(d, exist_ok=True)
+open(d + "/python3", "w").write("#!/bin/sh\necho ran > %s\nexec /usr/bin/python3 \"$@\"\n")
+os.chmod(d + "/python3", 0o755)
+print("planted", d)`, mark))
+	t.Logf("kernel: %s", strings.TrimSpace(res.Text))
+	ex.Close()
+	if exists(mark) {
+		t.Fatal("ran already")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedteam4DiscoveryRunsWorkspacePython$", "-test.count=1", "-test.v")
+	child.Env = append(os.Environ(), "IPYBOX_RT4_DISC_CHILD=1", "PATH=/usr/bin:"+filepath.Join(ws, "bin")+":/bin")
+	out, err := child.CombinedOutput() // bound: ctx
+	t.Logf("discovery: %v: %s", err, out)
+	if exists(mark) {
+		t.Fatal("the sandboxed kernel's ~/bin/python3 ran on the host at the next discovery")
+	}
+}
