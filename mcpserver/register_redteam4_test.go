@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -143,5 +144,82 @@ func TestRedteam4RegistryOutlivesTheFlag(t *testing.T) {
 				t.Fatal("after a restart without --allow-host-servers, the client's stdio server started on the host again")
 			}
 		})
+	}
+}
+
+// TestRedteam4RegisterURLReadsLoopback: a url server is connected to from
+// the host, at the client's URL, with the client's headers: an HTTP
+// service on the host's loopback (or a cloud metadata address) that no
+// client could reach gets ipybox's requests. What must hold is that
+// nothing of its answers comes back to the client: not the body of a 200
+// that is not MCP, nor of an error, nor an SSE event name, nor the banner
+// of a service that is not HTTP (ssh, redis), in the registration's
+// result, over streamable HTTP and the SSE fallback, and with a header
+// the client sets (Metadata-Flavor, as cloud metadata services require).
+// Before the fix, 4 of 8 variants carried the service's first line back
+// in the error (malformed HTTP response "...", malformed line in SSE
+// stream: "...", first event is "...").
+func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
+	t.Parallel()
+	const secret = "LOOPBACK-ONLY-7c1e"
+	var mu sync.Mutex
+	var flavors []string
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		flavors = append(flavors, r.Header.Get("Metadata-Flavor"))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/plain":
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprintf(w, "token=%s\n", secret)
+		case "/json":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"token": %q}`, secret)
+		case "/event":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: %s\ndata: x\n\n", secret)
+		case "/sse":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: endpoint\ndata: /x?%s\n\n", secret)
+		default:
+			http.Error(w, "denied: "+secret, http.StatusForbidden)
+		}
+	}))
+	t.Cleanup(svc.Close)
+	// A service that is not HTTP (ssh, redis...): its banner is the first
+	// line it sends.
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	go func() {
+		for {
+			c, err := raw.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "SSH-2.0-%s\r\n", secret)
+			c.Close()
+		}
+	}()
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	h := createSession(t, alice)
+	for i, params := range []map[string]any{
+		{"url": "http://" + raw.Addr().String() + "/"},
+		{"type": "sse", "url": "http://" + raw.Addr().String() + "/"},
+		{"type": "sse", "url": svc.URL + "/event"},
+		{"url": svc.URL + "/plain", "headers": map[string]string{"Metadata-Flavor": "Google"}},
+		{"url": svc.URL + "/json"},
+		{"type": "sse", "url": svc.URL + "/sse"},
+		{"type": "sse", "url": svc.URL + "/plain"},
+		{"url": svc.URL + "/forbidden"},
+	} {
+		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("lb%d", i), "server_params": params, "session": h})
+		if strings.Contains(text(res), secret) {
+			t.Errorf("variant %d: the loopback service's answer reached the client: %s", i, short(text(res)))
+		}
 	}
 }
