@@ -63,3 +63,37 @@ func TestRedteam4RegisteredServerReach(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteam4CallOthersServer: bob registers a server; alice's kernel
+// calls it by name through the tool server directly (ipybox_runtime's
+// run_tool, no generated module needed), from a session made before and
+// one made after his registration, in its name's case variants. Each call
+// must fail; bob's own call works (the control).
+func TestRedteam4CallOthersServer(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	mark, canary := hostFiles(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	haBefore := createSession(t, alice)
+	hb := createSession(t, bob)
+	if res := call(t, bob, "register_mcp_server", map[string]any{"server_name": "bobsrv", "server_params": probeParams(t, py, mark, canary), "session": hb}); res.IsError {
+		t.Fatalf("bob's registration: %s", text(res))
+	}
+	probe := func(name string) string {
+		return fmt.Sprintf("import ipybox_runtime as rt\ntry:\n    print('ANSWER', rt.run_tool(%q, 'probe', {}))\nexcept Exception as e:\n    print('REFUSED', type(e).__name__)", name)
+	}
+	if got := runIn(t, bob, hb, probe("bobsrv")); !strings.Contains(got, "ANSWER") {
+		t.Fatalf("bob's own call: %q", got)
+	}
+	haAfter := createSession(t, alice)
+	for _, h := range []string{haBefore, haAfter} {
+		for _, name := range []string{"bobsrv", "BOBSRV", "bobsrv ", "../bob/bobsrv", "bob/bobsrv"} {
+			if got := runIn(t, alice, h, probe(name)); strings.Contains(got, "ANSWER") {
+				t.Errorf("alice's kernel called bob's server as %q: %q", name, got)
+			}
+		}
+	}
+}
