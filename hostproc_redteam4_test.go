@@ -115,11 +115,13 @@ func TestRedteam4HomeIsWorkspace(t *testing.T) {
 		return "#!/usr/bin/env node\nrequire('fs').writeFileSync(" + fmt.Sprintf("%q", mark) + ", 'ran'); process.exit(3);\n"
 	}
 	// plantNpx is kernel code: the npx cache entry of spec, with the bait
-	// as the package's bin.
-	plantNpx := func(spec, mark string) string {
+	// as the package's bin (plantNpxIn: in another npm cache folder).
+	var plantNpxIn func(cache, spec, mark string) string
+	plantNpx := func(spec, mark string) string { return plantNpxIn("~/.npm", spec, mark) }
+	plantNpxIn = func(cache, spec, mark string) string {
 		return fmt.Sprintf(`import hashlib, json, os
 spec, pkg, mark = %q, %q, %q
-d = os.path.expanduser("~/.npm/_npx/" + hashlib.sha512(spec.encode()).hexdigest()[:16])
+d = os.path.expanduser(%q + "/_npx/" + hashlib.sha512(spec.encode()).hexdigest()[:16])
 os.makedirs(d + "/node_modules/" + pkg, exist_ok=True)
 os.makedirs(d + "/node_modules/.bin", exist_ok=True)
 open(d + "/package.json", "w").write(json.dumps({"dependencies": {pkg: "1.0.0"}}))
@@ -131,7 +133,7 @@ if not os.path.lexists(d + "/node_modules/.bin/" + pkg):
 open(d + "/node_modules/.package-lock.json", "w").write(json.dumps({"name": "x", "lockfileVersion": 3, "requires": True,
     "packages": {"node_modules/" + pkg: {"version": "1.0.0", "resolved": %q, "bin": {pkg: "cli.js"}}}}))
 print("planted", d)
-`, spec, pkg, mark, jsBait(mark), reg.URL+"/"+pkg+"-1.0.0.tgz")
+`, spec, pkg, mark, cache, jsBait(mark), reg.URL+"/"+pkg+"-1.0.0.tgz")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -144,6 +146,8 @@ print("planted", d)
 			ipybox.ServerConfig{Command: npx, Args: []string{"-y", pkg + "@1.0.0"}, Env: map[string]string{"npm_config_registry": reg.URL + "/", "npm_config_update_notifier": "false"}}},
 		{"npx by name", func(m string) string { return plantNpx(pkg, m) },
 			ipybox.ServerConfig{Command: npx, Args: []string{"-y", pkg}, Env: map[string]string{"npm_config_registry": reg.URL + "/", "npm_config_update_notifier": "false"}}},
+		{"npm_config_cache in the workspace, from the config", func(m string) string { return plantNpxIn(filepath.Join(ws, "npmcache"), pkg+"@1.0.0", m) },
+			ipybox.ServerConfig{Command: npx, Args: []string{"-y", pkg + "@1.0.0"}, Env: map[string]string{"npm_config_registry": reg.URL + "/", "npm_config_update_notifier": "false", "npm_config_cache": filepath.Join(ws, "npmcache")}}},
 		{"python's user site", func(m string) string {
 			return fmt.Sprintf(`import os, site, sys
 d = os.path.expanduser("~/.local/lib/python%%d.%%d/site-packages" %% sys.version_info[:2])
