@@ -41,7 +41,42 @@ func pathForms(s string) []string {
 			add(path.Clean(u.Path))
 		}
 	}
+	for _, c := range append([]string{s}, out...) {
+		if a := aliasPath(c); a != "" {
+			add(a)
+		}
+	}
 	return out
+}
+
+// aliasPath returns the path that s names through an alias every Linux
+// process has, or "": a file URL (file:///etc/passwd), and the root
+// folder as a process sees it (/proc/self/root/etc/passwd,
+// /proc/1/root/..., any number of times).
+func aliasPath(s string) string {
+	got := ""
+	for {
+		switch {
+		case strings.HasPrefix(s, "file:///"):
+			s = s[len("file://"):]
+		case strings.HasPrefix(s, "file:/") && !strings.HasPrefix(s, "file://"):
+			s = s[len("file:"):]
+		case strings.HasPrefix(s, "/proc/"):
+			c := path.Clean(s)
+			parts := strings.SplitN(c, "/", 5) // "", proc, pid, root, rest
+			if len(parts) < 4 || parts[3] != "root" {
+				return got
+			}
+			s = "/"
+			if len(parts) == 5 {
+				s += parts[4]
+			}
+		default:
+			return got
+		}
+		s = path.Clean(s)
+		got = s
+	}
 }
 
 // climbs reports whether a cleaned relative path leaves the folder it is
