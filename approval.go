@@ -13,7 +13,6 @@ import (
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/escape"
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
@@ -71,12 +70,7 @@ type ApprovalRequest struct {
 	remembered []string   // the rules the answer added
 	decision   chan error // receives nil (accept) or a *toolserver.RejectedError
 	verdict    verdict    // how the policy's audit saw the decision, for tracing
-	event                 // makes it an Event
 }
-
-// event makes a type an Event (kernel.Event's method is unexported, so the
-// promotion goes through kernel.EventBase), without a visible field.
-type event struct{ kernel.EventBase }
 
 // ErrNotPending is returned by Accept and Reject for a request that has no
 // call waiting on it: a request made by hand rather than yielded by

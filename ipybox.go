@@ -694,8 +694,8 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 		var ko kernel.ExecOptions
 		ko.KeepText = keepText(opts)
 		ko.Input = e.opts.Input
-		ko.OnEvent = func(ev Event) {
-			if !stopped && !yield(ev, nil) {
+		ko.OnEvent = func(ev kernel.Event) {
+			if !stopped && !yield(eventOf(ev), nil) {
 				stop()
 			}
 		}
@@ -724,7 +724,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			return
 		}
 		if res != nil {
-			if !yield(res, nil) {
+			if !yield(resultOf(res), nil) {
 				return
 			}
 		}

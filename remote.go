@@ -14,7 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
@@ -452,7 +451,7 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 	}
 	r := &Result{Text: m.Text, Images: m.Images, Truncated: m.Truncated}
 	if d := m.Restarted; d != nil {
-		r.Restarted = &kernel.DiedError{Cause: d.Cause}
+		r.Restarted = &DiedError{Cause: d.Cause}
 		r.Restarted.At, _ = time.Parse(time.RFC3339Nano, d.At)
 	}
 	e := m.Error

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/safefs"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -289,6 +288,6 @@ func (p *progress) end() {
 }
 
 // restartedNote tells that the kernel had died since the last call.
-func restartedNote(d *kernel.DiedError) string {
+func restartedNote(d *ipybox.DiedError) string {
 	return fmt.Sprintf("[ipybox: the kernel died at %s (%s); its state was lost; this cell ran in a fresh kernel]", d.At.Format("15:04:05"), d.Cause)
 }
