@@ -20,8 +20,6 @@ import (
 // one the repository's Dockerfile builds (scripts/image.sh).
 const DefaultContainerImage = "ipybox:latest"
 
-// ContainerWorkspace is the workspace's path inside a kernel container.
-const ContainerWorkspace = container.WorkspaceDir
 
 // ContainerConfig runs the kernel in a Docker container (Options.Container)
 // through the Docker Engine API, at $DOCKER_HOST (unix:// or tcp://) or

@@ -97,7 +97,8 @@ var (
 	// ErrTimeout means a cell exceeded [ExecOptions].Timeout and was
 	// interrupted.
 	ErrTimeout = kernel.ErrTimeout
-	// ErrClosed is returned by an Executor's methods after Close, and to a
+	// ErrClosed is returned by an Executor's methods after Close, by
+	// [Pool.Get] after the Pool's Close, and to a
 	// cell that Close ended.
 	ErrClosed = errors.New("ipybox: executor closed")
 )

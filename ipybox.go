@@ -146,7 +146,7 @@ type Options struct {
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
-	// environment (see LoadDotEnv). Nil means none.
+	// environment. Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is called when a remote MCP server needs a user to sign in
 	// with OAuth (the authorization code grant): it should show url to the
@@ -213,7 +213,7 @@ type Options struct {
 
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
-	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
+	// workspace at /workspace. It excludes Sandbox, and Zygote is
 	// not used. If Docker or the image is missing, Start fails with the
 	// cause and the fix. Nil means no container.
 	Container *ContainerConfig
@@ -246,20 +246,20 @@ type ExecOptions struct {
 	// It bounds the kept displays the same way (KeepText bytes of them,
 	// then Result.OmittedDisplays counts the rest). Stream still delivers
 	// every byte as *Output and *Display events. Zero means
-	// DefaultKeepText; a negative value keeps everything (as much memory
+	// 64 MiB; a negative value keeps everything (as much memory
 	// as the cell prints, which kernel code chooses).
 	KeepText int
 }
 
-// DefaultKeepText is the text a *Result keeps when ExecOptions.KeepText is
+// defaultKeepText is the text a *Result keeps when ExecOptions.KeepText is
 // zero: 64 MiB, its first and last 32 MiB.
-const DefaultKeepText = 64 << 20
+const defaultKeepText = 64 << 20
 
 // keepText is the kernel's KeepText for opts (0: keep all).
 func keepText(opts *ExecOptions) int {
 	switch {
 	case opts == nil || opts.KeepText == 0:
-		return DefaultKeepText
+		return defaultKeepText
 	case opts.KeepText < 0:
 		return 0
 	}
@@ -449,7 +449,7 @@ func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, s
 			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
 		o.Python = ""
-		return l, ContainerWorkspace, nil
+		return l, container.WorkspaceDir, nil
 	case o.Sandbox != nil:
 		l, err := e.startSandbox(ctx)
 		if err != nil {
@@ -600,7 +600,7 @@ func (e *Executor) kernelPath(p string) string {
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return p
 	}
-	return path.Join(ContainerWorkspace, filepath.ToSlash(rel))
+	return path.Join(container.WorkspaceDir, filepath.ToSlash(rel))
 }
 
 func envList(m map[string]string) []string {

@@ -39,11 +39,6 @@ const (
 	GrantClientCredentials = mcpconn.GrantClientCredentials
 )
 
-// LoadDotEnv reads a .env file (KEY=VALUE lines, # comments, quoted
-// values; nothing is interpolated) for GenerateOptions.DotEnv. A missing
-// file is an error that matches fs.ErrNotExist.
-func LoadDotEnv(path string) (map[string]string, error) { return mcpconn.LoadDotEnv(path) }
-
 // registryPath is where a workspace's MCP servers are recorded, with their
 // ${VAR} placeholders (never the values).
 func registryPath(workspace string) string {
@@ -208,7 +203,7 @@ func writeModules(root, name string, tools []*mcp.Tool) ([]ToolModule, error) {
 // means the defaults.
 type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
-	// workspace's .env, read with LoadDotEnv). Nil means none.
+	// workspace's .env). Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is as Options.OAuthURL. Nil means none.
 	OAuthURL func(ctx context.Context, server, url string) error

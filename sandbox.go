@@ -368,12 +368,6 @@ func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
 	return sandbox.ParseConfig(raw)
 }
 
-// FindPython returns the interpreter ipybox runs a kernel with when
-// Options.Python is explicit (checked) or empty (discovered): see
-// Options.Python.
-func FindPython(ctx context.Context, explicit string) (string, error) {
-	return kernel.FindPython(ctx, explicit)
-}
 
 // CommandOptions configures SandboxedCommand. A nil *CommandOptions means
 // the defaults.

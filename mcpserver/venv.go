@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
@@ -63,7 +64,7 @@ func (s *Server) venvPython(ctx context.Context) (string, error) {
 		s.venvPy = py
 		return py, nil
 	}
-	base, err := ipybox.FindPython(ctx, s.opts.Python)
+	base, err := kernel.FindPython(ctx, s.opts.Python)
 	if err != nil {
 		return "", err
 	}
