@@ -20,7 +20,6 @@ import (
 // one the repository's Dockerfile builds (scripts/image.sh).
 const DefaultContainerImage = "ipybox:latest"
 
-
 // ContainerConfig runs the kernel in a Docker container (Options.Container)
 // through the Docker Engine API, at $DOCKER_HOST (unix:// or tcp://) or
 // /var/run/docker.sock. The image is never pulled.

@@ -631,7 +631,7 @@ func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
 	return collect(e.Stream(ctx, code, opts), func(r *ApprovalRequest) {
 		if e.opts.Approver == nil {
-			r.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
+			r.Answer(Answer{Reason: errNoApprover, By: byDefault, Channel: "Execute without Options.Approver"})
 		} else if err := e.opts.Approver(ctx, r); err != nil {
 			r.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
 		} else {

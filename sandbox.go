@@ -368,7 +368,6 @@ func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
 	return sandbox.ParseConfig(raw)
 }
 
-
 // CommandOptions configures SandboxedCommand. A nil *CommandOptions means
 // the defaults.
 type CommandOptions struct {

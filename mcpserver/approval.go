@@ -60,11 +60,11 @@ func (s *Server) toolAllowed(server, tool string) bool {
 // reports whether it answered.
 func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 	if s.opts.Approval != ApprovalElicit && !r.RuleAsks() {
-		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--approval auto"})
+		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"})
 		return true
 	}
-	if r.Kind == ipybox.KindTool && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
-		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--allow-tool"})
+	if r.Kind == "tool" && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
+		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--allow-tool"})
 		return true
 	}
 	if !canElicit {
@@ -73,7 +73,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 		if s.opts.Approval != ApprovalElicit {
 			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
 		}
-		r.Answer(ipybox.Answer{Reason: why, By: ipybox.ByDefault, Channel: elicitChannel})
+		r.Answer(ipybox.Answer{Reason: why, By: "default", Channel: elicitChannel})
 		return true
 	}
 	return false
@@ -99,7 +99,7 @@ func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult
 	if res.Action == "decline" {
 		a.Reason = declineReason(res)
 	}
-	a.By, a.Channel = ipybox.ByPerson, elicitChannel
+	a.By, a.Channel = "person", elicitChannel
 	if client != "" {
 		a.Channel += " (client " + client + ")"
 	}
@@ -116,7 +116,7 @@ func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult
 
 // failAsk answers r when asking the client failed.
 func failAsk(r *ipybox.ApprovalRequest, err error) {
-	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: ipybox.ByDefault, Channel: elicitChannel})
+	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: "default", Channel: elicitChannel})
 }
 
 // elicitChannel names MCP elicitation in the audit log.
@@ -240,7 +240,7 @@ const ApprovalMetaKey = "ipybox/approval"
 
 func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 	var m map[string]any
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		m = map[string]any{"kind": string(r.Kind), "command": r.Command}
 	} else {
 		args := r.Args
@@ -271,7 +271,7 @@ func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 // then the same facts: why it asks, and what remembering writes.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
 	var msg string
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		msg = "ipybox: code run by the agent wants to run this shell command:\n\n" + approvaltext.Command(r.Command)
 	} else {
 		msg = fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s",
@@ -280,7 +280,7 @@ func approvalMessage(r *ipybox.ApprovalRequest) string {
 	if facts := r.Facts(); len(facts) > 0 {
 		msg += "\n\n" + strings.Join(facts, "\n")
 	}
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		return msg + "\n\nAccept to run it, decline to refuse."
 	}
 	return msg + "\n\nAccept to allow the call, decline to refuse it."

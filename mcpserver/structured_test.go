@@ -207,9 +207,9 @@ func TestApprovalMeta(t *testing.T) {
 		r    *ipybox.ApprovalRequest
 		want map[string]any
 	}{
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t"}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{}}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: json.RawMessage(`{"a":1.0}`)}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
+		{&ipybox.ApprovalRequest{Kind: "tool", Server: "s", Tool: "t"}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{}}},
+		{&ipybox.ApprovalRequest{Kind: "tool", Server: "s", Tool: "t", Args: json.RawMessage(`{"a":1.0}`)}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
+		{&ipybox.ApprovalRequest{Kind: "shell", Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
 	} {
 		// As the client gets it: encoded.
 		b, err := json.Marshal(approvalMeta(tc.r, newApprovalForm(tc.r, "")))
