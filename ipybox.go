@@ -219,18 +219,42 @@ type Options struct {
 	Container *ContainerConfig
 }
 
-// GatewayConfig says which Jupyter server runs the kernel, for
-// Options.Gateway.
-type GatewayConfig = kernel.GatewayConfig
+// GatewayConfig runs the kernel on a Jupyter server (Jupyter Server,
+// Kernel Gateway or Enterprise Gateway) through its kernels API instead
+// of as a local process, for [Options].Gateway. See docs/scale.md.
+type GatewayConfig struct {
+	// URL is the server's base URL, http:// or https:// (https checks the
+	// certificate against the system's roots). Required.
+	URL string
+	// Token authenticates to the server ("Authorization: token ..."). It
+	// is never logged, put in an error, or passed to the kernel. Empty
+	// sends none.
+	Token string
+	// KernelName is the kernelspec to start. Empty means "python3".
+	KernelName string
+	// LegacyProtocol offers no websocket subprotocol, so that the kernel
+	// speaks the legacy JSON frames. False offers the
+	// v1.kernel.websocket.jupyter.org subprotocol, and speaks the legacy
+	// frames when the server does not pick it.
+	LegacyProtocol bool
+	// KernelID, when set, makes Start attach to this kernel, already
+	// running on the server (one that [Executor.Detach] left, or that
+	// another front end started), instead of starting one: its namespace
+	// is kept, the init code is not run again, and only the environment is
+	// set in it, so that it reaches this host's tool server. A restart
+	// ([Executor.Reset], or a death) starts a fresh kernel as usual. Empty
+	// means a new kernel.
+	KernelID string
+}
 
-// GatewayProtocol chooses a gateway kernel's websocket framing.
-type GatewayProtocol = kernel.GatewayProtocol
-
-// The websocket framings of GatewayConfig.Protocol.
-const (
-	GatewayProtocolAuto   = kernel.GatewayProtocolAuto
-	GatewayProtocolLegacy = kernel.GatewayProtocolLegacy
-)
+// kernelGateway is g as the kernel package takes it.
+func (g *GatewayConfig) kernelGateway() *kernel.GatewayConfig {
+	k := &kernel.GatewayConfig{URL: g.URL, Token: g.Token, KernelName: g.KernelName, KernelID: g.KernelID}
+	if g.LegacyProtocol {
+		k.Protocol = kernel.GatewayProtocolLegacy
+	}
+	return k
+}
 
 // ExecOptions configures one execution. A nil *ExecOptions means the
 // defaults.
@@ -527,8 +551,7 @@ func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws strin
 	// The kernel may not share this file system: the runtime travels as
 	// code over the channel, and the working directory is the gateway's
 	// (see docs/scale.md).
-	g := *o.Gateway
-	ko.Gateway = &g
+	ko.Gateway = o.Gateway.kernelGateway()
 	init.SysPath, init.SysPathEnd = nil, nil
 	init.WorkDir = ""
 	init.Remote = true
