@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/hostpaths"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 )
 
@@ -482,7 +483,13 @@ func parseServerParams(raw json.RawMessage) (ipybox.ServerConfig, error) {
 			return cfg, errors.New("server_params contains a NUL byte")
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	// The checks are the registry's, on the config in the format both
+	// types share.
+	var mc mcpconn.Config
+	if b, err := json.Marshal(cfg); err != nil || json.Unmarshal(b, &mc) != nil {
+		return cfg, fmt.Errorf("server_params: %v", err)
+	}
+	if err := mc.Validate(); err != nil {
 		return cfg, fmt.Errorf("server_params: %w", err)
 	}
 	return cfg, nil
