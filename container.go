@@ -63,10 +63,14 @@ type ContainerConfig struct {
 	AllowedDomains []string
 }
 
-// ContainerBind mounts a host directory in a kernel container: HostPath
-// (absolute or relative to the current directory, created when missing)
-// appears at /app/Path.
-type ContainerBind = container.Bind
+// ContainerBind mounts a host directory in a kernel container, read-write.
+type ContainerBind struct {
+	// HostPath is the host directory, absolute or relative to the current
+	// directory; it is created when missing.
+	HostPath string
+	// Path is where it appears, relative to /app: "data" is /app/data.
+	Path string
+}
 
 // startContainer prepares the container backend: it checks the daemon and
 // the image, and reaps containers of dead owners.

@@ -481,11 +481,11 @@ func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, s
 		}
 		return l, e.workspace, nil
 	case o.Zygote != nil:
-		if o.Python != "" && o.Python != o.Zygote.Python() {
-			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
+		if o.Python != "" && o.Python != o.Zygote.z.Python() {
+			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.z.Python())
 		}
-		o.Python = o.Zygote.Python()
-		return o.Zygote, e.workspace, nil
+		o.Python = o.Zygote.z.Python()
+		return o.Zygote.z, e.workspace, nil
 	}
 	return nil, e.workspace, nil
 }

@@ -79,7 +79,7 @@ func (f *containerFlags) config(s *sandboxFlags) (*ipybox.ContainerConfig, error
 		if err != nil {
 			return nil, fmt.Errorf("--container-bind %q: %w", b, err)
 		}
-		if err := container.CheckBind(ipybox.ContainerBind{HostPath: abs, Path: rel}); err != nil {
+		if err := container.CheckBind(container.Bind{HostPath: abs, Path: rel}); err != nil {
 			return nil, fmt.Errorf("--container-bind %q: %w", b, err)
 		}
 		c.Binds = append(c.Binds, ipybox.ContainerBind{HostPath: abs, Path: rel})
