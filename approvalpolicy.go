@@ -158,8 +158,8 @@ func (p *ApprovalPolicy) File() string {
 	return p.file.Path()
 }
 
-// LogFile returns the audit log's path ("" for none).
-func (p *ApprovalPolicy) LogFile() string {
+// logFile returns the audit log's path ("" for none).
+func (p *ApprovalPolicy) logFile() string {
 	if p == nil || p.log == nil {
 		return ""
 	}
@@ -184,7 +184,7 @@ func (p *ApprovalPolicy) paths() []string {
 	if f := p.File(); f != "" {
 		out = append(out, f, filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".lock"))
 	}
-	if l := p.LogFile(); l != "" {
+	if l := p.logFile(); l != "" {
 		out = append(out, l, l+".1")
 	}
 	return out

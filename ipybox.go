@@ -638,8 +638,6 @@ func envList(m map[string]string) []string {
 // Workspace returns the kernel's working directory.
 func (e *Executor) Workspace() string { return e.workspace }
 
-// ImagesDir returns the directory images are saved to.
-func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 
 // Execute runs code as one cell and returns its result. It has no way to
 // ask the application about a tool call or shell command that needs
