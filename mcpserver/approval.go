@@ -86,7 +86,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approvalForm) {
 	form := newApprovalForm(r, s.opts.ApprovalPolicy.File())
 	return &mcp.ElicitParams{
-		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r, form)},
+		Meta:            mcp.Meta{approvalMetaKey: approvalMeta(r, form)},
 		Mode:            "form",
 		Message:         approvalMessage(r),
 		RequestedSchema: form.schema(),
@@ -228,7 +228,7 @@ func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
 	return a
 }
 
-// ApprovalMetaKey is the key, in the _meta of an approval's elicitation
+// approvalMetaKey is the key, in the _meta of an approval's elicitation
 // request, of what is asked in structured form, for programs such as the
 // Python API: {"kind": "tool", "server": ..., "tool": ..., "args": {...}}
 // or {"kind": "shell", "command": ...}, with "why" (why it asks),
@@ -236,7 +236,7 @@ func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
 // values the form's "answer" field offers) and "rule" (the narrow rule
 // that remembering writes) when there is an approval policy.
 // The message says the same for a person.
-const ApprovalMetaKey = "ipybox/approval"
+const approvalMetaKey = "ipybox/approval"
 
 func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 	var m map[string]any
