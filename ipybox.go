@@ -1,32 +1,3 @@
-// Package ipybox runs code actions for AI agents: blocks of Python, with
-// shell commands and MCP tool calls, in a stateful IPython kernel.
-//
-//	application ──── Executor.Stream(code) ────► kernel (ipykernel over ZeroMQ
-//	   ▲   ▲                                        │  ipc; optionally sandboxed)
-//	   │   │ events: output, displays, errors       │
-//	   │   └────────────────────────────────────────┤
-//	   │                                            │ a tool call (mcptools.S.T.run)
-//	   │ *ApprovalRequest: Accept or Reject         │ or a shell command (!cmd)
-//	   │                                            ▼
-//	   └─────────────────────────────── tool server (unix socket, token)
-//	                                                │ approved
-//	                                                ▼
-//	                                      mcpconn ──► MCP server; the result
-//	                                                  goes back to the kernel
-//
-// Kernel code cannot reach an MCP server by itself: each tool call goes to
-// the host's tool server, which asks the application (an *ApprovalRequest
-// event of Stream, or Options.Approver for Execute) and only then calls the
-// server through mcpconn. Shell commands are asked about the same way when
-// Options.ApproveShellCommands is set.
-//
-// A minimal use:
-//
-//	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
-//	if err != nil { ... }
-//	defer ex.Close()
-//	res, err := ex.Execute(ctx, "x = 6 * 7\nprint(x)", nil)
-//	fmt.Println(res.Text) // 42
 package ipybox
 
 import (
