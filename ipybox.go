@@ -609,7 +609,6 @@ func envList(m map[string]string) []string {
 // Workspace returns the kernel's working directory.
 func (e *Executor) Workspace() string { return e.workspace }
 
-
 // Execute runs code as one cell and returns its result. It has no way to
 // ask the application about a tool call or shell command that needs
 // approval: it answers through Options.Approver, and without one it
