@@ -184,7 +184,7 @@ type Options struct {
 
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
-	// workspace at /workspace. It excludes Sandbox, and Zygote is
+	// workspace at /app/workspace. It excludes Sandbox, and Zygote is
 	// not used. If Docker or the image is missing, Start fails with the
 	// cause and the fix. Nil means no container.
 	Container *ContainerConfig
