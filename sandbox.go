@@ -22,9 +22,12 @@ import (
 // any port is free there.
 const toolPort = 8765
 
-// SandboxConfig is the sandbox policy, in the JSON settings format of
-// Anthropic's sandbox-runtime (srt) plus ipybox's extensions
-// (docs/sandbox.md): a Config encodes to, and decodes from, that format.
+// SandboxConfig is the sandbox policy, with the JSON keys of Anthropic's
+// sandbox-runtime (srt) settings plus ipybox's extensions
+// (docs/sandbox.md): it encodes to a settings file that --sandbox-config
+// and a server config's "sandbox" value read. (Those also read sizes
+// such as "2g" and "unlimited", which decoding into a SandboxConfig does
+// not: its limits are numbers.)
 //
 // Paths may start with "~" (the host user's home directory) and may be
 // relative (to the workspace). They may contain globs, including "**" for
