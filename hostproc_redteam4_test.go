@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -197,7 +198,7 @@ func TestRedteam4InterpreterInWorkspace(t *testing.T) {
 		// What ipybox mcp --python does at its start (checkHost), and
 		// the server at a principal's first virtualenv: the check of
 		// the interpreter, on the host.
-		if _, err := ipybox.FindPython(ctx, filepath.Join(ws, ".venv", "bin", "python")); err != nil {
+		if _, err := kernel.FindPython(ctx, filepath.Join(ws, ".venv", "bin", "python")); err != nil {
 			t.Fatal(err)
 		}
 		ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Python: filepath.Join(ws, ".venv", "bin", "python"), Sandbox: ipybox.DefaultSandbox()})
@@ -379,7 +380,7 @@ func TestRedteam4DiscoveryRunsWorkspacePython(t *testing.T) {
 	if os.Getenv("IPYBOX_RT4_DISC_CHILD") != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		py, err := ipybox.FindPython(ctx, "")
+		py, err := kernel.FindPython(ctx, "")
 		t.Logf("discovered %q (%v)", py, err)
 		return
 	}

@@ -528,15 +528,15 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	return s.await(ctx, c, c.attach(ctx, req))
 }
 
-// ReasonMetaKey is the key, in the _meta of a declined approval's
+// reasonMetaKey is the key, in the _meta of a declined approval's
 // elicitation result, of the reason a program gives (the Go SDK's
 // ApprovalRequest.Reject): kernel code sees it in ApprovalRejectedError.
 // Without it the reason is "declined by the user".
-const ReasonMetaKey = "ipybox/reason"
+const reasonMetaKey = "ipybox/reason"
 
 // declineReason is why the cell is told its call was declined.
 func declineReason(er *mcp.ElicitResult) string {
-	if r, ok := er.Meta[ReasonMetaKey].(string); ok && strings.TrimSpace(r) != "" {
+	if r, ok := er.Meta[reasonMetaKey].(string); ok && strings.TrimSpace(r) != "" {
 		if len(r) > 1000 {
 			r = r[:1000] + "..."
 		}

@@ -96,7 +96,7 @@ func (r *record) check() error {
 	switch {
 	case r.V != recordVersion:
 		return fmt.Errorf("version %d", r.V)
-	case r.Principal != LocalPrincipal && ValidPrincipalName(r.Principal) != nil:
+	case r.Principal != localPrincipal && ValidPrincipalName(r.Principal) != nil:
 		return errors.New("bad principal")
 	case r.Packages != "" && !folderName(r.Packages), r.Snapshot != "" && !folderName(r.Snapshot):
 		return errors.New("bad folder name")

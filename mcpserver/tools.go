@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/hostpaths"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 )
 
@@ -323,9 +324,9 @@ func installWhere(gateway bool) string {
 	return "The environment is a virtualenv in the workspace (.ipybox/venv) that also sees the system's packages; !pip install in a cell installs into the same place, and installed packages persist across reset."
 }
 
-// ModulesMetaKey is the key, in the _meta of a register_mcp_server result,
+// modulesMetaKey is the key, in the _meta of a register_mcp_server result,
 // of the generated modules' names (mcptools.<server>.<name>), in order.
-const ModulesMetaKey = "ipybox/modules"
+const modulesMetaKey = "ipybox/modules"
 
 // streamOutput sends a chunk of a cell's output to the client as an MCP log
 // message (notifications/message) at level info, with the stream
@@ -466,7 +467,7 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 	}
 	if len(mods) == 0 {
 		res := textResult("MCP server %s is registered, but it has no tools.", name)
-		res.Meta = mcp.Meta{ModulesMetaKey: []string{}}
+		res.Meta = mcp.Meta{modulesMetaKey: []string{}}
 		return res, nil, nil
 	}
 	var b strings.Builder
@@ -476,7 +477,7 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 		names = append(names, m.Name)
 	}
 	res := textResult("%s", strings.TrimRight(b.String(), "\n"))
-	res.Meta = mcp.Meta{ModulesMetaKey: names}
+	res.Meta = mcp.Meta{modulesMetaKey: names}
 	return res, nil, nil
 }
 
@@ -497,7 +498,13 @@ func parseServerParams(raw json.RawMessage) (ipybox.ServerConfig, error) {
 			return cfg, errors.New("server_params contains a NUL byte")
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	// The checks are the registry's, on the config in the format both
+	// types share.
+	var mc mcpconn.Config
+	if b, err := json.Marshal(cfg); err != nil || json.Unmarshal(b, &mc) != nil {
+		return cfg, fmt.Errorf("server_params: %v", err)
+	}
+	if err := mc.Validate(); err != nil {
 		return cfg, fmt.Errorf("server_params: %w", err)
 	}
 	return cfg, nil

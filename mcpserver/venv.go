@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/hostproc"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/statedir"
@@ -66,7 +67,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 		t.venvPy = py
 		return py, nil
 	}
-	base, err := ipybox.FindPython(ctx, t.s.opts.Python)
+	base, err := kernel.FindPython(ctx, t.s.opts.Python)
 	if err != nil {
 		return "", err
 	}
