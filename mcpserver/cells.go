@@ -296,7 +296,7 @@ func (s *Server) addClientTools() {
 }
 
 func (s *Server) interruptTool(ctx context.Context, req *mcp.CallToolRequest, a interruptArgs) (*mcp.CallToolResult, any, error) {
-	x, _, ctx, done, err := s.useSession(ctx, req, a.Session, false)
+	x, _, _, done, err := s.useSession(ctx, req, a.Session, false)
 	if err != nil {
 		return nil, nil, err
 	}

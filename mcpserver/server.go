@@ -482,6 +482,7 @@ func New(opts *Options) (*Server, error) {
 		// resources/templates/list (with empty lists) whatever is
 		// declared: declare them, so that initialize's and
 		// server/discover's capabilities say what is answered.
+		//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
 			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})

@@ -221,9 +221,6 @@ func (t *tenant) make() error {
 	return t.s.makeBinds(t.dir)
 }
 
-// venvDir is the tenant's virtualenv.
-func (t *tenant) venvDir() string { return venvDir(t.dir) }
-
 // zygote returns the tenant's fork server for python (its virtualenv's
 // interpreter), starting it once; nil when it cannot start (kernels then
 // start cold, which still works). A fork server is a tenant's own: the
