@@ -145,7 +145,7 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 		c.mu.Lock()
 	}
 	defer c.mu.Unlock()
-	if c.done || c.att != nil {
+	if c.done || c.att != nil || c.legacyHeld {
 		return nil
 	}
 	asks, deadline := c.openAsks(time.Now())
@@ -343,7 +343,7 @@ func (s *Server) collectTool(ctx context.Context, req *mcp.CallToolRequest, a co
 		return textResult("No cell of this session runs or waits to be collected."), nil, nil
 	}
 	c.mu.Lock()
-	busy := c.att != nil
+	busy := c.att != nil || c.legacyHeld
 	c.mu.Unlock()
 	if busy {
 		return nil, nil, fmt.Errorf("another call waits for cell %s; wait for that call, or interrupt(session) to stop the cell", c.id)
