@@ -174,6 +174,22 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 	return res
 }
 
+// unansweredAsks counts the open approvals of x's running cell when no
+// request waits for it (list_sessions).
+func (s *Server) unansweredAsks(x *session) int {
+	c := s.oldestCell(x, true)
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.att != nil || c.legacyHeld {
+		return 0
+	}
+	asks, _ := c.openAsks(time.Now())
+	return len(asks)
+}
+
 // clipN shortens s to n bytes, marking the cut.
 func clipN(s string, n int) string {
 	if len(s) <= n {

@@ -185,6 +185,9 @@ func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 			t.Errorf("the busy answer has no %q: %q", want, got)
 		}
 	}
+	if got := text(call(t, cs, "list_sessions", map[string]any{})); !strings.Contains(got, "its cell waits for 1 approval(s) no call answers") {
+		t.Errorf("list_sessions: %q", got)
+	}
 	again := call(t, cs, "collect_cell", map[string]any{"session": h})
 	if !again.NeedsInput() || len(again.InputRequests) != 1 {
 		t.Errorf("collect_cell did not ask again: %+v", again)
