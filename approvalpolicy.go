@@ -62,6 +62,14 @@ type ApprovalPolicyOptions struct {
 	// Logger receives warnings (an audit line that could not be written,
 	// a policy file that broke while in use). Nil discards them.
 	Logger *slog.Logger
+	// CreateOnWrite creates neither file, nor their folder, before
+	// something is written to it: the log at its first decision, the
+	// policy at its first remembered rule. Only for kernels that no
+	// sandbox confines (a sandbox hides these files, and it can hide
+	// only files that exist when it starts). Created, when set, is told
+	// the log's path when its first decision creates it.
+	CreateOnWrite bool
+	Created       func(path string)
 }
 
 // LoadApprovalPolicy reads the policy file at path (a missing one is
@@ -85,7 +93,11 @@ func LoadApprovalPolicy(path string, opts *ApprovalPolicyOptions) (*ApprovalPoli
 		p.file = f
 	}
 	if o.Log != "" {
-		l, err := policy.OpenLog(o.Log, o.LogMaxBytes)
+		open := policy.OpenLog
+		if o.CreateOnWrite {
+			open = func(path string, max int64) (*policy.Log, error) { return policy.OpenLogOnWrite(path, max, o.Created) }
+		}
+		l, err := open(o.Log, o.LogMaxBytes)
 		if err != nil {
 			return nil, fmt.Errorf("ipybox: %w", err)
 		}
@@ -94,6 +106,9 @@ func LoadApprovalPolicy(path string, opts *ApprovalPolicyOptions) (*ApprovalPoli
 	// Every file exists before a sandbox starts, so that it can be hidden
 	// there (a sandbox masks only what exists).
 	for i, f := range p.paths() {
+		if o.CreateOnWrite {
+			break
+		}
 		text := ""
 		if i == 0 && p.file != nil {
 			text = policyHeader

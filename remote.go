@@ -471,7 +471,9 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 		return r, m.Chunks, &TimeoutError{Timeout: time.Duration(timeout * float64(time.Second)), Restarted: e.Restarted}
 	case "kernel_died":
 		return r, m.Chunks, fmt.Errorf("ipybox: %s: %w", e.Message, ErrKernelDied)
-	case "cancelled":
+	case "cancelled", "interrupted":
+		// interrupted: the interrupt tool stopped it (another client, or
+		// a person): as a cancelled cell, the kernel kept its state.
 		return r, m.Chunks, fmt.Errorf("ipybox: %s: %w", e.Message, context.Canceled)
 	}
 	return r, m.Chunks, fmt.Errorf("ipybox: %s", e.Message)

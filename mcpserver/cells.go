@@ -145,7 +145,7 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 		c.mu.Lock()
 	}
 	defer c.mu.Unlock()
-	if c.done || c.att != nil {
+	if c.done || c.att != nil || c.legacyHeld {
 		return nil
 	}
 	asks, deadline := c.openAsks(time.Now())
@@ -172,6 +172,22 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 	}
 	res.Meta = mcp.Meta{CellMetaKey: cellMeta{Error: &cellError{Kind: "busy", Message: b.String()}, Cell: c.id, Pending: pending}}
 	return res
+}
+
+// unansweredAsks counts the open approvals of x's running cell when no
+// request waits for it (list_sessions).
+func (s *Server) unansweredAsks(x *session) int {
+	c := s.oldestCell(x, true)
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.att != nil || c.legacyHeld {
+		return 0
+	}
+	asks, _ := c.openAsks(time.Now())
+	return len(asks)
 }
 
 // clipN shortens s to n bytes, marking the cut.
@@ -343,7 +359,7 @@ func (s *Server) collectTool(ctx context.Context, req *mcp.CallToolRequest, a co
 		return textResult("No cell of this session runs or waits to be collected."), nil, nil
 	}
 	c.mu.Lock()
-	busy := c.att != nil
+	busy := c.att != nil || c.legacyHeld
 	c.mu.Unlock()
 	if busy {
 		return nil, nil, fmt.Errorf("another call waits for cell %s; wait for that call, or interrupt(session) to stop the cell", c.id)

@@ -78,6 +78,9 @@ type cellRun struct {
 	interrupted   string
 	interruptedAt time.Time
 	recent        strings.Builder
+	// legacyHeld is set while a 2025-11-25 call, between its rounds,
+	// asks the client (legacyRounds): a request still waits for the cell.
+	legacyHeld bool
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -202,6 +205,7 @@ func (c *cellRun) attach(ctx context.Context, req *mcp.CallToolRequest) *attachm
 	c.backlog, c.backlogN = nil, 0
 	c.mu.Lock()
 	c.att = att
+	c.legacyHeld = false
 	c.canElicit = canElicit(req.ClientCapabilities())
 	c.mu.Unlock()
 	c.outMu.Unlock()
@@ -382,6 +386,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			}
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
+			c.legacyHeld = roundOf(ctx) != nil
 			c.mu.Unlock()
 			c.detach(att)
 			s.suspend(c)
@@ -553,7 +558,7 @@ func (s *Server) cancelRun(state string) {
 	delete(s.runs, handleKey(state))
 	s.runMu.Unlock()
 	if c != nil {
-		c.cancel()
+		c.interrupt(byCancel)
 	}
 }
 

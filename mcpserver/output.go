@@ -112,7 +112,11 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, 
 		var ie *interruptedError
 		switch {
 		case errors.As(err, &ie):
+			// A cancelled call's cell keeps the kind clients know.
 			meta.Error.Kind = "interrupted"
+			if ie.why == byCancel {
+				meta.Error.Kind = "cancelled"
+			}
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.As(err, &pe):
 			meta.Error.Kind, meta.Error.Name, meta.Error.Value = "python", pe.Name, pe.Value
@@ -193,7 +197,9 @@ type restartedMeta struct {
 }
 
 // cellError is a cell's failure. Kind is "python" (with Name, Value and
-// Traceback), "timeout", "kernel_died", "cancelled" or "error".
+// Traceback), "timeout", "kernel_died", "cancelled" (the call was
+// cancelled), "interrupted" (the interrupt tool), "busy" (cells.go) or
+// "error".
 type cellError struct {
 	Kind      string `json:"kind"`
 	Message   string `json:"message"`

@@ -82,6 +82,7 @@ type sessionInfo struct {
 	Kernel     bool   `json:"kernel" jsonschema:"whether it holds a running kernel now"`
 	Hibernated bool   `json:"hibernated" jsonschema:"whether it is hibernated: its state is saved, and its next call restores it into a fresh kernel"`
 	Busy       bool   `json:"busy" jsonschema:"whether a call or a cell runs in it now"`
+	Waiting    int    `json:"waiting,omitempty" jsonschema:"approval questions its cell waits on that no call answers: collect_cell asks them again, interrupt stops the cell"`
 }
 
 type listOut struct {
@@ -639,6 +640,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		info := sessionInfo{Session: x.handle, ID: x.id, Created: x.created.UTC().Format(time.RFC3339), LastUsed: x.used.UTC().Format(time.RFC3339),
 			Kernel: x.ex != nil, Hibernated: x.asleep != nil, Busy: x.active > 0}
 		x.mu.Unlock()
+		info.Waiting = s.unansweredAsks(x)
 		all = append(all, entry{x.created, info})
 	}
 	// The sessions the state folder keeps that no call has revived here.
@@ -663,6 +665,9 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		}
 		if info.Busy {
 			state += ", busy"
+		}
+		if info.Waiting > 0 {
+			state += fmt.Sprintf(", its cell waits for %d approval(s) no call answers (collect_cell asks again; interrupt stops it)", info.Waiting)
 		}
 		name := info.Session
 		if name == "" {

@@ -245,8 +245,8 @@ func (t *tenant) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	defer cancel()
 	if t.s.sandbox != nil {
 		out, err := t.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
-		if err != nil && looksOffline(out) {
-			err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
+		if hint := pipNetworkHint(out); err != nil && hint != "" {
+			err = fmt.Errorf("%w; %s", err, hint)
 		}
 		return out, err
 	}

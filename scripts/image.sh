@@ -81,7 +81,11 @@ git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile
   ':(exclude,glob)**/testdata/**' |
   xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
 go mod vendor -o "$ctx/vendor"
-hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg") | sha256sum | cut -c1-16)
+# The commit `ipybox version` reports (the context has no .git), with
+# +dirty for uncommitted changes; it is part of the image's identity.
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)
+if [ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
+hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg $commit") | sha256sum | cut -c1-16)
 tag=ipybox:src-$hash
 if docker image inspect "$tag" >/dev/null 2>&1; then
   docker tag "$tag" "$image"
@@ -91,7 +95,7 @@ fi
 say "building $image ($tag)"
 start=$SECONDS
 release=$(sed -n 's/^const release = "\(.*\)"$/\1/p' cmd/ipybox/version.go) # the image's version (TestVersionsAgree)
-DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" -t "$tag" "$ctx" >/dev/null
+DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" --build-arg COMMIT="$commit" -t "$tag" "$ctx" >/dev/null
 docker tag "$tag" "$image"
 # Older source tags are dead weight.
 docker image ls --format '{{.Repository}}:{{.Tag}}' ipybox | grep '^ipybox:src-' | grep -v "^$tag\$" | xargs -r docker rmi >/dev/null 2>&1 || true

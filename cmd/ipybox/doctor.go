@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -102,12 +103,30 @@ func doctorChecks(ctx context.Context, python string) []check {
 			checks = append(checks, c)
 		}
 	}
-	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
-	if sandboxProtections != nil {
-		for _, p := range sandboxProtections() {
-			missing := strings.HasPrefix(p, "MISSING: ")
-			checks = append(checks, check{name: "protection", ok: !missing, detail: strings.TrimPrefix(p, "MISSING: ")})
+	sb := sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe)
+	checks = append(checks, sb, dockerCheck(ctx))
+	return append(checks, protectionChecks(sb.ok, os.Getenv("IPYBOX_IN_IMAGE") == "1", sandboxProtections)...)
+}
+
+// protectionChecks are the lines of the sandbox's protections: each as
+// it is here when the sandbox runs; when it cannot (the image, which has
+// no bwrap and runs --no-sandbox), one line that says none applies, not
+// a list of protections marked ok that no kernel has.
+func protectionChecks(sandboxOK, inImage bool, list func() []string) []check {
+	if list == nil {
+		return nil
+	}
+	if !sandboxOK {
+		detail := "none of the sandbox's applies: the sandbox cannot run here, and kernels run unsandboxed"
+		if inImage {
+			detail = "none of the sandbox's applies: the image runs kernels with --no-sandbox, and the container is the boundary (docs/container.md)"
 		}
+		return []check{{name: "protection", detail: detail}}
+	}
+	var checks []check
+	for _, p := range list() {
+		missing := strings.HasPrefix(p, "MISSING: ")
+		checks = append(checks, check{name: "protection", ok: !missing, detail: strings.TrimPrefix(p, "MISSING: ")})
 	}
 	return checks
 }

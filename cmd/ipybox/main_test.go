@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -96,6 +97,11 @@ func TestHelpGolden(t *testing.T) {
 			t.Errorf("%s -h: exit %d", c.name, code)
 		}
 		golden(t, "help-"+c.name, out.String())
+		// Flags of more than a letter with two dashes, as the docs write
+		// them (issue 35.8: the flag package printed one).
+		if m := regexp.MustCompile(`(?m)^  -[A-Za-z0-9]{2,}`).FindString(out.String()); m != "" {
+			t.Errorf("%s -h lists %q with one dash", c.name, m)
+		}
 	}
 }
 
