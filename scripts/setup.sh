@@ -4,6 +4,8 @@
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
 #     the wheel build's tools (scripts/wheels.sh), pipx and prometheus
 #   - npm test servers, pinned by tools/npm/package-lock.json
+#   - PyPI's kernel stack (ipykernel 7...), a venv from a pinned, hashed
+#     requirements file (scripts/pyvenv.sh pystack)
 #   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
 # go.mod names Go 1.27.3: the go command fetches that toolchain from the
@@ -54,6 +56,13 @@ if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   cp "$lock" "$stamp"
 fi
+
+# PyPI's Python stacks, each a venv from a pinned, hashed requirements file
+# (scripts/pyvenv.sh; cached, made again only when the file changes):
+# pystack: ipykernel 7 and friends, the tests' second kernel environment.
+for venv in pystack; do
+  scripts/pyvenv.sh "$venv" >/dev/null
+done
 
 command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
 

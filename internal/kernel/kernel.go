@@ -519,7 +519,13 @@ func (in *instance) handle(ch jupyter.Channel, m *jupyter.Message) {
 	c := in.calls[m.ParentHeader.MsgID]
 	in.mu.Unlock()
 	if c == nil {
-		return // output of a background thread of an earlier cell, or a late reply
+		// Output of a background thread of an earlier cell, a late
+		// reply, or ipykernel 7's iopub_welcome (no parent at all).
+		// bound: Enabled only reads the level.
+		if log := in.k.opts.Logger; log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("kernel: message for no pending request", "channel", ch.String(), "type", m.Header.MsgType)
+		}
+		return
 	}
 	c.push(ch, m)
 }
