@@ -59,8 +59,9 @@ fi
 
 # PyPI's Python stacks, each a venv from a pinned, hashed requirements file
 # (scripts/pyvenv.sh; cached, made again only when the file changes):
-# pystack: ipykernel 7 and friends, the tests' second kernel environment.
-for venv in pystack; do
+# pystack: ipykernel 7 and friends, the tests' second kernel environment;
+# uv: uv and uvx, for the tests of `uvx ipybox mcp`.
+for venv in pystack uv; do
   scripts/pyvenv.sh "$venv" >/dev/null
 done
 
