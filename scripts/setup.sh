@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ipybox and its tests need on a Debian machine, skipping
-# whatever is already there. Safe to run again and again.
+# whatever is already there. Safe to run again and again. With --demo,
+# only what scripts/demo.sh runs (see below).
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
 #     the wheel build's tools (scripts/wheels.sh), pipx and prometheus
 #   - npm test servers, pinned by tools/npm/package-lock.json
@@ -14,6 +15,16 @@ export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --demo: only what scripts/demo.sh runs (the kernel's Python stack, the
+# sandbox, node and the one MCP server it calls), for a first run that
+# takes a few minutes; no test tools, no PyPI venvs, no Docker image.
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *) say "usage: scripts/setup.sh [--demo]"; exit 2 ;;
+esac
 
 # Debian packages ipybox uses at run time and in its tests.
 pkgs=(
@@ -30,6 +41,9 @@ pkgs=(
   docker.io debootstrap    # the container backend, and its image's Debian base
   prometheus               # the observability test's scraper of ipybox mcp --metrics-addr
 )
+if ((demo)); then
+  pkgs=(python3-ipykernel python3-matplotlib python3-pydantic python3-numpy bubblewrap nodejs npm)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   # nodejs/npm may come from elsewhere than Debian (as on the CI image).
@@ -47,14 +61,22 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# npm test servers, exactly as locked. Re-install only when the lockfile
-# changed since the last install.
-lock=tools/npm/package-lock.json
-stamp=tools/npm/node_modules/.ipybox-lock
+# npm servers, exactly as locked: the tests' (tools/npm), or the demo's one
+# (tools/npm-demo). Re-install only when the lockfile changed since the
+# last install.
+npmdir=tools/npm
+((demo)) && npmdir=tools/npm-demo
+lock=$npmdir/package-lock.json
+stamp=$npmdir/node_modules/.ipybox-lock
 if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
-  say "installing npm test servers from $lock"
-  (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  say "installing npm servers from $lock"
+  (cd "$npmdir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   cp "$lock" "$stamp"
+fi
+if ((demo)); then
+  command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
+  say "ready for the demo"
+  exit 0
 fi
 
 # PyPI's Python stacks, each a venv from a pinned, hashed requirements file
