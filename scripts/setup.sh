@@ -82,8 +82,9 @@ fi
 # PyPI's Python stacks, each a venv from a pinned, hashed requirements file
 # (scripts/pyvenv.sh; cached, made again only when the file changes):
 # pystack: ipykernel 7 and friends, the tests' second kernel environment;
-# uv: uv and uvx, for the tests of `uvx ipybox mcp`.
-for venv in pystack uv; do
+# uv: uv and uvx, for the tests of `uvx ipybox mcp`; eg: Jupyter Enterprise
+# Gateway 3.3.0, for the gateway tests.
+for venv in pystack uv eg; do
   scripts/pyvenv.sh "$venv" >/dev/null
 done
 

@@ -98,13 +98,13 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 		"JUPYTER_RUNTIME_DIR=" + filepath.Join(state, "runtime"),
 		"IPYTHONDIR=" + filepath.Join(state, "ipython"),
 	}
-	j.run(t, "jupyter server")
+	j.run(t, "jupyter server", "/api/status")
 	return j
 }
 
 // run starts j.cmd (its Env set) in j.Dir, stops it when t ends, and
-// waits until /api/status answers.
-func (j *Jupyter) run(t testing.TB, what string) {
+// waits until GET ready (a path) answers 200.
+func (j *Jupyter) run(t testing.TB, what, ready string) {
 	t.Helper()
 	j.cmd.Dir = j.Dir
 	j.cmd.Stdout, j.cmd.Stderr = j.Log, j.Log
@@ -129,7 +129,7 @@ func (j *Jupyter) run(t testing.TB, what string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", j.URL+"/api/status", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", j.URL+ready, nil)
 		req.Header.Set("Authorization", "token "+j.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
