@@ -523,7 +523,11 @@ func (in *instance) handle(ch jupyter.Channel, m *jupyter.Message) {
 		// reply, or ipykernel 7's iopub_welcome (no parent at all).
 		// bound: Enabled only reads the level.
 		if log := in.k.opts.Logger; log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug("kernel: message for no pending request", "channel", ch.String(), "type", m.Header.MsgType)
+			typ := m.Header.MsgType // kernel code can publish any type, of any length
+			if len(typ) > 64 {
+				typ = typ[:64] + "..."
+			}
+			log.Debug("kernel: message for no pending request", "channel", ch.String(), "type", typ)
 		}
 		return
 	}
