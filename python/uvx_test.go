@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -101,7 +102,9 @@ func envList(m map[string]string) []string {
 //     Python that does not exist: uvx, a tool command, reads none of them,
 //     so what runs is still ours;
 //   - `uv run --with WHEEL` drives the Python API example of
-//     python/README.md (a tool call, approved).
+//     python/README.md (a tool call, approved). A project command, uv run
+//     reads the working directory's uv.toml even with --no-project (the
+//     control of the planted case); with --no-config it does not.
 func TestWheelUvx(t *testing.T) {
 	t.Parallel()
 	whl := hostWheel(t)
@@ -142,8 +145,8 @@ func TestWheelUvx(t *testing.T) {
 		plantedRan := filepath.Join(t.TempDir(), "planted-ran")
 		fakeWheel(t, evil, "99.0.0", plantedRan)
 		planted := map[string]string{
-			"pyproject.toml": fmt.Sprintf("[project]\nname = \"ipybox\"\nversion = \"99.0.0\"\nrequires-python = \">=3.7\"\n\n[tool.uv]\nfind-links = [%q]\nno-index = true\n", evil),
-			"uv.toml":        fmt.Sprintf("find-links = [%q]\nno-index = true\npython-preference = \"only-managed\"\n", evil),
+			"pyproject.toml":  fmt.Sprintf("[project]\nname = \"ipybox\"\nversion = \"99.0.0\"\nrequires-python = \">=3.7\"\n\n[tool.uv]\nfind-links = [%q]\nno-index = true\n", evil),
+			"uv.toml":         fmt.Sprintf("find-links = [%q]\nno-index = true\npython-preference = \"only-managed\"\n", evil),
 			".python-version": "3.7.1\n",
 		}
 		for name, body := range planted {
@@ -160,6 +163,20 @@ func TestWheelUvx(t *testing.T) {
 		}
 		if b, err := os.ReadFile(plantedRan); err == nil {
 			t.Errorf("the planted ipybox 99.0.0 ran: %s", b)
+		}
+		// The control: a project command (uv run) does read the planted
+		// uv.toml, even with --no-project (here its python-preference
+		// finds no Python), so the files above are live; --no-config is
+		// what keeps uv run from them.
+		ctx := t.Context()
+		cmd := exec.CommandContext(ctx, uv, "run", "--no-project", "--with", whl, "ipybox", "version")
+		cmd.Dir, cmd.Env = ws, env
+		if out, err := cmd.CombinedOutput(); err == nil && strings.Contains(string(out), "ipybox "+version) {
+			t.Errorf("uv run --no-project ignored the planted uv.toml (the control of this test): %s", out)
+		}
+		out = run(t, ws, env, uv, "run", "--no-config", "--no-project", "--with", whl, "ipybox", "version")
+		if !strings.Contains(out, "ipybox "+version+" (") {
+			t.Errorf("uv run --no-config --no-project in a planted workspace = %q, want ipybox %s", out, version)
 		}
 	})
 	t.Run("uv run drives the Python API", func(t *testing.T) {
