@@ -68,7 +68,11 @@ npmdir=tools/npm
 ((demo)) && npmdir=tools/npm-demo
 lock=$npmdir/package-lock.json
 stamp=$npmdir/node_modules/.ipybox-lock
-if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+if [ -L "$npmdir/node_modules" ] && ! cmp -s "$lock" "$stamp"; then
+  # npm ci empties the folder a link leads to (another checkout's, shared):
+  # never reinstall through a link.
+  say "WARNING: $npmdir/node_modules links to $(readlink "$npmdir/node_modules"), installed from another lockfile than $lock; not reinstalling through the link (remove it to install here)"
+elif ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   say "installing npm servers from $lock"
   (cd "$npmdir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   cp "$lock" "$stamp"
