@@ -84,16 +84,22 @@ func doctorChecks(ctx context.Context, python string) []check {
 	if err != nil {
 		checks = append(checks, check{name: "python", required: true, detail: err.Error()})
 	} else {
-		checks = append(checks, check{name: "python", ok: true, required: true, detail: py})
-		versions := pythonModules(ctx, py, "ipykernel", "matplotlib", "pydantic", "numpy")
+		versions := pythonModules(ctx, py, "ipykernel", "jupyter_client", "matplotlib", "pydantic", "numpy", "dill")
+		detail := py
+		if v := versions["sys"]; v != "" {
+			detail += " (Python " + v + ")"
+		}
+		checks = append(checks, check{name: "python", ok: true, required: true, detail: detail})
 		for _, m := range []struct {
 			mod      string
 			required bool
 		}{
 			{"ipykernel", true},
+			{"jupyter_client", true}, // ipykernel's; its version says which kernel stack this is
 			{"matplotlib", false},
 			{"pydantic", true}, // generated tool modules need it
 			{"numpy", false},
+			{"dill", false}, // durable sessions save the kernel's variables with it
 		} {
 			v, ok := versions[m.mod]
 			c := check{name: m.mod, ok: ok, required: m.required, detail: v}
@@ -197,12 +203,13 @@ func dockerCheck(ctx context.Context) check {
 	return c
 }
 
-// pythonModules returns the versions of the modules py can import.
+// pythonModules returns the versions of the modules py can import, and
+// the interpreter's own as "sys" ("3.11.2").
 func pythonModules(ctx context.Context, py string, mods ...string) map[string]string {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	script := `import importlib, json, sys
-out = {}
+out = {"sys": "%d.%d.%d" % sys.version_info[:3]}
 for m in sys.argv[1:]:
     try:
         mod = importlib.import_module(m)

@@ -239,6 +239,13 @@ func TestDoctor(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ipykernel") {
 		t.Errorf("doctor: exit %d\n%s", code, out)
 	}
+	// The kernel's stack is named by its versions (Debian's and PyPI's
+	// differ: issue 37).
+	for _, re := range []string{`(?m)^ok\s+python\s+\S+ \(Python 3\.\d+\.\d+\)$`, `(?m)^ok\s+ipykernel\s+\d+\.\d+`, `(?m)^ok\s+jupyter_client\s+\d+\.\d+`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("doctor's output does not match %s:\n%s", re, out)
+		}
+	}
 	// Not a Python: named by its flag, exit 1.
 	out, _, code = runBinary(t, "", "doctor", "--python", "/bin/false")
 	if code != 1 || !strings.Contains(out, "--python /bin/false: not a Python 3") {
