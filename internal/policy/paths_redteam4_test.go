@@ -2,7 +2,9 @@ package policy
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestRedteam4DenySpellings: more spellings of a denied path than the
@@ -67,5 +69,24 @@ allow shell cat *
 		if !ok {
 			t.Errorf("%s: %v (%s), want %v", c.name, d.Action, d.Why(), c.want)
 		}
+	}
+}
+
+// TestRedteam4ExpandableWordBounded: kernel code makes the command; a
+// long globbed word under a deny rule is decided at once (it asks), not
+// with work that grows with its length squared.
+func TestRedteam4ExpandableWordBounded(t *testing.T) {
+	rs, err := Parse("rt4b.policy", []byte("deny shell cat /etc/*a*b*c*d*\nallow shell cat *\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := "/" + strings.Repeat("?*", 200000)
+	start := time.Now()
+	d := Decide(&Call{Kind: KindShell, Command: "cat " + word}, rs)
+	if d.Action == Allow {
+		t.Errorf("a long glob under a deny rule: %v", d.Action)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("deciding took %v", el)
 	}
 }
