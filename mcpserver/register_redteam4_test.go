@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,72 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("lb%d", i), "server_params": params, "session": h})
 		if strings.Contains(text(res), secret) {
 			t.Errorf("variant %d: the loopback service's answer reached the client: %s", i, short(text(res)))
+		}
+	}
+}
+
+// TestRedteam4OwnFilesByFolder: a client's sandboxed server sees the
+// files its own config names, but not those another server's config
+// names (the operator's key). The client's config names, instead of the
+// key file, a folder above it, the key's link, or the key through a
+// spelling with .. and //; its code reads the key by a path it builds.
+// The operator's server reading its key is the control.
+func TestRedteam4OwnFilesByFolder(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	_, canary := hostFiles(t)
+	keys := filepath.Join(ws, "keys")
+	if err := os.MkdirAll(keys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(keys, "op-key.txt")
+	if err := os.WriteFile(key, []byte("operator secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	linkDir := t.TempDir()
+	if err := os.Symlink(key, filepath.Join(linkDir, "keylink")); err != nil {
+		t.Fatal(err)
+	}
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Servers: map[string]ipybox.ServerConfig{
+		"op": {Command: py, Args: []string{"-c", probeSrv, "--key-file", key}, Env: map[string]string{"CANARY": canary, "KEY": key}},
+	}})
+	cs := connect(t, srv, nil)
+	if got := run(t, cs, "from mcptools.op.probe import Params, run\nprint(run(Params()))"); !strings.Contains(got, "key-readable=True") {
+		t.Fatalf("the operator's server cannot read its key: %q", got)
+	}
+	// The client's server reads KEY = DIR + NAME, so that no config value
+	// is the key's path as the operator wrote it.
+	reader := strings.Replace(probeSrv, `os.environ.get("KEY", "/nonexistent")`, `os.environ["DIR"] + os.environ["NAME"]`, 1)
+	mine := filepath.Join(ws, "mine")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mine, "f.txt"), []byte("client's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []struct{ dir, name string }{
+		{mine, "/f.txt"}, // control: readable
+		{keys, "/op-key.txt"},
+		{ws, "/keys/op-key.txt"},
+		{keys + "/", "op-key.txt"},
+		{keys + "//.", "/op-key.txt"},
+		{filepath.Join(keys, "..", "keys"), "/op-key.txt"},
+		{linkDir, "/keylink"},
+	} {
+		name := fmt.Sprintf("own%d", i)
+		params := map[string]any{"command": py, "args": []string{"-c", reader, v.dir}, "env": map[string]string{"CANARY": canary, "DIR": v.dir, "NAME": v.name}}
+		if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": name, "server_params": params}); res.IsError {
+			t.Fatalf("register %s: %s", name, text(res))
+		}
+		got := run(t, cs, fmt.Sprintf("from mcptools.%s.probe import Params, run\nprint(run(Params()))", name))
+		want := "key-readable=False"
+		if v.dir == mine {
+			want = "key-readable=True"
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("naming %q: %q, want %s", v.dir, got, want)
 		}
 	}
 }
