@@ -12,7 +12,9 @@
 // the user's cache folder, never under /tmp when either exists, since
 // another user can plant files in /tmp that an upward search finds), and
 // its search-path variables lose every entry that is relative or lies in a
-// folder kernel code can write.
+// folder kernel code can write. So do the folders of caches and configs
+// (HomeVars) that lie in one, and a HOME there becomes a private home:
+// npx runs what it finds in ~/.npm/_npx before it asks the registry.
 //
 //	cmd := exec.Command(python, "-c", probe)
 //	if err := hostproc.Prepare(cmd, []string{workspace}); err != nil { ... }
