@@ -417,3 +417,61 @@ print("planted", d)`, mark))
 		t.Fatal("the sandboxed kernel's ~/bin/python3 ran on the host at the next discovery")
 	}
 }
+
+// TestRedteam4ConfigEnvRunsWorkspaceFile: an operator's config passes
+// options in env whose values name a file that the program runs at its
+// start: NODE_OPTIONS=--require FILE or --import FILE, BASH_ENV=FILE for a
+// bash server. When FILE lies in the workspace, kernel code writes it, and
+// the host server runs it: such a variable is a search path into the
+// workspace (invariant 14) and must not reach the process.
+func TestRedteam4ConfigEnvRunsWorkspaceFile(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	node := testenv.NeedsTool(t, "node")
+	bash := testenv.NeedsTool(t, "bash")
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	marks := t.TempDir()
+	trusted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "srv.js"), []byte(hostSrvJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, c := range []struct {
+		name, file, body string
+		cfg              func(file string) ipybox.ServerConfig
+	}{
+		{"NODE_OPTIONS --require", "hook.js", "require('fs').writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--require " + f}}
+		}},
+		{"NODE_OPTIONS --import", "hook.mjs", "import fs from 'fs'; fs.writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--import=" + f}}
+		}},
+		{"NODE_OPTIONS --import, a file URL", "hook2.mjs", "import fs from 'fs'; fs.writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--max-old-space-size=512 --import file://" + f}}
+		}},
+		{"BASH_ENV", "env.sh", "echo ran > MARK\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: bash, Args: []string{"-c", "exec " + py + " " + filepath.Join(trusted, "hostsrv.py")}, Env: map[string]string{"BASH_ENV": f}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mark := filepath.Join(marks, fmt.Sprint(i))
+			body := strings.ReplaceAll(c.body, "MARK", fmt.Sprintf("%q", mark))
+			if c.name == "BASH_ENV" {
+				body = strings.ReplaceAll(c.body, "MARK", mark)
+			}
+			run(t, ex, fmt.Sprintf("open(%q, 'w').write(%q)", c.file, body))
+			_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("envf%d", i), c.cfg(filepath.Join(ws, c.file)))
+			if exists(mark) {
+				t.Fatalf("the kernel's %s ran on the host (register: %v)", c.file, err)
+			}
+			if err != nil {
+				t.Fatalf("the operator's server did not start: %v", err)
+			}
+		})
+	}
+}
