@@ -475,3 +475,44 @@ func TestRedteam4ConfigEnvRunsWorkspaceFile(t *testing.T) {
 		})
 	}
 }
+
+// TestRedteam4AllowWriteGlob: the sandbox expands globs in allowWrite
+// ("data/*" makes every folder of data writable to kernels), but the list
+// of folders where no host process starts (kernelWritable/hostWritable)
+// takes the entries as text. A host server whose cwd is one of the
+// folders the glob names then starts there, and python -m imports the
+// kernel's json.py. Variants: a relative glob, an absolute one, a ~ one.
+func TestRedteam4AllowWriteGlob(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	trusted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	outside := t.TempDir()
+	for _, d := range []string{filepath.Join(ws, "data", "a"), filepath.Join(outside, "b")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks := t.TempDir()
+	cfg := ipybox.DefaultSandbox()
+	cfg.Filesystem.AllowWrite = append(cfg.Filesystem.AllowWrite, "data/*", filepath.Join(outside, "*"))
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, Sandbox: cfg, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, dir := range []string{filepath.Join(ws, "data", "a"), filepath.Join(outside, "b")} {
+		mark := filepath.Join(marks, fmt.Sprint(i))
+		res := run(t, ex, fmt.Sprintf("open(%q, 'w').write(%q)\nprint('planted')", filepath.Join(dir, "json.py"), fmt.Sprintf("open(%q, 'w').write('ran')\nraise SystemExit(3)\n", mark)))
+		if !strings.Contains(res.Text, "planted") {
+			t.Fatalf("%s: the kernel could not write there, so the test shows nothing: %q", dir, res.Text)
+		}
+		_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("glob%d", i), ipybox.ServerConfig{Command: py, Args: []string{"-m", "hostsrv"}, Cwd: dir, Env: map[string]string{"PYTHONPATH": trusted}})
+		if exists(mark) {
+			t.Errorf("%s (an allowWrite glob's folder): the host server imported the kernel's json.py (register: %v)", dir, err)
+		} else if err == nil || !strings.Contains(err.Error(), "kernel code can write") {
+			t.Errorf("%s: err = %v, want the refusal of a cwd kernel code can write", dir, err)
+		}
+	}
+}
