@@ -238,10 +238,13 @@ func homeInside(v string, writable []string) bool {
 }
 
 // codeInside reports whether a word of the options v (split at spaces,
-// ':', '=' and ',', so that --require=F, file:///F and -javaagent:F are
-// seen) is an absolute path in a folder of writable.
+// quotes, ':', '=' and ',', so that --require=F, --require "F",
+// file:///F and -javaagent:F are seen) is an absolute path in a folder of
+// writable.
 func codeInside(v string, writable []string) bool {
-	for _, e := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' }) {
+	for _, e := range strings.FieldsFunc(v, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
+	}) {
 		if filepath.IsAbs(e) && Inside(e, writable) != "" {
 			return true
 		}
