@@ -194,16 +194,30 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	go func() {
-		for {
-			c, err := raw.Accept()
-			if err != nil {
-				return
+	serveRaw := func(l net.Listener, answer string) {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprint(c, answer)
+				c.Close()
 			}
-			fmt.Fprintf(c, "SSH-2.0-%s\r\n", secret)
-			c.Close()
+		}()
+	}
+	serveRaw(raw, "SSH-2.0-"+secret+"\r\n")
+	// Services that start an HTTP answer and then send their own line.
+	var rawHTTP []string
+	for _, answer := range []string{"HTTP/1.1 " + secret + "\r\n\r\n", "HTTP/1.1 200 OK\r\n" + secret + "\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Type: " + secret + "\r\nContent-Length: 2\r\n\r\n{}"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		t.Cleanup(func() { l.Close() })
+		serveRaw(l, answer)
+		rawHTTP = append(rawHTTP, "http://"+l.Addr().String()+"/")
+	}
 	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
@@ -212,6 +226,9 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		{"url": "http://" + raw.Addr().String() + "/"},
 		{"type": "sse", "url": "http://" + raw.Addr().String() + "/"},
 		{"type": "sse", "url": svc.URL + "/event"},
+		{"url": rawHTTP[0]}, {"type": "sse", "url": rawHTTP[0]},
+		{"url": rawHTTP[1]}, {"type": "sse", "url": rawHTTP[1]},
+		{"url": rawHTTP[2]}, {"type": "sse", "url": rawHTTP[2]},
 		{"url": svc.URL + "/plain", "headers": map[string]string{"Metadata-Flavor": "Google"}},
 		{"url": svc.URL + "/json"},
 		{"type": "sse", "url": svc.URL + "/sse"},
