@@ -107,6 +107,7 @@ func TestRedteam4DenyProgramSpellings(t *testing.T) {
 		`nohup rm -rf /`, `nice -n 5 rm -rf /`, `timeout 5 rm -rf /`, `sudo -u root rm -rf /`, `xargs rm -rf / </dev/null`,
 		`busybox rm -rf /`, `env /bin/rm -rf /`, `bash -c 'rm -rf /'`, `sh -c "rm -rf //"`, `bash -lc 'cd /tmp; rm -rf /'`,
 		`eval 'rm -rf /'`, `eval rm -rf /`, `sh -c 'sh -c "env rm -rf /"'`, `zsh -c 'rm -rf /'`,
+		`su -c 'rm -rf /'`, `flock /tmp/l -c 'rm -rf /'`, `script -qc 'rm -rf /' /dev/null`, `watch -n1 'rm -rf /'`, `sudo sh -c 'rm -rf /'`,
 	} {
 		if d := Decide(&Call{Kind: KindShell, Command: c}, rs); d.Action == Allow {
 			t.Errorf("%q: allowed (%s), want deny or ask", c, d.Why())

@@ -21,7 +21,7 @@ import (
 // wrappers run the words after their own options as a command.
 var wrappers = []string{"env", "command", "builtin", "exec", "nohup", "nice", "ionice", "chrt", "taskset", "timeout",
 	"sudo", "doas", "su", "stdbuf", "setsid", "xargs", "strace", "ltrace", "time", "busybox", "unbuffer", "flock",
-	"watch", "chroot", "unshare", "nsenter", "firejail", "torsocks", "proxychains", "proxychains4", "caffeinate", "systemd-run", "runuser"}
+	"watch", "script", "chroot", "unshare", "nsenter", "firejail", "torsocks", "proxychains", "proxychains4", "caffeinate", "systemd-run", "runuser"}
 
 // scriptShells take a script with -c.
 var scriptShells = append(append([]string{}, shells...), otherShells...)
@@ -62,6 +62,13 @@ func derived(all []simpleCmd) []simpleCmd {
 		case slices.Contains(wrappers, prog):
 			for k := 1; k < len(c.words) && k <= maxWrapSkip; k++ {
 				add(simpleCmd{words: c.words[k:]})
+				// su -c 'CMD', flock F -c 'CMD', script -c 'CMD',
+				// watch 'CMD': a word with a space may be a script.
+				if w := c.words[k]; !w.opaque && !w.expandable && strings.ContainsAny(w.text, " \t\n;|&") {
+					for _, d := range scriptCmds(w.text) {
+						add(d)
+					}
+				}
 			}
 		case prog == "eval":
 			if s, ok := joined(c.words[1:]); ok {
