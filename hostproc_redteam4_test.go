@@ -418,3 +418,102 @@ print("planted", d)`, mark))
 		t.Fatal("the sandboxed kernel's ~/bin/python3 ran on the host at the next discovery")
 	}
 }
+
+// TestRedteam4ConfigEnvRunsWorkspaceFile: an operator's config passes
+// options in env whose values name a file that the program runs at its
+// start: NODE_OPTIONS=--require FILE or --import FILE, BASH_ENV=FILE for a
+// bash server. When FILE lies in the workspace, kernel code writes it, and
+// the host server runs it: such a variable is a search path into the
+// workspace (invariant 14) and must not reach the process.
+func TestRedteam4ConfigEnvRunsWorkspaceFile(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	node := testenv.NeedsTool(t, "node")
+	bash := testenv.NeedsTool(t, "bash")
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	marks := t.TempDir()
+	trusted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "srv.js"), []byte(hostSrvJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, c := range []struct {
+		name, file, body string
+		cfg              func(file string) ipybox.ServerConfig
+	}{
+		{"NODE_OPTIONS --require", "hook.js", "require('fs').writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--require " + f}}
+		}},
+		{"NODE_OPTIONS --import", "hook.mjs", "import fs from 'fs'; fs.writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--import=" + f}}
+		}},
+		{"NODE_OPTIONS --import, a file URL", "hook2.mjs", "import fs from 'fs'; fs.writeFileSync(MARK, 'ran');\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(trusted, "srv.js")}, Env: map[string]string{"NODE_OPTIONS": "--max-old-space-size=512 --import file://" + f}}
+		}},
+		{"BASH_ENV", "env.sh", "echo ran > MARK\n", func(f string) ipybox.ServerConfig {
+			return ipybox.ServerConfig{Command: bash, Args: []string{"-c", "exec " + py + " " + filepath.Join(trusted, "hostsrv.py")}, Env: map[string]string{"BASH_ENV": f}}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mark := filepath.Join(marks, fmt.Sprint(i))
+			body := strings.ReplaceAll(c.body, "MARK", fmt.Sprintf("%q", mark))
+			if c.name == "BASH_ENV" {
+				body = strings.ReplaceAll(c.body, "MARK", mark)
+			}
+			run(t, ex, fmt.Sprintf("open(%q, 'w').write(%q)", c.file, body))
+			_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("envf%d", i), c.cfg(filepath.Join(ws, c.file)))
+			if exists(mark) {
+				t.Fatalf("the kernel's %s ran on the host (register: %v)", c.file, err)
+			}
+			if err != nil {
+				t.Fatalf("the operator's server did not start: %v", err)
+			}
+		})
+	}
+}
+
+// TestRedteam4AllowWriteGlob: the sandbox expands globs in allowWrite
+// ("data/*" makes every folder of data writable to kernels), but the list
+// of folders where no host process starts (kernelWritable/hostWritable)
+// takes the entries as text. A host server whose cwd is one of the
+// folders the glob names then starts there, and python -m imports the
+// kernel's json.py. Variants: a relative glob, an absolute one, a ~ one.
+func TestRedteam4AllowWriteGlob(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	trusted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	outside := t.TempDir()
+	for _, d := range []string{filepath.Join(ws, "data", "a"), filepath.Join(outside, "b")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks := t.TempDir()
+	cfg := ipybox.DefaultSandbox()
+	cfg.Filesystem.AllowWrite = append(cfg.Filesystem.AllowWrite, "data/*", filepath.Join(outside, "*"))
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, Sandbox: cfg, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, dir := range []string{filepath.Join(ws, "data", "a"), filepath.Join(outside, "b")} {
+		mark := filepath.Join(marks, fmt.Sprint(i))
+		res := run(t, ex, fmt.Sprintf("open(%q, 'w').write(%q)\nprint('planted')", filepath.Join(dir, "json.py"), fmt.Sprintf("open(%q, 'w').write('ran')\nraise SystemExit(3)\n", mark)))
+		if !strings.Contains(res.Text, "planted") {
+			t.Fatalf("%s: the kernel could not write there, so the test shows nothing: %q", dir, res.Text)
+		}
+		_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("glob%d", i), ipybox.ServerConfig{Command: py, Args: []string{"-m", "hostsrv"}, Cwd: dir, Env: map[string]string{"PYTHONPATH": trusted}})
+		if exists(mark) {
+			t.Errorf("%s (an allowWrite glob's folder): the host server imported the kernel's json.py (register: %v)", dir, err)
+		} else if err == nil || !strings.Contains(err.Error(), "kernel code can write") {
+			t.Errorf("%s: err = %v, want the refusal of a cwd kernel code can write", dir, err)
+		}
+	}
+}

@@ -122,16 +122,22 @@ func registryPath(workspace string) string {
 	return filepath.Join(workspace, ".ipybox", "servers.json")
 }
 
-// hostWritable is kernelWritable with "~" expanded: the folders where no
+// hostWritable is kernelWritable with "~" expanded, and a glob (the
+// sandbox expands allowWrite's) cut to the folder above its first glob
+// character, which holds every folder it may name: the folders where no
 // host process starts (invariant 14).
 func hostWritable(ws string, o *Options) []string {
 	out := kernelWritable(ws, o)
 	for i, w := range out {
 		if strings.HasPrefix(w, "~") {
 			if home, err := os.UserHomeDir(); err == nil {
-				out[i] = filepath.Join(home, strings.TrimPrefix(w, "~"))
+				w = filepath.Join(home, strings.TrimPrefix(w, "~"))
 			}
 		}
+		if j := strings.IndexAny(w, "*?["); j >= 0 {
+			w = filepath.Dir(w[:j] + "x")
+		}
+		out[i] = w
 	}
 	return out
 }

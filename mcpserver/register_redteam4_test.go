@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -193,16 +194,30 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	go func() {
-		for {
-			c, err := raw.Accept()
-			if err != nil {
-				return
+	serveRaw := func(l net.Listener, answer string) {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprint(c, answer)
+				c.Close()
 			}
-			fmt.Fprintf(c, "SSH-2.0-%s\r\n", secret)
-			c.Close()
+		}()
+	}
+	serveRaw(raw, "SSH-2.0-"+secret+"\r\n")
+	// Services that start an HTTP answer and then send their own line.
+	var rawHTTP []string
+	for _, answer := range []string{"HTTP/1.1 " + secret + "\r\n\r\n", "HTTP/1.1 200 OK\r\n" + secret + "\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Type: " + secret + "\r\nContent-Length: 2\r\n\r\n{}"} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		t.Cleanup(func() { l.Close() })
+		serveRaw(l, answer)
+		rawHTTP = append(rawHTTP, "http://"+l.Addr().String()+"/")
+	}
 	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
@@ -211,6 +226,9 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		{"url": "http://" + raw.Addr().String() + "/"},
 		{"type": "sse", "url": "http://" + raw.Addr().String() + "/"},
 		{"type": "sse", "url": svc.URL + "/event"},
+		{"url": rawHTTP[0]}, {"type": "sse", "url": rawHTTP[0]},
+		{"url": rawHTTP[1]}, {"type": "sse", "url": rawHTTP[1]},
+		{"url": rawHTTP[2]}, {"type": "sse", "url": rawHTTP[2]},
 		{"url": svc.URL + "/plain", "headers": map[string]string{"Metadata-Flavor": "Google"}},
 		{"url": svc.URL + "/json"},
 		{"type": "sse", "url": svc.URL + "/sse"},
@@ -220,6 +238,72 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("lb%d", i), "server_params": params, "session": h})
 		if strings.Contains(text(res), secret) {
 			t.Errorf("variant %d: the loopback service's answer reached the client: %s", i, short(text(res)))
+		}
+	}
+}
+
+// TestRedteam4OwnFilesByFolder: a client's sandboxed server sees the
+// files its own config names, but not those another server's config
+// names (the operator's key). The client's config names, instead of the
+// key file, a folder above it, the key's link, or the key through a
+// spelling with .. and //; its code reads the key by a path it builds.
+// The operator's server reading its key is the control.
+func TestRedteam4OwnFilesByFolder(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	_, canary := hostFiles(t)
+	keys := filepath.Join(ws, "keys")
+	if err := os.MkdirAll(keys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(keys, "op-key.txt")
+	if err := os.WriteFile(key, []byte("operator secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	linkDir := t.TempDir()
+	if err := os.Symlink(key, filepath.Join(linkDir, "keylink")); err != nil {
+		t.Fatal(err)
+	}
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Servers: map[string]ipybox.ServerConfig{
+		"op": {Command: py, Args: []string{"-c", probeSrv, "--key-file", key}, Env: map[string]string{"CANARY": canary, "KEY": key}},
+	}})
+	cs := connect(t, srv, nil)
+	if got := run(t, cs, "from mcptools.op.probe import Params, run\nprint(run(Params()))"); !strings.Contains(got, "key-readable=True") {
+		t.Fatalf("the operator's server cannot read its key: %q", got)
+	}
+	// The client's server reads KEY = DIR + NAME, so that no config value
+	// is the key's path as the operator wrote it.
+	reader := strings.Replace(probeSrv, `os.environ.get("KEY", "/nonexistent")`, `os.environ["DIR"] + os.environ["NAME"]`, 1)
+	mine := filepath.Join(ws, "mine")
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mine, "f.txt"), []byte("client's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []struct{ dir, name string }{
+		{mine, "/f.txt"}, // control: readable
+		{keys, "/op-key.txt"},
+		{ws, "/keys/op-key.txt"},
+		{keys + "/", "op-key.txt"},
+		{keys + "//.", "/op-key.txt"},
+		{filepath.Join(keys, "..", "keys"), "/op-key.txt"},
+		{linkDir, "/keylink"},
+	} {
+		name := fmt.Sprintf("own%d", i)
+		params := map[string]any{"command": py, "args": []string{"-c", reader, v.dir}, "env": map[string]string{"CANARY": canary, "DIR": v.dir, "NAME": v.name}}
+		if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": name, "server_params": params}); res.IsError {
+			t.Fatalf("register %s: %s", name, text(res))
+		}
+		got := run(t, cs, fmt.Sprintf("from mcptools.%s.probe import Params, run\nprint(run(Params()))", name))
+		want := "key-readable=False"
+		if v.dir == mine {
+			want = "key-readable=True"
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("naming %q: %q, want %s", v.dir, got, want)
 		}
 	}
 }

@@ -2,6 +2,9 @@ package mcpserver
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +98,42 @@ func TestRedteam4CallOthersServer(t *testing.T) {
 				t.Errorf("alice's kernel called bob's server as %q: %q", name, got)
 			}
 		}
+	}
+}
+
+// TestRedteam4MetricsOfOthers: /metrics takes any principal's token. Bob
+// registers a server under a name of his and his kernel calls it; alice
+// reads the metrics with her token. What bob's servers are called, and
+// how often he calls them, is his (invariant 15): it must not be in what
+// alice reads.
+func TestRedteam4MetricsOfOthers(t *testing.T) {
+	t.Skip("BREAK: /metrics, readable with any principal's token, labels tool calls by server name across principals: alice sees the names of bob's servers and his call counts; see /work/notes/attack.md")
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	mark, canary := hostFiles(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	url := serveHTTP(t, srv)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	const name = "bobs_private_bank_rt4"
+	if res := call(t, bob, "register_mcp_server", map[string]any{"server_name": name, "server_params": probeParams(t, py, mark, canary), "session": hb}); res.IsError {
+		t.Fatalf("bob's registration: %s", text(res))
+	}
+	runIn(t, bob, hb, fmt.Sprintf("from mcptools.%s.probe import Params, run\nrun(Params())", name))
+	m := httptest.NewServer(srv.MetricsHandler())
+	t.Cleanup(m.Close)
+	req, _ := http.NewRequest("GET", m.URL, nil)
+	req.Header.Set("Authorization", "Bearer "+aliceTok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("alice's metrics: %d %s", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), name) {
+		t.Errorf("alice's /metrics names bob's server %s", name)
 	}
 }

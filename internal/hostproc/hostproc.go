@@ -12,7 +12,9 @@
 // the user's cache folder, never under /tmp when either exists, since
 // another user can plant files in /tmp that an upward search finds), and
 // its search-path variables lose every entry that is relative or lies in a
-// folder kernel code can write.
+// folder kernel code can write. So do the folders of caches and configs
+// (HomeVars) that lie in one, and a HOME there becomes a private home:
+// npx runs what it finds in ~/.npm/_npx before it asks the registry.
 //
 //	cmd := exec.Command(python, "-c", probe)
 //	if err := hostproc.Prepare(cmd, []string{workspace}); err != nil { ... }
@@ -46,6 +48,15 @@ var HomeVars = []string{"HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_H
 	"npm_config_cache", "npm_config_prefix", "npm_config_userconfig", "npm_config_globalconfig", "PREFIX",
 	"UV_CACHE_DIR", "UV_TOOL_DIR", "UV_TOOL_BIN_DIR", "UV_CONFIG_FILE", "UV_PYTHON_INSTALL_DIR", "UV_PROJECT", "UV_PROJECT_ENVIRONMENT",
 	"PIP_CONFIG_FILE", "PYTHONUSERBASE", "PYTHONHOME", "PYTHONSTARTUP", "PYENV_ROOT", "NVM_DIR", "VIRTUAL_ENV"}
+
+// CodeVars are the variables whose value holds, among options, files a
+// program runs or loads at its start: NODE_OPTIONS (--require,
+// --import), BASH_ENV and ENV (a script every non-interactive bash or
+// interactive sh runs first), LD_PRELOAD and LD_AUDIT, PERL5OPT (-M),
+// RUBYOPT (-r), the JVM's option variables (-javaagent:). One that names
+// a file in a folder of writable runs kernel code: Prepare drops it.
+var CodeVars = []string{"NODE_OPTIONS", "BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT", "PERL5OPT", "RUBYOPT",
+	"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "ZDOTDIR", "PYTHONBREAKPOINT"}
 
 var (
 	dirMu sync.Mutex
@@ -196,13 +207,14 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 }
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
-// writable, and sets HOME to Home when it was one of them.
+// writable and the CodeVars that name a file there, and sets HOME to
+// Home when it was one of them.
 func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, error) {
 	out := cmd.Env[:0:0]
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isHomeVar(k) && homeInside(v, writable) {
+		if isVar(HomeVars, k) && homeInside(v, writable) || isVar(CodeVars, k) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
@@ -231,8 +243,23 @@ func homeInside(v string, writable []string) bool {
 	return false
 }
 
-func isHomeVar(k string) bool {
-	for _, h := range HomeVars {
+// codeInside reports whether a word of the options v (split at spaces,
+// quotes, ':', '=' and ',', so that --require=F, --require "F",
+// file:///F and -javaagent:F are seen) is an absolute path in a folder of
+// writable.
+func codeInside(v string, writable []string) bool {
+	for _, e := range strings.FieldsFunc(v, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
+	}) {
+		if filepath.IsAbs(e) && Inside(e, writable) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func isVar(list []string, k string) bool {
+	for _, h := range list {
 		if strings.EqualFold(k, h) {
 			return true
 		}

@@ -83,6 +83,20 @@ func TestPrepare(t *testing.T) {
 	if !slices.Equal(cmd.Env, want) {
 		t.Errorf("env = %q, want %q", cmd.Env, want)
 	}
+
+	// Options that name a file the program runs: dropped when the file is
+	// in the workspace, by any spelling; kept otherwise.
+	cmd = exec.Command("/bin/true")
+	cmd.Env = []string{"NODE_OPTIONS=--require " + ws + "/h.js", "BASH_ENV=" + link + "/e.sh", "LD_PRELOAD=/usr/lib/x.so:" + ws + "/y.so",
+		"JAVA_TOOL_OPTIONS=-javaagent:" + ws + "/a.jar", "node_options=--import=file://" + ws + "/h.mjs", "PERL5OPT=-Mstrict", "ENV=" + outside + "/env.sh",
+		`NODE_OPTIONS=--require "` + ws + `/q.js"`, `RUBYOPT=-r'` + ws + `/x.rb'`}
+	if _, err := Prepare(cmd, []string{ws}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"PERL5OPT=-Mstrict", "ENV=" + outside + "/env.sh"}
+	if !slices.Equal(cmd.Env, want) {
+		t.Errorf("env = %q, want %q", cmd.Env, want)
+	}
 }
 
 // TestDirOutsideHome: with the home folder as the workspace and no

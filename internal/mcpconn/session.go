@@ -245,9 +245,10 @@ func (m *Manager) connectError(ctx context.Context, name string, cfg Config, kin
 
 // quotedAnswer finds, in the errors of the HTTP client and the MCP SDK,
 // the places that quote what the remote end sent: the first line of an
-// answer that is not HTTP (an ssh or redis banner), a line or an event
-// name of an SSE stream that is not MCP's, a content type.
-var quotedAnswer = regexp.MustCompile(`(malformed HTTP response|malformed line in SSE stream:|first event is|unsupported content type) "(?:[^"\\]|\\.)*"`)
+// answer that is not HTTP (an ssh or redis banner), a status or header
+// line that is not HTTP's, a line or an event name of an SSE stream that
+// is not MCP's, a content type.
+var quotedAnswer = regexp.MustCompile(`(malformed [^"\n]{0,40}|first event is|unsupported content type) "(?:[^"\\]|\\.)*"|(malformed MIME header[^:\n]{0,10}:) [^\n]*`)
 
 // scrubAnswer leaves out of a url server's connect error what the server
 // sent. The URL may be a client's (register_mcp_server), and it may name
@@ -256,7 +257,7 @@ var quotedAnswer = regexp.MustCompile(`(malformed HTTP response|malformed line i
 // host, so the error must not carry the service's answer back.
 func scrubAnswer(err error) error {
 	msg := err.Error()
-	out := quotedAnswer.ReplaceAllString(msg, "$1 (not shown: what the server sent)")
+	out := quotedAnswer.ReplaceAllString(msg, "$1$2 (not shown: what the server sent)")
 	if out == msg {
 		return err
 	}

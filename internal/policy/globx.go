@@ -117,8 +117,16 @@ func classSet(g string) (*[256]bool, int, bool) {
 	return &s, j + 1, true
 }
 
+// maxOverlapWork bounds mayOverlap's table: a shell word is kernel
+// code's to make long, and the policy is decided on the host. Past it,
+// the answer is yes (the call asks).
+const maxOverlapWork = 1 << 16
+
 // mayOverlap reports whether some string is matched by both token lists.
 func mayOverlap(a, b []gtok) bool {
+	if (len(a)+1)*(len(b)+1) > maxOverlapWork {
+		return true
+	}
 	memo := make(map[[2]int]bool)
 	var f func(i, j int) bool
 	f = func(i, j int) bool {

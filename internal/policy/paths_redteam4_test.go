@@ -2,7 +2,9 @@ package policy
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestRedteam4DenySpellings: more spellings of a denied path than the
@@ -66,6 +68,54 @@ allow shell cat *
 		ok := d.Action == c.want || c.want == Deny && d.Action == Ask
 		if !ok {
 			t.Errorf("%s: %v (%s), want %v", c.name, d.Action, d.Why(), c.want)
+		}
+	}
+}
+
+// TestRedteam4ExpandableWordBounded: kernel code makes the command; a
+// long globbed word under a deny rule is decided at once (it asks), not
+// with work that grows with its length squared.
+func TestRedteam4ExpandableWordBounded(t *testing.T) {
+	rs, err := Parse("rt4b.policy", []byte("deny shell cat /etc/*a*b*c*d*\nallow shell cat *\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := "/" + strings.Repeat("?*", 200000)
+	start := time.Now()
+	d := Decide(&Call{Kind: KindShell, Command: "cat " + word}, rs)
+	if d.Action == Allow {
+		t.Errorf("a long glob under a deny rule: %v", d.Action)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("deciding took %v", el)
+	}
+}
+
+// TestRedteam4DenyProgramSpellings: a deny rule names a program as typed
+// (rm); the same program runs by path, behind a wrapper that runs the
+// rest of its words, and as the script of sh -c or eval. Each must be
+// refused or asked about under "deny shell rm -rf /" beside "allow shell
+// *"; commands that only mention the words stay allowed.
+func TestRedteam4DenyProgramSpellings(t *testing.T) {
+	rs, err := Parse("rt4w.policy", []byte("deny shell rm -rf /\nallow shell *\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{
+		`rm -rf /`, `/bin/rm -rf /`, `/usr/bin/rm -rf /`, `./../../bin/rm -rf /`,
+		`command rm -rf /`, `builtin command rm -rf /`, `env rm -rf /`, `env -i FOO=1 rm -rf /`, `exec rm -rf /`,
+		`nohup rm -rf /`, `nice -n 5 rm -rf /`, `timeout 5 rm -rf /`, `sudo -u root rm -rf /`, `xargs rm -rf / </dev/null`,
+		`busybox rm -rf /`, `env /bin/rm -rf /`, `bash -c 'rm -rf /'`, `sh -c "rm -rf //"`, `bash -lc 'cd /tmp; rm -rf /'`,
+		`eval 'rm -rf /'`, `eval rm -rf /`, `sh -c 'sh -c "env rm -rf /"'`, `zsh -c 'rm -rf /'`,
+		`su -c 'rm -rf /'`, `flock /tmp/l -c 'rm -rf /'`, `script -qc 'rm -rf /' /dev/null`, `watch -n1 'rm -rf /'`, `sudo sh -c 'rm -rf /'`,
+	} {
+		if d := Decide(&Call{Kind: KindShell, Command: c}, rs); d.Action == Allow {
+			t.Errorf("%q: allowed (%s), want deny or ask", c, d.Why())
+		}
+	}
+	for _, c := range []string{`echo rm -rf /`, `ls /`, `env`, `rm -rf /tmp/x`, `bash -c 'ls /'`, `/bin/ls -la /`, `grep -r rm /etc`} {
+		if d := Decide(&Call{Kind: KindShell, Command: c}, rs); d.Action != Allow {
+			t.Errorf("%q: %v (%s), want allow", c, d.Action, d.Why())
 		}
 	}
 }

@@ -120,6 +120,9 @@ func prepareShell(command string) *shellCall {
 			sc.all = append(sc.all, rs[i].all...)
 		}
 	}
+	// Deny and ask rules see the commands it runs under other spellings
+	// too (shellwrap.go).
+	sc.all = append(sc.all, derived(sc.all)...)
 	switch {
 	case !sc.readable:
 		sc.why = "the command could not be parsed"
