@@ -130,13 +130,15 @@ func TestCallMemoryBounded(t *testing.T) {
 		body := bodyOf(shape, size)
 		for _, n := range []int{1, 4} {
 			stop := heapPeak()
+			rss, _ := rssPeak(t)
 			var wg sync.WaitGroup
 			for range n {
 				wg.Go(func() { post(body) })
 			}
 			wg.Wait()
 			peak := stop()
-			t.Logf("%-7s ×%d, %d MiB each: the heap grew by %d MB at most", shape, n, len(body)>>20, peak/1e6)
+			grew := rss()
+			t.Logf("%-7s ×%d, %d MiB each: the heap grew by %d MB at most, the resident set by %d MB", shape, n, len(body)>>20, peak/1e6, grew/1e6)
 			limit := uint64(perCall)
 			if n > 1 {
 				limit = held
