@@ -145,6 +145,12 @@ type Options struct {
 	SessionID string
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
+	// Principal names the tenant whose kernel this is (ipybox mcp's
+	// principals): the tool-call bodies of one principal's Executors take
+	// at most half of the process's budget for them, so that one tenant
+	// cannot hold up another's calls. Empty is a principal of its own.
+	Principal string
+
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment (see LoadDotEnv). Nil means none.
 	DotEnv map[string]string

@@ -437,6 +437,8 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 		s.closeExecutor(w.ex, false)
 	} else if ok {
 		x.pooled = true
+		// Its tool calls count against x's principal's share.
+		w.ex.SetPrincipal(x.principal)
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -449,6 +451,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 	if err != nil {
 		return nil, err
 	}
+	ex.SetPrincipal(x.principal)
 	x.mu.Lock()
 	x.owner = owner
 	x.mu.Unlock()
