@@ -124,7 +124,7 @@ func (e *Executor) Stale() bool {
 	secrets := func() []string {
 		s := e.secretFiles()
 		if reg, err := mcpconn.LoadRegistry(registryPath(e.workspace)); err == nil {
-			for _, f := range registrySecrets(e.workspace, reg) {
+			for _, f := range registrySecrets(e.workspace, reg, e.opts.DotEnv) {
 				if !slices.Contains(s, f) {
 					s = append(s, f)
 				}
@@ -181,7 +181,10 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 			if err != nil {
 				return nil
 			}
-			return registrySecrets(ws, reg)
+			// ${VAR} in a config is filled from the host's environment
+			// and the workspace's .env, as the servers' starts fill it.
+			dot, _ := mcpconn.LoadDotEnv(filepath.Join(ws, ".env"))
+			return registrySecrets(ws, reg, dot)
 		}
 	}
 	var opts sandbox.Options
@@ -204,10 +207,22 @@ func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, s
 // an environment variable's value (CLOUDSDK_CONFIG, GNUPGHOME) or a flag
 // such as --credentials-dir; a directory a server simply works on (the
 // filesystem server's roots) stays visible.
-func (e *Executor) secretFiles() []string { return registrySecrets(e.workspace, e.registry) }
+func (e *Executor) secretFiles() []string {
+	return registrySecrets(e.workspace, e.registry, e.opts.DotEnv)
+}
 
-// registrySecrets is secretFiles for a workspace and its registry.
-func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
+// registrySecrets is secretFiles for a workspace and its registry. A
+// value with ${VAR} names the file that the host's environment, then
+// dotenv, make of it, as a server's start does (a variable that neither
+// knows leaves the value out).
+func registrySecrets(workspace string, reg *mcpconn.Registry, dotenv map[string]string) []string {
+	lookup := func(name string) (string, bool) {
+		if v, ok := os.LookupEnv(name); ok {
+			return v, true
+		}
+		v, ok := dotenv[name]
+		return v, ok
+	}
 	var out []string
 	for _, name := range reg.Names() {
 		cfg, ok := reg.Get(name)
@@ -233,7 +248,14 @@ func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
 			cands = append(cands, cand{v, true})
 		}
 		for _, c := range cands {
-			if c.value == "" || strings.Contains(c.value, "${") {
+			if strings.Contains(c.value, "${") {
+				x, err := mcpconn.Config{Args: []string{c.value}}.Expand(lookup)
+				if err != nil {
+					continue
+				}
+				c.value = x.Args[0]
+			}
+			if c.value == "" {
 				continue
 			}
 			p := c.value

@@ -164,8 +164,10 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		return nil, errSessionClosed
 	}
 	if ex != nil {
-		x.sync(ctx, ex)
-		return ex, nil
+		if !x.sync(ctx, ex) {
+			return ex, nil
+		}
+		return ex, x.remask(ctx, ex, true)
 	}
 	wait := x.s.opts.StartTimeout
 	sctx, cancel := context.WithTimeout(ctx, wait)
@@ -183,8 +185,10 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	case closed:
 		return nil, errSessionClosed
 	case ex != nil:
-		x.sync(ctx, ex)
-		return ex, nil
+		if !x.sync(ctx, ex) {
+			return ex, nil
+		}
+		return ex, x.remask(ctx, ex, true)
 	}
 	if err := x.s.takeSlot(x); err != nil {
 		return nil, err
@@ -218,7 +222,30 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.s.log.Info("kernel started", "session", x.id, "took", time.Since(t0).Round(time.Millisecond))
 	x.s.saveRecord(x)
 	x.sync(ctx, ex)
-	return ex, nil
+	return ex, x.remask(ctx, ex, false)
+}
+
+// remask restarts ex's kernel, just started or just given new
+// registrations, when it started under masks that a start now would not
+// give it: a server registered since (at start, with
+// --mcp-config, before the first kernel knew it; or by another session)
+// names a file that kernels may not read. A kernel whose masks are stale
+// is never handed out. told says whether the session is told that its
+// kernel's variables are gone (not for a kernel that has run nothing).
+func (x *session) remask(ctx context.Context, ex *ipybox.Executor, told bool) error {
+	if !ex.Stale() {
+		return nil
+	}
+	x.s.log.Info("restarting a kernel started under older masks", "session", x.id)
+	if err := ex.Reset(ctx); err != nil {
+		return fmt.Errorf("restarting the kernel under the masks of the servers registered since it started: %w", err)
+	}
+	if told {
+		x.mu.Lock()
+		x.warnings = append(x.warnings, "[ipybox: the kernel restarted before this cell, and its variables are gone: a server registered since it started names files that kernels may not read, and a running kernel cannot lose its view of them]")
+		x.mu.Unlock()
+	}
+	return nil
 }
 
 // startErr words a start that ran out of time or was cancelled.
@@ -254,10 +281,12 @@ func (x *session) takeWarnings() []string {
 // another session) since ex started. Failures become warnings. It holds
 // no lock across a registration's network I/O but that name's own (see
 // lockName).
-func (x *session) sync(ctx context.Context, ex *ipybox.Executor) {
+func (x *session) sync(ctx context.Context, ex *ipybox.Executor) (any bool) {
 	for _, p := range x.s.pending(x) {
 		x.syncOne(ctx, ex, p.name)
+		any = true
 	}
+	return any
 }
 
 // syncOne registers name in ex, as the table has it once name's lock is
