@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -102,6 +103,11 @@ func doctorChecks(ctx context.Context, python string) []check {
 		}
 	}
 	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
+	if image, ok := imageChecks(os.Getenv); ok {
+		// In the image kernels run in the container, without the
+		// sandbox: its protections are not the ones that hold.
+		return append(checks, image...)
+	}
 	if sandboxProtections != nil {
 		for _, p := range sandboxProtections() {
 			missing := strings.HasPrefix(p, "MISSING: ")
