@@ -3,6 +3,7 @@ package toolserver_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -272,4 +273,58 @@ func TestHeldBytesBounded(t *testing.T) {
 		close(c.release)
 		wg.Wait()
 	})
+}
+
+// TestKernelCallsResidentBounded: the host memory of one kernel's calls in
+// total, as the process's resident set measures it from a fresh process:
+// one kernel sends four 15 MiB calls at once, shaped to cost the most, to
+// a real MCP server; the resident set grows by at most 256 MiB (its bodies
+// wait in line past MaxHeldBytes, and each holds a small multiple of its
+// size). Four kernels of one principal, one such call each, are logged
+// beside it: their principal's share of the process's budget admits four.
+func TestKernelCallsResidentBounded(t *testing.T) {
+	for _, kernels := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d kernels", kernels), func(t *testing.T) {
+			if testenv.Alone(t) {
+				return
+			}
+			rss, ok := rssPeak(t)
+			if !ok {
+				t.Skip("no /proc/self/clear_refs: the resident set's peak cannot be reset")
+			}
+			bin := mcptest.Build(t)
+			ctx := context.Background()
+			var servers []*testServer
+			for range kernels {
+				cs, err := mcp.NewClient(&mcp.Implementation{Name: "t"}, nil).Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin)}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cs.Close()
+				servers = append(servers, start(t, &sessionCaller{name: "test", cs: cs}, &toolserver.Options{Approver: toolserver.AutoApprove}))
+			}
+			body := bodyOf("numbers", 15<<20)
+			calls := 4
+			if kernels > 1 {
+				calls = 1
+			}
+			rss, _ = rssPeak(t) // after the MCP servers' start, and the body
+			var wg sync.WaitGroup
+			for _, ts := range servers {
+				for range calls {
+					wg.Go(func() {
+						if got := ts.do(t, req{path: "/v1/tools/call", body: string(body)}); got.status != 200 {
+							t.Errorf("HTTP %d %s %q", got.status, got.kind, got.msg)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			grew := rss()
+			t.Logf("%d kernel(s) × %d call(s) of %d MiB at once: the resident set grew by %d MiB", kernels, calls, len(body)>>20, grew>>20)
+			if kernels == 1 && grew > 256<<20 {
+				t.Errorf("one kernel's calls grew the resident set by %d MiB; want at most 256 MiB", grew>>20)
+			}
+		})
+	}
 }
