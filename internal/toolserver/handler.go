@@ -254,20 +254,36 @@ func (s *Server) tooLarge() *apiError {
 
 // progressReader reads a body with a deadline before each read: no
 // progress within progressTimeout, or the whole body not within its
-// overall deadline, ends the read.
+// overall deadline, ends the read; so does the end of ctx (the server's
+// Close), which a read blocked on the connection would not see.
 type progressReader struct {
-	r  io.Reader
-	h  *held
-	to time.Duration
+	r   io.Reader
+	h   *held
+	to  time.Duration
+	ctx context.Context
+	mu  sync.Mutex // orders a read's deadline against stop's
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	if err := p.ctx.Err(); err != nil {
+		p.mu.Unlock()
+		return 0, err
+	}
 	d := time.Now().Add(p.to)
 	if p.h.readDeadline.Before(d) {
 		d = p.h.readDeadline
 	}
 	p.h.rc.SetReadDeadline(d)
+	p.mu.Unlock()
 	return p.r.Read(b)
+}
+
+// stop ends a blocked read at once; it runs when ctx ends.
+func (p *progressReader) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.h.rc.SetReadDeadline(time.Now())
 }
 
 // share takes the body's bytes of the principal's share and of the
@@ -306,7 +322,8 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		panic("toolserver: readBody without admit")
 	}
 	to := progressTimeout
-	body := &progressReader{r: r.Body, h: h, to: to}
+	body := &progressReader{r: r.Body, h: h, to: to, ctx: r.Context()}
+	defer context.AfterFunc(r.Context(), body.stop)()
 	// The first bytes, into a small buffer that the kernel's own budget
 	// covers (MaxConcurrentCalls of them at most).
 	first := make([]byte, min(max(h.n, 1), 4<<10))
@@ -315,7 +332,7 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		first, err = first[:k], nil
 	case err != nil:
-		return nil, s.readErr(err, to)
+		return nil, s.readErr(r.Context(), err, to)
 	}
 	first = first[:k]
 	// The wait for the shared budgets is not the body's to make progress
@@ -338,10 +355,13 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 		rest, rerr := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), s.opts.MaxBodyBytes-int64(k)))
 		buf, err = append(first, rest...), rerr
 	}
-	h.rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		return nil, s.readErr(err, to)
+		// The deadline stays: net/http reads away what is left of the
+		// body after the answer, and must not wait for a sender that
+		// stalls.
+		return nil, s.readErr(r.Context(), err, to)
 	}
+	h.rc.SetReadDeadline(time.Time{})
 	// encoding/json silently replaces invalid UTF-8; refuse it instead,
 	// so that what is approved is exactly what was sent.
 	if !utf8.Valid(buf) {
@@ -351,8 +371,10 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 }
 
 // readErr words a failed read of a body.
-func (s *Server) readErr(err error, to time.Duration) *apiError {
+func (s *Server) readErr(ctx context.Context, err error, to time.Duration) *apiError {
 	switch {
+	case ctx.Err() != nil:
+		return s.gone()
 	case errors.As(err, new(*http.MaxBytesError)):
 		return s.tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded):

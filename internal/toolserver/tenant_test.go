@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,8 @@ func TestTenantCannotStarveAnother(t *testing.T) {
 				return text("done"), nil
 			})
 			stuck := make(chan struct{})
-			defer close(stuck)
+			var unstick sync.Once
+			defer unstick.Do(func() { close(stuck) })
 			aliceApprover := &approverFuncs{tool: func(ctx context.Context, _ *toolserver.ToolCall) error {
 				select {
 				case <-stuck:
@@ -80,7 +82,16 @@ func TestTenantCannotStarveAnother(t *testing.T) {
 						continue
 					}
 					body := call("s", "t", map[string]string{"v": strings.Repeat("x", size-100)})
-					wg.Go(func() { ts.do(t, req{path: "/v1/tools/call", body: body}) })
+					wg.Go(func() {
+						// Its answer, or a broken pipe once Close ends it
+						// with its body unread: either is its end.
+						r, _ := http.NewRequest("POST", "http://localhost/v1/tools/call", strings.NewReader(body))
+						r.Header.Set("Authorization", "Bearer "+ts.Token())
+						r.Header.Set("Content-Type", "application/json")
+						if resp, err := ts.unix.Do(r); err == nil {
+							resp.Body.Close()
+						}
+					})
 				}
 			}
 			waitFor(t, "alice's kernels hold their calls", func() bool {
@@ -105,6 +116,15 @@ func TestTenantCannotStarveAnother(t *testing.T) {
 					t.Errorf("bob's call of %d bytes: HTTP %d %s %q after %v; want 200 within 2 s", n, got.status, got.kind, got.msg, took.Round(time.Millisecond))
 				}
 				t.Logf("bob's call of %d bytes took %v", n, took.Round(time.Millisecond))
+			}
+			// Close ends the held calls, those blocked reading a body
+			// included, at once.
+			unstick.Do(func() { close(stuck) })
+			for _, ts := range alice {
+				t0 := time.Now()
+				if err := ts.Close(); err != nil || time.Since(t0) > 2*time.Second {
+					t.Errorf("Close with held calls: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+				}
 			}
 		})
 	}
