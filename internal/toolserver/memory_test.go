@@ -3,8 +3,8 @@ package toolserver_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
