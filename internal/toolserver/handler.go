@@ -396,7 +396,7 @@ func fields(body []byte, known ...string) (map[string]json.RawMessage, *apiError
 	// Unmarshal, not a Decoder: a Decoder copies the whole body into a
 	// buffer of its own first.
 	if err := json.Unmarshal(body, &m); err != nil {
-		if strings.Contains(err.Error(), "after top-level value") {
+		if trailing(body) {
 			return nil, badRequest("request body has data after the JSON object")
 		}
 		return nil, badRequest("decode request body: %v", err)
@@ -416,6 +416,18 @@ func fields(body []byte, known ...string) (map[string]json.RawMessage, *apiError
 		out[k] = json.RawMessage(v)
 	}
 	return out, nil
+}
+
+// trailing reports whether body is one JSON value with more after it
+// (only on the error path: the Decoder copies body).
+func trailing(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var v json.RawMessage
+	if dec.Decode(&v) != nil {
+		return false
+	}
+	_, err := dec.Token()
+	return err != io.EOF
 }
 
 // rawView is a JSON value's raw text as encoding/json hands it to
