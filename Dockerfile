@@ -8,8 +8,10 @@
 #
 # --user: the server and its kernels run as the owner of the workspace
 # (and of the token file), whatever its uid, so that they can write it.
-# As root (--user 0:0), ipybox first drops every capability and sets
-# no-new-privileges (IPYBOX_IN_IMAGE). Without --user the image runs as
+# As root (--user 0:0), ipybox first drops every capability, sets
+# no-new-privileges and makes the image's system folders read-only with
+# Landlock (IPYBOX_IN_IMAGE); each kernel confines itself further (no
+# signal to the server; docs/container.md). Without --user the image runs as
 # uid 1000, and a workspace that uid cannot write fails at start with the
 # docker run --user command that fixes it.
 #

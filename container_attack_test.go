@@ -258,3 +258,44 @@ func TestAttackContainerPlantedIpyboxLink(t *testing.T) {
 		t.Errorf("error %q, want one naming .ipybox", err)
 	}
 }
+
+// TestAttackContainerMountFlags: every folder that the kernel writes in
+// its container (the workspace, whoever owns it; the writable folders in
+// it, such as its own packages; the binds, whoever owns them) is mounted
+// nosuid,nodev, so that no set-id file or device that reaches it counts
+// there. Before, a workspace or bind of a user other than root was bound
+// with the flags of the host's mount, without either.
+func TestAttackContainerMountFlags(t *testing.T) {
+	testenv.NeedsDocker(t)
+	if os.Geteuid() != 0 {
+		t.Skip("only root can give a bind nosuid,nodev (docs/container.md); the guard refuses set-id files either way")
+	}
+	for _, owner := range []string{"user", "root"} {
+		t.Run("workspace of "+owner, func(t *testing.T) {
+			ws := containerWorkspace(t)
+			bindUser, bindRoot := t.TempDir(), t.TempDir()
+			if err := os.Chown(bindUser, 1234, 1234); err != nil {
+				t.Fatal(err)
+			}
+			if owner == "root" {
+				os.Chown(ws, 0, 0)
+			}
+			pkg := filepath.Join(ws, ".ipybox", "packages", "p1")
+			os.MkdirAll(pkg, 0o755)
+			ex := startContainer(t, &ipybox.ContainerConfig{Binds: []ipybox.ContainerBind{
+				{HostPath: bindUser, Path: "byuser"}, {HostPath: bindRoot, Path: "byroot"},
+			}}, &ipybox.Options{WorkDir: ws, PackageDir: pkg})
+			got := cellText(t, ex, `import os
+bad = []
+for l in open("/proc/self/mountinfo"):
+    f = l.split()
+    at, opts = f[4], f[5].split(",")
+    if at.startswith("/app") and "rw" in opts and not ("nosuid" in opts and "nodev" in opts):
+        bad.append(at + " " + f[5])
+print(sorted(bad) or "none", len([l for l in open("/proc/self/mountinfo") if l.split()[4].startswith("/app")]))`)
+			if !strings.HasPrefix(got, "none ") {
+				t.Errorf("writable mounts without nosuid,nodev: %s", got)
+			}
+		})
+	}
+}

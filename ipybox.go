@@ -112,7 +112,10 @@ type Options struct {
 	// apply to them too. Nil means no rules and no audit log.
 	ApprovalPolicy *ApprovalPolicy
 	// Principal names whom the Executor runs for (a principal of ipybox
-	// mcp): the audit log's rows name it. Empty means none.
+	// mcp): the audit log's rows name it, and the tool-call bodies of one
+	// principal's Executors take at most half of the process's budget for
+	// them, so that one tenant cannot hold up another's calls. Empty means
+	// none (a principal of its own for the budget).
 	Principal string
 	// Tenant keeps what Principal's sessions leave behind apart from
 	// other principals' (for a server whose principals are tenants): the
@@ -129,6 +132,7 @@ type Options struct {
 	SessionID string
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
+
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
 	// environment. Nil means none.
 	DotEnv map[string]string

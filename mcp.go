@@ -189,6 +189,7 @@ func (e *Executor) startTools() error {
 		Modules:         modules,
 		Logger:          e.log,
 		Observe:         e.observe,
+		Principal:       e.opts.Principal,
 	})
 	if err != nil {
 		return err

@@ -227,7 +227,7 @@ func (e *Executor) Stale() bool {
 	secrets := func() []string {
 		s := e.secretFiles()
 		if reg, err := mcpconn.LoadRegistry(registryPath(e.workspace)); err == nil {
-			for _, f := range registrySecrets(e.workspace, reg) {
+			for _, f := range registrySecrets(e.workspace, reg, e.opts.DotEnv) {
 				if !slices.Contains(s, f) {
 					s = append(s, f)
 				}
@@ -284,7 +284,10 @@ func newWorkspaceSandbox(ws string, policy *sandbox.Config, o *sandbox.Options, 
 			if err != nil {
 				return nil
 			}
-			return registrySecrets(ws, reg)
+			// ${VAR} in a config is filled from the host's environment
+			// and the workspace's .env, as the servers' starts fill it.
+			dot, _ := mcpconn.LoadDotEnv(filepath.Join(ws, ".env"))
+			return registrySecrets(ws, reg, dot)
 		}
 	}
 	var opts sandbox.Options
@@ -307,7 +310,9 @@ func newWorkspaceSandbox(ws string, policy *sandbox.Config, o *sandbox.Options, 
 // an environment variable's value (CLOUDSDK_CONFIG, GNUPGHOME) or a flag
 // such as --credentials-dir; a directory a server simply works on (the
 // filesystem server's roots) stays visible.
-func (e *Executor) secretFiles() []string { return registrySecrets(e.workspace, e.registry) }
+func (e *Executor) secretFiles() []string {
+	return registrySecrets(e.workspace, e.registry, e.opts.DotEnv)
+}
 
 // secretFilesBut is secretFiles without the files that only server's own
 // config names: its sandbox hides the others' files from it, but it reads
@@ -329,12 +334,22 @@ func (e *Executor) secretFilesBut(server string) []string {
 			others.Add(name, cfg)
 		}
 	}
-	mine, theirs := registrySecrets(e.workspace, own), registrySecrets(e.workspace, others)
+	mine, theirs := registrySecrets(e.workspace, own, e.opts.DotEnv), registrySecrets(e.workspace, others, e.opts.DotEnv)
 	return slices.DeleteFunc(all, func(p string) bool { return slices.Contains(mine, p) && !slices.Contains(theirs, p) })
 }
 
-// registrySecrets is secretFiles for a workspace and its registry.
-func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
+// registrySecrets is secretFiles for a workspace and its registry. A
+// value with ${VAR} names the file that the host's environment, then
+// dotenv, make of it, as a server's start does (a variable that neither
+// knows leaves the value out).
+func registrySecrets(workspace string, reg *mcpconn.Registry, dotenv map[string]string) []string {
+	lookup := func(name string) (string, bool) {
+		if v, ok := os.LookupEnv(name); ok {
+			return v, true
+		}
+		v, ok := dotenv[name]
+		return v, ok
+	}
 	var out []string
 	for _, name := range reg.Names() {
 		cfg, ok := reg.Get(name)
@@ -360,7 +375,14 @@ func registrySecrets(workspace string, reg *mcpconn.Registry) []string {
 			cands = append(cands, cand{v, true})
 		}
 		for _, c := range cands {
-			if c.value == "" || strings.Contains(c.value, "${") {
+			if strings.Contains(c.value, "${") {
+				x, err := mcpconn.Config{Args: []string{c.value}}.Expand(lookup)
+				if err != nil {
+					continue
+				}
+				c.value = x.Args[0]
+			}
+			if c.value == "" {
 				continue
 			}
 			p := c.value

@@ -170,8 +170,10 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		return nil, errSessionClosed
 	}
 	if ex != nil {
-		x.sync(ctx, ex)
-		return ex, nil
+		if !x.sync(ctx, ex) {
+			return ex, nil
+		}
+		return ex, x.remask(ctx, ex, true)
 	}
 	wait := x.s.opts.StartTimeout
 	sctx, cancel := context.WithTimeout(ctx, wait)
@@ -189,8 +191,10 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	case closed:
 		return nil, errSessionClosed
 	case ex != nil:
-		x.sync(ctx, ex)
-		return ex, nil
+		if !x.sync(ctx, ex) {
+			return ex, nil
+		}
+		return ex, x.remask(ctx, ex, true)
 	}
 	if err := x.s.takeSlot(x); err != nil {
 		return nil, err
@@ -224,7 +228,30 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.s.log.Info("kernel started", "session", x.id, "took", time.Since(t0).Round(time.Millisecond))
 	x.s.saveRecord(x)
 	x.sync(ctx, ex)
-	return ex, nil
+	return ex, x.remask(ctx, ex, false)
+}
+
+// remask restarts ex's kernel, just started or just given new
+// registrations, when it started under masks that a start now would not
+// give it: a server registered since (at start, with
+// --mcp-config, before the first kernel knew it; or by another session)
+// names a file that kernels may not read. A kernel whose masks are stale
+// is never handed out. told says whether the session is told that its
+// kernel's variables are gone (not for a kernel that has run nothing).
+func (x *session) remask(ctx context.Context, ex *ipybox.Executor, told bool) error {
+	if !ex.Stale() {
+		return nil
+	}
+	x.s.log.Info("restarting a kernel started under older masks", "session", x.id)
+	if err := ex.Reset(ctx); err != nil {
+		return fmt.Errorf("restarting the kernel under the masks of the servers registered since it started: %w", err)
+	}
+	if told {
+		x.mu.Lock()
+		x.warnings = append(x.warnings, "[ipybox: the kernel restarted before this cell, and its variables are gone: a server registered since it started names files that kernels may not read, and a running kernel cannot lose its view of them]")
+		x.mu.Unlock()
+	}
+	return nil
 }
 
 // startErr words a start that ran out of time or was cancelled.
@@ -260,10 +287,12 @@ func (x *session) takeWarnings() []string {
 // another session) since ex started. Failures become warnings. It holds
 // no lock across a registration's network I/O but that name's own (see
 // lockName).
-func (x *session) sync(ctx context.Context, ex *ipybox.Executor) {
+func (x *session) sync(ctx context.Context, ex *ipybox.Executor) (any bool) {
 	for _, p := range x.s.pending(x) {
 		x.syncOne(ctx, ex, p.name)
+		any = true
 	}
+	return any
 }
 
 // syncOne registers name in ex, as the table has it once name's lock is
@@ -447,6 +476,8 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 		s.closeExecutor(w.ex, false)
 	} else if ok {
 		x.pooled = true
+		// Its tool calls count against x's principal's share.
+		w.ex.SetPrincipal(x.principal)
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -459,6 +490,7 @@ func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (
 	if err != nil {
 		return nil, err
 	}
+	ex.SetPrincipal(x.principal)
 	x.mu.Lock()
 	x.owner = owner
 	x.mu.Unlock()

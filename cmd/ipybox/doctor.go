@@ -111,6 +111,11 @@ func doctorChecks(ctx context.Context, python string) []check {
 	}
 	sb := sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe)
 	checks = append(checks, sb, dockerCheck(ctx))
+	if image, ok := imageChecks(os.Getenv); ok {
+		// In the image kernels run in the container, without the
+		// sandbox: its protections are not the ones that hold.
+		return append(checks, image...)
+	}
 	return append(checks, protectionChecks(sb.ok, os.Getenv("IPYBOX_IN_IMAGE") == "1", sandboxProtections)...)
 }
 

@@ -549,3 +549,73 @@ func TestExecContainerRootOwnedWorkspace(t *testing.T) {
 		t.Errorf("the next start did not reap the killed exec's mount: %v", m)
 	}
 }
+
+// rootAttackCell is kernel code, run as root in the image, that tries to
+// take over what the server or a helper runs next: replace
+// /usr/local/bin/ipybox (a rename, a write, a truncation, a link beside
+// it), write /etc/passwd and a module of the image's Python, make a folder
+// in /usr/local/bin, and signal the server (pid 1), the fork server and
+// every other process outside its own group.
+const rootAttackCell = `import os, signal
+got = []
+def attempt(name, f):
+    try:
+        f(); got.append(name)
+    except OSError:
+        pass
+attempt("rename ipybox", lambda: os.rename("/usr/local/bin/ipybox", "/usr/local/bin/ipybox.old"))
+attempt("write ipybox", lambda: open("/usr/local/bin/ipybox", "r+b").close())
+attempt("truncate ipybox", lambda: os.truncate("/usr/local/bin/ipybox", 0))
+attempt("new file beside ipybox", lambda: open("/usr/local/bin/ipybox2", "w").close())
+attempt("symlink beside ipybox", lambda: os.symlink("/tmp/x", "/usr/local/bin/ipybox3"))
+attempt("mkdir in /usr/local/bin", lambda: os.mkdir("/usr/local/bin/d"))
+attempt("write /etc/passwd", lambda: open("/etc/passwd", "a").close())
+attempt("new file in /etc", lambda: open("/etc/ld.so.preload", "w").close())
+attempt("write a module of the image's Python", lambda: open("/usr/lib/python3/dist-packages/zmq/__init__.py", "a").close())
+mine = os.getpgid(0)
+for p in os.listdir("/proc"):
+    if p.isdigit() and int(p) != os.getpid():
+        try:
+            if os.getpgid(int(p)) == mine:
+                continue
+        except OSError:
+            continue
+        attempt("signal " + p + " " + open("/proc/%s/cmdline" % p, "rb").read()[:40].replace(b"\0", b" ").decode(errors="replace"), lambda: os.kill(int(p), 0))
+open("made-in-container", "w").write("x")
+print(os.getuid(), sorted(got))`
+
+// TestImageRootKernelConfined attacks the image run as root (the README's
+// command, as root, on a workspace of root's): the kernel is uid 0 beside
+// the server, with no capabilities, yet it must not replace what the
+// server or a helper runs next, nor signal them. Before, it renamed
+// /usr/local/bin/ipybox, wrote /etc/passwd, and could signal the server.
+// It still writes the workspace, its files landing as root's.
+func TestImageRootKernelConfined(t *testing.T) {
+	img := testenv.NeedsDocker(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a workspace owned by root")
+	}
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	cmd := exec.Command("sh", "-c", readmeImageCommand(t, img))
+	cmd.Dir = ws
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	cs := goClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+	for i := range 2 { // the first kernel, and one after a reset
+		if got := runCell(t, cs, rootAttackCell); got != "0 []" {
+			t.Errorf("kernel %d, as root in the image, did: %s; want nothing\n%s", i+1, got, stderr)
+		}
+		if uid, _, ok := dirOwner(filepath.Join(ws, "made-in-container")); !ok || uid != 0 {
+			t.Errorf("the kernel's file in the workspace: owner %d (%v), want root's", uid, ok)
+		}
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "reset"})
+		if err != nil || res.IsError {
+			t.Fatalf("reset: %v %+v", err, res)
+		}
+	}
+	out, err := exec.Command("docker", "run", "--rm", "--user", "0:0", img, "doctor").CombinedOutput()
+	if !strings.Contains(string(out), "kernels as root are confined by Landlock") || strings.Contains(string(out), "seccomp") {
+		t.Errorf("ipybox doctor in the image as root (%v):\n%s\nwant the image's protections, not the sandbox's", err, out)
+	}
+}

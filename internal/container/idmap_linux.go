@@ -53,14 +53,39 @@ func idmapMount(dir string, fromUID, fromGID, toUID, toGID int) (string, error) 
 		return "", err
 	}
 	defer ns.Close()
+	return cloneMount(dir, int(ns.Fd()))
+}
+
+// plainMount clones dir as a mount without setuid or devices (nosuid,
+// nodev: Docker binds a folder with the flags of the mount it lies on,
+// and has no option to add them), and attaches it under idmapRoot, as
+// idmapMount does.
+func plainMount(dir string) (string, error) {
+	if err := sameMountNamespace(); err != nil {
+		return "", err
+	}
+	return cloneMount(dir, -1)
+}
+
+// cloneMount clones dir, nosuid and nodev, idmapped through the user
+// namespace userns when it is not -1, and attaches the clone under
+// idmapRoot.
+func cloneMount(dir string, userns int) (string, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return "", fmt.Errorf("clone %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(ns.Fd())}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if userns >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns)
+	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return "", fmt.Errorf("idmap %s: %w (its file system may not support idmapped mounts)", dir, err)
+		if userns >= 0 {
+			return "", fmt.Errorf("idmap %s: %w (its file system may not support idmapped mounts)", dir, err)
+		}
+		return "", fmt.Errorf("nosuid,nodev on a clone of %s: %w", dir, err)
 	}
 	root := idmapRoot()
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -75,7 +100,7 @@ func idmapMount(dir string, fromUID, fromGID, toUID, toGID int) (string, error) 
 	}
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		os.Remove(at)
-		return "", fmt.Errorf("attach the idmapped mount of %s: %w", dir, err)
+		return "", fmt.Errorf("attach the clone of %s: %w", dir, err)
 	}
 	return at, nil
 }

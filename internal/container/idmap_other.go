@@ -11,3 +11,7 @@ func idmapMount(string, int, int, int, int) (string, error) {
 func detachIdmap(string) error { return nil }
 
 func reapIdmaps() int { return 0 }
+
+func plainMount(string) (string, error) {
+	return "", errors.New("nosuid clones need Linux")
+}

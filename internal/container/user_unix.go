@@ -25,8 +25,13 @@ func (l *Launcher) chooseUser() error {
 	ownerUID, ownerGID := int(st.Uid), int(st.Gid)
 	switch {
 	case uid != 0:
+		// Docker binds the workspace with the flags of the mount it lies
+		// on; only root can give it nosuid,nodev. The kernel, as this
+		// user, still makes no set-id file (the guard) and no device (no
+		// capabilities).
 	case ownerUID != 0:
 		uid, gid = ownerUID, ownerGID
+		l.wsSource = l.nosuid(ws)
 	default:
 		at, err := idmapMount(ws, ownerUID, ownerGID, MappedID, MappedID)
 		if err != nil {
@@ -52,9 +57,9 @@ func (l *Launcher) chooseUser() error {
 }
 
 // idmapBinds, under root, gives the kernel's user the binds that root
-// owns through idmapped mounts, as chooseUser does the workspace. A bind
-// that cannot be idmapped is bound as it is (and may be read-only to the
-// kernel).
+// owns through idmapped mounts, as chooseUser does the workspace, and
+// the others through nosuid,nodev clones. A bind that cannot be idmapped
+// is bound as it is (and may be read-only to the kernel).
 func (l *Launcher) idmapBinds() {
 	if os.Geteuid() != 0 || l.uid == 0 {
 		return
@@ -64,7 +69,16 @@ func (l *Launcher) idmapBinds() {
 			continue // Start says so
 		}
 		var st syscall.Stat_t
-		if syscall.Stat(b.HostPath, &st) != nil || st.Uid != 0 {
+		if syscall.Stat(b.HostPath, &st) != nil {
+			continue
+		}
+		if st.Uid != 0 {
+			if at := l.nosuid(b.HostPath); at != b.HostPath {
+				if l.bindSources == nil {
+					l.bindSources = map[int]string{}
+				}
+				l.bindSources[i] = at
+			}
 			continue
 		}
 		at, err := idmapMount(b.HostPath, 0, int(st.Gid), l.uid, l.gid)
@@ -78,6 +92,19 @@ func (l *Launcher) idmapBinds() {
 		}
 		l.bindSources[i] = at
 	}
+}
+
+// nosuid returns a clone of dir without setuid or devices (see
+// plainMount), to bind in dir's stead, or dir itself where one cannot be
+// made (a warning says why).
+func (l *Launcher) nosuid(dir string) string {
+	at, err := plainMount(dir)
+	if err != nil {
+		l.log.Warn("a container bind is mounted without nosuid,nodev; the kernel's guard still refuses set-id files", "dir", dir, "err", err)
+		return dir
+	}
+	l.idmaps = append(l.idmaps, at)
+	return at
 }
 
 // processGone reports whether no process pid exists.

@@ -493,7 +493,7 @@ func (k *Kernel) env() []string {
 	if len(k.opts.PythonPath) > 0 {
 		env = append(env, "PYTHONPATH="+strings.Join(k.opts.PythonPath, string(os.PathListSeparator)))
 	}
-	return mergeEnv(env, k.opts.Env)
+	return mergeEnv(mergeEnv(env, k.opts.Env), confineEnv())
 }
 
 // mergeEnv appends extra to base; a later KEY replaces an earlier one.

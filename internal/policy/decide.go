@@ -162,13 +162,98 @@ func (p *prepared) arguments() (map[string]any, bool) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			raw = []byte("{}")
 		}
-		if utf8.Valid(raw) {
+		switch {
+		case !utf8.Valid(raw):
+		case len(raw) > maxDecodedArgs:
+			p.args, p.argsOK = decodeLargeArgs(raw)
+		default:
 			if v, ok := decodeArgs(raw); ok {
 				p.args, p.argsOK = v.(map[string]any)
 			}
 		}
 	}
 	return p.args, p.argsOK
+}
+
+// maxDecodedArgs bounds the arguments that are decoded whole for
+// matching: decoded, JSON takes tens of times its size (an array of 7
+// million numbers, 14 MiB, took 740 MiB), and kernel code chooses it.
+// Larger arguments are checked as a stream (decodeLargeArgs) and decoded
+// member by member, each non-scalar member only up to this size.
+const maxDecodedArgs = 64 << 10
+
+// tooLarge stands for a member of large arguments that is an object or an
+// array over maxDecodedArgs: a rule that names it matches "maybe" (a deny
+// rule denies, an allow rule does not allow).
+type tooLarge struct{ n int }
+
+// decodeLargeArgs is decodeArgs for arguments over maxDecodedArgs: it
+// checks the whole text as decodeArgs does (one JSON object, no repeated
+// key at any depth) without keeping what it reads, then decodes the
+// object's members: scalars whole, objects and arrays up to
+// maxDecodedArgs, larger ones as tooLarge.
+func decodeLargeArgs(raw []byte) (map[string]any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if !scanValue(dec, 0) {
+		return nil, false
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, false // trailing data
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil || members == nil {
+		return nil, false
+	}
+	out := make(map[string]any, len(members))
+	for k, m := range members {
+		m = bytes.TrimSpace(m)
+		if len(m) > maxDecodedArgs && (m[0] == '{' || m[0] == '[') {
+			out[k] = tooLarge{len(m)}
+			continue
+		}
+		v, ok := decodeArgs(m)
+		if !ok {
+			return nil, false
+		}
+		out[k] = v
+	}
+	return out, true
+}
+
+// scanValue reads one JSON value from dec, as decodeValue does, keeping
+// only the keys of the objects it is in (to refuse a repeated one).
+func scanValue(dec *json.Decoder, depth int) bool {
+	if depth > 1000 {
+		return false
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return false
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return true
+	}
+	keys := map[string]bool{}
+	for dec.More() {
+		if d == '{' {
+			kt, err := dec.Token()
+			if err != nil {
+				return false
+			}
+			k, _ := kt.(string)
+			if keys[k] {
+				return false
+			}
+			keys[k] = true
+		}
+		if !scanValue(dec, depth+1) {
+			return false
+		}
+	}
+	_, err = dec.Token()
+	return err == nil
 }
 
 const argsUnreadable = "the arguments are not one JSON object of valid UTF-8 without repeated keys"
@@ -335,6 +420,9 @@ func (r *Rule) match(p *prepared) (match, string) {
 		return maybe, argsUnreadable
 	}
 	if r.hasExact {
+		if len(c.Args) > maxDecodedArgs {
+			return maybe, tooLargeNote
+		}
 		if reflect.DeepEqual(r.exact, any(args)) {
 			return yes, ""
 		}
@@ -345,6 +433,10 @@ func (r *Rule) match(p *prepared) (match, string) {
 		v, ok := args[cd.key]
 		if !ok {
 			return no, ""
+		}
+		if _, big := v.(tooLarge); big {
+			res, why = maybe, tooLargeNote
+			continue
 		}
 		if arr, isArr := v.([]any); isArr && !cd.isRange && r.Action != Allow {
 			// A list of paths (read_multiple_files' paths): a deny or
@@ -411,6 +503,8 @@ func denyListMatch(cd *cond, arr []any) match {
 	}
 	return res
 }
+
+const tooLargeNote = "an argument it names is an object or array too large to match against rules (over 64 KiB)"
 
 const dotDotNote = "an argument has a .. path segment, so no allow rule's glob holds for the path it names"
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/ipybox/ipybox/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +18,7 @@ func TestSystemPythonTellsVenvs(t *testing.T) {
 	t.Parallel()
 	sys := "/usr/bin/python3"
 	if _, err := os.Stat(sys); err != nil {
-		t.Skipf("no %s on this system", sys)
+		testenv.Missing(t, "no %s on this system", sys)
 	}
 	if !systemPython(sys) {
 		t.Errorf("systemPython(%s) = false, want true", sys)

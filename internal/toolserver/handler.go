@@ -12,11 +12,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Error kinds of the JSON error body {"error": {"kind": ..., "message": ...}}.
@@ -106,12 +109,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if method == http.MethodPost {
-		release, aerr := s.admit(w, r)
+		r2, release, aerr := s.admit(w, r)
 		if aerr != nil {
 			s.writeError(w, r, start, aerr)
 			return
 		}
 		defer release()
+		r = r2
 	}
 	if err := route(w, r, start); err != nil {
 		s.writeError(w, r, start, err)
@@ -158,17 +162,53 @@ func (s *Server) tokenOK(r *http.Request) bool {
 // long before, while it waited in line).
 const bodyReadTimeout = 60 * time.Second
 
-// admit holds a request with a body until this server and the process can
-// hold its body: one of MaxConcurrentCalls, and its Content-Length (or
-// MaxBodyBytes when it sends none) of MaxHeldBytes and of the process's
-// budget. The body is not read while it waits: the bytes stay in the
-// kernel's socket. A request that finds too many waiting already is
-// answered "busy" at once. release gives everything back; call it once the
-// answer is written, when nothing of the body is held any more.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), _ *apiError) {
+// heldKey carries a request's *held from admit to readBody.
+type heldKey struct{}
+
+// held is what a request with a body holds: its place among the kernel's
+// requests and bytes (taken by admit), and its bytes of the principal's
+// share and of the process's budget (taken by readBody once the body
+// starts to arrive). release gives it all back.
+type held struct {
+	s            *Server
+	n            int64
+	shared       bool
+	principal    *budget
+	total        *budget
+	mu           sync.Mutex // guards released
+	released     bool
+	readDeadline time.Time
+	rc           *http.ResponseController
+}
+
+func (h *held) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return
+	}
+	h.released = true
+	if h.shared {
+		h.total.release(h.n)
+		h.principal.release(h.n)
+	}
+	h.s.bytes.release(h.n)
+	h.s.calls.release(1)
+}
+
+// admit holds a request with a body until this server can hold its body:
+// one of MaxConcurrentCalls, and its Content-Length (or MaxBodyBytes when
+// it sends none) of MaxHeldBytes. These are the kernel's own: its
+// requests wait only for each other. The body is not read while it
+// waits: the bytes stay in the kernel's socket. A request that finds too
+// many waiting already is answered "busy" at once. The budgets that
+// kernels share are taken by readBody, once the body arrives. release
+// gives everything back; call it once the answer is written, when
+// nothing of the body is held any more.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*http.Request, func(), *apiError) {
 	n := r.ContentLength
 	if n > s.opts.MaxBodyBytes {
-		return nil, s.tooLarge()
+		return nil, nil, s.tooLarge()
 	}
 	if n < 0 {
 		n = s.opts.MaxBodyBytes
@@ -178,37 +218,30 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), 
 		// Read the body away (it is not kept), so that the kernel reads
 		// the answer instead of a broken pipe.
 		io.Copy(io.Discard, http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
-		return nil, &apiError{status: http.StatusTooManyRequests, kind: kindBusy,
+		return nil, nil, &apiError{status: http.StatusTooManyRequests, kind: kindBusy,
 			message: fmt.Sprintf("the tool server already holds %d requests of this kernel and has %d more waiting, its limits; wait for some to finish, or pass large data through files in the workspace",
 				s.opts.MaxConcurrentCalls, s.maxWaiting())}
 	}
 	defer s.waiting.Add(-1)
 	ctx := r.Context()
-	gone := func() *apiError {
-		if s.ctx.Err() != nil {
-			return unavailable()
-		}
-		return errClientGone
-	}
 	if s.calls.acquire(ctx, 1) != nil {
-		return nil, gone()
+		return nil, nil, s.gone()
 	}
 	if s.bytes.acquire(ctx, n) != nil {
 		s.calls.release(1)
-		return nil, gone()
+		return nil, nil, s.gone()
 	}
-	total := totalBodies()
-	if total.acquire(ctx, n) != nil {
-		s.bytes.release(n)
-		s.calls.release(1)
-		return nil, gone()
+	h := &held{s: s, n: n, principal: s.principal.Load(), total: totalBodies(), rc: http.NewResponseController(w),
+		readDeadline: time.Now().Add(bodyReadTimeout)}
+	return r.WithContext(context.WithValue(ctx, heldKey{}, h)), h.release, nil
+}
+
+// gone is the answer to a request whose wait ended with its context.
+func (s *Server) gone() *apiError {
+	if s.ctx.Err() != nil {
+		return unavailable()
 	}
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	return func() {
-		total.release(n)
-		s.bytes.release(n)
-		s.calls.release(1)
-	}, nil
+	return errClientGone
 }
 
 // maxWaiting is how many requests may wait to be admitted.
@@ -219,61 +252,202 @@ func (s *Server) tooLarge() *apiError {
 		message: fmt.Sprintf("request body is over the limit of %d bytes; pass large data through files in the workspace", s.opts.MaxBodyBytes)}
 }
 
+// progressReader reads a body with a deadline before each read: no
+// progress within progressTimeout, or the whole body not within its
+// overall deadline, ends the read; so does the end of ctx (the server's
+// Close), which a read blocked on the connection would not see.
+type progressReader struct {
+	r   io.Reader
+	h   *held
+	to  time.Duration
+	ctx context.Context
+	mu  sync.Mutex // orders a read's deadline against stop's
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	if err := p.ctx.Err(); err != nil {
+		p.mu.Unlock()
+		return 0, err
+	}
+	d := time.Now().Add(p.to)
+	if p.h.readDeadline.Before(d) {
+		d = p.h.readDeadline
+	}
+	p.h.rc.SetReadDeadline(d)
+	p.mu.Unlock()
+	return p.r.Read(b)
+}
+
+// stop ends a blocked read at once; it runs when ctx ends.
+func (p *progressReader) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.h.rc.SetReadDeadline(time.Now())
+}
+
+// share takes the body's bytes of the principal's share and of the
+// process's budget, once its first bytes have come: a request that sends
+// only its headers holds nothing that other kernels need. It waits in
+// line there as in admit.
+func (h *held) share(ctx context.Context) *apiError {
+	h.s.sharing.Add(1)
+	defer h.s.sharing.Add(-1)
+	if h.principal.acquire(ctx, h.n) != nil {
+		return h.s.gone()
+	}
+	if h.total.acquire(ctx, h.n) != nil {
+		h.principal.release(h.n)
+		return h.s.gone()
+	}
+	h.mu.Lock()
+	h.shared = true
+	h.mu.Unlock()
+	return nil
+}
+
 // readBody reads the admitted body whole, into a buffer of its declared
-// length when it has one, and checks that it is JSON in valid UTF-8.
+// length when it has one, and checks that it is JSON in valid UTF-8. It
+// waits for the body's first bytes (at most progressTimeout) before it
+// takes the shared budgets (see held.share), and gives up on a body that
+// makes no progress for progressTimeout.
 func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 		return nil, &apiError{status: http.StatusUnsupportedMediaType, kind: kindBadRequest,
 			message: fmt.Sprintf("Content-Type %q is not accepted; send application/json", ct)}
 	}
-	var body []byte
-	var err error
+	h, _ := r.Context().Value(heldKey{}).(*held)
+	if h == nil {
+		panic("toolserver: readBody without admit")
+	}
+	to := progressTimeout
+	body := &progressReader{r: r.Body, h: h, to: to, ctx: r.Context()}
+	defer context.AfterFunc(r.Context(), body.stop)()
+	// The first bytes, into a small buffer that the kernel's own budget
+	// covers (MaxConcurrentCalls of them at most).
+	first := make([]byte, min(max(h.n, 1), 4<<10))
+	k, err := io.ReadAtLeast(body, first, 1)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		first, err = first[:k], nil
+	case err != nil:
+		return nil, s.readErr(r.Context(), err, to)
+	}
+	first = first[:k]
+	// The wait for the shared budgets is not the body's to make progress
+	// in: no deadline while it waits.
+	h.rc.SetReadDeadline(time.Time{})
+	if aerr := h.share(r.Context()); aerr != nil {
+		return nil, aerr
+	}
+	h.readDeadline = time.Now().Add(bodyReadTimeout)
+	var buf []byte
 	if r.ContentLength >= 0 {
 		// admit checked the length against MaxBodyBytes; net/http ends
 		// the body there.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
+		buf = make([]byte, r.ContentLength)
+		copy(buf, first)
+		if k < len(buf) {
+			_, err = io.ReadFull(body, buf[k:])
+		}
 	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, s.opts.MaxBodyBytes))
+		rest, rerr := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), s.opts.MaxBodyBytes-int64(k)))
+		buf, err = append(first, rest...), rerr
 	}
 	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			return nil, s.tooLarge()
-		}
-		return nil, badRequest("read request body: %v", err)
+		// The deadline stays: net/http reads away what is left of the
+		// body after the answer, and must not wait for a sender that
+		// stalls.
+		return nil, s.readErr(r.Context(), err, to)
 	}
+	h.rc.SetReadDeadline(time.Time{})
 	// encoding/json silently replaces invalid UTF-8; refuse it instead,
 	// so that what is approved is exactly what was sent.
-	if !utf8.Valid(body) {
+	if !utf8.Valid(buf) {
 		return nil, badRequest("request body is not valid UTF-8")
 	}
-	return body, nil
+	return buf, nil
+}
+
+// readErr words a failed read of a body.
+func (s *Server) readErr(ctx context.Context, err error, to time.Duration) *apiError {
+	switch {
+	case ctx.Err() != nil:
+		return s.gone()
+	case errors.As(err, new(*http.MaxBytesError)):
+		return s.tooLarge()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{status: http.StatusRequestTimeout, kind: kindBadRequest,
+			message: fmt.Sprintf("the request body sent nothing for %v, or did not arrive within %v; send the body with the headers", to, bodyReadTimeout)}
+	}
+	return badRequest("read request body: %v", err)
 }
 
 // fields decodes body as one JSON object whose members are each one of
 // known (no other, nothing after the object), without decoding the
-// members' values: each is a copy of its raw text, so that a value the
-// host only passes on (a tool call's args) is never turned into Go maps
-// and slices, which take tens of times its size.
+// members' values: each is its raw text, a slice of body itself where
+// encoding/json hands it out that way (no copy), so that a value the host
+// only passes on (a tool call's args) is never turned into Go maps and
+// slices, which take tens of times its size, nor copied. The caller must
+// not modify body while it uses the values.
 func fields(body []byte, known ...string) (map[string]json.RawMessage, *apiError) {
-	var m map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&m); err != nil {
+	var m map[string]rawView
+	// Unmarshal, not a Decoder: a Decoder copies the whole body into a
+	// buffer of its own first.
+	if err := json.Unmarshal(body, &m); err != nil {
+		if trailing(body) {
+			return nil, badRequest("request body has data after the JSON object")
+		}
 		return nil, badRequest("decode request body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badRequest("request body has data after the JSON object")
 	}
 	if m == nil {
 		return nil, badRequest("request body is null; send a JSON object")
 	}
-	for k := range m {
+	out := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
 		if !slices.Contains(known, k) {
 			return nil, badRequest("decode request body: json: unknown field %q", k)
 		}
+		if !within(v, body) {
+			// Not a view of body: a copy of its own, as RawMessage makes.
+			v = bytes.Clone(v)
+		}
+		out[k] = json.RawMessage(v)
 	}
-	return m, nil
+	return out, nil
+}
+
+// trailing reports whether body is one JSON value with more after it
+// (only on the error path: the Decoder copies body).
+func trailing(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var v json.RawMessage
+	if dec.Decode(&v) != nil {
+		return false
+	}
+	_, err := dec.Token()
+	return err != io.EOF
+}
+
+// rawView is a JSON value's raw text as encoding/json hands it to
+// UnmarshalJSON, kept without a copy (fields checks whether it is a view
+// of the body, and copies it if not).
+type rawView []byte
+
+func (r *rawView) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+// within reports whether v lies in body's memory.
+func within(v, body []byte) bool {
+	if len(v) == 0 || len(body) == 0 {
+		return len(v) == 0
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	return p >= lo && p+uintptr(len(v)) <= lo+uintptr(len(body))
 }
 
 // stringField decodes the member name of m, a JSON string, into v; an

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -130,13 +131,15 @@ func TestCallMemoryBounded(t *testing.T) {
 		body := bodyOf(shape, size)
 		for _, n := range []int{1, 4} {
 			stop := heapPeak()
+			rss, _ := rssPeak(t)
 			var wg sync.WaitGroup
 			for range n {
 				wg.Go(func() { post(body) })
 			}
 			wg.Wait()
 			peak := stop()
-			t.Logf("%-7s ×%d, %d MiB each: the heap grew by %d MB at most", shape, n, len(body)>>20, peak/1e6)
+			grew := rss()
+			t.Logf("%-7s ×%d, %d MiB each: the heap grew by %d MB at most, the resident set by %d MB", shape, n, len(body)>>20, peak/1e6, grew/1e6)
 			limit := uint64(perCall)
 			if n > 1 {
 				limit = held
@@ -270,4 +273,61 @@ func TestHeldBytesBounded(t *testing.T) {
 		close(c.release)
 		wg.Wait()
 	})
+}
+
+// TestKernelCallsResidentBounded: the host memory of one kernel's calls in
+// total, as the process's resident set measures it from a fresh process:
+// one kernel sends four 15 MiB calls at once, shaped to cost the most, to
+// a real MCP server; the resident set grows by at most 256 MiB (its bodies
+// wait in line past MaxHeldBytes, and each holds a small multiple of its
+// size). Four kernels of one principal, one such call each, are logged
+// beside it: their principal's share of the process's budget admits four.
+func TestKernelCallsResidentBounded(t *testing.T) {
+	if testenv.Race {
+		t.Skip("the race detector's shadow memory is resident too: the heap's bound is TestCallMemoryBounded's")
+	}
+	for _, kernels := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d kernels", kernels), func(t *testing.T) {
+			if testenv.Alone(t) {
+				return
+			}
+			rss, ok := rssPeak(t)
+			if !ok {
+				testenv.Missing(t, "no /proc/self/clear_refs: the resident set's peak cannot be reset")
+			}
+			bin := mcptest.Build(t)
+			ctx := context.Background()
+			var servers []*testServer
+			for range kernels {
+				cs, err := mcp.NewClient(&mcp.Implementation{Name: "t"}, nil).Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin)}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cs.Close()
+				servers = append(servers, start(t, &sessionCaller{name: "test", cs: cs}, &toolserver.Options{Approver: toolserver.AutoApprove}))
+			}
+			body := bodyOf("numbers", 15<<20)
+			calls := 4
+			if kernels > 1 {
+				calls = 1
+			}
+			rss, _ = rssPeak(t) // after the MCP servers' start, and the body
+			var wg sync.WaitGroup
+			for _, ts := range servers {
+				for range calls {
+					wg.Go(func() {
+						if got := ts.do(t, req{path: "/v1/tools/call", body: string(body)}); got.status != 200 {
+							t.Errorf("HTTP %d %s %q", got.status, got.kind, got.msg)
+						}
+					})
+				}
+			}
+			wg.Wait()
+			grew := rss()
+			t.Logf("%d kernel(s) × %d call(s) of %d MiB at once: the resident set grew by %d MiB", kernels, calls, len(body)>>20, grew>>20)
+			if kernels == 1 && grew > 256<<20 {
+				t.Errorf("one kernel's calls grew the resident set by %d MiB; want at most 256 MiB", grew>>20)
+			}
+		})
+	}
 }

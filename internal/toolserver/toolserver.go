@@ -51,20 +51,49 @@ const (
 	// this process hold at once: with many kernels (sessions of one
 	// ipybox mcp), one more budget that no kernel can pass alone.
 	TotalHeldBytes = 128 << 20
+	// PrincipalHeldBytes bounds the part of TotalHeldBytes that the
+	// Servers of one principal (Options.Principal) hold at once, so that
+	// one principal's kernels leave the rest to the others.
+	PrincipalHeldBytes = TotalHeldBytes / 2
+	// DefaultProgressTimeout bounds how long a request's body may send
+	// nothing: before its first byte (its bytes are charged to the
+	// shared budgets only once they come), and between reads after.
+	DefaultProgressTimeout = 5 * time.Second
 )
 
-// total is the process's budget of held request bodies (TotalHeldBytes);
-// a var so that tests can replace it.
+// total is the process's budget of held request bodies (TotalHeldBytes)
+// and each principal's share of it (PrincipalHeldBytes); a var so that
+// tests can replace them.
 var total = struct {
 	sync.Mutex
-	b *budget
-}{b: newBudget(TotalHeldBytes)}
+	b          *budget
+	share      int64
+	principals map[string]*budget
+}{b: newBytesBudget(TotalHeldBytes), share: PrincipalHeldBytes, principals: map[string]*budget{}}
 
 func totalBodies() *budget {
 	total.Lock()
 	defer total.Unlock()
 	return total.b
 }
+
+// principalBodies returns principal's share of the process's budget. A
+// principal's budget stays for the life of the process: principals are
+// few (a token file's), and it is a few words.
+func principalBodies(principal string) *budget {
+	total.Lock()
+	defer total.Unlock()
+	b := total.principals[principal]
+	if b == nil {
+		b = newBytesBudget(total.share)
+		total.principals[principal] = b
+	}
+	return b
+}
+
+// progressTimeout is DefaultProgressTimeout; a var so that tests can
+// shorten it.
+var progressTimeout = DefaultProgressTimeout
 
 // shutdownTimeout bounds how long Close waits for handlers to return after
 // it cancelled them; a var so that tests can shorten it.
@@ -148,10 +177,20 @@ type Options struct {
 	// MaxHeldBytes bounds the bytes of request bodies the server holds at
 	// once (a body counts its Content-Length, or MaxBodyBytes when it has
 	// none); past it requests wait in line as for MaxConcurrentCalls. All
-	// Servers of the process share one more bound, TotalHeldBytes. Zero
+	// Servers of the process share one more bound, TotalHeldBytes, of
+	// which one principal's take at most PrincipalHeldBytes; a body is
+	// charged to those only once its first bytes arrive, and a body that
+	// sends nothing for DefaultProgressTimeout is answered 408. A body of
+	// at most 64 KiB that fits goes ahead of larger ones that wait. Zero
 	// means DefaultMaxHeldBytes (32 MiB); less than MaxBodyBytes is an
 	// error.
 	MaxHeldBytes int64
+
+	// Principal names the principal whose kernel this server serves
+	// (ipybox mcp's principals). The request bodies of all the Servers of
+	// one principal take at most PrincipalHeldBytes of the process's
+	// TotalHeldBytes at once. Empty is a principal of its own name, "".
+	Principal string
 
 	// Modules, when set, serves the source of Python modules at
 	// /v1/modules/get, for a kernel that does not share the host's disk: it
@@ -189,9 +228,12 @@ type Server struct {
 	http   *http.Server
 
 	// calls and bytes admit requests with a body (see admit); waiting
-	// counts those in line.
+	// counts those in line. principal is the principal's share of the
+	// process's budget (Options.Principal).
 	calls, bytes *budget
 	waiting      atomic.Int64
+	sharing      atomic.Int64 // those waiting for the shared budgets (held.share)
+	principal    atomic.Pointer[budget]
 
 	mu       sync.Mutex
 	closed   bool
@@ -233,8 +275,8 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if o.MaxBodyBytes > TotalHeldBytes {
-		return nil, fmt.Errorf("tool server: Options.MaxBodyBytes is %d, over the process's budget of %d; pass large data through files", o.MaxBodyBytes, TotalHeldBytes)
+	if share := principalBodies(o.Principal).size; o.MaxBodyBytes > share {
+		return nil, fmt.Errorf("tool server: Options.MaxBodyBytes is %d, over a principal's share of the process's budget (%d); pass large data through files", o.MaxBodyBytes, share)
 	}
 	switch {
 	case o.MaxConcurrentCalls < 0:
@@ -253,7 +295,8 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{caller: caller, opts: o, log: log,
-		calls: newBudget(int64(o.MaxConcurrentCalls)), bytes: newBudget(o.MaxHeldBytes)}
+		calls: newBudget(int64(o.MaxConcurrentCalls)), bytes: newBytesBudget(o.MaxHeldBytes)}
+	s.principal.Store(principalBodies(o.Principal))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
@@ -268,6 +311,14 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// SetPrincipal makes the server's later requests count against
+// principal's share of the process's budget, as Options.Principal does (a
+// kernel started before its principal was known: a pooled one). Requests
+// already admitted keep the share they were charged to.
+func (s *Server) SetPrincipal(principal string) {
+	s.principal.Store(principalBodies(principal))
 }
 
 // observe calls Options.Observe, if set.

@@ -3,6 +3,8 @@
 # watched (lifeline.WatchPython), and the imports a kernel has no use for
 # kept out while it starts (importguard.py).
 #ipybox:include nocwd.py
+#ipybox:include confine.py
+_ipybox_confine()
 #ipybox:include lifeline
 #ipybox:include importguard.py
 sys.argv[0] = "ipykernel_launcher"

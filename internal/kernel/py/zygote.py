@@ -6,6 +6,7 @@
 # pid or an error; exit reports carry a pid and its wait status. The
 # zygote stays single-threaded, so fork is safe.
 #ipybox:include nocwd.py
+#ipybox:include confine.py
 import os, sys, json, socket, signal, select, ctypes, random
 #ipybox:include importguard.py
 from ipykernel import kernelapp as _app
@@ -42,6 +43,7 @@ def _child(req, out):
     for kv in req["env"]:
         k, _, v = kv.partition("=")
         os.environ[k] = v
+    _ipybox_confine()
     sys.path[:] = list(req["pythonpath"] or []) + [p for p in _base_path if p]
     random.seed()
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])

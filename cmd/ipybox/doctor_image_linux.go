@@ -1,0 +1,40 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// imageChecks are the doctor's lines in the ipybox image (getenv(imageEnv)
+// set), where kernels run without the sandbox, in the container: which of
+// the image's own protections hold here. ok is false outside the image,
+// where the sandbox's protections are listed instead.
+func imageChecks(getenv func(string) string) (checks []check, ok bool) {
+	if getenv(imageEnv) == "" {
+		return nil, false
+	}
+	uid := os.Geteuid()
+	nnp, _ := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	caps := capMask("CapEff") | capMask("CapPrm")
+	checks = append(checks,
+		check{name: "image user", ok: true, detail: fmt.Sprintf("uid %d; the kernels run as it, in this container, without the sandbox (the container is the boundary)", uid)},
+		check{name: "protection", ok: caps == 0, detail: fmt.Sprintf("no capabilities (effective and permitted %016x)", caps)},
+		check{name: "protection", ok: nnp == 1, detail: "no-new-privileges: no setuid program of the image raises a kernel"},
+	)
+	if uid != 0 {
+		checks = append(checks, check{name: "protection", ok: true,
+			detail: fmt.Sprintf("the image's files belong to root, not to uid %d: kernels cannot replace /usr/local/bin/ipybox or write /etc", uid)})
+		return checks, true
+	}
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 || int(abi) < 6 {
+		checks = append(checks, check{name: "protection", detail: fmt.Sprintf(
+			"kernels as root need Landlock with signal scoping (ABI 6, Linux 6.12; here %d): they will not start; run the container as the workspace's owner (docker run --user UID:GID)", int(abi))})
+		return checks, true
+	}
+	checks = append(checks, check{name: "protection", ok: true, detail: fmt.Sprintf(
+		"kernels as root are confined by Landlock (ABI %d): the image's system folders (/usr, /etc, /bin, /lib, /var, /opt, /boot, /root) read-only to them; no signal to the server or to other kernels; no abstract socket outside their own", int(abi))})
+	return checks, true
+}
