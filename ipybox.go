@@ -172,6 +172,14 @@ type Options struct {
 	// SERVER`, unless a stored token works.
 	OAuthURL func(ctx context.Context, server, url string) error
 
+	// ServerGate, when set, is asked before each stdio MCP server starts
+	// (one registered now, or loaded from servers.json), with its name and
+	// config: it returns the config to start, of which only Sandbox may
+	// differ (a policy to run it in), or an error that refuses the start.
+	// ipybox mcp gates there the servers its clients registered
+	// (ServerConfig.Origin), under the flags of the run that starts them.
+	ServerGate func(name string, cfg ServerConfig) (ServerConfig, error)
+
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor
 	// then takes about a fifth of the time. It is used only without

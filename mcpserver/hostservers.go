@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 // Registering a stdio server runs its command, and register_mcp_server
@@ -33,10 +35,14 @@ import (
 var errHostServer = errors.New("a stdio server registered through register_mcp_server runs its command on this host, and this ipybox mcp has no sandbox to run it in (its kernels run unsandboxed, in a container or on a gateway); " +
 	"ask the operator to add the server to --mcp-config, to run ipybox mcp with the sandbox, or to allow host servers with --allow-host-servers (every client that can call tools can then run commands on the host)")
 
-// gateServer returns the config a server registered through the tool
-// runs with: a stdio server's sandbox is the kernels' policy, or the
-// registration is refused.
+// gateServer returns the config a server registered through the tool is
+// recorded with: the client's (Origin), and
+// for a stdio server the intent "sandbox": true, or the registration is
+// refused. The policy itself is not recorded: gateStart applies the
+// policy of the run that starts the server, so that a narrower one later
+// (an --allowed-domain less) holds for it too.
 func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
+	cfg.Origin = mcpconn.OriginClient
 	if t, _ := cfg.Transport(); t != "stdio" || s.opts.AllowHostServers {
 		return cfg, nil
 	}
@@ -46,12 +52,57 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 	if s.sandbox == nil {
 		return cfg, errHostServer
 	}
+	cfg.Sandbox = json.RawMessage("true")
+	return cfg, nil
+}
+
+// gateStart is the tenant's executors' Options.ServerGate: a stdio server
+// that a client registered passes the gate again at every start, under
+// this run's flags, wherever it comes from (this run's registration, or
+// servers.json of an earlier run, made under --allow-host-servers or
+// before the gate existed). It runs sandboxed under this run's policy, or
+// on the host when this run allows host servers (or the user approved
+// this very config in this run), or it is refused. An entry without
+// Origin (ipybox before it) that is not the operator's --mcp-config
+// server of that name counts as a client's.
+func (t *tenant) gateStart(name string, cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
+	s := t.s
+	if _, operator := s.opts.Servers[name]; cfg.Origin != mcpconn.OriginClient && operator {
+		return cfg, nil
+	}
+	if t.hostApproved(name, cfg) {
+		return cfg, nil
+	}
+	if s.opts.AllowHostServers && (!cfg.SandboxRequested() || s.sandbox == nil) {
+		return cfg, nil
+	}
+	if s.sandbox == nil {
+		return cfg, fmt.Errorf("a client registered this stdio server, which would run its command on this host, and this ipybox mcp has no sandbox to run it in; it starts on the host only when the operator runs ipybox mcp with --allow-host-servers (every client that can call tools can then run commands on the host), or adds it to --mcp-config")
+	}
 	b, err := json.Marshal(s.sandbox)
 	if err != nil {
-		return cfg, fmt.Errorf("server_params: the sandbox policy: %w", err)
+		return cfg, fmt.Errorf("the sandbox policy: %w", err)
 	}
 	cfg.Sandbox = b
 	return cfg, nil
+}
+
+// approveHost records that the user approved cfg as name's host server
+// (askHostServer), for this run; hostApproved reports it.
+func (t *tenant) approveHost(name string, cfg ipybox.ServerConfig) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hostOK == nil {
+		t.hostOK = map[string]ipybox.ServerConfig{}
+	}
+	t.hostOK[name] = cfg
+}
+
+func (t *tenant) hostApproved(name string, cfg ipybox.ServerConfig) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok, had := t.hostOK[name]
+	return had && reflect.DeepEqual(ok, cfg)
 }
 
 // askHostServer asks the person at the client whether the stdio server

@@ -525,6 +525,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		DotEnv:      s.opts.DotEnv,
 		Logger:      s.log,
 		OAuthURL:    owner.openURL,
+		ServerGate:  t.gateStart,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
 	}

@@ -450,7 +450,9 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 		return nil, nil, err
 	}
 	if cfg, err = s.gateServer(cfg); errors.Is(err, errHostServer) {
-		err = s.askHostServer(ctx, req, name, cfg)
+		if err = s.askHostServer(ctx, req, name, cfg); err == nil {
+			s.tenant(principalOf(req)).approveHost(name, cfg)
+		}
 	}
 	if err != nil {
 		return nil, nil, err

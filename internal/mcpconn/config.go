@@ -51,7 +51,17 @@ type Config struct {
 	// registration, when the server answers 401 with an OAuth challenge and
 	// the config sets no Authorization header.
 	OAuth *OAuthConfig `json:"oauth,omitempty"`
+
+	// Origin says who wrote the config: empty for the operator (a config
+	// file, an application through the Go API), OriginClient for an MCP
+	// client of ipybox mcp (register_mcp_server). ipybox mcp gates
+	// a client's stdio server again at every start, under the flags of
+	// that run.
+	Origin string `json:"origin,omitempty"`
 }
+
+// OriginClient is Config.Origin of a config that an MCP client registered.
+const OriginClient = "client"
 
 // Transport is the resolved transport of a Config.
 type Transport string
@@ -82,7 +92,7 @@ func ParseConfig(data []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		// The raw JSON is not echoed: it may hold secrets.
-		return Config{}, fmt.Errorf("server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth)", err)
+		return Config{}, fmt.Errorf("server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth, origin)", err)
 	}
 	if dec.More() {
 		return Config{}, fmt.Errorf("server config: trailing data after the JSON object")
@@ -95,6 +105,9 @@ func ParseConfig(data []byte) (Config, error) {
 
 // Validate reports whether c describes exactly one way to reach a server.
 func (c Config) Validate() error {
+	if c.Origin != "" && c.Origin != OriginClient {
+		return fmt.Errorf("server config %s: origin %q: want %q or nothing", c, c.Origin, OriginClient)
+	}
 	_, _, err := c.resolve()
 	if err == nil && c.OAuth != nil {
 		// What only a stored config must hold: no secret in it.
