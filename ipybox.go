@@ -179,6 +179,13 @@ type Options struct {
 	// ipybox mcp gates there the servers its clients registered
 	// (ServerConfig.Origin), under the flags of the run that starts them.
 	ServerGate func(name string, cfg ServerConfig) (ServerConfig, error)
+	// ClientVars fills the ${VAR} placeholders of configs that an MCP
+	// client registered (ServerConfig.Origin) from the environment and
+	// DotEnv, as the operator's are. False (the default) makes such a
+	// placeholder an error: the values are the operator's secrets. ipybox
+	// mcp sets it with --allow-host-servers, under which a client runs
+	// commands on the host anyway.
+	ClientVars bool
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor

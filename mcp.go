@@ -88,6 +88,7 @@ func (e *Executor) startTools() error {
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
 		Writable:     hostWritable(e.workspace, &e.opts),
+		ClientVars:   e.opts.ClientVars,
 		OAuthURL:     e.opts.OAuthURL,
 	}); err != nil {
 		return err

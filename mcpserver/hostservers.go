@@ -36,13 +36,17 @@ var errHostServer = errors.New("a stdio server registered through register_mcp_s
 	"ask the operator to add the server to --mcp-config, to run ipybox mcp with the sandbox, or to allow host servers with --allow-host-servers (every client that can call tools can then run commands on the host)")
 
 // gateServer returns the config a server registered through the tool is
-// recorded with: the client's (Origin), and
+// recorded with: the client's (Origin), which gets no ${VAR} filling
+// from the host unless this run allows host servers, and
 // for a stdio server the intent "sandbox": true, or the registration is
 // refused. The policy itself is not recorded: gateStart applies the
 // policy of the run that starts the server, so that a narrower one later
 // (an --allowed-domain less) holds for it too.
 func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
 	cfg.Origin = mcpconn.OriginClient
+	if _, err := cfg.Expand(func(string) (string, bool) { return "", false }); err != nil && !s.opts.AllowHostServers {
+		return cfg, fmt.Errorf("server_params: %w", err)
+	}
 	if t, _ := cfg.Transport(); t != "stdio" || s.opts.AllowHostServers {
 		return cfg, nil
 	}
@@ -129,7 +133,7 @@ func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, na
 	defer cancel()
 	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
 		Mode: "form",
-		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights (${VAR} placeholders are filled from ipybox's environment and .env):\n\n%s\n\nAccept to run it, decline to refuse.",
+		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights:\n\n%s\n\nAccept to run it, decline to refuse.",
 			escape.Text(name), approvaltext.Args(raw)),
 		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 	})

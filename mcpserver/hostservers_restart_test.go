@@ -119,3 +119,51 @@ func TestRegistryGatedAtEveryStart(t *testing.T) {
 		}
 	})
 }
+
+// TestClientConfigNotFilled: variants of
+// TestRedteam4RegisterReadsHostSecrets. A client's config gets no ${VAR}
+// filling from ipybox's environment or .env in any field (a stdio
+// server's env, an OAuth client secret), and the refusal says where such
+// configs are filled; an entry registered under --allow-host-servers
+// (which trusts clients as the operator, and fills) is not filled by a
+// later run without the flag.
+func TestClientConfigNotFilled(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	const secret = "env-s3cret-77ab"
+	t.Setenv("IPYBOX_RT4_FILL", secret)
+	ws := t.TempDir()
+	mark, _ := hostFiles(t)
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	cs := connect(t, srv, nil)
+	for i, params := range []map[string]any{
+		{"command": py, "args": []string{"-c", probeSrv}, "env": map[string]string{"MARK": mark, "CANARY": "${IPYBOX_RT4_FILL}"}},
+		{"command": py, "args": []string{"-c", probeSrv, "${IPYBOX_RT4_FILL}"}},
+		{"url": "http://127.0.0.1:9/mcp", "oauth": map[string]any{"clientId": "c", "clientSecret": "${IPYBOX_RT4_FILL}"}},
+	} {
+		res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "f", "server_params": params})
+		if !res.IsError || !strings.Contains(text(res), "--mcp-config") || strings.Contains(text(res), secret) {
+			t.Errorf("variant %d: want a refusal that names --mcp-config: %s", i, short(text(res)))
+		}
+	}
+	cs.Close()
+	srv.Close()
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a server with a client's placeholder started")
+	}
+
+	// Under --allow-host-servers the placeholder is filled (the client
+	// could read the environment on the host anyway); the next run
+	// without the flag does not fill it.
+	host := newGatedServer(t, &Options{Workspace: ws, AllowHostServers: true})
+	cs = connect(t, host, nil)
+	if res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "h", "server_params": map[string]any{"command": py, "args": []string{"-c", probeSrv}, "env": map[string]string{"MARK": mark, "CANARY": "${IPYBOX_RT4_FILL}"}}}); res.IsError {
+		t.Fatalf("register under --allow-host-servers: %s", text(res))
+	}
+	cs.Close()
+	host.Close()
+	os.Remove(mark)
+	got := runProbe(t, newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()}))
+	if !strings.Contains(got, "no ${VAR} filling") || strings.Contains(got, secret) {
+		t.Errorf("a run without the flag started the client's server with its placeholder filled: %s", short(got))
+	}
+}

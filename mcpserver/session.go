@@ -526,6 +526,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		Logger:      s.log,
 		OAuthURL:    owner.openURL,
 		ServerGate:  t.gateStart,
+		ClientVars:  s.opts.AllowHostServers,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
 	}
