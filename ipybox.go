@@ -537,6 +537,7 @@ func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws strin
 	}
 	ko := &kernel.Options{
 		Python:         o.Python,
+		Writable:       hostWritable(e.workspace, o),
 		Launcher:       launcher,
 		Dir:            e.workspace,
 		Env:            env,

@@ -402,8 +402,12 @@ func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
 // FindPython returns the interpreter ipybox runs a kernel with when
 // Options.Python is explicit (checked) or empty (discovered): see
 // Options.Python.
-func FindPython(ctx context.Context, explicit string) (string, error) {
-	return kernel.FindPython(ctx, explicit)
+//
+// writable are the folders that kernel code can write (the workspace, as
+// Options.WorkDir): no interpreter there is run on the host to probe it,
+// and discovery skips those (DESIGN.md invariant 14).
+func FindPython(ctx context.Context, explicit string, writable ...string) (string, error) {
+	return kernel.FindPython(ctx, explicit, writable...)
 }
 
 // CommandOptions configures SandboxedCommand. A nil *CommandOptions means

@@ -111,6 +111,30 @@ func Inside(p string, writable []string) string {
 	return ""
 }
 
+// ProgramInside reports the folder of writable where kernel code could
+// change what the program p runs, "" when none: p itself or the target of
+// its links; the folder that holds it (a link there is replaced at will);
+// and the virtual environment it belongs to, by its own path or its
+// link's target (a pyvenv.cfg beside its folder: the .pth files of the
+// environment's site-packages run at every start of its interpreter, -I
+// or not). A venv's bin/python is a link to an interpreter elsewhere, so
+// Inside of the program alone misses it.
+func ProgramInside(p string, writable []string) string {
+	cands := []string{p, filepath.Dir(p)}
+	for _, q := range []string{p, realPath(p)} {
+		venv := filepath.Dir(filepath.Dir(q))
+		if _, err := os.Stat(filepath.Join(venv, "pyvenv.cfg")); err == nil {
+			cands = append(cands, venv)
+		}
+	}
+	for _, c := range cands {
+		if w := Inside(c, writable); w != "" {
+			return w
+		}
+	}
+	return ""
+}
+
 // realPath returns p absolute and with its links resolved, as far as its
 // leading part exists.
 func realPath(p string) string {
@@ -184,7 +208,7 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(cmd.Dir, p)
 		}
-		if w := Inside(p, writable); w != "" {
+		if w := ProgramInside(p, writable); w != "" {
 			return nil, &WritableError{What: "program", Path: cmd.Path, Folder: w}
 		}
 	}
