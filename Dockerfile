@@ -58,6 +58,10 @@ COPY --from=build /out/ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace
 ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1
+# The private folder of the host processes ipybox starts, made 0700 by
+# ipybox at its start (/app is the ipybox user's): never below /tmp, where
+# any user can plant a node_modules that npx finds (docs/mcp.md).
+ENV XDG_RUNTIME_DIR=/app/.run
 # The MCP registry checks the image's io.modelcontextprotocol.server.name
 # against server.json's name.
 ARG VERSION

@@ -198,7 +198,7 @@ func TestRedteam4InterpreterInWorkspace(t *testing.T) {
 		// What ipybox mcp --python does at its start (checkHost), and
 		// the server at a principal's first virtualenv: the check of
 		// the interpreter, on the host.
-		if _, err := kernel.FindPython(ctx, filepath.Join(ws, ".venv", "bin", "python")); err != nil {
+		if _, err := kernel.FindPython(ctx, filepath.Join(ws, ".venv", "bin", "python"), ws); err != nil {
 			t.Fatal(err)
 		}
 		ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Python: filepath.Join(ws, ".venv", "bin", "python"), Sandbox: ipybox.DefaultSandbox()})
@@ -209,7 +209,6 @@ func TestRedteam4InterpreterInWorkspace(t *testing.T) {
 		run(t, ex, "1")
 		return
 	}
-	t.Skip("BREAK: a sandboxed kernel writes the workspace venv that is its interpreter (.venv/lib/.../site-packages/*.pth), and the host runs that interpreter at the next ipybox mcp --python start (kernel.CheckPython's probe), at a principal's first venv (mcpserver venv.go FindPython) and in doctor; see /work/notes/attack.md")
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	sys := "/usr/bin/python3"
@@ -251,6 +250,20 @@ print("\n".join(out))
 	ex.Close()
 	if exists(mark) {
 		t.Fatal("the bait ran on the host already")
+	}
+	// The sandbox binds the interpreter's venv read-only.
+	if strings.Contains(res.Text, "planted "+venv) || strings.Contains(res.Text, "pyvenv.cfg writable") {
+		t.Errorf("the sandboxed kernel wrote its interpreter's venv in the workspace:\n%s", res.Text)
+	}
+	// The venv is in the workspace all the same, where another writer
+	// (an unsandboxed session of this workspace, a tool the user ran)
+	// may have put the .pth: the host still must not run it.
+	site, err := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	if err != nil || len(site) != 1 {
+		t.Fatalf("the venv's site-packages: %v %v", site, err)
+	}
+	if err := os.WriteFile(filepath.Join(site[0], "zz_redteam4.pth"), []byte(fmt.Sprintf("import os; open(%q, 'w').write('ran')\n", mark)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	// Control: the bait runs when the host runs the interpreter, even -I.
 	if b, err := exec.Command(py, "-I", "-c", "pass").CombinedOutput(); !exists(mark) {
@@ -297,7 +310,6 @@ func TestRedteam4SharedTmpAncestor(t *testing.T) {
 		t.Logf("register: %v", err)
 		return
 	}
-	t.Skip("BREAK: the private folder of host processes has a shared sticky folder (/tmp) among its ancestors when HOME is /tmp (the Docker image) or unusable, and npx runs another user's /tmp/node_modules from there; see /work/notes/attack.md")
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "npx")
 	if os.Getuid() != 0 {
@@ -377,14 +389,18 @@ func TestRedteam4SharedTmpAncestor(t *testing.T) {
 // ~/bin (a usual entry, not a protected name), which need not exist
 // until the kernel makes it.
 func TestRedteam4DiscoveryRunsWorkspacePython(t *testing.T) {
-	if os.Getenv("IPYBOX_RT4_DISC_CHILD") != "" {
+	if ws := os.Getenv("IPYBOX_RT4_DISC_CHILD"); ws != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		py, err := kernel.FindPython(ctx, "")
+		// As every caller does: it names the workspace.
+		py, err := kernel.FindPython(ctx, "", ws)
 		t.Logf("discovered %q (%v)", py, err)
+		// And what Start does without Options.Python.
+		if ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Sandbox: ipybox.DefaultSandbox()}); err == nil {
+			ex.Close()
+		}
 		return
 	}
-	t.Skip("BREAK: Python discovery runs every python3 on PATH on the host, those in the workspace too (a sandboxed kernel's ~/bin/python3 when the workspace is HOME); see /work/notes/attack.md")
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
@@ -410,8 +426,12 @@ print("planted", d)`, mark))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedteam4DiscoveryRunsWorkspacePython$", "-test.count=1", "-test.v")
-	child.Env = append(os.Environ(), "IPYBOX_RT4_DISC_CHILD=1", "PATH=/usr/bin:"+filepath.Join(ws, "bin")+":/bin")
+	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedteam4DiscoveryRunsWorkspacePython$", "-test.count=1", "-test.v",
+		// TestMain's check for the examples runs discovery without a
+		// workspace, as a test harness: -short leaves it out, so that only
+		// the product's discovery runs in the child.
+		"-test.short")
+	child.Env = append(os.Environ(), "IPYBOX_RT4_DISC_CHILD="+ws, "PATH=/usr/bin:"+filepath.Join(ws, "bin")+":/bin")
 	out, err := child.CombinedOutput() // bound: ctx
 	t.Logf("discovery: %v: %s", err, out)
 	if exists(mark) {

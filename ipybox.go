@@ -147,6 +147,21 @@ type Options struct {
 	// SERVER`, unless a stored token works.
 	OAuthURL func(ctx context.Context, server, url string) error
 
+	// ServerGate, when set, is asked before each stdio MCP server starts
+	// (one registered now, or loaded from servers.json), with its name and
+	// config: it returns the config to start, of which only Sandbox may
+	// differ (a policy to run it in), or an error that refuses the start.
+	// ipybox mcp gates there the servers its clients registered
+	// (ServerConfig.Origin), under the flags of the run that starts them.
+	ServerGate func(name string, cfg ServerConfig) (ServerConfig, error)
+	// ClientVars fills the ${VAR} placeholders of configs that an MCP
+	// client registered (ServerConfig.Origin) from the environment and
+	// DotEnv, as the operator's are. False (the default) makes such a
+	// placeholder an error: the values are the operator's secrets. ipybox
+	// mcp sets it with --allow-host-servers, under which a client runs
+	// commands on the host anyway.
+	ClientVars bool
+
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor
 	// then takes about a fifth of the time. It is used only without
@@ -521,6 +536,7 @@ func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws strin
 	}
 	ko := &kernel.Options{
 		Python:         o.Python,
+		Writable:       hostWritable(e.workspace, o),
 		Launcher:       launcher,
 		Dir:            e.workspace,
 		Env:            env,

@@ -52,6 +52,13 @@ type ServerConfig struct {
 	// server answers 401 with an OAuth challenge and the config sets no
 	// Authorization header.
 	OAuth *OAuthConfig `json:"oauth,omitempty"`
+	// Origin says who wrote the config: empty for the operator (a config
+	// file, an application through the Go API), "client" for an MCP
+	// client of ipybox mcp (register_mcp_server). A client's config gets
+	// no ${VAR} filling from the host's environment or .env (unless
+	// [Options].ClientVars), and ipybox mcp gates a client's stdio server
+	// again at every start, under the flags of that run.
+	Origin string `json:"origin,omitempty"`
 }
 
 // OAuthConfig is [ServerConfig].OAuth: a pre-registered OAuth client of a
@@ -96,12 +103,23 @@ type ToolModule struct {
 // mcpConfig is c as the mcpconn package takes it.
 func (c ServerConfig) mcpConfig() mcpconn.Config {
 	m := mcpconn.Config{Command: c.Command, Args: c.Args, Env: c.Env, Cwd: c.Cwd, URL: c.URL,
-		Headers: c.Headers, Type: c.Type, Sandbox: c.Sandbox}
+		Headers: c.Headers, Type: c.Type, Sandbox: c.Sandbox, Origin: c.Origin}
 	if o := c.OAuth; o != nil {
 		m.OAuth = &mcpconn.OAuthConfig{ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
 			RedirectPort: o.RedirectPort, Grant: mcpconn.OAuthGrant(o.Grant), ClientMetadataURL: o.ClientMetadataURL}
 	}
 	return m
+}
+
+// serverConfigOf is m as the public API shows it.
+func serverConfigOf(m mcpconn.Config) ServerConfig {
+	c := ServerConfig{Command: m.Command, Args: m.Args, Env: m.Env, Cwd: m.Cwd, URL: m.URL,
+		Headers: m.Headers, Type: m.Type, Sandbox: m.Sandbox, Origin: m.Origin}
+	if o := m.OAuth; o != nil {
+		c.OAuth = &OAuthConfig{ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
+			RedirectPort: o.RedirectPort, Grant: string(o.Grant), ClientMetadataURL: o.ClientMetadataURL}
+	}
+	return c
 }
 
 // toolModulesOf converts generated modules.
@@ -164,6 +182,7 @@ func (e *Executor) startTools() error {
 		DotEnv:       e.opts.DotEnv,
 		StdioCommand: e.stdioCommand,
 		Writable:     hostWritable(e.workspace, &e.opts),
+		ClientVars:   e.opts.ClientVars,
 		OAuthURL:     e.opts.OAuthURL,
 	}); err != nil {
 		return err

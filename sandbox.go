@@ -480,6 +480,13 @@ func (s *sandboxSet) close() error {
 // has "sandbox": true (or a settings object) runs under the same launcher
 // as a sandboxed kernel, with its own policy.
 func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.Config, cmd *exec.Cmd) (*exec.Cmd, error) {
+	if e.opts.ServerGate != nil {
+		gated, err := e.opts.ServerGate(server, serverConfigOf(cfg))
+		if err != nil {
+			return nil, fmt.Errorf("server %q: %w", server, err)
+		}
+		cfg.Sandbox = gated.Sandbox
+	}
 	if !cfg.SandboxRequested() {
 		return cmd, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,11 +35,19 @@ import (
 var errHostServer = errors.New("a stdio server registered through register_mcp_server runs its command on this host, and this ipybox mcp has no sandbox to run it in (its kernels run unsandboxed, in a container or on a gateway); " +
 	"ask the operator to add the server to --mcp-config, to run ipybox mcp with the sandbox, or to allow host servers with --allow-host-servers (every client that can call tools can then run commands on the host)")
 
-// gateServer returns the config a server registered through the tool
-// runs with: a stdio server's sandbox is the kernels' policy, or the
-// registration is refused.
+// gateServer returns the config a server registered through the tool is
+// recorded with: the client's (Origin), which gets no ${VAR} filling
+// from the host unless this run allows host servers, and
+// for a stdio server the intent "sandbox": true, or the registration is
+// refused. The policy itself is not recorded: gateStart applies the
+// policy of the run that starts the server, so that a narrower one later
+// (an --allowed-domain less) holds for it too.
 func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
-	if t, _ := (mcpconn.Config{Command: cfg.Command, URL: cfg.URL, Type: cfg.Type}).Transport(); t != mcpconn.Stdio || s.opts.AllowHostServers {
+	cfg.Origin = mcpconn.OriginClient
+	if _, err := mcpconnConfig(cfg).Expand(func(string) (string, bool) { return "", false }); err != nil && !s.opts.AllowHostServers {
+		return cfg, fmt.Errorf("server_params: %w", err)
+	}
+	if t, _ := mcpconnConfig(cfg).Transport(); t != mcpconn.Stdio || s.opts.AllowHostServers {
 		return cfg, nil
 	}
 	if raw := bytes.TrimSpace(cfg.Sandbox); len(raw) > 0 && !bytes.Equal(raw, []byte("true")) {
@@ -47,12 +56,57 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 	if s.sandbox == nil {
 		return cfg, errHostServer
 	}
+	cfg.Sandbox = json.RawMessage("true")
+	return cfg, nil
+}
+
+// gateStart is the tenant's executors' Options.ServerGate: a stdio server
+// that a client registered passes the gate again at every start, under
+// this run's flags, wherever it comes from (this run's registration, or
+// servers.json of an earlier run, made under --allow-host-servers or
+// before the gate existed). It runs sandboxed under this run's policy, or
+// on the host when this run allows host servers (or the user approved
+// this very config in this run), or it is refused. An entry without
+// Origin (ipybox before it) that is not the operator's --mcp-config
+// server of that name counts as a client's.
+func (t *tenant) gateStart(name string, cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
+	s := t.s
+	if _, operator := s.opts.Servers[name]; cfg.Origin != mcpconn.OriginClient && operator {
+		return cfg, nil
+	}
+	if t.hostApproved(name, cfg) {
+		return cfg, nil
+	}
+	if s.opts.AllowHostServers && (!mcpconnConfig(cfg).SandboxRequested() || s.sandbox == nil) {
+		return cfg, nil
+	}
+	if s.sandbox == nil {
+		return cfg, fmt.Errorf("a client registered this stdio server, which would run its command on this host, and this ipybox mcp has no sandbox to run it in; it starts on the host only when the operator runs ipybox mcp with --allow-host-servers (every client that can call tools can then run commands on the host), or adds it to --mcp-config")
+	}
 	b, err := json.Marshal(s.sandbox)
 	if err != nil {
-		return cfg, fmt.Errorf("server_params: the sandbox policy: %w", err)
+		return cfg, fmt.Errorf("the sandbox policy: %w", err)
 	}
 	cfg.Sandbox = b
 	return cfg, nil
+}
+
+// approveHost records that the user approved cfg as name's host server
+// (askHostServer), for this run; hostApproved reports it.
+func (t *tenant) approveHost(name string, cfg ipybox.ServerConfig) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hostOK == nil {
+		t.hostOK = map[string]ipybox.ServerConfig{}
+	}
+	t.hostOK[name] = cfg
+}
+
+func (t *tenant) hostApproved(name string, cfg ipybox.ServerConfig) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok, had := t.hostOK[name]
+	return had && reflect.DeepEqual(ok, cfg)
 }
 
 // askHostServer asks the person at the client whether the stdio server
@@ -79,7 +133,7 @@ func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, na
 	defer cancel()
 	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
 		Mode: "form",
-		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights (${VAR} placeholders are filled from ipybox's environment and .env):\n\n%s\n\nAccept to run it, decline to refuse.",
+		Message: fmt.Sprintf("ipybox: the agent wants to register the MCP server %s, which runs a command on this host, unsandboxed, with your rights:\n\n%s\n\nAccept to run it, decline to refuse.",
 			escape.Text(name), approvaltext.Args(raw)),
 		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 	})
@@ -91,4 +145,14 @@ func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, na
 	}
 	s.log.Info("a stdio server registered through the tool runs on the host: the user accepted it", "server", name, "command", cfg.Command)
 	return nil
+}
+
+// mcpconnConfig is cfg as mcpconn takes it: the two share their JSON form
+// (the registry's), so a round trip through it converts every field.
+func mcpconnConfig(cfg ipybox.ServerConfig) mcpconn.Config {
+	var m mcpconn.Config
+	if b, err := json.Marshal(cfg); err == nil {
+		json.Unmarshal(b, &m)
+	}
+	return m
 }

@@ -66,7 +66,6 @@ func TestRedteam4RegisterTransportTricks(t *testing.T) {
 // the URL's path, in its query, in a header, from the environment and
 // from .env, by a second principal.
 func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
-	t.Skip("BREAK: a client's register_mcp_server config gets ${VAR} filled from ipybox's environment and .env, and a url server sends them to the client's address; see /work/notes/attack.md")
 	const envSecret, dotSecret = "env-s3cret-4f1d", "dot-s3cret-9a7c"
 	t.Setenv("IPYBOX_RT4_SECRET", envSecret)
 	var mu sync.Mutex
@@ -111,7 +110,6 @@ func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
 // operator's current choice), with a sandbox (it runs there) or without
 // one (it is refused). The operator's own --mcp-config server still runs.
 func TestRedteam4RegistryOutlivesTheFlag(t *testing.T) {
-	t.Skip("BREAK: a stdio server a client registered under --allow-host-servers (or before the gate existed) starts on the host again after a restart without the flag; see /work/notes/attack.md")
 	t.Parallel()
 	py := testenv.NeedsPython(t)
 	for _, sandboxed := range []bool{false, true} {

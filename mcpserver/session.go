@@ -557,6 +557,8 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		DotEnv:      s.opts.DotEnv,
 		Logger:      s.log,
 		OAuthURL:    owner.openURL,
+		ServerGate:  t.gateStart,
+		ClientVars:  s.opts.AllowHostServers,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
 	}

@@ -77,6 +77,9 @@ type tenant struct {
 	regs      map[string]*registration
 	regGen    int
 	nameLocks map[string]*nameLock
+	// hostOK holds the stdio servers the user approved to run on the
+	// host in this run (askHostServer), by name.
+	hostOK map[string]ipybox.ServerConfig
 }
 
 // newTenant returns the tenant of principal (no I/O: its folder is made

@@ -183,10 +183,10 @@ from mcptools.fs.read_text_file import Params, run  # run(Params(path: str, head
 run returns the typed Result when the tool declares an output schema, otherwise the text (str); run_async is the async variant. A failing tool raises ToolError.
 
 server_params is the server's config, as in an mcpServers file:
-- a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"], "env": {"API_KEY": "${API_KEY}"}}
-- a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+- a local server: {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]}
+- a remote server: {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer <token>"}}
 - a remote server that wants an OAuth sign-in: {"url": "https://example.com/mcp"} (ipybox asks the user to sign in; an "oauth" block configures a pre-registered client)
-${VAR} placeholders are filled from ipybox's environment and the workspace's .env file: write secrets as placeholders, never as values. Registrations are made through the session's kernel, are shared by every session of the workspace, and persist across reset and restarts; registering a name again replaces it.` + threadHandle,
+${VAR} placeholders are not filled here (ipybox's environment and .env hold the operator's secrets, which a client does not read): a placeholder is an error unless the operator runs ipybox mcp with --allow-host-servers; servers that need the operator's secrets belong in its --mcp-config. Registrations are made through the session's kernel, are shared by every session of the workspace, and persist across reset and restarts; registering a name again replaces it.` + threadHandle,
 		InputSchema: schema(`{
   "type": "object",
   "properties": {
@@ -452,7 +452,9 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 		return nil, nil, err
 	}
 	if cfg, err = s.gateServer(cfg); errors.Is(err, errHostServer) {
-		err = s.askHostServer(ctx, req, name, cfg)
+		if err = s.askHostServer(ctx, req, name, cfg); err == nil {
+			s.tenant(principalOf(req)).approveHost(name, cfg)
+		}
 	}
 	if err != nil {
 		return nil, nil, err

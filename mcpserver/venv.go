@@ -67,7 +67,9 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 		t.venvPy = py
 		return py, nil
 	}
-	base, err := kernel.FindPython(ctx, t.s.opts.Python)
+	// Not run on the host when it lies where kernels write (a venv in the
+	// workspace): the helpers then run it in the sandbox.
+	base, err := kernel.FindPython(ctx, t.s.opts.Python, t.s.opts.Workspace, t.dir)
 	if err != nil {
 		return "", err
 	}

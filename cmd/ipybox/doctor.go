@@ -77,9 +77,15 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 
 func doctorChecks(ctx context.Context, python string) []check {
 	var checks []check
-	py, err := kernel.FindPython(ctx, "")
+	// The current folder is where kernels usually write (the default
+	// workspace): no interpreter there runs on the host (invariant 14).
+	cwd, _ := os.Getwd()
+	py, err := kernel.FindPython(ctx, "", cwd)
 	if python != "" {
-		py, err = kernel.CheckPython(ctx, python, "--python")
+		py, err = kernel.CheckPython(ctx, python, "--python", cwd)
+		if err == nil && hostproc.ProgramInside(py, []string{cwd}) != "" {
+			err = fmt.Errorf("--python %s is in the current folder, where kernels write (a virtualenv there): doctor does not run it on the host; a sandboxed kernel runs it in the sandbox", python)
+		}
 	}
 	if err != nil {
 		checks = append(checks, check{name: "python", required: true, detail: err.Error()})

@@ -186,7 +186,7 @@ func (f *execFlags) checkLocal(ctx context.Context, env *cliEnv, p *execPlan) er
 		}
 	}
 	if f.python != "" && p.sandbox == nil && p.container == nil && p.gateway == nil {
-		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python", f.workspace); err != nil {
 			return err
 		}
 	}

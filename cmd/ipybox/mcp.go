@@ -291,7 +291,7 @@ func (f *mcpFlags) checkHost(ctx context.Context, env *cliEnv) (int, error) {
 		return exitFail, workspaceError(env, f.workspace, f.httpAddr != "", err)
 	}
 	if f.python != "" {
-		if _, err := kernel.CheckPython(ctx, f.python, "--python"); err != nil {
+		if _, err := kernel.CheckPython(ctx, f.python, "--python", f.workspace); err != nil {
 			return exitUsage, err
 		}
 	}

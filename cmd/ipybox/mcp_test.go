@@ -386,7 +386,8 @@ func TestMCPBinarySession(t *testing.T) {
 	if !ok {
 		t.Errorf("server from --mcp-config: %q", got)
 	}
-	// ${VAR} from .env in a registered server's config.
+	// ${VAR} from .env in a registered server's config: filled under
+	// --allow-host-servers, which trusts clients as the operator.
 	out, isErr := callText(t, cs, "register_mcp_server", map[string]any{"server_name": "later", "server_params": map[string]any{
 		"command": testmcp, "env": map[string]string{"FROM_DOTENV": "${GO_ARG}"},
 	}})

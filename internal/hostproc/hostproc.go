@@ -9,8 +9,8 @@
 // No list of protected names covers "any module name", so a host process
 // never starts in a folder that kernel code can write: it starts in Dir,
 // an empty folder private to this process (0700, in $XDG_RUNTIME_DIR or
-// the user's cache folder, never under /tmp when either exists, since
-// another user can plant files in /tmp that an upward search finds), and
+// the user's cache folder, never below a folder such as /tmp, where
+// another user can plant files that an upward search finds), and
 // its search-path variables lose every entry that is relative or lies in a
 // folder kernel code can write. So do the folders of caches and configs
 // (HomeVars) that lie in one, and a HOME there becomes a private home:
@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -74,23 +75,26 @@ func Dir() (string, error) { return DirOutside(nil) }
 // DirOutside is Dir, in the first of those parents that is not in a
 // folder of writable (the user's cache folder is in a workspace that is
 // the home folder).
+//
+// A parent below a folder that another user can put entries in (SharedAbove:
+// /tmp, when HOME is /tmp as in the Docker image, or TMPDIR is the
+// fallback) is skipped too: an upward search from the private folder
+// (npx's for node_modules) would find that user's files. The home folder
+// of the password file is then tried, and an $XDG_RUNTIME_DIR that does
+// not exist yet is made (0700) when the folder above it is safe: the
+// Docker image names one that way.
 func DirOutside(writable []string) (string, error) {
-	var roots []string
-	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
-		if st, err := os.Stat(x); err == nil && st.IsDir() {
-			roots = append(roots, filepath.Join(x, "ipybox"))
-		}
-	}
-	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
-		roots = append(roots, filepath.Join(c, "ipybox"))
-	}
-	roots = append(roots, os.TempDir())
+	roots := dirRoots()
 	dirMu.Lock()
 	defer dirMu.Unlock()
 	var errs []error
 	for _, root := range roots {
 		if w := Inside(root, writable); w != "" {
 			errs = append(errs, fmt.Errorf("%s is in %s, which kernel code can write", root, w))
+			continue
+		}
+		if at := SharedAbove(root); at != "" {
+			errs = append(errs, fmt.Errorf("%s is below %s, where another user can put files that an upward search finds", root, at))
 			continue
 		}
 		if d, ok := dirs[root]; ok {
@@ -106,6 +110,26 @@ func DirOutside(writable []string) (string, error) {
 	return "", fmt.Errorf("host processes' private folder: %w; set XDG_RUNTIME_DIR to a folder of your own outside the workspace", errors.Join(errs...))
 }
 
+// dirRoots lists the parents that Dir may use, in order.
+func dirRoots() []string {
+	var roots []string
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+		if _, err := os.Stat(x); errors.Is(err, os.ErrNotExist) && SharedAbove(filepath.Dir(x)) == "" {
+			os.Mkdir(x, 0o700) // an error shows below, as a folder that is not there
+		}
+		if st, err := os.Stat(x); err == nil && st.IsDir() {
+			roots = append(roots, filepath.Join(x, "ipybox"))
+		}
+	}
+	if c, err := os.UserCacheDir(); err == nil && filepath.IsAbs(c) {
+		roots = append(roots, filepath.Join(c, "ipybox"))
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		roots = append(roots, filepath.Join(u.HomeDir, ".cache", "ipybox"))
+	}
+	return append(roots, os.TempDir())
+}
+
 // Inside reports the folder of writable that p lies at or below, after
 // links are resolved as far as the paths exist; "" when none.
 func Inside(p string, writable []string) string {
@@ -116,6 +140,30 @@ func Inside(p string, writable []string) string {
 		}
 		rw := realPath(w)
 		if rp == rw || strings.HasPrefix(rp, strings.TrimSuffix(rw, string(filepath.Separator))+string(filepath.Separator)) {
+			return w
+		}
+	}
+	return ""
+}
+
+// ProgramInside reports the folder of writable where kernel code could
+// change what the program p runs, "" when none: p itself or the target of
+// its links; the folder that holds it (a link there is replaced at will);
+// and the virtual environment it belongs to, by its own path or its
+// link's target (a pyvenv.cfg beside its folder: the .pth files of the
+// environment's site-packages run at every start of its interpreter, -I
+// or not). A venv's bin/python is a link to an interpreter elsewhere, so
+// Inside of the program alone misses it.
+func ProgramInside(p string, writable []string) string {
+	cands := []string{p, filepath.Dir(p)}
+	for _, q := range []string{p, realPath(p)} {
+		venv := filepath.Dir(filepath.Dir(q))
+		if _, err := os.Stat(filepath.Join(venv, "pyvenv.cfg")); err == nil {
+			cands = append(cands, venv)
+		}
+	}
+	for _, c := range cands {
+		if w := Inside(c, writable); w != "" {
 			return w
 		}
 	}
@@ -195,7 +243,7 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(cmd.Dir, p)
 		}
-		if w := Inside(p, writable); w != "" {
+		if w := ProgramInside(p, writable); w != "" {
 			return nil, &WritableError{What: "program", Path: cmd.Path, Folder: w}
 		}
 	}
@@ -207,14 +255,17 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 }
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
-// writable and the CodeVars that name a file there, and sets HOME to
-// Home when it was one of them.
+// writable, or below a folder another user can put entries in (HOME=/tmp:
+// npx's cache and the upward searches from it), and the CodeVars that
+// name a file in a folder of writable, and sets HOME to Home when it was
+// one of them, or is not a folder (a cache variable dropped here then has
+// a home to fall back to).
 func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, error) {
 	out := cmd.Env[:0:0]
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isVar(HomeVars, k) && homeInside(v, writable) || isVar(CodeVars, k) && codeInside(v, writable) {
+		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
@@ -252,6 +303,22 @@ func codeInside(v string, writable []string) bool {
 		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
 	}) {
 		if filepath.IsAbs(e) && Inside(e, writable) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// homeShared reports whether an entry of the list v is in, or is, a
+// folder that another user can put entries in (SharedAbove): HOME=/tmp.
+func homeShared(v string) bool {
+	for _, e := range filepath.SplitList(v) {
+		if e != "" && filepath.IsAbs(e) && SharedAbove(e) != "" {
 			return true
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestPrepare(t *testing.T) {
 	ws := t.TempDir()
-	outside := t.TempDir()
+	outside := ownTempDir(t)
 	link := filepath.Join(outside, "link")
 	if err := os.Symlink(ws, link); err != nil {
 		t.Fatal(err)

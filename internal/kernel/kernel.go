@@ -34,6 +34,10 @@ import (
 type Options struct {
 	// Python is the interpreter. Empty means discovery (see FindPython).
 	Python string
+	// Writable are the folders that kernel code can write (the workspace;
+	// Dir is one too): no interpreter there is run on the host to probe
+	// it (FindPython).
+	Writable []string
 	// Launcher starts the process. Nil means DirectLauncher.
 	Launcher Launcher
 	// Dir is the kernel's working directory. Empty means the current one.
@@ -217,7 +221,7 @@ func choosePython(ctx context.Context, o *Options) (string, error) {
 		return in.Interpreter(), nil
 	}
 	if _, direct := o.Launcher.(DirectLauncher); direct || o.Python == "" {
-		return FindPython(ctx, o.Python)
+		return FindPython(ctx, o.Python, append([]string{o.Dir}, o.Writable...)...)
 	}
 	p, err := resolve(o.Python)
 	if err != nil {

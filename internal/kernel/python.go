@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,23 +40,29 @@ var probeCache sync.Map // path -> error (nil: usable)
 // launcher's Python 3 on Windows). The first one that can import
 // ipykernel wins. An explicit choice that cannot import ipykernel is an
 // error of its own; it is never silently replaced by another interpreter.
-func FindPython(ctx context.Context, explicit string) (string, error) {
+//
+// writable are the folders that kernel code can write (the workspace):
+// discovery never runs a candidate that lies in one, links resolved, nor
+// one of a virtual environment there (hostproc.ProgramInside: kernel code
+// could have put a .pth file in it, or a python3 on a PATH folder there),
+// and an explicit one there is not probed (see CheckPython).
+func FindPython(ctx context.Context, explicit string, writable ...string) (string, error) {
 	if explicit != "" {
-		return CheckPython(ctx, explicit, "Options.Python")
+		return CheckPython(ctx, explicit, "Options.Python", writable...)
 	}
 	if env := os.Getenv("IPYBOX_PYTHON"); env != "" {
-		return CheckPython(ctx, env, "$IPYBOX_PYTHON")
+		return CheckPython(ctx, env, "$IPYBOX_PYTHON", writable...)
 	}
 	// Probe every candidate at once (each costs an interpreter start; a
 	// pyenv shim costs more), then take the first that works, in order.
-	cs := candidates(ctx)
+	cs := slices.DeleteFunc(candidates(ctx), func(c string) bool { return hostproc.ProgramInside(c, writable) != "" })
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = probe(ctx, c)
+			errs[i] = probe(ctx, c, writable)
 		}()
 	}
 	wg.Wait() // bound: each probe has probeTimeout
@@ -81,12 +88,22 @@ func FindPython(ctx context.Context, explicit string) (string, error) {
 // option or variable that named it, as the user wrote it: "--python",
 // "Options.Python"), and tell a Python without ipykernel (install it
 // there) from a program that is not a Python 3 at all (name another).
-func CheckPython(ctx context.Context, p, label string) (string, error) {
+//
+// An interpreter in a folder of writable (a virtual environment in the
+// workspace) is not run on the host, not even to probe it: kernel code
+// can write its site-packages. It is returned unprobed; a sandboxed
+// kernel runs it in the sandbox, with the environment read-only there,
+// and whether it can import ipykernel shows when the kernel starts. A
+// host process that would run it (a virtualenv made from it) refuses it.
+func CheckPython(ctx context.Context, p, label string, writable ...string) (string, error) {
 	abs, err := resolve(p)
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %w", label, p, err)
 	}
-	err = probe(ctx, abs)
+	if hostproc.ProgramInside(abs, writable) != "" {
+		return abs, nil
+	}
+	err = probe(ctx, abs, writable)
 	switch {
 	case err == nil:
 		return abs, nil
@@ -95,19 +112,19 @@ func CheckPython(ctx context.Context, p, label string) (string, error) {
 	case errors.Is(err, errNoIpykernel):
 		return "", fmt.Errorf("%s %s: this Python cannot import ipykernel; install it there "+
 			"(`%s -m pip install ipykernel`, or `apt-get install python3-ipykernel` for Debian's /usr/bin/python3), "+
-			"or name another interpreter%s", label, p, abs, otherPython(ctx, abs))
+			"or name another interpreter%s", label, p, abs, otherPython(ctx, abs, writable))
 	}
 	return "", fmt.Errorf("%s %s: not a Python 3 that runs (%v); name a Python 3 that has ipykernel%s",
-		label, p, err, otherPython(ctx, abs))
+		label, p, err, otherPython(ctx, abs, writable))
 }
 
 // otherPython names an interpreter with ipykernel that discovery finds,
 // other than not, as a suggestion (", such as /usr/bin/python3"), or "".
-func otherPython(ctx context.Context, not string) string {
+func otherPython(ctx context.Context, not string, writable []string) string {
 	if os.Getenv("IPYBOX_PYTHON") != "" {
 		return ""
 	}
-	if p, err := FindPython(ctx, ""); err == nil && p != not {
+	if p, err := FindPython(ctx, "", writable...); err == nil && p != not {
 		return ", such as " + p
 	}
 	return ""
@@ -232,7 +249,7 @@ func pyLauncher(ctx context.Context) string {
 	return strings.TrimSpace(string(out))
 }
 
-func probe(ctx context.Context, python string) error {
+func probe(ctx context.Context, python string, writable []string) error {
 	if v, ok := probeCache.Load(python); ok {
 		if v == nil {
 			return nil
@@ -250,7 +267,7 @@ func probe(ctx context.Context, python string) error {
 	// it first on sys.path, and find_spec would find the kernel's own
 	// ipykernel there (invariant 14).
 	cmd.Env = append(minimalEnv(), hostproc.PythonSafePath)
-	if _, err := hostproc.Prepare(cmd, nil); err != nil {
+	if _, err := hostproc.Prepare(cmd, writable); err != nil {
 		return fmt.Errorf("probe: %w", err) // not cached: may be transient
 	}
 	cmd.WaitDelay = probeWaitDelay

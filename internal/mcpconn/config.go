@@ -51,7 +51,20 @@ type Config struct {
 	// registration, when the server answers 401 with an OAuth challenge and
 	// the config sets no Authorization header.
 	OAuth *OAuthConfig `json:"oauth,omitempty"`
+
+	// Origin says who wrote the config: empty for the operator (a config
+	// file, an application through the Go API), OriginClient for an MCP
+	// client of ipybox mcp (register_mcp_server). A client's config gets
+	// no ${VAR} filling from the host's environment or .env, which hold the
+	// operator's secrets: a placeholder in it is an error (unless
+	// Options.ClientVars). ipybox mcp gates
+	// a client's stdio server again at every start, under the flags of
+	// that run.
+	Origin string `json:"origin,omitempty"`
 }
+
+// OriginClient is Config.Origin of a config that an MCP client registered.
+const OriginClient = "client"
 
 // Transport is the resolved transport of a Config.
 type Transport string
@@ -82,7 +95,7 @@ func ParseConfig(data []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		// The raw JSON is not echoed: it may hold secrets.
-		return Config{}, fmt.Errorf("server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth)", err)
+		return Config{}, fmt.Errorf("server config: %w (fields: command, args, env, cwd, url, headers, type, sandbox, oauth, origin)", err)
 	}
 	if dec.More() {
 		return Config{}, fmt.Errorf("server config: trailing data after the JSON object")
@@ -95,6 +108,9 @@ func ParseConfig(data []byte) (Config, error) {
 
 // Validate reports whether c describes exactly one way to reach a server.
 func (c Config) Validate() error {
+	if c.Origin != "" && c.Origin != OriginClient {
+		return fmt.Errorf("server config %s: origin %q: want %q or nothing", c, c.Origin, OriginClient)
+	}
 	_, _, err := c.resolve()
 	if err == nil && c.OAuth != nil {
 		// What only a stored config must hold: no secret in it.
@@ -267,10 +283,16 @@ type MissingVarError struct {
 	Var string
 	// Field is where the placeholder is, such as `url` or `headers["Authorization"]`.
 	Field string
+	// Client is set when the config is a client's (Origin), which gets
+	// no filling.
+	Client bool
 }
 
 // Error names the variable, where it is used, and the fix.
 func (e *MissingVarError) Error() string {
+	if e.Client {
+		return fmt.Sprintf("${%s} in %s: a config that an MCP client registers (register_mcp_server) gets no ${VAR} filling from ipybox's environment or .env, which hold the operator's secrets; write the value itself, or ask the operator to add the server to --mcp-config, whose configs are filled (or to run ipybox mcp with --allow-host-servers, which trusts every client as the operator)", e.Var, e.Field)
+	}
 	return fmt.Sprintf("${%s} in %s is not set; set %s in the environment or in .env", e.Var, e.Field, e.Var)
 }
 
@@ -291,6 +313,9 @@ func (c Config) expand(lookup func(string) (string, bool)) (Config, []string, er
 	var err error
 	var values []string
 	record := func(name string) (string, bool) {
+		if c.Origin == OriginClient {
+			return "", false // see Origin
+		}
 		v, ok := lookup(name)
 		if ok && v != "" {
 			values = append(values, v)
@@ -323,6 +348,9 @@ func (c Config) expand(lookup func(string) (string, bool)) (Config, []string, er
 		expand("oauth.clientId", &r.OAuth.ClientID)
 		expand("oauth.clientSecret", &r.OAuth.ClientSecret)
 		expand("oauth.clientMetadataUrl", &r.OAuth.ClientMetadataURL)
+	}
+	if me, ok := err.(*MissingVarError); ok && c.Origin == OriginClient {
+		me.Client = true
 	}
 	if err != nil {
 		return Config{}, values, err

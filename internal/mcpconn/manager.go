@@ -79,6 +79,12 @@ type Options struct {
 	// workspace): no stdio server starts on the host in one, or runs a
 	// program from one. Nil means none beyond the rules above.
 	Writable []string
+	// ClientVars fills the ${VAR} placeholders of a client's config
+	// (Config.Origin) too, as the operator's are: for a run that trusts
+	// its clients as the operator (ipybox mcp --allow-host-servers, under
+	// which a client runs commands on the host anyway). False means a
+	// placeholder in a client's config is an error.
+	ClientVars bool
 
 	// OAuthURL is called when a streamable HTTP server needs a user to sign
 	// in (the OAuth authorization code grant): it should show or open url
@@ -203,6 +209,19 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		cancel:  cancel,
 		entries: map[string]*entry{},
 	}, nil
+}
+
+// expand is cfg.expand with the values of lookup, and for a client's
+// config only when ClientVars allows it.
+func (m *Manager) expand(cfg Config) (Config, []string, error) {
+	if cfg.Origin != OriginClient || !m.opts.ClientVars {
+		return cfg.expand(m.lookup)
+	}
+	c := cfg
+	c.Origin = ""
+	exp, values, err := c.expand(m.lookup)
+	exp.Origin = cfg.Origin
+	return exp, values, err
 }
 
 // lookup finds a ${VAR} value: the environment first, then .env.

@@ -803,7 +803,7 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 		_, err := m.ListTools(ctx, server) // the unknown-server error
 		return err
 	}
-	exp, values, err := re.cfg.expand(m.lookup)
+	exp, values, err := m.expand(re.cfg)
 	m.secrets.add(values...)
 	if err != nil {
 		return fmt.Errorf("MCP server %q: %w", server, err)

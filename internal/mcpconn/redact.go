@@ -103,7 +103,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 func (m *Manager) Redact(text string) string {
 	for _, name := range m.reg.Names() {
 		if re, ok := m.reg.lookup(name); ok {
-			_, values, _ := re.cfg.expand(m.lookup)
+			_, values, _ := m.expand(re.cfg)
 			m.secrets.add(values...)
 		}
 	}

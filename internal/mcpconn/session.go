@@ -67,7 +67,7 @@ func (s *session) close(grace time.Duration, log *slog.Logger) {
 
 // connect opens a session to the named server, within ConnectTimeout.
 func (m *Manager) connect(ctx context.Context, name string, re regEntry, e *entry) (*session, error) {
-	exp, values, err := re.cfg.expand(m.lookup)
+	exp, values, err := m.expand(re.cfg)
 	m.secrets.add(values...)
 	if err != nil {
 		return nil, fmt.Errorf("MCP server %q: %w", name, err)

@@ -32,10 +32,21 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return err != nil || underAny(r, writable)
 	}
 	ask, keepPath := path, false
+	var venvRO []string
 	if inWritable(path) {
-		home := pyvenvHome(filepath.Dir(filepath.Dir(path)))
+		venv := filepath.Dir(filepath.Dir(path))
+		home := pyvenvHome(venv)
 		if home == "" {
 			return nil, ""
+		}
+		// The venv itself is bound read-only over the writable folder:
+		// kernel code must not write its site-packages (a .pth file runs
+		// at every start of the interpreter) nor its pyvenv.cfg, for the
+		// next kernel's sake and for any host process that runs it.
+		// ipybox's own venv (.ipybox/venv) has binds of its own, and its
+		// pip helper writes it.
+		if !under(venv, filepath.Join(s.workspace, ".ipybox")) {
+			venvRO = []string{venv}
 		}
 		ask = ""
 		for _, name := range []string{"python3", "python"} {
@@ -55,14 +66,14 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		// Its prefixes are under /usr, which the minimal root shows anyway:
 		// asking it (an interpreter start) would add nothing.
 		if keepPath {
-			return nil, ""
+			return venvRO, ""
 		}
 		return nil, ask
 	}
 	info := s.askPython(ctx, ask)
 	if info.err != nil {
 		s.log.Debug("sandbox: not a Python interpreter (or it failed); no prefix added", "path", ask, "err", info.err)
-		return nil, ""
+		return venvRO, ""
 	}
 	for _, p := range info.prefixes {
 		switch {
@@ -74,7 +85,7 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		}
 	}
 	if keepPath {
-		return prefixes, ""
+		return append(prefixes, venvRO...), ""
 	}
 	return prefixes, info.executable
 }

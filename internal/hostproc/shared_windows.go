@@ -1,0 +1,4 @@
+package hostproc
+
+// SharedAbove is "" on Windows, which has no such modes.
+func SharedAbove(p string) string { return "" }
