@@ -42,8 +42,8 @@ var wheelTargets = []struct {
 }{
 	{"manylinux_2_17_x86_64.manylinux2014_x86_64", "linux", "amd64"},
 	{"manylinux_2_17_aarch64.manylinux2014_aarch64", "linux", "arm64"},
-	{"macosx_12_0_x86_64", "darwin", "amd64"},
-	{"macosx_12_0_arm64", "darwin", "arm64"},
+	{"macosx_13_0_x86_64", "darwin", "amd64"},
+	{"macosx_13_0_arm64", "darwin", "arm64"},
 	{"win_amd64", "windows", "amd64"},
 }
 

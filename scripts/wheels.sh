@@ -24,12 +24,12 @@ say() { printf 'wheels: %s\n' "$*" >&2; }
 # GOOS/GOARCH and the wheel's platform tag. A CGO_ENABLED=0 Go binary on
 # Linux links no libc at all, so the oldest manylinux that pip knows by
 # both spellings fits it; on macOS it says its minimum itself (LC_BUILD_VERSION,
-# 12.0 for Go 1.26), which the tests compare with the tag.
+# 13.0 for Go 1.27), which the tests compare with the tag.
 targets=(
   linux/amd64:manylinux_2_17_x86_64.manylinux2014_x86_64
   linux/arm64:manylinux_2_17_aarch64.manylinux2014_aarch64
-  darwin/amd64:macosx_12_0_x86_64
-  darwin/arm64:macosx_12_0_arm64
+  darwin/amd64:macosx_13_0_x86_64
+  darwin/arm64:macosx_13_0_arm64
   windows/amd64:win_amd64
 )
 
