@@ -63,11 +63,14 @@ func (e *Executor) endCell(sp telemetry.Span, err error) {
 // cellTraceOutcome classifies how a cell ended, for its span and the metrics.
 func cellTraceOutcome(err error) (outcome, errName string) {
 	var pe *PythonError
+	var kpe *kernel.PythonError // the kernel's form, before the seam converts it
 	switch {
 	case err == nil:
 		return telemetry.CellOK, ""
 	case errors.As(err, &pe):
 		return telemetry.CellError, pe.Name
+	case errors.As(err, &kpe):
+		return telemetry.CellError, kpe.Name
 	case errors.Is(err, ErrTimeout):
 		return telemetry.CellTimeout, ""
 	case errors.Is(err, ErrKernelDied):
