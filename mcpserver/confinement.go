@@ -11,7 +11,7 @@ import (
 // A session's snapshot and its package folder are written by its kernel:
 // restoring the snapshot unpickles what that kernel chose, and the
 // package folder is put on the next kernel's path. So both are used only
-// by a kernel as confined as the one that wrote them (DESIGN.md
+// by a kernel as confined as the one that wrote them (docs/design.md,
 // invariant 15). The record of a session names the confinement of the
 // kernels that wrote its folders:
 //

@@ -28,7 +28,7 @@ import (
 // Servers of Options.Servers (the operator's --mcp-config) run as they
 // are configured; so do those an application registers through the Go
 // API (ipybox.Executor.RegisterMCPServer): they are the operator's own.
-// (DESIGN.md invariant 14.)
+// (docs/design.md, invariant 14.)
 
 // errHostServer is the refusal of a stdio server that would run on the
 // host.

@@ -14,7 +14,7 @@ import (
 	"github.com/ipybox/ipybox/internal/safefs"
 )
 
-// A tenant is one principal's share of the server (DESIGN.md invariant
+// A tenant is one principal's share of the server (docs/design.md, invariant
 // 15): its workspace folder, and everything that lives there or follows
 // from it (the registry of MCP servers, mcptools/, the virtualenv, the
 // sessions' package and snapshot folders, ipybox-outputs/), the

@@ -8,7 +8,7 @@ import (
 )
 
 // startExempt are the functions that start a host process without
-// hostproc.Prepare, each with its reason (DESIGN.md invariant 14: every
+// hostproc.Prepare, each with its reason (docs/design.md, invariant 14: every
 // other host process starts in the private folder of host processes).
 var startExempt = map[string]string{
 	// The kernel is kernel code: the workspace is its working folder by

@@ -1,5 +1,5 @@
 // Package hostproc is where every process that ipybox starts on the host
-// gets its working folder and its environment (DESIGN.md invariant 14).
+// gets its working folder and its environment (docs/design.md, invariant 14).
 //
 // Kernel code can write the workspace, and interpreters and package
 // runners load code from their working folder and its parents: `python -m`
