@@ -20,7 +20,10 @@ import (
 // names the base interpreter, which is asked instead, if it lives outside
 // those places. A program that is not Python gets no extra directories.
 func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes []string, executable string) {
-	writable := []string{s.workspace, runDir}
+	writable := []string{s.workspace}
+	if runDir != "" {
+		writable = append(writable, runDir)
+	}
 	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
 		writable = append(writable, aw...)
 	}
@@ -77,6 +80,15 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return prefixes, ""
 	}
 	return prefixes, info.executable
+}
+
+// isPythonName reports whether path's file name is a Python
+// interpreter's (python, python3, python3.11): Command asks only those
+// for their prefixes, since asking runs the program on the host with
+// Python's arguments.
+func isPythonName(path string) bool {
+	rest, ok := strings.CutPrefix(filepath.Base(path), "python")
+	return ok && strings.Trim(rest, "0123456789.") == ""
 }
 
 // systemPython reports whether path resolves to an interpreter under /usr

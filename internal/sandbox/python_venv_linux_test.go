@@ -50,3 +50,17 @@ func TestSystemPythonTellsVenvs(t *testing.T) {
 		t.Errorf("systemPython(%s) = false for a plain link to %s, want true", plain, sys)
 	}
 }
+
+// TestIsPythonName: Command asks only interpreters named like Python for
+// their prefixes (asking runs the program on the host with -I -c ...).
+func TestIsPythonName(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]bool{
+		"/v/bin/python": true, "/v/bin/python3": true, "/usr/bin/python3.11": true,
+		"/usr/bin/npx": false, "/usr/bin/node": false, "/v/bin/python-config": false, "/v/bin/pythonx": false, "/v/bin/uvx": false,
+	} {
+		if got := isPythonName(p); got != want {
+			t.Errorf("isPythonName(%s) = %v, want %v", p, got, want)
+		}
+	}
+}
