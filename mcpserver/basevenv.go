@@ -47,10 +47,10 @@ type baseVenv struct {
 }
 
 // writableByKernels lists the folders kernel code can write: the
-// tenant's folder and the sandbox's allowWrite paths (the binds among
-// them).
+// workspace (every tenant's folder) and the sandbox's allowWrite paths
+// (the binds among them).
 func (t *tenant) writableByKernels() []string {
-	w := []string{t.dir}
+	w := []string{t.dir, t.s.workspace} // other tenants' folders too
 	if t.s.sandbox != nil {
 		for _, p := range t.s.sandbox.Filesystem.AllowWrite {
 			if filepath.IsAbs(p) {

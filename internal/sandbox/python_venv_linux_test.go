@@ -1,9 +1,14 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestSystemPythonTellsVenvs checks that a virtual environment made from
@@ -62,5 +67,26 @@ func TestIsPythonName(t *testing.T) {
 		if got := isPythonName(p); got != want {
 			t.Errorf("isPythonName(%s) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+// TestCommandBindsVenvPrefix: Command, like a kernel's start, shows a
+// venv interpreter's prefix (PyPI's kernel stack, outside /usr and the
+// workspace): ipybox mcp runs the virtualenv and pip helpers with it.
+// Before, Command refused it: "command ... is not visible in the sandbox".
+func TestCommandBindsVenvPrefix(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	py, want := testenv.PyPIPython(t)
+	x := newSbx(t, nil, nil)
+	cmd, err := x.Command(context.Background(), py, []string{"-I", "-c", "import ipykernel; print(ipykernel.__version__)"}, []string{"PATH=/usr/bin"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != want {
+		t.Errorf("%s in the sandbox: %q, %v: %s; want ipykernel %s", py, out, err, errb.String(), want)
 	}
 }
