@@ -572,7 +572,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 	// The audit log names the principal; with several, the answers it
 	// remembers apply to it alone.
 	o.Principal, o.Tenant = t.principal, t.multi
-	o.Sandbox = s.sandbox
+	o.Sandbox = t.sandboxConfig()
 	o.Container = s.opts.Container
 	switch {
 	case s.opts.Gateway != nil:

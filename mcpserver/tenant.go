@@ -66,6 +66,7 @@ type tenant struct {
 	venvMu   sync.Mutex // serialises the virtualenv's creation
 	venvPy   string     // the virtualenv's interpreter once created
 	venvBase string     // the interpreter it was made from, when this server made it
+	baseVenv *baseVenv  // the base interpreter's venv (basevenv.go); set under venvMu before venvPy
 
 	zygMu  sync.Mutex
 	zyg    *ipybox.Zygote // the fork server of unsandboxed kernels, once started

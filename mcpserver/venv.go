@@ -64,6 +64,13 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 	dir := venvDir(t.dir)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
+		if t.s.sandbox != nil {
+			// Its kernels need the base venv's prefix bound, as asked of
+			// the base now (not read from the virtualenv).
+			if base, err := kernel.FindPython(ctx, t.s.opts.Python); err == nil {
+				t.baseVenv = t.probeBaseVenv(ctx, base)
+			}
+		}
 		t.venvPy = py
 		return py, nil
 	}
@@ -73,6 +80,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	t.baseVenv = t.probeBaseVenv(ctx, base)
 	if err := t.moveAsideBrokenVenv(); err != nil {
 		return "", err
 	}
@@ -175,6 +183,11 @@ func (t *tenant) makeVenv(ctx context.Context, base, dir, final string) error {
 	if out, err := t.helperIn(ctx, dir, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
+	if t.baseVenv != nil {
+		if err := writeBaseVenvPth(dir, t.baseVenv); err != nil {
+			return err
+		}
+	}
 	// Whether the base's pip is there is asked of the base, isolated:
 	// the venv's interpreter is not run for it.
 	if _, err := t.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
@@ -227,7 +240,7 @@ func (t *tenant) helperIn(ctx context.Context, writable, path string, args ...st
 		return runCommand(ctx, t.dir, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
-		&ipybox.CommandOptions{Sandbox: t.s.sandbox, Env: env, Writable: []string{writable}})
+		&ipybox.CommandOptions{Sandbox: t.sandboxConfig(), Env: env, Writable: []string{writable}})
 	if err != nil {
 		return nil, err
 	}

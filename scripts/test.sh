@@ -59,8 +59,10 @@ go test -race -timeout 20m "${pkgs[@]}" "$@" || status=$?
 # and plots, tool calls and approvals, shell approval, snapshots and
 # restore, the sandbox, the pool, the fork server, Jupyter Server 2.x as a
 # gateway, Enterprise Gateway 3.3.0 running PyPI's kernel, ipykernel 7's
-# own changes (TestIPykernel7*) and the doctor's versions. About 3 minutes
-# here; skipped only with "$@" (a targeted run).
+# own changes (TestIPykernel7*), the doctor's versions, and the Python API
+# (ipybox mcp's workspace virtualenv made from the venv's interpreter, with
+# its packages and, sandboxed, its prefix bound: TestPythonAPI, ~2.5 minutes
+# at load 20). About 5-6 minutes here; skipped only with "$@" (a targeted run).
 if [ $# -eq 0 ]; then
   pystack=$(scripts/pyvenv.sh pystack)/bin/python
   pypi_root='TestOutputs|TestPythonErrors|TestStreamingIsLive|TestStreamKeepsStdoutAndStderrApart|TestPlotsBecomeImages|TestDisplaysAndClearOutput|TestInterrupt|TestCancelInterruptsPromptly|TestIgnoredInterruptRestarts|TestTimeoutKeepsState|TestStatePersistsAndReset|TestKernelDeath|TestCloseLeavesNothing|TestToolCallsOverAllTransports|TestApprovals|TestTimeoutBudgetAndApproval|TestCancelWhileApprovalPending|TestAttackShellEntryPoints|TestSnapshotRestore|TestSandboxedKernelStillWorks|TestSandboxAttacksFromKernel|TestSandboxNeverRunsWorkspacePythonOnHost|TestPool|TestPoolColdGetAndFailure|TestZygoteExecutors|TestGatewayExecutor|TestGatewayToolServerTLS|TestGatewayDetachAttach|TestEnterpriseGateway'
@@ -68,6 +70,7 @@ if [ $# -eq 0 ]; then
   IPYBOX_PYTHON=$pystack go test -race -timeout 15m ./internal/kernel || status=$?
   IPYBOX_PYTHON=$pystack go test -race -timeout 15m -run "^($pypi_root)\$" . || status=$?
   IPYBOX_PYTHON=$pystack go test -race -timeout 15m -run '^(TestGatewaySessions|TestDoctor)$' ./mcpserver ./cmd/ipybox || status=$?
+  IPYBOX_PYTHON=$pystack go test -timeout 15m -run '^TestPythonAPI$' ./python || status=$?
 fi
 # --- end of issue 37's block ------------------------------------------------
 scripts/leftovers.sh check "$before" || status=1

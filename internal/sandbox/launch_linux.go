@@ -115,13 +115,9 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	exe := path
-	if !s.visibleExe(v, path) {
-		if fallback == "" || !s.visibleExe(v, fallback) {
-			return nil, fmt.Errorf("sandbox: interpreter %s is not visible in the sandbox; add its directory to extraRead", path)
-		}
-		s.log.Debug("sandbox: running the interpreter by its real path", "path", path, "executable", fallback)
-		exe = fallback
+	exe, ok := s.runnableExe(v, path, fallback)
+	if !ok {
+		return nil, fmt.Errorf("sandbox: interpreter %s is not visible in the sandbox; add its directory to extraRead", path)
 	}
 	ic := s.initConfig(v, exe, spec.Args, true)
 	ic.CtlFD = 5
@@ -229,15 +225,37 @@ func (s *Sandbox) Command(ctx context.Context, path string, args, env []string, 
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.buildView(viewInput{dir: dir, home: envValue(env, "HOME"), binds: binds})
+	var prefixes []string
+	fallback := ""
+	if isPythonName(path) {
+		// A venv's interpreter (venv or pip run by it) needs its prefix,
+		// as a kernel's does.
+		prefixes, fallback = s.pythonFor(ctx, path, "")
+	}
+	v, err := s.buildView(viewInput{dir: dir, home: envValue(env, "HOME"), extraRO: prefixes, binds: binds})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if !s.visibleExe(v, path) {
+	exe, ok := s.runnableExe(v, path, fallback)
+	if !ok {
 		return nil, fmt.Errorf("sandbox: command %s is not visible in the sandbox; add it (or the directory it lives in) to extraRead", path)
 	}
-	ic := s.initConfig(v, path, args, false)
+	ic := s.initConfig(v, exe, args, false)
 	return s.launchCmd(v, env, ic)
+}
+
+// runnableExe returns what runs path in v: path itself when it is
+// visible, else the interpreter's real executable (pythonFor's fallback)
+// when that is.
+func (s *Sandbox) runnableExe(v *view, path, fallback string) (string, bool) {
+	if s.visibleExe(v, path) {
+		return path, true
+	}
+	if fallback == "" || !s.visibleExe(v, fallback) {
+		return "", false
+	}
+	s.log.Debug("sandbox: running the interpreter by its real path", "path", path, "executable", fallback)
+	return fallback, true
 }
 
 // visibleExe reports whether p, and what its symbolic links lead to, are

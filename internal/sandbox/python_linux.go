@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/hostproc"
@@ -20,7 +21,10 @@ import (
 // names the base interpreter, which is asked instead, if it lives outside
 // those places. A program that is not Python gets no extra directories.
 func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes []string, executable string) {
-	writable := []string{s.workspace, runDir}
+	writable := []string{s.workspace}
+	if runDir != "" {
+		writable = append(writable, runDir)
+	}
 	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
 		writable = append(writable, aw...)
 	}
@@ -70,6 +74,13 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		}
 		return nil, ask
 	}
+	if w := othersCanReplace(ask); w != "" {
+		// A command's path may be a client's choice (a registered stdio
+		// server): asking runs it on the host, so never a file another
+		// user could have put there.
+		s.log.Warn("sandbox: not asking the interpreter for its prefix: another user could have replaced it; not bound (add what it needs to extraRead)", "path", ask, "because_of", w)
+		return nil, ""
+	}
 	info := s.askPython(ctx, ask)
 	if info.err != nil {
 		s.log.Debug("sandbox: not a Python interpreter (or it failed); no prefix added", "path", ask, "err", info.err)
@@ -88,6 +99,46 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return append(prefixes, venvRO...), ""
 	}
 	return prefixes, info.executable
+}
+
+// othersCanReplace returns the first of path, the file it leads to and
+// their folders that another user could replace or change (owned by
+// neither this user nor root, or writable by group or others without
+// the sticky bit); "" when none.
+func othersCanReplace(path string) string {
+	uid := uint32(os.Getuid())
+	paths := []string{path}
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		paths = append(paths, r)
+	}
+	for _, p := range paths {
+		for q := filepath.Clean(p); ; q = filepath.Dir(q) {
+			fi, err := os.Lstat(q)
+			if err != nil {
+				return q
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok || st.Uid != uid && st.Uid != 0 {
+				return q
+			}
+			if fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0 && !(fi.IsDir() && fi.Mode()&os.ModeSticky != 0) {
+				return q
+			}
+			if q == "/" || q == "." {
+				break
+			}
+		}
+	}
+	return ""
+}
+
+// isPythonName reports whether path's file name is a Python
+// interpreter's (python, python3, python3.11): Command asks only those
+// for their prefixes, since asking runs the program on the host with
+// Python's arguments.
+func isPythonName(path string) bool {
+	rest, ok := strings.CutPrefix(filepath.Base(path), "python")
+	return ok && strings.Trim(rest, "0123456789.") == ""
 }
 
 // systemPython reports whether path resolves to an interpreter under /usr

@@ -1,10 +1,14 @@
 package sandbox
 
 import (
-	"github.com/ipybox/ipybox/internal/testenv"
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestSystemPythonTellsVenvs checks that a virtual environment made from
@@ -50,4 +54,100 @@ func TestSystemPythonTellsVenvs(t *testing.T) {
 	if !systemPython(plain) {
 		t.Errorf("systemPython(%s) = false for a plain link to %s, want true", plain, sys)
 	}
+}
+
+// TestIsPythonName: Command asks only interpreters named like Python for
+// their prefixes (asking runs the program on the host with -I -c ...).
+func TestIsPythonName(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]bool{
+		"/v/bin/python": true, "/v/bin/python3": true, "/usr/bin/python3.11": true,
+		"/usr/bin/npx": false, "/usr/bin/node": false, "/v/bin/python-config": false, "/v/bin/pythonx": false, "/v/bin/uvx": false,
+	} {
+		if got := isPythonName(p); got != want {
+			t.Errorf("isPythonName(%s) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+// TestCommandBindsVenvPrefix: Command, like a kernel's start, shows a
+// venv interpreter's prefix (PyPI's kernel stack, outside /usr and the
+// workspace): ipybox mcp runs the virtualenv and pip helpers with it.
+// Before, Command refused it: "command ... is not visible in the sandbox".
+func TestCommandBindsVenvPrefix(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	py, want := testenv.PyPIPython(t)
+	x := newSbx(t, nil, nil)
+	cmd, err := x.Command(context.Background(), py, []string{"-I", "-c", "import ipykernel; print(ipykernel.__version__)"}, []string{"PATH=/usr/bin"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != want {
+		t.Errorf("%s in the sandbox: %q, %v: %s; want ipykernel %s", py, out, err, errb.String(), want)
+	}
+}
+
+// TestCommandNeverAsksReplaceablePython: Command asks a Python-named
+// program for its prefixes on the host, and its path may be a client's
+// choice (a registered stdio server): a program another user could have
+// put or changed there (its folder or itself writable by group or others,
+// or owned by another user) is never run on the host. Each variant leaves
+// a mark when it runs; the control, a private copy, does.
+func TestCommandNeverAsksReplaceablePython(t *testing.T) {
+	t.Parallel()
+	needSandbox(t)
+	x := newSbx(t, nil, nil)
+	marks := t.TempDir()
+	plant := func(name string, dirMode, fileMode os.FileMode, uid int) string {
+		dir := filepath.Join(t.TempDir(), name, "bin")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		py := filepath.Join(dir, "python3")
+		script := "#!/bin/sh\ntouch '" + filepath.Join(marks, name) + "'\nfor i in 1 2 3 4 5; do echo /opt/" + name + "; done\n"
+		if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(py, fileMode)
+		os.Chmod(dir, dirMode)
+		if uid >= 0 {
+			if err := os.Lchown(py, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return py
+	}
+	variants := []string{
+		plant("group-writable-dir", 0o775, 0o755, -1),
+		plant("other-writable-dir", 0o757, 0o755, -1),
+		plant("writable-file", 0o755, 0o777, -1),
+	}
+	if os.Getuid() == 0 {
+		variants = append(variants, plant("other-owner", 0o755, 0o755, 65534))
+	} else {
+		t.Log("not root: the other-owner variant needs chown")
+	}
+	for _, py := range variants {
+		x.Command(context.Background(), py, []string{"-c", "pass"}, []string{"PATH=/usr/bin"}, "")
+	}
+	if ents := mustEntries(t, marks); len(ents) != 0 {
+		t.Errorf("ran on the host: %v", ents)
+	}
+	x.Command(context.Background(), plant("control", 0o755, 0o755, -1), []string{"-c", "pass"}, []string{"PATH=/usr/bin"}, "")
+	if ents := mustEntries(t, marks); len(ents) != 1 {
+		t.Errorf("the control did not run on the host (%v): the test cannot fail", ents)
+	}
+}
+
+func mustEntries(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ents
 }
