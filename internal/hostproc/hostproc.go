@@ -100,6 +100,13 @@ func DirOutside(writable []string) (string, error) {
 		if d, ok := dirs[root]; ok {
 			return d, nil
 		}
+		if fi, err := os.Lstat(root); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			// Not followed: whoever planted the link chooses where the
+			// folder goes (TestGeneratedToken plants one at
+			// $XDG_RUNTIME_DIR/ipybox).
+			errs = append(errs, fmt.Errorf("%s is a symbolic link", root))
+			continue
+		}
 		d, err := rundir.New(root, "ipybox-host-")
 		if err == nil {
 			dirs[root] = d
