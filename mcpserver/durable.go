@@ -444,7 +444,7 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 	// sleeps), and a hibernation holds the session's startMu meanwhile.
 	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
 	defer cancel()
-	limit, release, err := s.reserve(ctx, ex.SnapshotDir())
+	limit, release, err := s.budget.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
 		return nil, err
 	}
@@ -463,105 +463,6 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 // room in the workspace's budget included: past it the save fails, and
 // a hibernation stops the kernel without a snapshot.
 const SaveTimeout = defaults.SnapshotSave
-
-// minSave is the least room a save is started with.
-const minSave = 64 << 10
-
-// reserve returns the size a save into dir may take, and holds it against
-// the workspace's budget until release: the session's budget, or what the
-// other sessions' snapshots leave of the workspace's. While saves in
-// flight hold that room (SIGTERM saves every session at once), it waits
-// for one to end, until ctx does; when the snapshots on disk leave less
-// than minSave, it fails.
-func (s *Server) reserve(ctx context.Context, dir string) (int64, func(), error) {
-	per := s.opts.SnapshotBytes
-	total := s.opts.SnapshotWorkspaceBytes
-	if total < 0 {
-		if per < 0 {
-			return 0, func() {}, nil
-		}
-		return per, func() {}, nil
-	}
-	for {
-		used, err := s.snapshotsSize(dir)
-		if err != nil {
-			return 0, nil, err
-		}
-		want := total - used
-		if per >= 0 && per < want {
-			want = per
-		}
-		if want < minSave {
-			if per >= 0 && per < total-used {
-				// The session's own budget is what refuses.
-				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
-			}
-			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
-		}
-		s.budgetMu.Lock()
-		if s.reserved+want <= total-used {
-			s.reserved += want
-			s.budgetMu.Unlock()
-			return want, func() {
-				s.budgetMu.Lock()
-				s.reserved -= want
-				if s.budgetFreed != nil {
-					close(s.budgetFreed)
-					s.budgetFreed = nil
-				}
-				s.budgetMu.Unlock()
-			}, nil
-		}
-		if s.budgetFreed == nil {
-			s.budgetFreed = make(chan struct{})
-		}
-		freed := s.budgetFreed
-		s.budgetMu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
-		}
-	}
-}
-
-// snapshotsSize measures the snapshot folders of every tenant but except
-// (the budget is the server's, over its principals).
-func (s *Server) snapshotsSize(except string) (int64, error) {
-	var total int64
-	for _, dir := range s.tenantDirs() {
-		total += s.tenantSnapshotsSize(filepath.Join(dir, ".ipybox", "snapshots"), except)
-	}
-	return total, nil
-}
-
-// tenantSnapshotsSize measures the snapshot folders in root but except.
-func (s *Server) tenantSnapshotsSize(root, except string) int64 {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, e := range ents {
-		p := filepath.Join(root, e.Name())
-		if p == except || !e.IsDir() {
-			continue
-		}
-		n, err := safefs.Size(p, maxSnapshotEntries)
-		if err != nil {
-			// A folder too full to count counts as the whole budget.
-			n = s.opts.SnapshotBytes
-		}
-		// Its running kernel can write it between saves: it counts as at
-		// most one session's budget, so that one session cannot take the
-		// others' room.
-		if per := s.opts.SnapshotBytes; per >= 0 {
-			n = min(n, per)
-		}
-		total += n
-	}
-	return total
-}
 
 // unsavedKey is what a save left out, to tell a change.
 func unsavedKey(rep *ipybox.SnapshotReport) string {

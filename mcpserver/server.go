@@ -273,7 +273,7 @@ const defaultPoolMax = 4
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
-//	s.budgetMu (alone)
+//	s.budget.mu (alone)
 //
 // (x is a session, c a cell run, store the handle table, t a tenant:
 // see tenant.go.) s.mu, x.mu,
@@ -322,12 +322,8 @@ type Server struct {
 	// read the state folder (the reaper's own).
 	counted  map[[32]byte]bool
 	lastScan time.Time
-	// reserved is what the saves in flight may take of the workspace's
-	// snapshot budget; budgetFreed is closed (and replaced) when one
-	// ends. Both guarded by budgetMu.
-	budgetMu    sync.Mutex
-	reserved    int64
-	budgetFreed chan struct{}
+	// budget is the workspace's snapshot budget (budget.go).
+	budget *snapshotBudget
 	// tokens are the accepted bearer tokens' digests, with their
 	// principals.
 	tokens []principalToken
@@ -430,6 +426,7 @@ func New(opts *Options) (*Server, error) {
 		return nil, err
 	}
 	s.multi = multiTenant(s.tokens)
+	s.budget = &snapshotBudget{per: o.SnapshotBytes, total: o.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 	}
