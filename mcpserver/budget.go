@@ -127,4 +127,3 @@ func (b *snapshotBudget) tenantSnapshotsSize(root, except string) int64 {
 	}
 	return total
 }
-

@@ -269,7 +269,7 @@ const defaultPoolMax = 4
 //	s.closeMu → s.mu
 //	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
 //	x.closeMu → x.startMu → lockName(name) → t.mu
-//	s.runMu → c.mu, x.mu
+//	s.runs.mu → c.mu, x.mu
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
@@ -277,7 +277,7 @@ const defaultPoolMax = 4
 //
 // (x is a session, c a cell run, store the handle table, t a tenant:
 // see tenant.go.) s.mu, x.mu,
-// store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
+// store.mu, s.runs.mu and a cell's locks guard memory only: no I/O happens
 // under them. Three are held across I/O, each bounded and each waited for
 // only by what must wait: x.startMu across its session's kernel start
 // (StartTimeout), lockName(name) across a registration of that name (its
@@ -344,13 +344,8 @@ type Server struct {
 	handlesBy map[string]int
 	reaper    sync.Once
 
-	// runs are the cells suspended at an approval, by their requestState
-	// (see mrtr.go); guarded by runMu.
-	runMu sync.Mutex
-	runs  map[[32]byte]*cellRun
-	// cells are each session's cells, from their start until their
-	// result is taken (cells.go); guarded by runMu.
-	cells map[*session][]*cellRun
+	// runs is the table of cells in flight (runs.go).
+	runs *runTable
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -416,7 +411,7 @@ func New(opts *Options) (*Server, error) {
 		live:      map[*mcp.ServerSession]struct{}{},
 		kernelsBy: map[string]int{},
 		handlesBy: map[string]int{},
-		runs:      map[[32]byte]*cellRun{},
+		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
 	}
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {

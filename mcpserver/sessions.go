@@ -156,7 +156,7 @@ func (s *Server) forget(x *session, keep bool) {
 		}
 	}
 	s.mu.Unlock()
-	s.dropRuns(x)
+	s.runs.dropRuns(x)
 }
 
 // limits returns the kernel limits: in total and per principal (-1: none).
