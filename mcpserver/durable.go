@@ -419,7 +419,7 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 	x.mu.Lock()
 	x.asleep = sl
 	x.mu.Unlock()
-	s.releaseSlot(x)
+	s.sessions.releaseSlot(x)
 	s.saveRecord(x)
 	x.unlock()
 	s.log.Info("session hibernated", "session", x.id, "why", why, "took", time.Since(t0).Round(time.Millisecond))
@@ -657,7 +657,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // then Close.
 func (s *Server) Hibernate(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		if !x.durable() || !x.hasKernel() {
 			continue
 		}

@@ -18,7 +18,7 @@ import (
 // snapshotPath is the snapshot file of session h of srv.
 func snapshotPath(t *testing.T, srv *Server, ws, h string) string {
 	t.Helper()
-	x := srv.store.get(h)
+	x := srv.sessions.store.get(h)
 	if x == nil {
 		t.Fatalf("no session %s", h)
 	}
@@ -108,11 +108,11 @@ func TestSnapshotBudget(t *testing.T) {
 	a, b := createSession(t, cs), createSession(t, cs)
 	runIn(t, cs, a, "fits = bytes(250_000)\nhuge = bytes(400_000)\nk = 1")
 	runIn(t, cs, b, "k = 2")
-	x := srv.store.get(a)
+	x := srv.sessions.store.get(a)
 	if !x.hibernate(t.Context(), "test", false) {
 		t.Fatal("session a did not hibernate")
 	}
-	y := srv.store.get(b)
+	y := srv.sessions.store.get(b)
 	if !y.hibernate(t.Context(), "test", false) {
 		t.Fatal("session b did not hibernate")
 	}
@@ -157,7 +157,7 @@ func snapshotReplace(t *testing.T, o *Options) {
 	runIn(t, cs, victim, "secret = 'victim'")
 	runIn(t, cs, attacker, "secret = 'attacker'")
 	vpath := snapshotPath(t, srv, ws, victim)
-	x := srv.store.get(victim)
+	x := srv.sessions.store.get(victim)
 	if !x.hibernate(t.Context(), "test", false) {
 		t.Fatal("the victim did not hibernate")
 	}
@@ -325,7 +325,7 @@ func TestShutdownInterruptsCell(t *testing.T) {
 			t.Fatal("the long cell did not reach its marker")
 		}
 	}
-	if x := srv.store.get(busy); x == nil || !x.idleSince().IsZero() {
+	if x := srv.sessions.store.get(busy); x == nil || !x.idleSince().IsZero() {
 		t.Fatal("the session of the long cell is idle while the cell runs")
 	}
 	shutdown(t, srv)

@@ -169,15 +169,12 @@ func (st *durableStore) get(h string) *session {
 	if r == nil {
 		return nil
 	}
-	st.s.mu.Lock()
-	closed := st.s.closed
-	st.s.mu.Unlock()
-	if closed {
+	if st.s.sessions.isClosed() {
 		return nil
 	}
 	x := st.s.revive(h, k, r)
 	st.mem.add(x)
-	st.s.revived(x)
+	st.s.sessions.revived(x)
 	st.s.log.Info("session revived from the state folder", "session", x.id, "principal", x.principal)
 	return x
 }

@@ -192,9 +192,7 @@ func principalOfHTTP(r *http.Request) string {
 // connsFull reports whether one more 2025-11-25 connection would pass
 // maxConnections.
 func (s *Server) connsFull() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.live) >= maxConnections
+	return s.sessions.connsFull()
 }
 
 // refuseSession answers a new connection's initialize, past
@@ -261,16 +259,7 @@ func checkOrigin(c *http.CrossOriginProtection, r *http.Request) error {
 // the given ID, if it is principal p's (the go-sdk then refuses another
 // principal's DELETE).
 func (s *Server) endConnID(id, p string) {
-	s.mu.Lock()
-	var found *mcp.ServerSession
-	for ss, x := range s.implicit {
-		if ss.ID() == id && x.principal == p {
-			found = ss
-			break
-		}
-	}
-	s.mu.Unlock()
-	if found != nil {
+	if found := s.sessions.connByID(id, p); found != nil {
 		s.endConn(found)
 	}
 }

@@ -44,7 +44,7 @@ func (s *Server) reportSessions() func() {
 // sessionStates counts the open sessions: those with a kernel or about to
 // get one (active), and those whose state is saved (hibernated).
 func (s *Server) sessionStates() (active, hibernated int) {
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		x.mu.Lock()
 		asleep := x.asleep != nil
 		x.mu.Unlock()

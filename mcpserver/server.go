@@ -263,26 +263,34 @@ const defaultPoolMax = 4
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
 //
+// The parts of a Server each own their state and their lock:
+// sessionTable (sessiontable.go: the sessions, connections and their
+// counts), runTable (runs.go: the cells in flight), snapshotBudget
+// (budget.go), tenant (tenant.go: a principal's folder, registry,
+// virtualenv and fork server) and the kernel factory (factory.go: the
+// warm pool and how an executor starts).
+//
 // Locks, outer first; a goroutine that holds one may take only those
 // after it on its line:
 //
-//	s.closeMu → s.mu
-//	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
+//	s.closeMu → s.sessions.mu
+//	x.closeMu → x.startMu → lockName(name) → s.sessions.mu → x.mu, store.mu
 //	x.closeMu → x.startMu → lockName(name) → t.mu
 //	s.runs.mu → c.mu, x.mu
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
-//	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
+//	s.sessions.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
 //	s.budget.mu (alone)
 //
-// (x is a session, c a cell run, store the handle table, t a tenant:
-// see tenant.go.) s.mu, x.mu,
-// store.mu, s.runs.mu and a cell's locks guard memory only: no I/O happens
-// under them. Three are held across I/O, each bounded and each waited for
-// only by what must wait: x.startMu across its session's kernel start
-// (StartTimeout), lockName(name) across a registration of that name (its
-// context and the connect timeout: registrations of other names, and
-// cells, go on), and t.venvMu across the virtualenv's creation.
+// (x is a session, c a cell run, store the handle table, t a tenant.)
+// s.sessions.mu, x.mu, store.mu, s.runs.mu and a cell's locks guard
+// memory only, but for the record a durable session's store.add writes
+// under s.sessions.mu. Three are held across I/O, each bounded and each
+// waited for only by what must wait: x.startMu across its session's
+// kernel start (StartTimeout), lockName(name) across a registration of
+// that name (its context and the connect timeout: registrations of other
+// names, and cells, go on), and t.venvMu across the virtualenv's
+// creation.
 type Server struct {
 	opts      Options
 	workspace string
@@ -312,15 +320,14 @@ type Server struct {
 	tenantMu sync.Mutex
 	tenants  map[string]*tenant
 
-	// store is the table of sessions by handle, implicit ones included.
-	store sessionStore
+	// sessions is the table of sessions, connections and their counts
+	// (sessiontable.go).
+	sessions *sessionTable
 	// state is the state folder; frontend names this process in it.
 	state    *stateDir
 	frontend string
-	// counted holds the keys of the state folder's sessions that
-	// handlesBy counts (guarded by mu); lastScan is when the reaper last
-	// read the state folder (the reaper's own).
-	counted  map[[32]byte]bool
+	// lastScan is when the reaper last read the state folder (the
+	// reaper's own).
 	lastScan time.Time
 	// budget is the workspace's snapshot budget (budget.go).
 	budget *snapshotBudget
@@ -328,21 +335,7 @@ type Server struct {
 	// principals.
 	tokens []principalToken
 
-	mu sync.Mutex
-	// implicit maps a connection to its implicit session.
-	implicit map[*mcp.ServerSession]*session
-	// live holds every connection (stdio, or a 2025-11-25 HTTP session)
-	// that has not ended: Close must close them all, or it would wait for
-	// them.
-	live   map[*mcp.ServerSession]struct{}
-	closed bool
-	// kernels counts the sessions that hold a kernel, kernelsBy those of
-	// each principal, and handlesBy each principal's sessions of
-	// create_session.
-	kernels   int
-	kernelsBy map[string]int
-	handlesBy map[string]int
-	reaper    sync.Once
+	reaper sync.Once
 
 	// runs is the table of cells in flight (runs.go).
 	runs *runTable
@@ -405,12 +398,8 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		implicit:  map[*mcp.ServerSession]*session{},
-		counted:   map[[32]byte]bool{},
 		frontend:  newFolderName(),
-		live:      map[*mcp.ServerSession]struct{}{},
-		kernelsBy: map[string]int{},
-		handlesBy: map[string]int{},
+		sessions:  newSessionTable(o.MaxSessions, o.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
 	}
@@ -444,13 +433,9 @@ func New(opts *Options) (*Server, error) {
 	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
 		return nil, err
 	}
-	s.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
-	// The principals' sessions the state folder keeps count against
-	// their limit from the start.
-	for _, k := range s.state.list() {
-		s.counted[k.key] = true
-		s.handlesBy[k.rec.Principal]++
-	}
+	s.sessions.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
+	s.sessions.onAdd = s.startReaper
+	s.sessions.countStored(s.state.list())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.multi && o.Pool > 0 {
 		// A pooled kernel starts in one folder, before its session (and
@@ -635,14 +620,8 @@ func (s *Server) Close() error {
 	s.unreport()
 	s.cancel()
 	s.warm.Close()
-	s.mu.Lock()
-	s.closed = true
-	var all []*mcp.ServerSession
-	for ss := range s.live {
-		all = append(all, ss)
-	}
-	s.mu.Unlock()
-	sess := s.store.all()
+	all := s.sessions.close()
+	sess := s.sessions.store.all()
 	// Stop the kernels first: that ends the cells tool calls wait for, so
 	// that closing the MCP sessions (which waits for their calls) is quick.
 	var errs []error

@@ -192,7 +192,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		x.sync(ctx, ex)
 		return ex, nil
 	}
-	if err := x.s.takeSlot(x); err != nil {
+	if err := x.s.sessions.takeSlot(x); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -200,7 +200,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	ex, err := x.wake(sctx)
 	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	if err != nil {
-		x.s.releaseSlot(x)
+		x.s.sessions.releaseSlot(x)
 		x.unlock()
 		x.s.log.Warn("kernel start failed", "session", x.id, "err", err)
 		switch {
@@ -215,7 +215,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	if x.closed {
 		x.mu.Unlock()
 		x.s.closeExecutor(ex, true)
-		x.s.releaseSlot(x)
+		x.s.sessions.releaseSlot(x)
 		x.unlock()
 		return nil, errSessionClosed
 	}
@@ -411,7 +411,7 @@ func (x *session) finish(keep bool) error {
 		} else {
 			x.closeErr = x.s.closeExecutor(ex, keep)
 		}
-		x.s.releaseSlot(x)
+		x.s.sessions.releaseSlot(x)
 		x.s.log.Info("session ended; its kernel stopped", "session", x.id, "kept", keep)
 	} else if !keep && asleep != nil && asleep.detached && kid != "" {
 		// Its kernel runs on the gateway without us: end it there too.

@@ -46,7 +46,7 @@ import (
 // (across the fork server's start) are each taken alone. t.mu guards the
 // registration table and the synced generations of the tenant's
 // sessions, in memory only; it is taken after lockName(name) and never
-// with s.mu. s.tenantMu, the Server's, guards the map of tenants and is
+// with s.sessions.mu. s.tenantMu, the Server's, guards the map of tenants and is
 // a leaf.
 // Processes that are shared stay on Server: the snapshot budget, the
 // warm pool (only with one tenant), the kernel limits.

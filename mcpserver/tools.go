@@ -623,7 +623,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 	}
 	var all []entry
 	live := map[[32]byte]bool{}
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		live[x.key] = true
 		if x.conn != nil || x.principal != p || x.ctx.Err() != nil {
 			continue
