@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // newBudget returns a budget over one tenant folder, dir.
@@ -49,19 +51,11 @@ func TestBudgetReserveWaitsForRoom(t *testing.T) {
 		got <- n
 	}()
 	// Once it waits (freed is made by the waiter), release one.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.WaitFor(t, time.Minute, "the third save to wait", func() bool {
 		b.mu.Lock()
-		waiting := b.freed != nil
-		b.mu.Unlock()
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the third save did not wait within a minute")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer b.mu.Unlock()
+		return b.freed != nil
+	})
 	select {
 	case n := <-got:
 		t.Fatalf("the third save got %d before any release", n)

@@ -95,11 +95,11 @@ func (x *session) wake(ctx context.Context) (*ipybox.Executor, error) {
 	if !s.local() && asleep != nil {
 		attach = kid
 	}
-	ex, err := s.startExecutor(ctx, x, attach)
+	ex, err := s.factory.startExecutor(ctx, x, attach)
 	if errors.Is(err, kernel.ErrNoKernel) {
 		notes = append(notes, fmt.Sprintf("[ipybox: this session's kernel is no longer on the gateway (deleted, or culled for idleness) since %s; its state was lost; this cell runs in a fresh kernel]", x.since(asleep)))
 		asleep = nil
-		ex, err = s.startExecutor(ctx, x, "")
+		ex, err = s.factory.startExecutor(ctx, x, "")
 	}
 	if err != nil {
 		return nil, err
@@ -414,7 +414,7 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 		} else {
 			s.log.Info("snapshot saved", "session", x.id, "names", rep.SavedCount, "unsaved", rep.UnsavedCount, "bytes", rep.Bytes, "took", rep.Took.Round(time.Millisecond))
 		}
-		s.closeExecutor(ex, true)
+		s.factory.closeExecutor(ex, true)
 	}
 	x.mu.Lock()
 	x.asleep = sl

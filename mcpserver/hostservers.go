@@ -43,10 +43,10 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 	if raw := bytes.TrimSpace(cfg.Sandbox); len(raw) > 0 && !bytes.Equal(raw, []byte("true")) {
 		return cfg, errors.New(`server_params.sandbox: a stdio server registered here runs in the sandbox under this server's policy, which a client does not choose; leave "sandbox" out`)
 	}
-	if s.sandbox == nil {
+	if s.factory.sandbox == nil {
 		return cfg, errHostServer
 	}
-	b, err := json.Marshal(s.sandbox)
+	b, err := json.Marshal(s.factory.sandbox)
 	if err != nil {
 		return cfg, fmt.Errorf("server_params: the sandbox policy: %w", err)
 	}

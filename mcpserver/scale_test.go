@@ -23,11 +23,11 @@ func TestWarmPoolAndForkServer(t *testing.T) {
 	testenv.NeedsPython(t)
 	srv := newServer(t, &Options{Workspace: t.TempDir(), Pool: 2})
 	deadline := time.Now().Add(60 * time.Second)
-	for srv.warm.Ready() < 2 && time.Now().Before(deadline) {
+	for srv.factory.warm.Ready() < 2 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if srv.warm.Ready() != 2 {
-		t.Fatalf("the pool has %d warm kernels, want 2", srv.warm.Ready())
+	if srv.factory.warm.Ready() != 2 {
+		t.Fatalf("the pool has %d warm kernels, want 2", srv.factory.warm.Ready())
 	}
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)

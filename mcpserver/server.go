@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
-	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // ApprovalMode says who approves the tool calls and shell commands of cells.
@@ -306,11 +304,9 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     waitgroup.Group // the goroutines of sessions
 
-	// sandbox is the policy of kernels and pip (nil: none): Options.Sandbox
-	// with the bound directories added as writable paths.
-	sandbox *ipybox.SandboxConfig
-
-	warm *warm.Pool[warmExec]
+	// factory makes the sessions' kernels (factory.go); its sandbox is
+	// the policy of kernels and pip too.
+	factory *kernelFactory
 
 	// The tenants (tenant.go): with one principal or none, only is the
 	// one, in the workspace itself; with several (multi), tenants holds
@@ -403,6 +399,7 @@ func New(opts *Options) (*Server, error) {
 		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
 	}
+	s.factory = newKernelFactory(&s.opts, log)
 	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
@@ -413,16 +410,6 @@ func New(opts *Options) (*Server, error) {
 	s.budget = &snapshotBudget{per: o.SnapshotBytes, total: o.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
-	}
-	if o.Sandbox != nil {
-		// A bind is a link in the workspace to a host directory; inside the
-		// sandbox that directory must be there (and writable) too.
-		cp := *o.Sandbox
-		cp.Filesystem.AllowWrite = slices.Clone(cp.Filesystem.AllowWrite)
-		for _, b := range o.Binds {
-			cp.Filesystem.AllowWrite = append(cp.Filesystem.AllowWrite, b.HostPath)
-		}
-		s.sandbox = &cp
 	}
 	if !s.multi {
 		// Several principals get the links in their folders (tenant.go).
@@ -443,13 +430,13 @@ func New(opts *Options) (*Server, error) {
 		log.Warn("the warm pool is off with several principals: each principal's kernels start in its own folder", "pool", o.Pool)
 		o.Pool = 0
 	}
-	s.warm = newWarmPool(s, o.Pool)
+	s.factory.warm = s.factory.newWarmPool(s.only, o.Pool)
 	if o.Pool > 0 {
 		most := o.PoolMax
 		if most == 0 {
 			most = max(o.Pool, defaultPoolMax)
 		}
-		s.warm.Grow(most)
+		s.factory.warm.Grow(most)
 	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
@@ -619,7 +606,7 @@ func (s *Server) Close() error {
 	s.closeDone = true
 	s.unreport()
 	s.cancel()
-	s.warm.Close()
+	s.factory.warm.Close()
 	all := s.sessions.close()
 	sess := s.sessions.store.all()
 	// Stop the kernels first: that ends the cells tool calls wait for, so

@@ -102,12 +102,12 @@ func TestTenantFileTransfers(t *testing.T) {
 func TestConfinementOrder(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	none := newServer(t, &Options{Workspace: ws}).confinement()
-	sb := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()}).confinement()
+	none := newServer(t, &Options{Workspace: ws}).factory.confinement()
+	sb := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()}).factory.confinement()
 	other := ipybox.DefaultSandbox()
 	other.Filesystem.AllowWrite = append(other.Filesystem.AllowWrite, "/tmp")
-	sb2 := newServer(t, &Options{Workspace: ws, Sandbox: other}).confinement()
-	ct := newServer(t, &Options{Workspace: ws, Container: &ipybox.ContainerConfig{}}).confinement()
+	sb2 := newServer(t, &Options{Workspace: ws, Sandbox: other}).factory.confinement()
+	ct := newServer(t, &Options{Workspace: ws, Container: &ipybox.ContainerConfig{}}).factory.confinement()
 	if none != "none" || !strings.HasPrefix(sb, "sandbox/") || !strings.HasPrefix(ct, "container/") || sb == sb2 {
 		t.Fatalf("confinements: %q %q %q %q", none, sb, sb2, ct)
 	}

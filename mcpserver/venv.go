@@ -177,7 +177,7 @@ func (t *tenant) makeVenv(ctx context.Context, base, dir, final string) error {
 	if _, err := t.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
 		return writePipShims(dir, final, []string{"pip", "pip3"})
 	}
-	if t.s.sandbox == nil {
+	if t.s.factory.sandbox == nil {
 		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
 	}
 	// Inside the sandbox, the fresh venv's own interpreter may install a
@@ -220,11 +220,11 @@ func (t *tenant) helper(ctx context.Context, path string, args ...string) ([]byt
 func (t *tenant) helperIn(ctx context.Context, writable, path string, args ...string) ([]byte, error) {
 	env := helperEnv(t.s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
-	if t.s.sandbox == nil {
+	if t.s.factory.sandbox == nil {
 		return runCommand(ctx, t.dir, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
-		&ipybox.CommandOptions{Sandbox: t.s.sandbox, Env: env, Writable: []string{writable}})
+		&ipybox.CommandOptions{Sandbox: t.s.factory.sandbox, Env: env, Writable: []string{writable}})
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func (t *tenant) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pipTimeout)
 	defer cancel()
-	if t.s.sandbox != nil {
+	if t.s.factory.sandbox != nil {
 		out, err := t.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
 		if err != nil && looksOffline(out) {
 			err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)

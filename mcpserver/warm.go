@@ -1,10 +1,7 @@
 package mcpserver
 
 import (
-	"context"
-
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // A new session, a reset aside, needs a kernel at once: a cold start costs
@@ -24,17 +21,4 @@ type warmExec struct {
 	ex     *ipybox.Executor
 	synced map[string]int
 	owner  *oauthOwner
-}
-
-// newWarmPool keeps size Executors of s ready (none when size is 0),
-// for its one tenant: with several, New sets size to 0.
-func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
-	start := func(ctx context.Context) (warmExec, error) {
-		ex, synced, owner, err := s.only.newExecutor(ctx, "")
-		if err != nil && ex != nil {
-			s.closeExecutor(ex, false)
-		}
-		return warmExec{ex, synced, owner}, err
-	}
-	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex, false) }, s.log)
 }
