@@ -63,6 +63,25 @@ func (f *kernelFactory) newWarmPool(only *tenant, size int) *warm.Pool[warmExec]
 	return warm.New(size, start, func(w warmExec) error { return f.closeExecutor(w.ex, false) }, f.log)
 }
 
+// startPool makes the warm pool: size kernels kept ready for the one
+// tenant only, growing with demand up to most (0: max(size,
+// defaultPoolMax)). With several tenants (only is nil) there is none: a
+// pooled kernel starts in one folder, before its session (and so its
+// principal) is known.
+func (f *kernelFactory) startPool(only *tenant, size, most int) {
+	if only == nil && size > 0 {
+		f.log.Warn("the warm pool is off with several principals: each principal's kernels start in its own folder", "pool", size)
+		size = 0
+	}
+	f.warm = f.newWarmPool(only, size)
+	if size > 0 {
+		if most == 0 {
+			most = max(size, defaultPoolMax)
+		}
+		f.warm.Grow(most)
+	}
+}
+
 // startExecutor gives session x an Executor: a warm one from the pool when
 // there is one, else one started now (attached to gateway kernel attach,
 // when it is set). The generations of the registrations it knows are

@@ -370,17 +370,9 @@ func New(opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirs := o.AllowedDirs
-	if dirs == nil {
-		dirs = []string{ws, os.TempDir()}
-	}
-	var allowed []string
-	for _, d := range dirs {
-		real, err := realDir(d)
-		if err != nil {
-			return nil, fmt.Errorf("allowed directory: %w", err)
-		}
-		allowed = append(allowed, real)
+	allowed, err := allowedDirs(o.AllowedDirs, ws)
+	if err != nil {
+		return nil, err
 	}
 	tel := telemetry.New(o.TracerProvider, o.TraceCode)
 	if tel != nil {
@@ -410,8 +402,6 @@ func New(opts *Options) (*Server, error) {
 	s.budget = &snapshotBudget{per: o.SnapshotBytes, total: o.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
-	}
-	if !s.multi {
 		// Several principals get the links in their folders (tenant.go).
 		if err := s.makeBinds(ws); err != nil {
 			return nil, err
@@ -424,23 +414,36 @@ func New(opts *Options) (*Server, error) {
 	s.sessions.onAdd = s.startReaper
 	s.sessions.countStored(s.state.list())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.multi && o.Pool > 0 {
-		// A pooled kernel starts in one folder, before its session (and
-		// so its principal) is known.
-		log.Warn("the warm pool is off with several principals: each principal's kernels start in its own folder", "pool", o.Pool)
-		o.Pool = 0
+	s.factory.startPool(s.only, o.Pool, o.PoolMax)
+	s.mcp = s.newMCPServer()
+	s.addTools()
+	s.unreport = s.reportSessions()
+	return s, nil
+}
+
+// allowedDirs returns the real paths of the allowed directories dirs (nil:
+// the workspace ws and the system temporary directory).
+func allowedDirs(dirs []string, ws string) ([]string, error) {
+	if dirs == nil {
+		dirs = []string{ws, os.TempDir()}
 	}
-	s.factory.warm = s.factory.newWarmPool(s.only, o.Pool)
-	if o.Pool > 0 {
-		most := o.PoolMax
-		if most == 0 {
-			most = max(o.Pool, defaultPoolMax)
+	var allowed []string
+	for _, d := range dirs {
+		real, err := realDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("allowed directory: %w", err)
 		}
-		s.factory.warm.Grow(most)
+		allowed = append(allowed, real)
 	}
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
+	return allowed, nil
+}
+
+// newMCPServer returns the go-sdk server of s, with its middleware; New
+// adds the tools.
+func (s *Server) newMCPServer() *mcp.Server {
+	m := mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: s.opts.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
-		Logger:             log,
+		Logger:             s.log,
 		InitializedHandler: s.initialized,
 		// The go-sdk answers prompts/list, resources/list and
 		// resources/templates/list (with empty lists) whatever is
@@ -452,14 +455,12 @@ func New(opts *Options) (*Server, error) {
 	// Outermost first: the validation messages, then the rounds of
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
 	// bridge, which makes one).
-	s.mcp.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
-	if tel != nil {
+	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
+	if s.tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
-		s.mcp.AddReceivingMiddleware(telemetry.ExtractMeta)
+		m.AddReceivingMiddleware(telemetry.ExtractMeta)
 	}
-	s.addTools()
-	s.unreport = s.reportSessions()
-	return s, nil
+	return m
 }
 
 // check applies the defaults to o and checks what needs no file system:
