@@ -17,8 +17,8 @@ import (
 // names the tenants' folders (the budget is the server's, over its
 // principals), and reads the snapshot folders below them.
 type snapshotBudget struct {
-	// per bounds one session's snapshot (Options.SnapshotBytes), total
-	// all of them (Options.SnapshotWorkspaceBytes); negative: no limit.
+	// per bounds one session's snapshot (Options.Durability.SnapshotBytes), total
+	// all of them (Options.Durability.SnapshotWorkspaceBytes); negative: no limit.
 	per, total int64
 	dirs       func() []string
 

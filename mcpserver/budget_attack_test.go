@@ -14,7 +14,7 @@ import (
 func TestAttackSnapshotBudgetOthersFolders(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 8 << 20})
+	srv := newServer(t, &Options{Workspace: ws, Durability: DurabilityOptions{SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 8 << 20}})
 	root := filepath.Join(ws, ".ipybox", "snapshots")
 	for _, d := range []string{"sparse", "dense"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {

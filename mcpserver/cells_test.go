@@ -163,7 +163,7 @@ func TestMaxWaitAndCollect(t *testing.T) {
 // state.
 func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 	t.Parallel()
-	_, url := elicitServer(t, &Options{ApprovalTimeout: 5 * time.Minute})
+	_, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 5 * time.Minute}})
 	cs := connectHTTPAs(t, url, testToken, newVersion, &mcp.ClientOptions{
 		ElicitationHandler: (&asker{}).handle,
 		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},

@@ -30,8 +30,8 @@
 // another.
 //
 // A session's kernel starts at its first cell (from the warm pool, when it
-// has one; the call waits for it, Options.StartTimeout): a session that
-// never runs a cell holds no kernel, and Options.MaxSessions counts
+// has one; the call waits for it, Options.Sessions.StartTimeout): a session that
+// never runs a cell holds no kernel, and Options.Sessions.MaxSessions counts
 // kernels.
 //
 // Approval: with ApprovalAuto every tool call and shell command that a cell
@@ -39,7 +39,7 @@
 // elicitation (accept runs it, anything else rejects it, and the cell sees
 // ApprovalRejectedError): to a 2026-07-28 client as an input-required
 // result whose retry brings the answer, while the cell waits at the call
-// (mrtr.go); to older clients as an elicitation request. Options.AllowTools
+// (mrtr.go); to older clients as an elicitation request. Options.Approvals.AllowTools
 // lets matching tool calls run without asking. A client without
 // elicitation gets every call rejected, with a reason that says so.
 //

@@ -19,7 +19,7 @@ import (
 
 // Durable sessions.
 //
-// A session that has no call for Options.HibernateAfter hibernates: its
+// A session that has no call for Options.Durability.HibernateAfter hibernates: its
 // kernel saves its namespace in the session's snapshot folder
 // (ipybox.Executor.Snapshot: the kernel writes it, inside its sandbox or
 // container) and stops; the session then holds no process. Its next call
@@ -41,7 +41,7 @@ import (
 // hibernation and shutdown.
 type CheckpointMode string
 
-// Checkpoint modes of Options.Checkpoint.
+// Checkpoint modes of Options.Durability.Checkpoint.
 const (
 	// CheckpointNone saves a namespace only when its session hibernates
 	// (idle, or the server stops with SIGTERM).
@@ -52,9 +52,9 @@ const (
 
 // Defaults of the durable sessions' options.
 const (
-	// DefaultHibernateAfter is Options.HibernateAfter's default.
+	// DefaultHibernateAfter is Options.Durability.HibernateAfter's default.
 	DefaultHibernateAfter = 10 * time.Minute
-	// DefaultSessionExpiry is Options.SessionExpiry's default.
+	// DefaultSessionExpiry is Options.Durability.SessionExpiry's default.
 	DefaultSessionExpiry = 7 * 24 * time.Hour
 	// DefaultSnapshotBytes bounds one session's snapshot folder.
 	DefaultSnapshotBytes = 1 << 30
@@ -227,7 +227,7 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 			why = clipText(se.Reason, 500)
 		}
 		s.log.Warn("restoring a session failed; it starts afresh", "session", x.id, "err", clipText(err.Error(), 2000))
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StartTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Sessions.StartTimeout)
 		defer cancel()
 		if rerr := ex.Reset(rctx); rerr != nil {
 			s.log.Warn("resetting after a failed restore", "session", x.id, "err", rerr)
@@ -436,8 +436,8 @@ func saveFailure(err error) string {
 }
 
 // save has ex's kernel save x's namespace, within the budgets: the
-// session's (Options.SnapshotBytes) and what the workspace's
-// (Options.SnapshotWorkspaceBytes) leaves once the other sessions'
+// session's (Options.Durability.SnapshotBytes) and what the workspace's
+// (Options.Durability.SnapshotWorkspaceBytes) leaves once the other sessions'
 // snapshots and the saves in flight are counted.
 func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ipybox.SnapshotReport, error) {
 	// Bounded: kernel code can make a save hang (a __reduce__ that
@@ -477,7 +477,7 @@ func unsavedKey(rep *ipybox.SnapshotReport) string {
 // (CheckpointCell), once at a time: a cell that ends while a save runs
 // makes one more save follow it.
 func (s *Server) afterCell(x *session, ex *ipybox.Executor, cellErr error) {
-	if s.opts.Checkpoint != CheckpointCell || ex.SnapshotDir() == "" {
+	if s.opts.Durability.Checkpoint != CheckpointCell || ex.SnapshotDir() == "" {
 		return
 	}
 	var pe *ipybox.PythonError
@@ -625,7 +625,7 @@ func (s *Server) revive(h string, key [32]byte, r *record) *session {
 // deleteGatewayKernel ends a gateway kernel that a session detached from:
 // attached to, then closed, bounded.
 func (s *Server) deleteGatewayKernel(id string) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.opts.StartTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.Sessions.StartTimeout)
 	defer cancel()
 	g := *s.opts.Gateway
 	g.KernelID = id

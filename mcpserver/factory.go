@@ -176,13 +176,13 @@ func (f *kernelFactory) newExecutor(ctx context.Context, t *tenant, attach strin
 
 		RequireShellEscape: f.opts.RequireShellEscape,
 	}
-	if f.opts.Approval == ApprovalElicit {
+	if f.opts.Approvals.Mode == ApprovalElicit {
 		o.ApproveShellCommands = true
 	} else {
 		o.NoToolApproval = true
 	}
-	o.ApprovalTimeout = f.opts.ApprovalTimeout
-	o.ApprovalPolicy = f.opts.ApprovalPolicy
+	o.ApprovalTimeout = f.opts.Approvals.Timeout
+	o.ApprovalPolicy = f.opts.Approvals.Policy
 	// The audit log names the principal; with several, the answers it
 	// remembers apply to it alone.
 	o.Principal, o.Tenant = t.principal, t.multi

@@ -59,7 +59,7 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 // elicit, and a client that can be asked. Otherwise, or when the person
 // declines, the registration is refused.
 func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, name string, cfg ipybox.ServerConfig) error {
-	if s.opts.Approval != ApprovalElicit || req == nil || req.Session == nil {
+	if s.opts.Approvals.Mode != ApprovalElicit || req == nil || req.Session == nil {
 		return errHostServer
 	}
 	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
@@ -74,7 +74,7 @@ func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, na
 	if err != nil {
 		return fmt.Errorf("server_params: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ApprovalTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Approvals.Timeout)
 	defer cancel()
 	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
 		Mode: "form",

@@ -28,7 +28,7 @@ func TestRedteamPoolAfterRegistration(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, "creds"), 0o755)
 	os.WriteFile(filepath.Join(ws, "sa.json"), []byte(secret), 0o600)
 	os.WriteFile(filepath.Join(ws, "creds", "token"), []byte(secret), 0o600)
-	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Pool: 2})
+	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Sessions: SessionOptions{Pool: 2}})
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)
 	run(t, a, "pass")

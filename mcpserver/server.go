@@ -24,7 +24,7 @@ import (
 // ApprovalMode says who approves the tool calls and shell commands of cells.
 type ApprovalMode string
 
-// Approval modes of Options.Approval.
+// Approval modes of Options.Approvals.Mode.
 const (
 	// ApprovalAuto approves every tool call and shell command.
 	ApprovalAuto ApprovalMode = "auto"
@@ -61,7 +61,7 @@ type Options struct {
 	// Workspace is the kernel's working directory, shared by every session:
 	// it holds mcptools/, images/, .ipybox/ (the registry of MCP servers and
 	// the kernel's virtualenv) and the agent's files. With several
-	// principals (Principals and AuthToken name two or more), each has a
+	// principals (HTTP.Principals and HTTP.AuthToken name two or more), each has a
 	// workspace of its own, Workspace/<principal>, made at its first use,
 	// and the kernels see only theirs (see docs/mcp.md). Empty means the
 	// current directory.
@@ -105,28 +105,132 @@ type Options struct {
 	// through ipybox.Executor.RegisterMCPServer, run as configured either
 	// way.
 	AllowHostServers bool
-	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
-	Approval ApprovalMode
-	// AllowTools are "server.tool" patterns (path.Match globs on each part)
-	// whose tool calls are approved without asking, in ApprovalElicit mode
-	// (unless an ask rule of ApprovalPolicy asks). Nil means none.
-	AllowTools []string
-	// ApprovalPolicy decides the tool calls and shell commands of every
-	// session's cells by its rules before anyone is asked, and logs each
-	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
-	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
-	// when the client cannot be asked. The elicitation offers to remember
-	// an answer for the session or always. The caller closes it after the
-	// Server. Nil means no rules and no audit log.
-	ApprovalPolicy *ipybox.ApprovalPolicy
+	// Sandbox, when set, runs every session's kernel, and install_package's
+	// pip, inside a bubblewrap sandbox with this policy; bound directories
+	// (Binds) are made writable in it. If the sandbox cannot run here,
+	// calls fail with the cause; nothing runs unsandboxed. Nil means no
+	// sandbox.
+	Sandbox *ipybox.SandboxConfig
+	// Container, when set, runs every session's kernel in a Docker
+	// container with this configuration (see ipybox.ContainerConfig); the
+	// kernel sees the workspace at /app/workspace, and install_package is
+	// refused (packages belong in the image). It excludes Sandbox. Nil
+	// means no container.
+	Container *ipybox.ContainerConfig
+	// Gateway, when set, runs every session's kernel on this Jupyter
+	// server (see ipybox.Options.Gateway and docs/scale.md) instead of on
+	// this machine; Sandbox and Container must then be nil, and
+	// install_package installs into the workspace's virtualenv on this
+	// machine, which the gateway's kernels do not use. Nil means local
+	// kernels.
+	Gateway *ipybox.GatewayConfig
+	// ToolServerAddr is where the gateway's kernels reach each session's
+	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
+	// every session listens on a port of its own. Empty means 127.0.0.1.
+	ToolServerAddr string
+	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
+	// folder that keeps one cell's whole output when it is too long for
+	// the result; what is printed past it is dropped, and the result says
+	// how much. Zero means DefaultSpillCellBytes; negative keeps no file.
+	SpillCellBytes int64
+	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
+	// cell's file stops where the folder would pass it (its files are
+	// counted when the file is made), and the result says to delete old
+	// ones. Zero means DefaultSpillWorkspaceBytes; negative keeps no file.
+	SpillWorkspaceBytes int64
+	// Version is reported to clients in the initialize result. Empty means
+	// "dev".
+	Version string
+	// TracerProvider, when set, traces the server with OpenTelemetry: each
+	// session's start, and everything ipybox.Options.TracerProvider traces
+	// in its kernels. A request's cell is the child of the traceparent in
+	// the request's _meta. Nil means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceCode puts each cell's code on its span
+	// (ipybox.Options.TraceCode). False leaves it out.
+	TraceCode bool
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+	// HTTP holds the HTTP server's tokens, principals and idle timeout.
+	HTTP HTTPOptions
+	// Sessions bounds the sessions' kernels and says how they start.
+	Sessions SessionOptions
+	// Durability says how sessions hibernate, expire and are saved.
+	Durability DurabilityOptions
+	// Approvals says who approves tool calls and shell commands.
+	Approvals ApprovalOptions
+}
+
+// HTTPOptions are the options of the HTTP server (Handler): its tokens and
+// principals, and its transport sessions. The zero value is the
+// default: a token is required, and none is accepted.
+type HTTPOptions struct {
+	// AuthToken is a bearer token Handler accepts, for the principal
+	// "default". Empty means none.
+	AuthToken string
+	// Principals maps each principal's name (see ValidPrincipalName) to
+	// its bearer token. Handler accepts every token of it and AuthToken;
+	// a request's token names its principal, which owns the sessions it
+	// creates: another principal's handles are unknown to it. Without
+	// AuthToken and Principals every HTTP request is refused, unless
+	// NoAuth is set. Nil means none.
+	Principals map[string]string
+	// NoAuth serves HTTP without a token: the explicit opt-out, for a
+	// loopback address only (see CheckHTTPAddr). False means a token is
+	// required.
+	NoAuth bool
 	// SessionIdleTimeout ends an HTTP transport session of a 2025-11-25
 	// client, with its implicit session, that received no call for this
 	// long. (Stdio ends with its process; a session of create_session
-	// hibernates, then expires: see HibernateAfter and SessionExpiry.)
-	// Zero means DefaultSessionIdleTimeout. (For every duration of
-	// Options, zero means the default the field names, and a negative
+	// hibernates, then expires: see DurabilityOptions.) Zero means
+	// DefaultSessionIdleTimeout. (For every duration of Options and its
+	// groups, zero means the default the field names, and a negative
 	// value makes New fail.)
 	SessionIdleTimeout time.Duration
+}
+
+// SessionOptions bound the sessions and their kernels: how long a start
+// may take, how many kernels run, and how they start (the warm pool, the
+// fork server). The zero value means the defaults each field names.
+type SessionOptions struct {
+	// StartTimeout bounds the wait of a tool call for its session's kernel
+	// (the virtualenv's creation and the kernel's start). Zero means
+	// DefaultStartTimeout.
+	StartTimeout time.Duration
+	// MaxSessions bounds the sessions that hold a kernel at once, over
+	// every principal: a session takes a kernel at its first cell, and a
+	// call that would start one more gets an error that says so. Sessions
+	// without a kernel (made, never run) do not count. Zero means
+	// DefaultMaxSessions; negative means no limit.
+	MaxSessions int
+	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
+	// same way. Zero means MaxSessions; negative means no limit of its
+	// own.
+	MaxSessionsPerPrincipal int
+	// Pool is how many kernels are kept started in advance for new
+	// sessions (refilled in the background), so that a session gets one in
+	// milliseconds. With several principals there is none: a pooled
+	// kernel starts in one principal's folder before its session is
+	// known. Zero means none (each session starts its own).
+	Pool int
+	// PoolMax is how far the pool grows with demand: each session that
+	// finds it empty raises what it keeps ready by one, up to PoolMax, and
+	// every two quiet minutes it shrinks by one back to Pool. Each pooled
+	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
+	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// 4 (or Pool, if larger); below Pool means Pool.
+	PoolMax int
+	// NoZygote turns off the fork server that unsandboxed kernels are
+	// forked from (a fifth of a cold start). False means it is used
+	// whenever the kernels are not sandboxed.
+	NoZygote bool
+}
+
+// DurabilityOptions say how sessions of create_session outlive their
+// kernels and the process (docs/durable.md): hibernation, expiry,
+// checkpoints, the state folder and the snapshots' budgets. The zero
+// value means the defaults each field names.
+type DurabilityOptions struct {
 	// HibernateAfter hibernates a session whose kernel received no call
 	// for this long: its namespace is saved and its kernel stops (a
 	// gateway session detaches from its kernel, which keeps its state),
@@ -156,104 +260,33 @@ type Options struct {
 	// the workspace together: a save gets what the others leave. Zero
 	// means DefaultSnapshotWorkspaceBytes; negative means no limit.
 	SnapshotWorkspaceBytes int64
-	// StartTimeout bounds the wait of a tool call for its session's kernel
-	// (the virtualenv's creation and the kernel's start). Zero means
-	// DefaultStartTimeout.
-	StartTimeout time.Duration
-	// AuthToken is a bearer token Handler accepts, for the principal
-	// "default". Empty means none.
-	AuthToken string
-	// Principals maps each principal's name (see ValidPrincipalName) to
-	// its bearer token. Handler accepts every token of it and AuthToken;
-	// a request's token names its principal, which owns the sessions it
-	// creates: another principal's handles are unknown to it. Without
-	// AuthToken and Principals every HTTP request is refused, unless
-	// NoAuth is set. Nil means none.
-	Principals map[string]string
-	// NoAuth serves HTTP without a token: the explicit opt-out, for a
-	// loopback address only (see CheckHTTPAddr). False means a token is
-	// required.
-	NoAuth bool
-	// Sandbox, when set, runs every session's kernel, and install_package's
-	// pip, inside a bubblewrap sandbox with this policy; bound directories
-	// (Binds) are made writable in it. If the sandbox cannot run here,
-	// calls fail with the cause; nothing runs unsandboxed. Nil means no
-	// sandbox.
-	Sandbox *ipybox.SandboxConfig
-	// Container, when set, runs every session's kernel in a Docker
-	// container with this configuration (see ipybox.ContainerConfig); the
-	// kernel sees the workspace at /app/workspace, and install_package is
-	// refused (packages belong in the image). It excludes Sandbox. Nil
-	// means no container.
-	Container *ipybox.ContainerConfig
-	// Gateway, when set, runs every session's kernel on this Jupyter
-	// server (see ipybox.Options.Gateway and docs/scale.md) instead of on
-	// this machine; Sandbox and Container must then be nil, and
-	// install_package installs into the workspace's virtualenv on this
-	// machine, which the gateway's kernels do not use. Nil means local
-	// kernels.
-	Gateway *ipybox.GatewayConfig
-	// ToolServerAddr is where the gateway's kernels reach each session's
-	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
-	// every session listens on a port of its own. Empty means 127.0.0.1.
-	ToolServerAddr string
-	// Pool is how many kernels are kept started in advance for new
-	// sessions (refilled in the background), so that a session gets one in
-	// milliseconds. With several principals there is none: a pooled
-	// kernel starts in one principal's folder before its session is
-	// known. Zero means none (each session starts its own).
-	Pool int
-	// PoolMax is how far the pool grows with demand: each session that
-	// finds it empty raises what it keeps ready by one, up to PoolMax, and
-	// every two quiet minutes it shrinks by one back to Pool. Each pooled
-	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
-	// the default growth to 4 costs about 200 MB at its peak. Zero means
-	// 4 (or Pool, if larger); below Pool means Pool.
-	PoolMax int
-	// NoZygote turns off the fork server that unsandboxed kernels are
-	// forked from (a fifth of a cold start). False means it is used
-	// whenever the kernels are not sandboxed.
-	NoZygote bool
-	// MaxSessions bounds the sessions that hold a kernel at once, over
-	// every principal: a session takes a kernel at its first cell, and a
-	// call that would start one more gets an error that says so. Sessions
-	// without a kernel (made, never run) do not count. Zero means
-	// DefaultMaxSessions; negative means no limit.
-	MaxSessions int
-	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
-	// same way. Zero means MaxSessions; negative means no limit of its
-	// own.
-	MaxSessionsPerPrincipal int
-	// ApprovalTimeout bounds the wait for one approval (an elicitation),
-	// in cells without a timeout of their own; a cell's remaining time
-	// bounds it otherwise. Zero means DefaultApprovalTimeout.
-	ApprovalTimeout time.Duration
-	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
-	// folder that keeps one cell's whole output when it is too long for
-	// the result; what is printed past it is dropped, and the result says
-	// how much. Zero means DefaultSpillCellBytes; negative keeps no file.
-	SpillCellBytes int64
-	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
-	// cell's file stops where the folder would pass it (its files are
-	// counted when the file is made), and the result says to delete old
-	// ones. Zero means DefaultSpillWorkspaceBytes; negative keeps no file.
-	SpillWorkspaceBytes int64
-	// Version is reported to clients in the initialize result. Empty means
-	// "dev".
-	Version string
-	// TracerProvider, when set, traces the server with OpenTelemetry: each
-	// session's start, and everything ipybox.Options.TracerProvider traces
-	// in its kernels. A request's cell is the child of the traceparent in
-	// the request's _meta. Nil means no tracing, at no cost.
-	TracerProvider trace.TracerProvider
-	// TraceCode puts each cell's code on its span
-	// (ipybox.Options.TraceCode). False leaves it out.
-	TraceCode bool
-	// Logger receives the server's logs. Nil discards them.
-	Logger *slog.Logger
 }
 
-// defaultPoolMax is Options.PoolMax's default.
+// ApprovalOptions say who approves the tool calls and shell commands of
+// cells, and how. The zero value approves every call (ApprovalAuto),
+// without rules or an audit log.
+type ApprovalOptions struct {
+	// Mode is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
+	Mode ApprovalMode
+	// AllowTools are "server.tool" patterns (path.Match globs on each part)
+	// whose tool calls are approved without asking, in ApprovalElicit mode
+	// (unless an ask rule of Policy asks). Nil means none.
+	AllowTools []string
+	// Policy decides the tool calls and shell commands of every
+	// session's cells by its rules before anyone is asked, and logs each
+	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
+	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
+	// when the client cannot be asked. The elicitation offers to remember
+	// an answer for the session or always. The caller closes it after the
+	// Server. Nil means no rules and no audit log.
+	Policy *ipybox.ApprovalPolicy
+	// Timeout bounds the wait for one approval (an elicitation),
+	// in cells without a timeout of their own; a cell's remaining time
+	// bounds it otherwise. Zero means DefaultApprovalTimeout.
+	Timeout time.Duration
+}
+
+// defaultPoolMax is Options.Sessions.PoolMax's default.
 const defaultPoolMax = 4
 
 // Server is ipybox's MCP server: it gives each MCP session its own stateful
@@ -387,19 +420,19 @@ func New(opts *Options) (*Server, error) {
 		allow:     allow,
 		log:       log,
 		frontend:  newFolderName(),
-		sessions:  newSessionTable(o.MaxSessions, o.MaxSessionsPerPrincipal, log),
+		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
 	}
 	s.factory = newKernelFactory(&s.opts, log)
-	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
+	if s.tokens, err = principalTokens(o.HTTP.AuthToken, o.HTTP.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
 	if err := checkTenantNames(s.tokens); err != nil {
 		return nil, err
 	}
 	s.multi = multiTenant(s.tokens)
-	s.budget = &snapshotBudget{per: o.SnapshotBytes, total: o.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
+	s.budget = &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 		// Several principals get the links in their folders (tenant.go).
@@ -407,14 +440,14 @@ func New(opts *Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
+	if s.state, err = openStateDir(ws, o.Durability.StateDir); err != nil {
 		return nil, err
 	}
 	s.sessions.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
 	s.sessions.onAdd = s.startReaper
 	s.sessions.countStored(s.state.list())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.factory.startPool(s.only, o.Pool, o.PoolMax)
+	s.factory.startPool(s.only, o.Sessions.Pool, o.Sessions.PoolMax)
 	s.mcp = s.newMCPServer()
 	s.addTools()
 	s.unreport = s.reportSessions()
@@ -468,35 +501,35 @@ func (s *Server) newMCPServer() *mcp.Server {
 // backends that exclude each other, and the binds.
 func (o *Options) check() ([]allowPattern, error) {
 	if err := defaults.Apply("mcpserver",
-		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
-		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
-		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
-		defaults.Duration{Name: "Options.HibernateAfter", V: &o.HibernateAfter, Def: DefaultHibernateAfter},
-		defaults.Duration{Name: "Options.SessionExpiry", V: &o.SessionExpiry, Def: DefaultSessionExpiry},
+		defaults.Duration{Name: "Options.HTTP.SessionIdleTimeout", V: &o.HTTP.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
+		defaults.Duration{Name: "Options.Sessions.StartTimeout", V: &o.Sessions.StartTimeout, Def: DefaultStartTimeout},
+		defaults.Duration{Name: "Options.Approvals.Timeout", V: &o.Approvals.Timeout, Def: DefaultApprovalTimeout},
+		defaults.Duration{Name: "Options.Durability.HibernateAfter", V: &o.Durability.HibernateAfter, Def: DefaultHibernateAfter},
+		defaults.Duration{Name: "Options.Durability.SessionExpiry", V: &o.Durability.SessionExpiry, Def: DefaultSessionExpiry},
 	); err != nil {
 		return nil, err
 	}
-	switch o.Checkpoint {
+	switch o.Durability.Checkpoint {
 	case "":
-		o.Checkpoint = CheckpointNone
+		o.Durability.Checkpoint = CheckpointNone
 	case CheckpointNone, CheckpointCell:
 	default:
-		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Checkpoint, CheckpointNone, CheckpointCell)
+		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Durability.Checkpoint, CheckpointNone, CheckpointCell)
 	}
-	if o.SnapshotBytes == 0 {
-		o.SnapshotBytes = DefaultSnapshotBytes
+	if o.Durability.SnapshotBytes == 0 {
+		o.Durability.SnapshotBytes = DefaultSnapshotBytes
 	}
-	if o.SnapshotWorkspaceBytes == 0 {
-		o.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
+	if o.Durability.SnapshotWorkspaceBytes == 0 {
+		o.Durability.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
 	}
-	switch o.Approval {
+	switch o.Approvals.Mode {
 	case "":
-		o.Approval = ApprovalAuto
+		o.Approvals.Mode = ApprovalAuto
 	case ApprovalAuto, ApprovalElicit:
 	default:
-		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
+		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approvals.Mode, ApprovalAuto, ApprovalElicit)
 	}
-	allow, err := parseAllowPatterns(o.AllowTools)
+	allow, err := parseAllowPatterns(o.Approvals.AllowTools)
 	if err != nil {
 		return nil, err
 	}

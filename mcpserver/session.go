@@ -159,8 +159,8 @@ func (x *session) current() *ipybox.Executor {
 }
 
 // executor returns the session's executor, starting it (from the warm
-// pool when it has one) on first use, within Options.StartTimeout. The
-// start takes one of the server's kernel slots (Options.MaxSessions).
+// pool when it has one) on first use, within Options.Sessions.StartTimeout. The
+// start takes one of the server's kernel slots (Options.Sessions.MaxSessions).
 func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.mu.Lock()
 	ex, closed := x.ex, x.closed
@@ -172,7 +172,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		x.sync(ctx, ex)
 		return ex, nil
 	}
-	wait := x.s.opts.StartTimeout
+	wait := x.s.opts.Sessions.StartTimeout
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	defer context.AfterFunc(x.ctx, cancel)()

@@ -97,12 +97,12 @@ func (s *Server) forget(x *session, keep bool) {
 }
 
 // startReaper starts, once, the goroutine that hibernates sessions idle
-// for longer than Options.HibernateAfter and ends sessions of
-// create_session idle for longer than Options.SessionExpiry. Called with
+// for longer than Options.Durability.HibernateAfter and ends sessions of
+// create_session idle for longer than Options.Durability.SessionExpiry. Called with
 // s.sessions.mu held (sessionTable.onAdd).
 func (s *Server) startReaper() {
 	s.reaper.Do(func() {
-		tick := min(max(min(s.opts.HibernateAfter, s.opts.SessionExpiry)/10, 10*time.Millisecond), 30*time.Second)
+		tick := min(max(min(s.opts.Durability.HibernateAfter, s.opts.Durability.SessionExpiry)/10, 10*time.Millisecond), 30*time.Second)
 		s.wg.Add()
 		go func() {
 			defer s.wg.Done()
@@ -120,11 +120,11 @@ func (s *Server) startReaper() {
 	})
 }
 
-// reap hibernates the sessions idle for longer than Options.HibernateAfter
+// reap hibernates the sessions idle for longer than Options.Durability.HibernateAfter
 // (in the background: a save takes a while), and ends the sessions of
-// create_session idle for longer than Options.SessionExpiry, here or, for
+// create_session idle for longer than Options.Durability.SessionExpiry, here or, for
 // those of the state folder that no call revived, on disk. (An implicit
-// session ends with its connection, after Options.SessionIdleTimeout over
+// session ends with its connection, after Options.HTTP.SessionIdleTimeout over
 // HTTP.)
 func (s *Server) reap(now time.Time) {
 	live := map[[32]byte]bool{}
@@ -136,23 +136,23 @@ func (s *Server) reap(now time.Time) {
 		}
 		idle := now.Sub(since)
 		switch {
-		case x.durable() && idle > s.opts.SessionExpiry:
+		case x.durable() && idle > s.opts.Durability.SessionExpiry:
 			s.log.Info("session expired; closing it", "session", x.id, "idle", idle.Round(time.Second))
 			x.close()
-		case idle > s.opts.HibernateAfter && x.hasKernel():
+		case idle > s.opts.Durability.HibernateAfter && x.hasKernel():
 			s.wg.Add()
 			go func() {
 				defer s.wg.Done()
-				x.hibernate(s.ctx, "idle for "+shortDuration(s.opts.HibernateAfter.Round(time.Second)), false)
+				x.hibernate(s.ctx, "idle for "+shortDuration(s.opts.Durability.HibernateAfter.Round(time.Second)), false)
 			}()
 		}
 	}
-	if s.state == nil || now.Sub(s.lastScan) < min(s.opts.SessionExpiry/10, time.Minute) {
+	if s.state == nil || now.Sub(s.lastScan) < min(s.opts.Durability.SessionExpiry/10, time.Minute) {
 		return
 	}
 	s.lastScan = now
 	for _, k := range s.state.list() {
-		if live[k.key] || now.Sub(k.rec.Used) <= s.opts.SessionExpiry {
+		if live[k.key] || now.Sub(k.rec.Used) <= s.opts.Durability.SessionExpiry {
 			continue
 		}
 		s.expire(k)
@@ -160,7 +160,7 @@ func (s *Server) reap(now time.Time) {
 }
 
 // expire ends a session of the state folder that no call revived here and
-// that outlived Options.SessionExpiry: its record, its folders, its
+// that outlived Options.Durability.SessionExpiry: its record, its folders, its
 // gateway kernel. One that another process runs now is left to it.
 func (s *Server) expire(k keyed) {
 	if s.local() {
@@ -217,7 +217,7 @@ func principalTokens(def string, principals map[string]string) ([]principalToken
 	}
 	if def != "" {
 		if _, ok := principals["default"]; ok {
-			return nil, errors.New(`Options.AuthToken is the token of the principal "default", which Options.Principals names too`)
+			return nil, errors.New(`Options.HTTP.AuthToken is the token of the principal "default", which Options.HTTP.Principals names too`)
 		}
 		if err := add("default", def); err != nil {
 			return nil, err

@@ -54,7 +54,7 @@ type sessionTable struct {
 }
 
 // newSessionTable returns an empty table with the kernel limits of
-// Options.MaxSessions and Options.MaxSessionsPerPrincipal.
+// Options.Sessions.MaxSessions and Options.Sessions.MaxSessionsPerPrincipal.
 func newSessionTable(maxSessions, maxPerPrincipal int, log *slog.Logger) *sessionTable {
 	t := &sessionTable{
 		log:       log,

@@ -27,7 +27,7 @@ import (
 //   - with at most one principal (stdio, --no-auth, one token), there is
 //     one tenant, and its folder is the workspace itself: the layout and
 //     the paths are those of a server without principals;
-//   - with several principals (Options.Principals, with AuthToken's
+//   - with several principals (Options.HTTP.Principals, with AuthToken's
 //     "default" among them), each principal's folder is
 //     <workspace>/<principal>, made at its first use (mode of the
 //     workspace, without following a link). Its kernels get it as their
@@ -232,7 +232,7 @@ func (t *tenant) venvDir() string { return venvDir(t.dir) }
 func (t *tenant) zygote(ctx context.Context, python string) *ipybox.Zygote {
 	t.zygMu.Lock()
 	defer t.zygMu.Unlock()
-	if t.zyg != nil || t.zygErr != nil || t.s.opts.NoZygote {
+	if t.zyg != nil || t.zygErr != nil || t.s.opts.Sessions.NoZygote {
 		return t.zyg
 	}
 	t.zyg, t.zygErr = ipybox.NewZygote(ctx, python, t.s.log)

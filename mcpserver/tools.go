@@ -296,7 +296,7 @@ The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 202
 // one.
 func (s *Server) lifetime() string {
 	return fmt.Sprintf("After %v without a call it hibernates: its variables are saved and its kernel stops, and the next call brings them back (open files, sockets and threads do not come back; the result says which). It also survives a restart of ipybox. It ends with close_session, or after %v without a call; its variables are then gone, and files in the workspace stay.",
-		shortDuration(s.opts.HibernateAfter), shortDuration(s.opts.SessionExpiry))
+		shortDuration(s.opts.Durability.HibernateAfter), shortDuration(s.opts.Durability.SessionExpiry))
 }
 
 // shortDuration writes d without zero units: 30m rather than 30m0s, and

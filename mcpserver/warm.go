@@ -7,7 +7,7 @@ import (
 // A new session, a reset aside, needs a kernel at once: a cold start costs
 // about 0.35 s of CPU (Python's imports), and a burst of sessions on two
 // cores waits seconds for theirs. Two things remove that wait:
-//   - a warm pool of Executors started in advance (Options.Pool), refilled
+//   - a warm pool of Executors started in advance (Options.Sessions.Pool), refilled
 //     in the background, sandboxed or not;
 //   - unsandboxed, a fork server (a zygote: one Python process that has
 //     imported ipykernel and forks a kernel per start), so that starts,

@@ -107,7 +107,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if code, err := f.probeBackend(ctx, env, opts); err != nil {
 		return fail(code, err)
 	}
-	if opts.Approval == mcpserver.ApprovalAuto {
+	if opts.Approvals.Mode == mcpserver.ApprovalAuto {
 		fmt.Fprintln(env.stderr, "ipybox mcp: --approval auto: tool calls and shell commands of cells run without approval (--approval elicit asks the client)")
 	}
 	log, closeLog, err := newLogger(env, f.logLevel, f.logFile)
@@ -119,11 +119,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make the server non-dumpable; kernel code of this user could read its environment", "err", err)
 	}
-	if opts.ApprovalPolicy, err = f.policy.load(log); err != nil {
+	if opts.Approvals.Policy, err = f.policy.load(log); err != nil {
 		return fail(exitUsage, err)
 	}
-	if opts.ApprovalPolicy != nil {
-		defer opts.ApprovalPolicy.Close() // after the server's Close, deferred below
+	if opts.Approvals.Policy != nil {
+		defer opts.Approvals.Policy.Close() // after the server's Close, deferred below
 	}
 	tp, flush, err := f.telemetry.tracing(ctx, env, log)
 	if err != nil {
@@ -409,26 +409,32 @@ func listenError(addr string, err error) error {
 // .env, the kernel's environment, binds and servers to register.
 func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	o := &mcpserver.Options{
-		Workspace:               f.workspace,
-		Python:                  f.python,
-		ImagesDir:               f.imagesDir,
-		RequireShellEscape:      f.requireShellEscape,
-		Approval:                mcpserver.ApprovalMode(f.approval),
-		AllowTools:              f.allowTools,
-		AuthToken:               f.authToken,
-		Principals:              f.principals,
-		NoAuth:                  f.noAuth,
-		SessionIdleTimeout:      f.idle,
-		StartTimeout:            f.startTimeout,
-		ApprovalTimeout:         f.approvalTimeout,
-		Pool:                    f.pool,
-		PoolMax:                 f.poolMax,
-		MaxSessions:             f.maxSessions,
-		MaxSessionsPerPrincipal: f.maxPerPrincipal,
-		NoZygote:                f.noZygote,
-		AllowHostServers:        f.allowHostServers,
-		Version:                 strings.Fields(versionString())[1],
-		KernelEnv:               map[string]string{},
+		Workspace:          f.workspace,
+		Python:             f.python,
+		ImagesDir:          f.imagesDir,
+		RequireShellEscape: f.requireShellEscape,
+		AllowHostServers:   f.allowHostServers,
+		Version:            strings.Fields(versionString())[1],
+		KernelEnv:          map[string]string{},
+		Approvals: mcpserver.ApprovalOptions{
+			Mode:       mcpserver.ApprovalMode(f.approval),
+			AllowTools: f.allowTools,
+			Timeout:    f.approvalTimeout,
+		},
+		HTTP: mcpserver.HTTPOptions{
+			AuthToken:          f.authToken,
+			Principals:         f.principals,
+			NoAuth:             f.noAuth,
+			SessionIdleTimeout: f.idle,
+		},
+		Sessions: mcpserver.SessionOptions{
+			StartTimeout:            f.startTimeout,
+			Pool:                    f.pool,
+			PoolMax:                 f.poolMax,
+			MaxSessions:             f.maxSessions,
+			MaxSessionsPerPrincipal: f.maxPerPrincipal,
+			NoZygote:                f.noZygote,
+		},
 	}
 	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
 		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)
