@@ -162,13 +162,13 @@ func asleepOf(r *record) *sleep {
 func (x *session) reload(ctx context.Context) error {
 	s := x.s
 	if s.local() && x.lockf == nil {
-		f, err := s.state.lock(ctx, x.key, lockWait)
+		f, err := s.durability.state.lock(ctx, x.key, lockWait)
 		if err != nil {
 			return err
 		}
 		x.lockf = f
 	}
-	r, err := s.state.read(x.key)
+	r, err := s.durability.state.read(x.key)
 	if err != nil {
 		s.log.Warn("a session's record cannot be read; it starts afresh", "session", x.id, "err", err)
 		return nil
@@ -444,7 +444,7 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 	// sleeps), and a hibernation holds the session's startMu meanwhile.
 	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
 	defer cancel()
-	limit, release, err := s.budget.reserve(ctx, ex.SnapshotDir())
+	limit, release, err := s.durability.budget.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +583,7 @@ func (s *Server) checkpointNote(x *session, before string, rep *ipybox.SnapshotR
 // saveRecord writes x's record to the state folder (a session of
 // create_session).
 func (s *Server) saveRecord(x *session) {
-	if !x.durable() || s.state == nil {
+	if !x.durable() || s.durability.state == nil {
 		return
 	}
 	x.mu.Lock()
@@ -591,7 +591,7 @@ func (s *Server) saveRecord(x *session) {
 		x.mu.Unlock()
 		return
 	}
-	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.frontend, Confinement: x.conf}
+	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.durability.frontend, Confinement: x.conf}
 	if !s.local() {
 		r.Gateway = s.opts.Gateway.URL
 	}
@@ -603,7 +603,7 @@ func (s *Server) saveRecord(x *session) {
 		r.Lost = sl.lost
 	}
 	x.mu.Unlock()
-	if err := s.state.write(x.key, r); err != nil {
+	if err := s.durability.state.write(x.key, r); err != nil {
 		s.log.Warn("writing a session's record", "session", x.id, "err", err)
 	}
 }
@@ -681,8 +681,8 @@ func (s *Server) Hibernate(ctx context.Context) error {
 // claim points a gateway session's kernel at this front end's tool server
 // when its record says that another front end attached to it last.
 func (s *Server) claim(ctx context.Context, x *session, ex *ipybox.Executor) {
-	r, err := s.state.read(x.key)
-	if err != nil || r == nil || r.Frontend == s.frontend {
+	r, err := s.durability.state.read(x.key)
+	if err != nil || r == nil || r.Frontend == s.durability.frontend {
 		return
 	}
 	if err := ex.Repoint(ctx); err != nil {

@@ -296,8 +296,9 @@ const defaultPoolMax = 4
 //
 // The parts of a Server each own their state and their lock:
 // sessionTable (sessiontable.go: the sessions, connections and their
-// counts), runTable (runs.go: the cells in flight), snapshotBudget
-// (budget.go), tenant (tenant.go: a principal's folder, registry,
+// counts), runTable (runs.go: the cells in flight), durability
+// (durability.go: the state folder, the reaper's clock and the snapshot
+// budget of budget.go), tenant (tenant.go: a principal's folder, registry,
 // virtualenv and fork server) and the kernel factory (factory.go: the
 // warm pool and how an executor starts).
 //
@@ -311,7 +312,7 @@ const defaultPoolMax = 4
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.sessions.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
-//	s.budget.mu (alone)
+//	s.durability.budget.mu (alone)
 //
 // (x is a session, c a cell run, store the handle table, t a tenant.)
 // s.sessions.mu, x.mu, store.mu, s.runs.mu and a cell's locks guard
@@ -352,19 +353,12 @@ type Server struct {
 	// sessions is the table of sessions, connections and their counts
 	// (sessiontable.go).
 	sessions *sessionTable
-	// state is the state folder; frontend names this process in it.
-	state    *stateDir
-	frontend string
-	// lastScan is when the reaper last read the state folder (the
-	// reaper's own).
-	lastScan time.Time
-	// budget is the workspace's snapshot budget (budget.go).
-	budget *snapshotBudget
+	// durability is the state folder, the snapshot budget and the
+	// reaper's clock (durability.go).
+	durability *durability
 	// tokens are the accepted bearer tokens' digests, with their
 	// principals.
 	tokens []principalToken
-
-	reaper sync.Once
 
 	// runs is the table of cells in flight (runs.go).
 	runs *runTable
@@ -419,7 +413,6 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		frontend:  newFolderName(),
 		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
@@ -432,7 +425,6 @@ func New(opts *Options) (*Server, error) {
 		return nil, err
 	}
 	s.multi = multiTenant(s.tokens)
-	s.budget = &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 		// Several principals get the links in their folders (tenant.go).
@@ -440,12 +432,15 @@ func New(opts *Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if s.state, err = openStateDir(ws, o.Durability.StateDir); err != nil {
+	state, err := openStateDir(ws, o.Durability.StateDir)
+	if err != nil {
 		return nil, err
 	}
-	s.sessions.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
+	s.durability = &durability{state: state, frontend: newFolderName(), hibernateAfter: o.Durability.HibernateAfter, expiry: o.Durability.SessionExpiry,
+		budget: &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}}
+	s.sessions.store = &durableStore{mem: newMemStore(), state: state, s: s}
 	s.sessions.onAdd = s.startReaper
-	s.sessions.countStored(s.state.list())
+	s.sessions.countStored(state.list())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.factory.startPool(s.only, o.Sessions.Pool, o.Sessions.PoolMax)
 	s.mcp = s.newMCPServer()

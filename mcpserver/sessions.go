@@ -101,23 +101,7 @@ func (s *Server) forget(x *session, keep bool) {
 // create_session idle for longer than Options.Durability.SessionExpiry. Called with
 // s.sessions.mu held (sessionTable.onAdd).
 func (s *Server) startReaper() {
-	s.reaper.Do(func() {
-		tick := min(max(min(s.opts.Durability.HibernateAfter, s.opts.Durability.SessionExpiry)/10, 10*time.Millisecond), 30*time.Second)
-		s.wg.Add()
-		go func() {
-			defer s.wg.Done()
-			t := time.NewTicker(tick)
-			defer t.Stop()
-			for {
-				select {
-				case <-s.ctx.Done():
-					return
-				case now := <-t.C:
-					s.reap(now)
-				}
-			}
-		}()
-	})
+	s.durability.startReaper(s.ctx, &s.wg, s.reap)
 }
 
 // reap hibernates the sessions idle for longer than Options.Durability.HibernateAfter
@@ -147,14 +131,7 @@ func (s *Server) reap(now time.Time) {
 			}()
 		}
 	}
-	if s.state == nil || now.Sub(s.lastScan) < min(s.opts.Durability.SessionExpiry/10, time.Minute) {
-		return
-	}
-	s.lastScan = now
-	for _, k := range s.state.list() {
-		if live[k.key] || now.Sub(k.rec.Used) <= s.opts.Durability.SessionExpiry {
-			continue
-		}
+	for _, k := range s.durability.expired(now, live) {
 		s.expire(k)
 	}
 }
@@ -164,14 +141,14 @@ func (s *Server) reap(now time.Time) {
 // gateway kernel. One that another process runs now is left to it.
 func (s *Server) expire(k keyed) {
 	if s.local() {
-		f, err := s.state.lock(s.ctx, k.key, 0)
+		f, err := s.durability.state.lock(s.ctx, k.key, 0)
 		if err != nil {
 			return
 		}
 		defer f.Close()
 	}
 	s.log.Info("a stored session expired; removing it", "session", keyName(k.key)[:8])
-	s.state.remove(k.key)
+	s.durability.state.remove(k.key)
 	s.tenant(k.rec.Principal).removeFolders(k.rec.Packages, k.rec.Snapshot)
 	if k.rec.Kernel != "" && !s.local() {
 		s.deleteGatewayKernel(k.rec.Kernel)

@@ -635,7 +635,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		all = append(all, entry{x.created, info})
 	}
 	// The sessions the state folder keeps that no call has revived here.
-	for _, k := range s.state.list() {
+	for _, k := range s.durability.state.list() {
 		if live[k.key] || k.rec.Principal != p {
 			continue
 		}
