@@ -46,10 +46,11 @@ import (
 // (across the fork server's start) are each taken alone. t.mu guards the
 // registration table and the synced generations of the tenant's
 // sessions, in memory only; it is taken after lockName(name) and never
-// with s.sessions.mu. s.tenantMu, the Server's, guards the map of tenants and is
-// a leaf.
-// Processes that are shared stay on Server: the snapshot budget, the
-// warm pool (only with one tenant), the kernel limits.
+// with s.sessions.mu. s.tenantMu, the Server's, guards the map of
+// tenants and is a leaf.
+// What is shared belongs to the Server's other parts: the snapshot
+// budget (budget.go, in durability.go), the warm pool (factory.go, only
+// with one tenant), the kernel limits (sessiontable.go).
 type tenant struct {
 	s *Server
 	// principal names the tenant in logs; dir is its workspace folder (a
