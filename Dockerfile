@@ -24,15 +24,19 @@ ARG GO_IMAGE=golang:1.27-bookworm
 # VERSION is ipybox's release (cmd/ipybox/version.go); scripts/image.sh
 # passes it, and it becomes `ipybox version` and the image's version label.
 ARG VERSION=devel
+# COMMIT is the git commit the source is from (scripts/image.sh passes it;
+# the build context has no .git for Go to stamp): `ipybox version` says it.
+ARG COMMIT=
 
 FROM ${GO_IMAGE} AS build
 ARG VERSION
+ARG COMMIT
 WORKDIR /src
 COPY go.mod go.sum ./
 COPY . .
 # A vendor/ directory (scripts/image.sh adds one) builds without network.
 RUN if [ -d vendor ]; then mod=-mod=vendor; else mod=-mod=readonly; go mod download; fi && \
-    CGO_ENABLED=0 go build $mod -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/ipybox ./cmd/ipybox
+    CGO_ENABLED=0 go build $mod -trimpath -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/ipybox ./cmd/ipybox
 
 FROM ${BASE}
 # python3-munkres is listed so that it answers fonttools' "scipy | munkres"

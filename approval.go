@@ -13,17 +13,13 @@ import (
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/cellctl"
 	"github.com/ipybox/ipybox/internal/escape"
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
-// ApprovalKind says what an ApprovalRequest asks about.
-type ApprovalKind string
-
-// The kinds of ApprovalRequest.
+// The kinds of [ApprovalRequest].
 const (
-	KindTool  ApprovalKind = "tool"  // a call of an MCP tool from kernel code
-	KindShell ApprovalKind = "shell" // a shell command through IPython
+	kindTool  = "tool"  // a call of an MCP tool from kernel code
+	kindShell = "shell" // a shell command through IPython
 )
 
 // ApprovalRequest asks the application whether a tool call, or a shell
@@ -35,8 +31,9 @@ const (
 // ApprovalTimeoutError in the cell. A request still open when the consumer
 // stops iterating, or when the cell ends, is rejected.
 type ApprovalRequest struct {
-	// Kind is KindTool or KindShell.
-	Kind ApprovalKind
+	// Kind is "tool" (a call of an MCP tool from kernel code) or "shell"
+	// (a shell command through IPython).
+	Kind string
 	// Server, Tool and Args describe a tool call (Kind "tool"). Server is
 	// the registered name; Tool is the tool's original MCP name. Args is
 	// the JSON object that kernel code sent, byte for byte as it goes to
@@ -71,12 +68,7 @@ type ApprovalRequest struct {
 	remembered []string   // the rules the answer added
 	decision   chan error // receives nil (accept) or a *toolserver.RejectedError
 	verdict    verdict    // how the policy's audit saw the decision, for tracing
-	event                 // makes it an Event
 }
-
-// event makes a type an Event (kernel.Event's method is unexported, so the
-// promotion goes through kernel.EventBase), without a visible field.
-type event struct{ kernel.EventBase }
 
 // ErrNotPending is returned by Accept and Reject for a request that has no
 // call waiting on it: a request made by hand rather than yielded by
@@ -124,7 +116,7 @@ const errNoApprover = "no Options.Approver is set, so Execute rejects every call
 // many-lined one is summarised with its first and last lines and what is
 // left out between.
 func (r *ApprovalRequest) String() string {
-	if r.Kind == KindShell {
+	if r.Kind == kindShell {
 		return "shell command:\n" + approvaltext.Command(r.Command)
 	}
 	call := escape.Text(r.Server) + "." + escape.Text(r.Tool)
@@ -170,11 +162,11 @@ func (c *cell) rejectPending(reason string) {
 type approver struct{ e *Executor }
 
 func (a approver) ApproveTool(ctx context.Context, c *toolserver.ToolCall) error {
-	return a.e.approve(ctx, &ApprovalRequest{Kind: KindTool, Server: c.Server, Tool: c.Tool, Args: c.Args})
+	return a.e.approve(ctx, &ApprovalRequest{Kind: kindTool, Server: c.Server, Tool: c.Tool, Args: c.Args})
 }
 
 func (a approver) ApproveShell(ctx context.Context, command string) error {
-	return a.e.approve(ctx, &ApprovalRequest{Kind: KindShell, Command: command})
+	return a.e.approve(ctx, &ApprovalRequest{Kind: kindShell, Command: command})
 }
 
 var errNoCell = &toolserver.RejectedError{Reason: "no cell is running: calls from threads that outlive their cell are not approved"}

@@ -62,6 +62,14 @@ type ApprovalPolicyOptions struct {
 	// Logger receives warnings (an audit line that could not be written,
 	// a policy file that broke while in use). Nil discards them.
 	Logger *slog.Logger
+	// CreateOnWrite creates neither file, nor their folder, before
+	// something is written to it: the log at its first decision, the
+	// policy at its first remembered rule. Only for kernels that no
+	// sandbox confines (a sandbox hides these files, and it can hide
+	// only files that exist when it starts). Created, when set, is told
+	// the log's path when its first decision creates it.
+	CreateOnWrite bool
+	Created       func(path string)
 }
 
 // LoadApprovalPolicy reads the policy file at path (a missing one is
@@ -85,7 +93,11 @@ func LoadApprovalPolicy(path string, opts *ApprovalPolicyOptions) (*ApprovalPoli
 		p.file = f
 	}
 	if o.Log != "" {
-		l, err := policy.OpenLog(o.Log, o.LogMaxBytes)
+		open := policy.OpenLog
+		if o.CreateOnWrite {
+			open = func(path string, max int64) (*policy.Log, error) { return policy.OpenLogOnWrite(path, max, o.Created) }
+		}
+		l, err := open(o.Log, o.LogMaxBytes)
 		if err != nil {
 			return nil, fmt.Errorf("ipybox: %w", err)
 		}
@@ -94,6 +106,9 @@ func LoadApprovalPolicy(path string, opts *ApprovalPolicyOptions) (*ApprovalPoli
 	// Every file exists before a sandbox starts, so that it can be hidden
 	// there (a sandbox masks only what exists).
 	for i, f := range p.paths() {
+		if o.CreateOnWrite {
+			break
+		}
 		text := ""
 		if i == 0 && p.file != nil {
 			text = policyHeader
@@ -158,8 +173,8 @@ func (p *ApprovalPolicy) File() string {
 	return p.file.Path()
 }
 
-// LogFile returns the audit log's path ("" for none).
-func (p *ApprovalPolicy) LogFile() string {
+// logFile returns the audit log's path ("" for none).
+func (p *ApprovalPolicy) logFile() string {
 	if p == nil || p.log == nil {
 		return ""
 	}
@@ -184,7 +199,7 @@ func (p *ApprovalPolicy) paths() []string {
 	if f := p.File(); f != "" {
 		out = append(out, f, filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".lock"))
 	}
-	if l := p.LogFile(); l != "" {
+	if l := p.logFile(); l != "" {
 		out = append(out, l, l+".1")
 	}
 	return out
@@ -314,9 +329,9 @@ const (
 
 // Deciders of Answer.By, as the audit log records them.
 const (
-	ByPerson      = "person"      // someone was asked and answered
-	ByApplication = "application" // the program embedding ipybox decided
-	ByDefault     = "default"     // a mode's default, nobody was asked
+	byPerson      = "person"      // someone was asked and answered
+	byApplication = "application" // the program embedding ipybox decided
+	byDefault     = "default"     // a mode's default, nobody was asked
 )
 
 // Answer is a decision on an ApprovalRequest, with how long it counts.
@@ -335,7 +350,9 @@ type Answer struct {
 	// arguments, or the same command.
 	Rules []string
 	// By, Channel and Person say who decided, for the audit log: By is
-	// ByPerson, ByApplication (when empty) or ByDefault; Channel how they
+	// "person" (someone was asked and answered), "application" (the
+	// program embedding ipybox decided; the value when empty) or "default"
+	// (a mode's default: nobody was asked); Channel how they
 	// were reached ("terminal prompt", "MCP elicitation"); Person who
 	// they are, when known (a user name, an MCP client's name).
 	By, Channel, Person string
@@ -426,7 +443,7 @@ func (r *ApprovalRequest) Answer(a Answer) error {
 		}
 	}
 	if a.By == "" {
-		a.By = ByApplication
+		a.By = byApplication
 	}
 	r.answer, r.remembered, r.decided = a, remembered, true
 	var err error
@@ -447,7 +464,7 @@ func (r *ApprovalRequest) call() *policy.Call {
 	if r.exec != nil {
 		principal = r.exec.opts.Principal
 	}
-	if r.Kind == KindShell {
+	if r.Kind == kindShell {
 		return &policy.Call{Kind: policy.KindShell, Command: r.Command, Principal: principal}
 	}
 	return &policy.Call{Kind: policy.KindTool, Server: r.Server, Tool: r.Tool, Args: r.Args, Principal: principal}
@@ -469,7 +486,7 @@ func (e *Executor) remember(a Answer, rules []*policy.Rule) error {
 		}
 		who := a.By
 		if who == "" {
-			who = ByApplication
+			who = byApplication
 		}
 		if a.Channel != "" {
 			who += " through " + a.Channel
@@ -549,7 +566,7 @@ func (e *Executor) decide(ctx context.Context, r *ApprovalRequest) error {
 		}
 	default:
 		if !e.approvalOn(r.Kind) {
-			entry.By, entry.Channel = ByDefault, e.offSwitch(r.Kind)
+			entry.By, entry.Channel = byDefault, e.offSwitch(r.Kind)
 			e.audit(entry, r, "allow", start)
 			return nil
 		}
@@ -596,15 +613,15 @@ func (e *Executor) decide(ctx context.Context, r *ApprovalRequest) error {
 
 // approvalOn reports whether calls of kind that no rule decides are
 // asked about (Options.NoToolApproval, Options.ApproveShellCommands).
-func (e *Executor) approvalOn(kind ApprovalKind) bool {
-	if kind == KindShell {
+func (e *Executor) approvalOn(kind string) bool {
+	if kind == kindShell {
 		return e.opts.ApproveShellCommands
 	}
 	return !e.opts.NoToolApproval
 }
 
-func (e *Executor) offSwitch(kind ApprovalKind) string {
-	if kind == KindShell {
+func (e *Executor) offSwitch(kind string) string {
+	if kind == kindShell {
 		return "shell approval off (shell commands run unless a rule says otherwise)"
 	}
 	return "tool approval off (tool calls run unless a rule says otherwise)"
@@ -631,7 +648,7 @@ func (e *Executor) audit(entry *policy.Entry, r *ApprovalRequest, decision strin
 		fields = rs.Redact()
 	}
 	scrub := e.mcp.Redact
-	if r.Kind == KindShell {
+	if r.Kind == kindShell {
 		entry.Command = policy.RedactCommand(r.Command, scrub)
 	} else {
 		entry.Server, entry.Tool = r.Server, r.Tool

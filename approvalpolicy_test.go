@@ -211,7 +211,7 @@ for s in ['a', 'a', 'b', 'b', 'a']:
 		if strings.Contains(string(r.Args), `"b"`) {
 			how = ipybox.RememberAlways
 		}
-		if err := r.Answer(ipybox.Answer{Accept: true, Remember: how, By: ipybox.ByPerson, Channel: "test"}); err != nil {
+		if err := r.Answer(ipybox.Answer{Accept: true, Remember: how, By: "person", Channel: "test"}); err != nil {
 			t.Errorf("Answer: %v", err)
 		}
 	})

@@ -20,9 +20,6 @@ import (
 // one the repository's Dockerfile builds (scripts/image.sh).
 const DefaultContainerImage = "ipybox:latest"
 
-// ContainerWorkspace is the workspace's path inside a kernel container.
-const ContainerWorkspace = container.WorkspaceDir
-
 // ContainerConfig runs the kernel in a Docker container (Options.Container)
 // through the Docker Engine API, at $DOCKER_HOST (unix:// or tcp://) or
 // /var/run/docker.sock. The image is never pulled.
@@ -66,10 +63,14 @@ type ContainerConfig struct {
 	AllowedDomains []string
 }
 
-// ContainerBind mounts a host directory in a kernel container: HostPath
-// (absolute or relative to the current directory, created when missing)
-// appears at /app/Path.
-type ContainerBind = container.Bind
+// ContainerBind mounts a host directory in a kernel container, read-write.
+type ContainerBind struct {
+	// HostPath is the host directory, absolute or relative to the current
+	// directory; it is created when missing.
+	HostPath string
+	// Path is where it appears, relative to /app: "data" is /app/data.
+	Path string
+}
 
 // startContainer prepares the container backend: it checks the daemon and
 // the image, and reaps containers of dead owners.

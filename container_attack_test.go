@@ -165,9 +165,7 @@ func TestSandboxAllowedIPAndCIDR(t *testing.T) {
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	cfg := ipybox.DefaultSandbox()
-	if err := cfg.AllowDomains("127.0.0.0/30"); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Network.AllowedDomains = append(cfg.Network.AllowedDomains, "127.0.0.0/30")
 	ex := start(t, &ipybox.Options{Sandbox: cfg})
 	code := `import os, urllib.request, urllib.error
 os.environ['NO_PROXY'] = os.environ['no_proxy'] = ''

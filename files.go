@@ -20,9 +20,9 @@ import (
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
 
-// MaxDownload bounds the file DownloadFile copies: the kernel's side of a
+// maxDownload bounds the file DownloadFile copies: the kernel's side of a
 // transfer is kernel code's to choose, and the host's disk is not.
-const MaxDownload = 1 << 30
+const maxDownload = 1 << 30
 
 // transferChunk is how many bytes one input() reply (upload) or one silent
 // cell (download) carries.
@@ -81,7 +81,7 @@ func (e *Executor) UploadFile(ctx context.Context, relpath string, r io.Reader) 
 
 // DownloadFile copies the file relpath of the kernel's working directory to
 // w, over the kernel's own channel (see UploadFile), and returns the bytes
-// copied. A file over MaxDownload bytes is refused. It waits for a running
+// copied. A file over 1 GiB is refused. It waits for a running
 // cell, as Execute does.
 func (e *Executor) DownloadFile(ctx context.Context, relpath string, w io.Writer) (int64, error) {
 	rel, err := e.startTransfer(ctx, relpath)
@@ -103,8 +103,8 @@ func (e *Executor) DownloadFile(ctx context.Context, relpath string, w io.Writer
 			return total, fmt.Errorf("ipybox: download %s: %w", relpath, err)
 		}
 		if size < 0 {
-			if n > MaxDownload {
-				return 0, fmt.Errorf("ipybox: download %s: the file is %d bytes; the limit is %d (MaxDownload)", relpath, n, MaxDownload)
+			if n > maxDownload {
+				return 0, fmt.Errorf("ipybox: download %s: the file is %d bytes; the limit is %d ", relpath, n, maxDownload)
 			}
 			size = n
 		}

@@ -90,7 +90,7 @@ func transferSuite(t *testing.T, ex *ipybox.Executor, dir string) {
 
 // hostileChunks: kernel code that replaces the runtime's get cannot make
 // the host take more than the size it announced, nor more than
-// MaxDownload, nor accept malformed chunks.
+// the 1 GiB bound, nor accept malformed chunks.
 func hostileChunks(t *testing.T, ex *ipybox.Executor) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

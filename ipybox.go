@@ -1,32 +1,3 @@
-// Package ipybox runs code actions for AI agents: blocks of Python, with
-// shell commands and MCP tool calls, in a stateful IPython kernel.
-//
-//	application ──── Executor.Stream(code) ────► kernel (ipykernel over ZeroMQ
-//	   ▲   ▲                                        │  ipc; optionally sandboxed)
-//	   │   │ events: output, displays, errors       │
-//	   │   └────────────────────────────────────────┤
-//	   │                                            │ a tool call (mcptools.S.T.run)
-//	   │ *ApprovalRequest: Accept or Reject         │ or a shell command (!cmd)
-//	   │                                            ▼
-//	   └─────────────────────────────── tool server (unix socket, token)
-//	                                                │ approved
-//	                                                ▼
-//	                                      mcpconn ──► MCP server; the result
-//	                                                  goes back to the kernel
-//
-// Kernel code cannot reach an MCP server by itself: each tool call goes to
-// the host's tool server, which asks the application (an *ApprovalRequest
-// event of Stream, or Options.Approver for Execute) and only then calls the
-// server through mcpconn. Shell commands are asked about the same way when
-// Options.ApproveShellCommands is set.
-//
-// A minimal use:
-//
-//	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: dir})
-//	if err != nil { ... }
-//	defer ex.Close()
-//	res, err := ex.Execute(ctx, "x = 6 * 7\nprint(x)", nil)
-//	fmt.Println(res.Text) // 42
 package ipybox
 
 import (
@@ -159,7 +130,7 @@ type Options struct {
 	// ToolCallTimeout bounds one MCP tool call. Zero means 2 minutes.
 	ToolCallTimeout time.Duration
 	// DotEnv supplies ${VAR} values for MCP server configs, after the host
-	// environment (see LoadDotEnv). Nil means none.
+	// environment. Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is called when a remote MCP server needs a user to sign in
 	// with OAuth (the authorization code grant): it should show url to the
@@ -226,24 +197,48 @@ type Options struct {
 
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
-	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
+	// workspace at /app/workspace. It excludes Sandbox, and Zygote is
 	// not used. If Docker or the image is missing, Start fails with the
 	// cause and the fix. Nil means no container.
 	Container *ContainerConfig
 }
 
-// GatewayConfig says which Jupyter server runs the kernel, for
-// Options.Gateway.
-type GatewayConfig = kernel.GatewayConfig
+// GatewayConfig runs the kernel on a Jupyter server (Jupyter Server,
+// Kernel Gateway or Enterprise Gateway) through its kernels API instead
+// of as a local process, for [Options].Gateway. See docs/scale.md.
+type GatewayConfig struct {
+	// URL is the server's base URL, http:// or https:// (https checks the
+	// certificate against the system's roots). Required.
+	URL string
+	// Token authenticates to the server ("Authorization: token ..."). It
+	// is never logged, put in an error, or passed to the kernel. Empty
+	// sends none.
+	Token string
+	// KernelName is the kernelspec to start. Empty means "python3".
+	KernelName string
+	// LegacyProtocol offers no websocket subprotocol, so that the kernel
+	// speaks the legacy JSON frames. False offers the
+	// v1.kernel.websocket.jupyter.org subprotocol, and speaks the legacy
+	// frames when the server does not pick it.
+	LegacyProtocol bool
+	// KernelID, when set, makes Start attach to this kernel, already
+	// running on the server (one that [Executor.Detach] left, or that
+	// another front end started), instead of starting one: its namespace
+	// is kept, the init code is not run again, and only the environment is
+	// set in it, so that it reaches this host's tool server. A restart
+	// ([Executor.Reset], or a death) starts a fresh kernel as usual. Empty
+	// means a new kernel.
+	KernelID string
+}
 
-// GatewayProtocol chooses a gateway kernel's websocket framing.
-type GatewayProtocol = kernel.GatewayProtocol
-
-// The websocket framings of GatewayConfig.Protocol.
-const (
-	GatewayProtocolAuto   = kernel.GatewayProtocolAuto
-	GatewayProtocolLegacy = kernel.GatewayProtocolLegacy
-)
+// kernelGateway is g as the kernel package takes it.
+func (g *GatewayConfig) kernelGateway() *kernel.GatewayConfig {
+	k := &kernel.GatewayConfig{URL: g.URL, Token: g.Token, KernelName: g.KernelName, KernelID: g.KernelID}
+	if g.LegacyProtocol {
+		k.Protocol = kernel.GatewayProtocolLegacy
+	}
+	return k
+}
 
 // ExecOptions configures one execution. A nil *ExecOptions means the
 // defaults.
@@ -259,20 +254,20 @@ type ExecOptions struct {
 	// It bounds the kept displays the same way (KeepText bytes of them,
 	// then Result.OmittedDisplays counts the rest). Stream still delivers
 	// every byte as *Output and *Display events. Zero means
-	// DefaultKeepText; a negative value keeps everything (as much memory
+	// 64 MiB; a negative value keeps everything (as much memory
 	// as the cell prints, which kernel code chooses).
 	KeepText int
 }
 
-// DefaultKeepText is the text a *Result keeps when ExecOptions.KeepText is
+// defaultKeepText is the text a *Result keeps when ExecOptions.KeepText is
 // zero: 64 MiB, its first and last 32 MiB.
-const DefaultKeepText = 64 << 20
+const defaultKeepText = 64 << 20
 
 // keepText is the kernel's KeepText for opts (0: keep all).
 func keepText(opts *ExecOptions) int {
 	switch {
 	case opts == nil || opts.KeepText == 0:
-		return DefaultKeepText
+		return defaultKeepText
 	case opts.KeepText < 0:
 		return 0
 	}
@@ -462,7 +457,7 @@ func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, s
 			return nil, "", fmt.Errorf("ipybox: %w", err)
 		}
 		o.Python = ""
-		return l, ContainerWorkspace, nil
+		return l, container.WorkspaceDir, nil
 	case o.Sandbox != nil:
 		l, err := e.startSandbox(ctx)
 		if err != nil {
@@ -470,11 +465,11 @@ func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, s
 		}
 		return l, e.workspace, nil
 	case o.Zygote != nil:
-		if o.Python != "" && o.Python != o.Zygote.Python() {
-			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.Python())
+		if o.Python != "" && o.Python != o.Zygote.z.Python() {
+			return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, o.Zygote.z.Python())
 		}
-		o.Python = o.Zygote.Python()
-		return o.Zygote, e.workspace, nil
+		o.Python = o.Zygote.z.Python()
+		return o.Zygote.z, e.workspace, nil
 	}
 	return nil, e.workspace, nil
 }
@@ -540,8 +535,7 @@ func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws strin
 	// The kernel may not share this file system: the runtime travels as
 	// code over the channel, and the working directory is the gateway's
 	// (see docs/scale.md).
-	g := *o.Gateway
-	ko.Gateway = &g
+	ko.Gateway = o.Gateway.kernelGateway()
 	init.SysPath, init.SysPathEnd = nil, nil
 	init.WorkDir = ""
 	init.Remote = true
@@ -613,7 +607,7 @@ func (e *Executor) kernelPath(p string) string {
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return p
 	}
-	return path.Join(ContainerWorkspace, filepath.ToSlash(rel))
+	return path.Join(container.WorkspaceDir, filepath.ToSlash(rel))
 }
 
 func envList(m map[string]string) []string {
@@ -628,9 +622,6 @@ func envList(m map[string]string) []string {
 // Workspace returns the kernel's working directory.
 func (e *Executor) Workspace() string { return e.workspace }
 
-// ImagesDir returns the directory images are saved to.
-func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
-
 // Execute runs code as one cell and returns its result. It has no way to
 // ask the application about a tool call or shell command that needs
 // approval: it answers through Options.Approver, and without one it
@@ -644,7 +635,7 @@ func (e *Executor) ImagesDir() string { return e.k.ImagesDir() }
 func (e *Executor) Execute(ctx context.Context, code string, opts *ExecOptions) (*Result, error) {
 	return collect(e.Stream(ctx, code, opts), func(r *ApprovalRequest) {
 		if e.opts.Approver == nil {
-			r.Answer(Answer{Reason: errNoApprover, By: ByDefault, Channel: "Execute without Options.Approver"})
+			r.Answer(Answer{Reason: errNoApprover, By: byDefault, Channel: "Execute without Options.Approver"})
 		} else if err := e.opts.Approver(ctx, r); err != nil {
 			r.Answer(Answer{Reason: err.Error(), Channel: "Options.Approver"})
 		} else {
@@ -707,8 +698,8 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 		var ko kernel.ExecOptions
 		ko.KeepText = keepText(opts)
 		ko.Input = e.opts.Input
-		ko.OnEvent = func(ev Event) {
-			if !stopped && !yield(ev, nil) {
+		ko.OnEvent = func(ev kernel.Event) {
+			if !stopped && !yield(eventOf(ev), nil) {
 				stop()
 			}
 		}
@@ -737,7 +728,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			return
 		}
 		if res != nil {
-			if !yield(res, nil) {
+			if !yield(resultOf(res), nil) {
 				return
 			}
 		}

@@ -87,7 +87,7 @@ func TestPythonErrors(t *testing.T) {
 		if pe.Name != tc.name {
 			t.Errorf("%q: name = %q, want %q", tc.code, pe.Name, tc.name)
 		}
-		tb := pe.TracebackText()
+		tb := strings.Join(pe.Traceback, "\n")
 		if strings.Contains(tb, "\x1b[") {
 			t.Errorf("%q: traceback has ANSI codes: %q", tc.code, tb)
 		}

@@ -19,32 +19,102 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-type (
-	// ServerConfig is an MCP server's config: a command (stdio) or a URL
-	// (streamable HTTP or SSE). String values may hold ${VAR} placeholders.
-	ServerConfig = mcpconn.Config
-	// ToolModule describes one generated tool module: its Python module
-	// name, the tool's original name, and the call signature.
-	ToolModule = pygen.Module
-	// OAuthConfig is ServerConfig.OAuth: a pre-registered OAuth client of
-	// a streamable HTTP server, its scopes and its grant.
-	OAuthConfig = mcpconn.OAuthConfig
-	// OAuthGrant is OAuthConfig.Grant.
-	OAuthGrant = mcpconn.OAuthGrant
-)
+// ServerConfig is an MCP server's config: a command to run (stdio) or a
+// URL (streamable HTTP or SSE), in the "mcpServers" JSON format of MCP
+// clients. Every string value except Type and Sandbox may hold ${VAR}
+// placeholders, which are replaced when the server is started (from the
+// workspace's .env and [GenerateOptions].DotEnv); the registry keeps them
+// as written.
+type ServerConfig struct {
+	// Command is the program of a stdio server.
+	Command string `json:"command,omitempty"`
+	// Args are the program's arguments.
+	Args []string `json:"args,omitempty"`
+	// Env is added to the stdio server's minimal environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the stdio server's working directory. Empty means ours.
+	Cwd string `json:"cwd,omitempty"`
+	// URL is the endpoint of a remote server.
+	URL string `json:"url,omitempty"`
+	// Headers are sent with every HTTP request to URL.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Type chooses the transport: "stdio", "http" (or its spellings
+	// "streamable_http" and "streamableHttp") or "sse". Empty means: stdio
+	// when Command is set; SSE when URL's path contains "/sse"; otherwise
+	// streamable HTTP, falling back to SSE when the server rejects the
+	// streamable HTTP initialize request with a 4xx status.
+	Type string `json:"type,omitempty"`
+	// Sandbox asks for the stdio server to run sandboxed: true, or a
+	// [SandboxConfig] in its JSON form. Empty means unsandboxed.
+	Sandbox json.RawMessage `json:"sandbox,omitempty"`
+	// OAuth configures OAuth 2.1 for a streamable HTTP server. Nil still
+	// gets OAuth, with discovery and dynamic client registration, when the
+	// server answers 401 with an OAuth challenge and the config sets no
+	// Authorization header.
+	OAuth *OAuthConfig `json:"oauth,omitempty"`
+}
 
-// The OAuth grants (OAuthConfig.Grant).
-const (
-	// GrantAuthorizationCode: a person signs in, in a browser (the default).
-	GrantAuthorizationCode = mcpconn.GrantAuthorizationCode
-	// GrantClientCredentials: the client signs in with its ID and secret.
-	GrantClientCredentials = mcpconn.GrantClientCredentials
-)
+// OAuthConfig is [ServerConfig].OAuth: a pre-registered OAuth client of a
+// streamable HTTP server, its scopes and its grant.
+type OAuthConfig struct {
+	// ClientID is a pre-registered OAuth client. Empty means dynamic
+	// client registration with the server's authorization server. It may
+	// be a ${VAR} placeholder.
+	ClientID string `json:"clientId,omitempty"`
+	// ClientSecret is the pre-registered client's secret. It must be a
+	// ${VAR} placeholder (the config is saved in servers.json, which never
+	// holds secrets). Empty means a public client.
+	ClientSecret string `json:"clientSecret,omitempty"`
+	// Scopes are the scopes to ask for. Empty means those the server
+	// names in its 401 challenge or its resource metadata.
+	Scopes []string `json:"scopes,omitempty"`
+	// RedirectPort is the port of the loopback redirect listener
+	// (http://127.0.0.1:PORT/callback), for a pre-registered client whose
+	// redirect URI is fixed. Zero means a free port.
+	RedirectPort int `json:"redirectPort,omitempty"`
+	// Grant is "authorization_code" (a person signs in, in a browser: the
+	// default when empty) or "client_credentials" (the client signs in
+	// with its ID and secret).
+	Grant string `json:"grant,omitempty"`
+	// ClientMetadataURL is the https URL of a client ID metadata document
+	// that describes ipybox with a loopback redirect URI. It is used when
+	// the authorization server supports such documents; otherwise ClientID
+	// or dynamic registration is. Empty means none.
+	ClientMetadataURL string `json:"clientMetadataUrl,omitempty"`
+}
 
-// LoadDotEnv reads a .env file (KEY=VALUE lines, # comments, quoted
-// values; nothing is interpolated) for GenerateOptions.DotEnv. A missing
-// file is an error that matches fs.ErrNotExist.
-func LoadDotEnv(path string) (map[string]string, error) { return mcpconn.LoadDotEnv(path) }
+// ToolModule describes one generated tool module.
+type ToolModule struct {
+	Name string // the Python module name: "read_text_file", "tool_1"
+	Tool string // the MCP tool name it calls: "read_text_file", "tool-1"
+	// Signature tells how to call the tool, with the input models the
+	// parameters use, e.g.
+	// "run(Params(path: str, head: float | None = None)) -> Result".
+	Signature string
+}
+
+// mcpConfig is c as the mcpconn package takes it.
+func (c ServerConfig) mcpConfig() mcpconn.Config {
+	m := mcpconn.Config{Command: c.Command, Args: c.Args, Env: c.Env, Cwd: c.Cwd, URL: c.URL,
+		Headers: c.Headers, Type: c.Type, Sandbox: c.Sandbox}
+	if o := c.OAuth; o != nil {
+		m.OAuth = &mcpconn.OAuthConfig{ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
+			RedirectPort: o.RedirectPort, Grant: mcpconn.OAuthGrant(o.Grant), ClientMetadataURL: o.ClientMetadataURL}
+	}
+	return m
+}
+
+// toolModulesOf converts generated modules.
+func toolModulesOf(ms []pygen.Module) []ToolModule {
+	if ms == nil {
+		return nil
+	}
+	out := make([]ToolModule, len(ms))
+	for i, m := range ms {
+		out[i] = ToolModule{Name: m.Name, Tool: m.Tool, Signature: m.Signature}
+	}
+	return out
+}
 
 // registryPath is where a workspace's MCP servers are recorded, with their
 // ${VAR} placeholders (never the values).
@@ -171,7 +241,7 @@ func (e *Executor) toolEnv() []string {
 // name must be a Python identifier that is not a keyword. Registering a
 // name again replaces the server and its modules.
 func (e *Executor) RegisterMCPServer(ctx context.Context, name string, cfg ServerConfig) ([]ToolModule, error) {
-	t, _ := cfg.Transport()
+	t, _ := cfg.mcpConfig().Transport()
 	ctx, span := e.tel.StartRegister(ctx, name, string(t))
 	mods, err := e.registerMCPServer(ctx, name, cfg)
 	e.tel.EndRegister(span, len(mods), err)
@@ -183,7 +253,7 @@ func (e *Executor) registerMCPServer(ctx context.Context, name string, cfg Serve
 		return nil, fmt.Errorf("ipybox: register MCP server: %w", err)
 	}
 	old, had := e.registry.Get(name)
-	if err := e.registry.Add(name, cfg); err != nil {
+	if err := e.registry.Add(name, cfg.mcpConfig()); err != nil {
 		return nil, fmt.Errorf("ipybox: register: %w", err) // it names the server
 	}
 	restore := func() {
@@ -226,14 +296,15 @@ func writeModules(root, name string, tools []*mcp.Tool) ([]ToolModule, error) {
 		}
 		gen = append(gen, g)
 	}
-	return pygen.Write(root, name, gen)
+	mods, err := pygen.Write(root, name, gen)
+	return toolModulesOf(mods), err
 }
 
 // GenerateOptions configures GenerateToolModules. A nil *GenerateOptions
 // means the defaults.
 type GenerateOptions struct {
 	// DotEnv supplies ${VAR} values after the environment (for example a
-	// workspace's .env, read with LoadDotEnv). Nil means none.
+	// workspace's .env). Nil means none.
 	DotEnv map[string]string
 	// OAuthURL is as Options.OAuthURL. Nil means none.
 	OAuthURL func(ctx context.Context, server, url string) error
@@ -251,7 +322,7 @@ func GenerateToolModules(ctx context.Context, name string, cfg ServerConfig, dir
 		return nil, fmt.Errorf("ipybox: %w", err)
 	}
 	reg := mcpconn.NewRegistry()
-	if err := reg.Add(name, cfg); err != nil {
+	if err := reg.Add(name, cfg.mcpConfig()); err != nil {
 		return nil, fmt.Errorf("ipybox: %w", err) // it names the server
 	}
 	m, err := mcpconn.New(reg, &mcpconn.Options{DotEnv: o.DotEnv, OAuthURL: o.OAuthURL})

@@ -2,7 +2,6 @@ package ipybox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ipybox/ipybox/internal/warm"
@@ -23,9 +22,6 @@ type Pool struct {
 	warm *warm.Pool[*Executor]
 }
 
-// ErrPoolClosed is returned by Get after Close.
-var ErrPoolClosed = errors.New("ipybox: pool closed")
-
 // NewPool returns a pool that keeps size Executors ready (at least 1) and
 // starts filling it at once, in the background. A nil opts means the
 // defaults. The options are copied. The size comes first: it is required.
@@ -41,10 +37,11 @@ func NewPool(size int, opts *Options) *Pool {
 }
 
 // Get returns a started Executor: a warm one if there is one, otherwise one
-// started now (bounded by ctx). The caller must Close it.
+// started now (bounded by ctx). The caller must Close it. After Close, Get
+// returns [ErrClosed].
 func (p *Pool) Get(ctx context.Context) (*Executor, error) {
 	if p.warm.Closed() {
-		return nil, ErrPoolClosed
+		return nil, ErrClosed
 	}
 	for {
 		ex, ok := p.warm.Take()

@@ -52,7 +52,7 @@ func TestPool(t *testing.T) {
 	if err := pool.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Get(ctx); !errors.Is(err, ipybox.ErrPoolClosed) {
+	if _, err := pool.Get(ctx); !errors.Is(err, ipybox.ErrClosed) {
 		t.Errorf("Get after Close: %v", err)
 	}
 	if err := pool.Close(); err != nil {

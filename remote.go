@@ -14,7 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
@@ -43,8 +42,8 @@ type Remote struct {
 	streams map[string]*outputQueue // by progress token
 }
 
-// RemoteOptions configures Dial and DialTransport. A nil *RemoteOptions
-// means the defaults.
+// RemoteOptions configures [Dial]. A nil *RemoteOptions means the
+// defaults.
 type RemoteOptions struct {
 	// Token is the bearer token the server requires over HTTP (a line of
 	// its --auth-token-file); the server's sessions are that principal's.
@@ -52,6 +51,11 @@ type RemoteOptions struct {
 	Token string
 	// HTTPClient makes Dial's requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// Transport, when set, is how Dial reaches the server instead of
+	// streamable HTTP to its url (which is then ignored, as are Token and
+	// HTTPClient): for example an mcp.CommandTransport that runs `ipybox
+	// mcp`, whose sessions then end with that process. Nil means HTTP.
+	Transport mcp.Transport
 	// Approver decides the approval requests of RemoteSession.Execute, as
 	// Options.Approver does for Executor.Execute. Nil rejects every one.
 	// (Stream yields them instead.)
@@ -72,11 +76,14 @@ const (
 )
 
 // Dial connects to an `ipybox mcp --http` server at url (its /mcp
-// endpoint).
+// endpoint), or over [RemoteOptions].Transport.
 func Dial(ctx context.Context, url string, opts *RemoteOptions) (*Remote, error) {
 	var o RemoteOptions
 	if opts != nil {
 		o = *opts
+	}
+	if o.Transport != nil {
+		return dialTransport(ctx, o.Transport, &o)
 	}
 	hc := o.HTTPClient
 	if hc == nil {
@@ -87,13 +94,11 @@ func Dial(ctx context.Context, url string, opts *RemoteOptions) (*Remote, error)
 		c.Transport = bearer{token: o.Token, base: hc.Transport}
 		hc = &c
 	}
-	return DialTransport(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true}, &o)
+	return dialTransport(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true}, &o)
 }
 
-// DialTransport connects to an ipybox mcp server over t, for example an
-// mcp.CommandTransport that runs `ipybox mcp` (whose sessions then end
-// with that process).
-func DialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*Remote, error) {
+// dialTransport connects to an ipybox mcp server over t.
+func dialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*Remote, error) {
 	r := &Remote{streams: map[string]*outputQueue{}}
 	if opts != nil {
 		r.opts = *opts
@@ -339,7 +344,7 @@ func approvalFromMeta(v any) *ApprovalRequest {
 		return nil
 	}
 	var m struct {
-		Kind    ApprovalKind    `json:"kind"`
+		Kind    string          `json:"kind"`
 		Server  string          `json:"server"`
 		Tool    string          `json:"tool"`
 		Args    json.RawMessage `json:"args"`
@@ -349,10 +354,10 @@ func approvalFromMeta(v any) *ApprovalRequest {
 		return nil
 	}
 	switch m.Kind {
-	case KindTool:
-		return &ApprovalRequest{Kind: KindTool, Server: m.Server, Tool: m.Tool, Args: m.Args}
-	case KindShell:
-		return &ApprovalRequest{Kind: KindShell, Command: m.Command}
+	case kindTool:
+		return &ApprovalRequest{Kind: kindTool, Server: m.Server, Tool: m.Tool, Args: m.Args}
+	case kindShell:
+		return &ApprovalRequest{Kind: kindShell, Command: m.Command}
 	}
 	return nil
 }
@@ -452,7 +457,7 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 	}
 	r := &Result{Text: m.Text, Images: m.Images, Truncated: m.Truncated}
 	if d := m.Restarted; d != nil {
-		r.Restarted = &kernel.DiedError{Cause: d.Cause}
+		r.Restarted = &DiedError{Cause: d.Cause}
 		r.Restarted.At, _ = time.Parse(time.RFC3339Nano, d.At)
 	}
 	e := m.Error
@@ -466,7 +471,9 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 		return r, m.Chunks, &TimeoutError{Timeout: time.Duration(timeout * float64(time.Second)), Restarted: e.Restarted}
 	case "kernel_died":
 		return r, m.Chunks, fmt.Errorf("ipybox: %s: %w", e.Message, ErrKernelDied)
-	case "cancelled":
+	case "cancelled", "interrupted":
+		// interrupted: the interrupt tool stopped it (another client, or
+		// a person): as a cancelled cell, the kernel kept its state.
 		return r, m.Chunks, fmt.Errorf("ipybox: %s: %w", e.Message, context.Canceled)
 	}
 	return r, m.Chunks, fmt.Errorf("ipybox: %s", e.Message)

@@ -107,7 +107,7 @@ func TestRemote(t *testing.T) {
 	if out.String() != "0\n1\n2\ntool-1: ok\nend\n" || last == nil || last.Text != "0\n1\n2\ntool-1: ok\nend" {
 		t.Errorf("streamed %q, result %+v", out.String(), last)
 	}
-	if len(asked) != 1 || asked[0].Kind != ipybox.KindTool || asked[0].Server != "rg" || asked[0].Tool != "tool-1" || string(asked[0].Args) != `{"s":"ok"}` {
+	if len(asked) != 1 || asked[0].Kind != "tool" || asked[0].Server != "rg" || asked[0].Tool != "tool-1" || string(asked[0].Args) != `{"s":"ok"}` {
 		t.Errorf("approvals: %+v", asked)
 	}
 
@@ -139,7 +139,7 @@ func TestRemote(t *testing.T) {
 	}
 }
 
-// TestRemoteOverStdio: DialTransport speaks to a server over another
+// TestRemoteOverStdio: Dial with a Transport speaks to a server over another
 // transport (here the in-memory one that stdio's code path uses).
 func TestRemoteOverStdio(t *testing.T) {
 	testenv.NeedsPython(t)
@@ -150,7 +150,7 @@ func TestRemoteOverStdio(t *testing.T) {
 	defer srv.Close()
 	ct, st := mcp.NewInMemoryTransports()
 	go srv.Serve(context.Background(), st)
-	r, err := ipybox.DialTransport(t.Context(), ct, nil)
+	r, err := ipybox.Dial(t.Context(), "", &ipybox.RemoteOptions{Transport: ct})
 	if err != nil {
 		t.Fatal(err)
 	}

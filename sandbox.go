@@ -22,33 +22,136 @@ import (
 // any port is free there.
 const toolPort = 8765
 
-// SandboxConfig is the sandbox policy, in the JSON settings format of
-// Anthropic's sandbox-runtime plus ipybox's extensions (docs/sandbox.md).
-type SandboxConfig = sandbox.Config
+// SandboxConfig is the sandbox policy, with the JSON keys of Anthropic's
+// sandbox-runtime (srt) settings plus ipybox's extensions
+// (docs/sandbox.md): it encodes to a settings file that --sandbox-config
+// and a server config's "sandbox" value read. (Those also read sizes
+// such as "2g" and "unlimited", which decoding into a SandboxConfig does
+// not: its limits are numbers.)
+//
+// Paths may start with "~" (the host user's home directory) and may be
+// relative (to the workspace). They may contain globs, including "**" for
+// any number of directories; globs are expanded each time a process
+// starts, never dropped.
+//
+// Whatever the Config says, the workspace and the run directory are
+// writable, and the paths in the workspace that host programs run or read
+// (.git's hooks and config, shell start-up files, agent configs...) are
+// write-protected, and .env files masked.
+type SandboxConfig struct {
+	Filesystem SandboxFilesystem `json:"filesystem"`
+	Network    SandboxNetwork    `json:"network"`
+	// RootMode is how much of the host's file system the sandbox sees:
+	// "minimal" (the default when empty) shows /usr, /etc (without its
+	// secrets) and the Python prefix, read-only; "host" shows the host's
+	// whole file system read-only, but denyRead paths and /etc's secrets
+	// (/tmp and /run are private).
+	RootMode string `json:"rootMode,omitempty"`
+	// ExtraRead lists host paths made visible read-only (for example a
+	// package an MCP server needs).
+	ExtraRead []string `json:"extraRead,omitempty"`
+	// Landlock adds a Landlock ruleset on top of the mount layout when the
+	// running kernel supports it (best effort: it is skipped, with a log
+	// line, where Landlock is unavailable).
+	Landlock bool `json:"landlock,omitempty"`
+	// BlockUnixSockets limits unix domain sockets: sandboxed commands
+	// cannot create AF_UNIX sockets at all (socketpair still works);
+	// kernels, which need them for ZeroMQ, cannot connect to path sockets
+	// outside their run directory where Landlock ABI 9 is available.
+	BlockUnixSockets bool `json:"blockUnixSockets,omitempty"`
+	// Limits bounds the memory and the number of processes of every
+	// sandboxed process (an ipybox extension). The zero value means the
+	// defaults, which are not unlimited.
+	Limits SandboxLimits `json:"limits,omitempty"`
+}
 
-// The parts of a SandboxConfig.
-type (
-	// SandboxFilesystem is SandboxConfig.Filesystem: the paths a process
-	// may read and write.
-	SandboxFilesystem = sandbox.FilesystemConfig
-	// SandboxNetwork is SandboxConfig.Network: the domains the egress
-	// proxy lets through.
-	SandboxNetwork = sandbox.NetworkConfig
-	// SandboxLimits is SandboxConfig.Limits: memory, processes, file size.
-	SandboxLimits = sandbox.Limits
-	// SandboxRootMode is SandboxConfig.RootMode.
-	SandboxRootMode = sandbox.RootMode
-)
+// SandboxFilesystem is srt's "filesystem" object: the paths a process may
+// read and write.
+type SandboxFilesystem struct {
+	// DenyRead lists paths that are masked: a file reads as permission
+	// denied, a directory as an empty, unlistable one.
+	DenyRead []string `json:"denyRead,omitempty"`
+	// AllowWrite lists paths, besides the workspace, that are writable.
+	// "/tmp" needs no entry: the sandbox always has a private, writable
+	// /tmp.
+	AllowWrite []string `json:"allowWrite,omitempty"`
+	// DenyWrite lists paths inside writable areas that stay read-only.
+	DenyWrite []string `json:"denyWrite,omitempty"`
+}
 
-// The root modes (SandboxConfig.RootMode).
-const (
-	// SandboxRootMinimal shows /usr, /etc (without its secrets) and the
-	// Python prefix, read-only: the default.
-	SandboxRootMinimal = sandbox.RootMinimal
-	// SandboxRootHost shows the host's whole file system read-only, but
-	// denyRead paths and /etc's secrets; /tmp and /run are private.
-	SandboxRootHost = sandbox.RootHost
-)
+// SandboxNetwork is srt's "network" object. Without allowed domains the
+// sandbox has no network at all. With them, HTTP and HTTPS leave only
+// through the egress proxy, which refuses a name in DeniedDomains first;
+// then a name must equal an AllowedDomains entry or match a "*.suffix"
+// entry (which does not match the bare suffix). IP literals are refused
+// unless listed, and a name that resolves only to loopback, private or
+// link-local addresses is refused. An entry may end in ":port" to apply
+// to that port only.
+type SandboxNetwork struct {
+	AllowedDomains []string `json:"allowedDomains,omitempty"`
+	DeniedDomains  []string `json:"deniedDomains,omitempty"`
+}
+
+// SandboxLimits bounds the resources of each sandboxed process
+// (setrlimit, inherited by what it starts; they cannot be raised from
+// inside). For each, zero means the default and a negative value no limit.
+type SandboxLimits struct {
+	// Memory is the most memory, in bytes, that each process may map for
+	// data (RLIMIT_DATA); an allocation beyond it fails (Python raises
+	// MemoryError). The default is 2 GiB.
+	Memory int64 `json:"memory,omitempty"`
+	// Pids is the most processes and threads the sandbox's processes may
+	// run at once (RLIMIT_NPROC, in the sandbox's own user namespace); a
+	// fork beyond it fails with EAGAIN. The default is 512.
+	Pids int `json:"pids,omitempty"`
+	// FileSize is the largest file, in bytes, a process may write or
+	// allocate (RLIMIT_FSIZE); a write beyond it fails with EFBIG. The
+	// default is 4 GiB.
+	FileSize int64 `json:"fileSize,omitempty"`
+}
+
+// policy is c as the sandbox package takes it (nil stays nil).
+func (c *SandboxConfig) policy() *sandbox.Config {
+	if c == nil {
+		return nil
+	}
+	return &sandbox.Config{
+		Filesystem: sandbox.FilesystemConfig{
+			DenyRead:   slices.Clone(c.Filesystem.DenyRead),
+			AllowWrite: slices.Clone(c.Filesystem.AllowWrite),
+			DenyWrite:  slices.Clone(c.Filesystem.DenyWrite),
+		},
+		Network: sandbox.NetworkConfig{
+			AllowedDomains: slices.Clone(c.Network.AllowedDomains),
+			DeniedDomains:  slices.Clone(c.Network.DeniedDomains),
+		},
+		RootMode:         sandbox.RootMode(c.RootMode),
+		ExtraRead:        slices.Clone(c.ExtraRead),
+		Landlock:         c.Landlock,
+		BlockUnixSockets: c.BlockUnixSockets,
+		Limits:           sandbox.Limits{Memory: c.Limits.Memory, Pids: c.Limits.Pids, FileSize: c.Limits.FileSize},
+	}
+}
+
+// sandboxConfigOf is the public form of a sandbox package policy.
+func sandboxConfigOf(c *sandbox.Config) *SandboxConfig {
+	return &SandboxConfig{
+		Filesystem: SandboxFilesystem{
+			DenyRead:   slices.Clone(c.Filesystem.DenyRead),
+			AllowWrite: slices.Clone(c.Filesystem.AllowWrite),
+			DenyWrite:  slices.Clone(c.Filesystem.DenyWrite),
+		},
+		Network: SandboxNetwork{
+			AllowedDomains: slices.Clone(c.Network.AllowedDomains),
+			DeniedDomains:  slices.Clone(c.Network.DeniedDomains),
+		},
+		RootMode:         string(c.RootMode),
+		ExtraRead:        slices.Clone(c.ExtraRead),
+		Landlock:         c.Landlock,
+		BlockUnixSockets: c.BlockUnixSockets,
+		Limits:           SandboxLimits{Memory: c.Limits.Memory, Pids: c.Limits.Pids, FileSize: c.Limits.FileSize},
+	}
+}
 
 // SandboxInit runs the sandbox's init, and exits, when this process was
 // started as one: the sandbox starts the program's own binary again, with
@@ -67,14 +170,14 @@ func SandboxInit() {
 
 // DefaultSandbox returns the default policy: a minimal read-only root, the
 // workspace writable, no network.
-func DefaultSandbox() *SandboxConfig { return sandbox.DefaultConfig() }
+func DefaultSandbox() *SandboxConfig { return sandboxConfigOf(sandbox.DefaultConfig()) }
 
 // startSandbox prepares the kernel's sandbox and checks, before anything
 // runs, that it works here. A sandbox that was asked for either runs or
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
-	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox, &sandbox.Options{
+	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox.policy(), &sandbox.Options{
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: e.ownState(),
@@ -142,9 +245,9 @@ func (e *Executor) Stale() bool {
 // folder, and at each start .env files and the files that the registered
 // servers' configs name (secrets; nil: read them from the workspace's
 // registry at each start).
-func newWorkspaceSandbox(ws string, policy *SandboxConfig, o *sandbox.Options, secrets func() []string) (*sandbox.Sandbox, error) {
+func newWorkspaceSandbox(ws string, policy *sandbox.Config, o *sandbox.Options, secrets func() []string) (*sandbox.Sandbox, error) {
 	if policy == nil {
-		policy = DefaultSandbox()
+		policy = sandbox.DefaultConfig()
 	}
 	if f, err := mcpconn.DefaultTokenFile(); err == nil {
 		// A token folder that kernel code can write under (the workspace,
@@ -392,13 +495,6 @@ func serverSandboxPolicy(raw json.RawMessage) (*sandbox.Config, error) {
 	return sandbox.ParseConfig(raw)
 }
 
-// FindPython returns the interpreter ipybox runs a kernel with when
-// Options.Python is explicit (checked) or empty (discovered): see
-// Options.Python.
-func FindPython(ctx context.Context, explicit string) (string, error) {
-	return kernel.FindPython(ctx, explicit)
-}
-
 // CommandOptions configures SandboxedCommand. A nil *CommandOptions means
 // the defaults.
 type CommandOptions struct {
@@ -426,7 +522,7 @@ func SandboxedCommand(ctx context.Context, workspace, path string, args []string
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox workspace: %w", err)
 	}
-	sb, err := newWorkspaceSandbox(ws, o.Sandbox, &sandbox.Options{Writable: o.Writable}, nil)
+	sb, err := newWorkspaceSandbox(ws, o.Sandbox.policy(), &sandbox.Options{Writable: o.Writable}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -143,7 +144,18 @@ func TestSandboxNeverRunsWorkspacePythonOnHost(t *testing.T) {
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ex := start(t, &ipybox.Options{Python: fake, WorkDir: ws, Sandbox: ipybox.DefaultSandbox()})
+	sb := ipybox.DefaultSandbox()
+	// The fake is a wrapper the sandbox cannot look into: a real
+	// interpreter outside /usr (a virtualenv, such as PyPI's stack) must
+	// be made visible by hand for the exec to find it.
+	out, err := exec.Command(py, "-c", "import sys; print(sys.prefix)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prefix := strings.TrimSpace(string(out)); !strings.HasPrefix(prefix, "/usr/") && prefix != "/usr" {
+		sb.ExtraRead = append(sb.ExtraRead, prefix)
+	}
+	ex := start(t, &ipybox.Options{Python: fake, WorkDir: ws, Sandbox: sb})
 	if got := run(t, ex, "1 + 1").Text; got != "2" {
 		t.Fatalf("kernel: %q", got)
 	}

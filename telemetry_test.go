@@ -333,9 +333,7 @@ func TestTracingEgress(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	cfg := ipybox.DefaultSandbox()
-	if err := cfg.AllowDomains("localhost"); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Network.AllowedDomains = append(cfg.Network.AllowedDomains, "localhost")
 	ex := startSandboxed(t, &ipybox.Options{TracerProvider: tp, Sandbox: cfg})
 	// CONNECT through the proxy by hand: urllib would skip it for
 	// localhost (NO_PROXY).

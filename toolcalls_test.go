@@ -153,7 +153,7 @@ print(type(r).__name__, r.temperature > -100, isinstance(r.conditions, str))`)
 		t.Errorf("text = %q", res.Text)
 	}
 	// The image tool: the caller gets the image, which displays and saves.
-	imgs := ex.ImagesDir()
+	imgs := filepath.Join(ex.Workspace(), "images") // Options.ImagesDir's default
 	res = run(t, ex, `from mcptools.everything import get_tiny_image as gti
 r = gti.run(gti.Params())
 print(type(r).__name__, len(r.images), r.images[0].mime_type)

@@ -285,7 +285,7 @@ func child(mode string) {
 	opts := &ipybox.Options{WorkDir: dir}
 	switch mode {
 	case "start-sandbox":
-		opts.Sandbox = sandbox.DefaultConfig()
+		opts.Sandbox = ipybox.DefaultSandbox()
 		mode = "start"
 	case "start-container":
 		opts.Container = containerOptions(dir)

@@ -61,11 +61,11 @@ func (s *Server) toolAllowed(server, tool string) bool {
 // reports whether it answered.
 func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 	if s.opts.Approvals.Mode != ApprovalElicit && !r.RuleAsks() {
-		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--approval auto"})
+		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"})
 		return true
 	}
-	if r.Kind == ipybox.KindTool && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
-		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--allow-tool"})
+	if r.Kind == "tool" && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
+		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--allow-tool"})
 		return true
 	}
 	if !canElicit {
@@ -74,7 +74,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 		if s.opts.Approvals.Mode != ApprovalElicit {
 			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
 		}
-		r.Answer(ipybox.Answer{Reason: why, By: ipybox.ByDefault, Channel: elicitChannel})
+		r.Answer(ipybox.Answer{Reason: why, By: "default", Channel: elicitChannel})
 		return true
 	}
 	return false
@@ -87,7 +87,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approvalForm) {
 	form := newApprovalForm(r, s.opts.Approvals.Policy.File())
 	return &mcp.ElicitParams{
-		Meta:            mcp.Meta{ApprovalMetaKey: approvalMeta(r, form)},
+		Meta:            mcp.Meta{approvalMetaKey: approvalMeta(r, form)},
 		Mode:            "form",
 		Message:         approvalMessage(r),
 		RequestedSchema: form.schema(),
@@ -100,7 +100,7 @@ func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult
 	if res.Action == "decline" {
 		a.Reason = declineReason(res)
 	}
-	a.By, a.Channel = ipybox.ByPerson, elicitChannel
+	a.By, a.Channel = "person", elicitChannel
 	if client != "" {
 		// The client names itself: a claim, quoted as it came.
 		a.Channel += " (the client says it is " + strconv.QuoteToASCII(clipText(client, 80)) + ")"
@@ -118,7 +118,7 @@ func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult
 
 // failAsk answers r when asking the client failed.
 func failAsk(r *ipybox.ApprovalRequest, err error) {
-	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: ipybox.ByDefault, Channel: elicitChannel})
+	r.Answer(ipybox.Answer{Reason: "asking the MCP client for approval failed: " + err.Error(), By: "default", Channel: elicitChannel})
 }
 
 // elicitChannel names MCP elicitation in the audit log.
@@ -230,7 +230,7 @@ func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
 	return a
 }
 
-// ApprovalMetaKey is the key, in the _meta of an approval's elicitation
+// approvalMetaKey is the key, in the _meta of an approval's elicitation
 // request, of what is asked in structured form, for programs such as the
 // Python API: {"kind": "tool", "server": ..., "tool": ..., "args": {...}}
 // or {"kind": "shell", "command": ...}, with "why" (why it asks),
@@ -238,11 +238,11 @@ func (f *approvalForm) answer(res *mcp.ElicitResult) ipybox.Answer {
 // values the form's "answer" field offers) and "rule" (the narrow rule
 // that remembering writes) when there is an approval policy.
 // The message says the same for a person.
-const ApprovalMetaKey = "ipybox/approval"
+const approvalMetaKey = "ipybox/approval"
 
 func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 	var m map[string]any
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		m = map[string]any{"kind": string(r.Kind), "command": r.Command}
 	} else {
 		args := r.Args
@@ -273,7 +273,7 @@ func approvalMeta(r *ipybox.ApprovalRequest, f *approvalForm) map[string]any {
 // then the same facts: why it asks, and what remembering writes.
 func approvalMessage(r *ipybox.ApprovalRequest) string {
 	var msg string
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		msg = "ipybox: code run by the agent wants to run this shell command:\n\n" + approvaltext.Command(r.Command)
 	} else {
 		msg = fmt.Sprintf("ipybox: code run by the agent wants to call the MCP tool %s of server %s with these arguments:\n\n%s",
@@ -282,7 +282,7 @@ func approvalMessage(r *ipybox.ApprovalRequest) string {
 	if facts := r.Facts(); len(facts) > 0 {
 		msg += "\n\n" + strings.Join(facts, "\n")
 	}
-	if r.Kind == ipybox.KindShell {
+	if r.Kind == "shell" {
 		return msg + "\n\nAccept to run it, decline to refuse."
 	}
 	return msg + "\n\nAccept to allow the call, decline to refuse it."

@@ -95,7 +95,7 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 		c.mu.Lock()
 	}
 	defer c.mu.Unlock()
-	if c.done || c.att != nil {
+	if c.done || c.att != nil || c.legacyHeld {
 		return nil
 	}
 	asks, deadline := c.openAsks(time.Now())
@@ -122,6 +122,22 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 	}
 	res.Meta = mcp.Meta{CellMetaKey: cellMeta{Error: &cellError{Kind: "busy", Message: b.String()}, Cell: c.id, Pending: pending}}
 	return res
+}
+
+// unansweredAsks counts the open approvals of x's running cell when no
+// request waits for it (list_sessions).
+func (s *Server) unansweredAsks(x *session) int {
+	c := s.runs.oldestCell(x, true)
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.att != nil || c.legacyHeld {
+		return 0
+	}
+	asks, _ := c.openAsks(time.Now())
+	return len(asks)
 }
 
 // clipN shortens s to n bytes, marking the cut.
@@ -210,7 +226,7 @@ func (s *Server) addClientTools() {
 }
 
 func (s *Server) interruptTool(ctx context.Context, req *mcp.CallToolRequest, a interruptArgs) (*mcp.CallToolResult, any, error) {
-	x, _, ctx, done, err := s.useSession(ctx, req, a.Session, false)
+	x, _, _, done, err := s.useSession(ctx, req, a.Session, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -257,7 +273,7 @@ func (s *Server) collectTool(ctx context.Context, req *mcp.CallToolRequest, a co
 		return textResult("No cell of this session runs or waits to be collected."), nil, nil
 	}
 	c.mu.Lock()
-	busy := c.att != nil
+	busy := c.att != nil || c.legacyHeld
 	c.mu.Unlock()
 	if busy {
 		return nil, nil, fmt.Errorf("another call waits for cell %s; wait for that call, or interrupt(session) to stop the cell", c.id)

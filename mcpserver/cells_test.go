@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +185,9 @@ func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 			t.Errorf("the busy answer has no %q: %q", want, got)
 		}
 	}
+	if got := text(call(t, cs, "list_sessions", map[string]any{})); !strings.Contains(got, "its cell waits for 1 approval(s) no call answers") {
+		t.Errorf("list_sessions: %q", got)
+	}
 	again := call(t, cs, "collect_cell", map[string]any{"session": h})
 	if !again.NeedsInput() || len(again.InputRequests) != 1 {
 		t.Errorf("collect_cell did not ask again: %+v", again)
@@ -194,5 +198,38 @@ func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 	}
 	if got := runIn(t, cs, h, "print(x)"); got != "1" {
 		t.Errorf("after the interrupt: %q", got)
+	}
+}
+
+// TestLegacyCancelDuringApprovalInterrupts: a 2025-11-25 client asked by
+// an elicitation request that gives up on the call (its request timeout
+// sends notifications/cancelled) interrupts the cell: the next call runs
+// at once, with the note, instead of answering that the cell waits.
+func TestLegacyCancelDuringApprovalInterrupts(t *testing.T) {
+	t.Parallel()
+	_, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 5 * time.Minute}})
+	gone := make(chan struct{})
+	cs := connectHTTPAs(t, url, testToken, legacyVersion, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			select { // a person who never answers
+			case <-ctx.Done():
+			case <-gone:
+			}
+			return nil, errors.New("no answer")
+		},
+	})
+	t.Cleanup(func() { close(gone) }) // before the client's Close
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": "y = 7\n!echo approved"}}); err == nil {
+		t.Fatal("the call returned without an answer")
+	}
+	t0 := time.Now()
+	got := text(call(t, cs, "execute_ipython_cell", map[string]any{"code": "print(y * 6)"}))
+	if !strings.HasSuffix(got, "42") || !strings.Contains(got, "because the client cancelled its call") {
+		t.Errorf("after the cancel: %q", got)
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Errorf("the next call took %v", d)
 	}
 }

@@ -20,7 +20,7 @@ func TestDurabilityExpiredRecords(t *testing.T) {
 	now := time.Now()
 	old, fresh, live := handleKey("old"), handleKey("fresh"), handleKey("live")
 	for k, used := range map[[32]byte]time.Time{old: now.Add(-2 * time.Hour), fresh: now, live: now.Add(-2 * time.Hour)} {
-		if err := state.write(k, &record{V: recordVersion, Principal: LocalPrincipal, Created: used, Used: used}); err != nil {
+		if err := state.write(k, &record{V: recordVersion, Principal: localPrincipal, Created: used, Used: used}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -442,7 +442,7 @@ func saveFailure(err error) string {
 func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ipybox.SnapshotReport, error) {
 	// Bounded: kernel code can make a save hang (a __reduce__ that
 	// sleeps), and a hibernation holds the session's startMu meanwhile.
-	ctx, cancel := context.WithTimeout(ctx, SaveTimeout)
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
 	limit, release, err := s.durability.budget.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
@@ -459,10 +459,10 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 	return rep, nil
 }
 
-// SaveTimeout bounds one save of a session's namespace, the wait for
+// saveTimeout bounds one save of a session's namespace, the wait for
 // room in the workspace's budget included: past it the save fails, and
 // a hibernation stops the kernel without a snapshot.
-const SaveTimeout = defaults.SnapshotSave
+const saveTimeout = defaults.SnapshotSave
 
 // unsavedKey is what a save left out, to tell a change.
 func unsavedKey(rep *ipybox.SnapshotReport) string {

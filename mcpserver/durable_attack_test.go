@@ -233,35 +233,42 @@ func TestShutdownWaitsForBudget(t *testing.T) {
 func TestGatewaySecondFrontEnd(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	t.Run("gateway", func(t *testing.T) {
-		t.Parallel()
-		j := testenv.JupyterServer(t, nil)
-		ws := t.TempDir()
-		o := func() *Options {
-			return &Options{Workspace: ws, Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}}
-		}
-		a, b := newServer(t, o()), newServer(t, o())
-		ca := connectHTTPAs(t, serveHTTP(t, a), testToken, newVersion, nil)
-		cb := connectHTTPAs(t, serveHTTP(t, b), testToken, newVersion, nil)
-		h := createSession(t, ca)
-		const url = "print(os.environ['IPYBOX_TOOL_URL'])"
-		urlA := runIn(t, ca, h, "import os\nv = 41\n"+url)
-		got := runIn(t, cb, h, "v += 1\nprint(v)\n"+url)
-		if !strings.Contains(got, "42\n") || !strings.Contains(got, "reattached") {
-			t.Errorf("the second front end: %q", got)
-		}
-		if strings.HasSuffix(got, urlA) {
-			t.Errorf("the kernel's tool calls still go to the first front end (%s) after the second served it", urlA)
-		}
-		// Back to the first: the same kernel, pointed at a's tool server
-		// again.
-		if got := runIn(t, ca, h, "print(v)\n"+url); got != "42\n"+urlA {
-			t.Errorf("the first front end again: %q, want 42 and %s", got, urlA)
-		}
-		if ks := gatewayKernels(t, j); len(ks) != 1 {
-			t.Errorf("the gateway runs %d kernels, want the one", len(ks))
-		}
-	})
+	for _, kind := range []string{"gateway", "enterprise-gateway"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var j *testenv.Jupyter
+			if kind == "gateway" {
+				j = testenv.JupyterServer(t, nil)
+			} else {
+				j = testenv.EnterpriseGateway(t) // Enterprise Gateway 3.3.0, local process proxy
+			}
+			ws := t.TempDir()
+			o := func() *Options {
+				return &Options{Workspace: ws, Gateway: &ipybox.GatewayConfig{URL: j.URL, Token: j.Token}}
+			}
+			a, b := newServer(t, o()), newServer(t, o())
+			ca := connectHTTPAs(t, serveHTTP(t, a), testToken, newVersion, nil)
+			cb := connectHTTPAs(t, serveHTTP(t, b), testToken, newVersion, nil)
+			h := createSession(t, ca)
+			const url = "print(os.environ['IPYBOX_TOOL_URL'])"
+			urlA := runIn(t, ca, h, "import os\nv = 41\n"+url)
+			got := runIn(t, cb, h, "v += 1\nprint(v)\n"+url)
+			if !strings.Contains(got, "42\n") || !strings.Contains(got, "reattached") {
+				t.Errorf("the second front end: %q", got)
+			}
+			if strings.HasSuffix(got, urlA) {
+				t.Errorf("the kernel's tool calls still go to the first front end (%s) after the second served it", urlA)
+			}
+			// Back to the first: the same kernel, pointed at a's tool server
+			// again.
+			if got := runIn(t, ca, h, "print(v)\n"+url); got != "42\n"+urlA {
+				t.Errorf("the first front end again: %q, want 42 and %s", got, urlA)
+			}
+			if ks := gatewayKernels(t, j); len(ks) != 1 {
+				t.Errorf("the gateway runs %d kernels, want the one", len(ks))
+			}
+		})
+	}
 	t.Run("local", func(t *testing.T) {
 		t.Parallel()
 		ws := t.TempDir()

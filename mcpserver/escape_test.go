@@ -99,11 +99,11 @@ func TestElicitationShowsEveryLine(t *testing.T) {
 		r    *ipybox.ApprovalRequest
 		want []string
 	}{
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "touch /tmp/pwned" + strings.Repeat("\n", 121) + "ls"},
+		{&ipybox.ApprovalRequest{Kind: "shell", Command: "touch /tmp/pwned" + strings.Repeat("\n", 121) + "ls"},
 			[]string{"1: touch /tmp/pwned\n2-121: (120 blank lines)\n122: ls\n[122 lines, 139 bytes]"}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "touch /tmp/pwned\n" + strings.Repeat(":\n", 5000) + "ls"},
+		{&ipybox.ApprovalRequest{Kind: "shell", Command: "touch /tmp/pwned\n" + strings.Repeat(":\n", 5000) + "ls"},
 			[]string{"1: touch /tmp/pwned\n", "[... lines 13-4990 not shown ...]", "5002: ls\n[5002 lines, 10019 bytes]"}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: json.RawMessage(`{"a":"touch /tmp/pwned` + strings.Repeat(" ", 1<<20) + `ls"}`)},
+		{&ipybox.ApprovalRequest{Kind: "tool", Server: "s", Tool: "t", Args: json.RawMessage(`{"a":"touch /tmp/pwned` + strings.Repeat(" ", 1<<20) + `ls"}`)},
 			[]string{`{"a":"touch /tmp/pwned`, "characters not shown", `ls"}`, "[1048602 bytes of JSON, shown in part]"}},
 	} {
 		msg := approvalMessage(tc.r)

@@ -17,11 +17,25 @@ import (
 )
 
 // TestGatewaySessions: with Options.Gateway, each HTTP session gets its
-// own kernel on the Jupyter Server, state stays per session, and Close
-// leaves no kernel on the server.
+// own kernel on the Jupyter Server (or Enterprise Gateway 3.3.0), state
+// stays per session, and Close leaves no kernel on the server.
 func TestGatewaySessions(t *testing.T) {
 	t.Parallel()
-	j := testenv.JupyterServer(t, nil)
+	for _, kind := range []string{"jupyter-server", "enterprise-gateway"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			var j *testenv.Jupyter
+			if kind == "jupyter-server" {
+				j = testenv.JupyterServer(t, nil)
+			} else {
+				j = testenv.EnterpriseGateway(t)
+			}
+			testGatewaySessions(t, j)
+		})
+	}
+}
+
+func testGatewaySessions(t *testing.T, j *testenv.Jupyter) {
 	srv := newServer(t, &Options{
 		Workspace: t.TempDir(),
 		Gateway:   &ipybox.GatewayConfig{URL: j.URL, Token: j.Token},

@@ -23,7 +23,7 @@ import (
 //
 // A handle is bound to:
 //   - the principal whose token created it (a name of --auth-token-file;
-//     LocalPrincipal over stdio and without a token), checked on every
+//     localPrincipal over stdio and without a token), checked on every
 //     call: another principal's handle, a forged one and a closed one all
 //     get the same errUnknownSession;
 //   - its kernel (started at the session's first cell), the kernel's
@@ -37,9 +37,9 @@ import (
 // The table of handles is behind sessionStore: the live sessions in
 // memory, and those of the state folder, which a call revives.
 
-// LocalPrincipal is the principal of stdio connections and of HTTP
+// localPrincipal is the principal of stdio connections and of HTTP
 // requests served without a token (Options.HTTP.NoAuth).
-const LocalPrincipal = "local"
+const localPrincipal = "local"
 
 // handlePrefix starts every handle, so that one is recognisable in a
 // transcript; what follows is 130 random bits (crypto/rand.Text).
@@ -191,12 +191,12 @@ func (st *durableStore) drop(x *session) { st.mem.drop(x) }
 func (st *durableStore) all() []*session { return st.mem.all() }
 
 // principalOf returns the principal of a request: the name its bearer
-// token has in Options.HTTP.Principals, or LocalPrincipal (stdio, NoAuth).
+// token has in Options.HTTP.Principals, or localPrincipal (stdio, NoAuth).
 func principalOf(req mcp.Request) string {
 	if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil && ex.TokenInfo.UserID != "" {
 		return ex.TokenInfo.UserID
 	}
-	return LocalPrincipal
+	return localPrincipal
 }
 
 // sessionless reports whether req came without a transport session: a

@@ -12,6 +12,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/approvaltext"
 	"github.com/ipybox/ipybox/internal/escape"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 // Registering a stdio server runs its command, and register_mcp_server
@@ -37,7 +38,7 @@ var errHostServer = errors.New("a stdio server registered through register_mcp_s
 // runs with: a stdio server's sandbox is the kernels' policy, or the
 // registration is refused.
 func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
-	if t, _ := cfg.Transport(); t != "stdio" || s.opts.AllowHostServers {
+	if t, _ := (mcpconn.Config{Command: cfg.Command, URL: cfg.URL, Type: cfg.Type}).Transport(); t != mcpconn.Stdio || s.opts.AllowHostServers {
 		return cfg, nil
 	}
 	if raw := bytes.TrimSpace(cfg.Sandbox); len(raw) > 0 && !bytes.Equal(raw, []byte("true")) {

@@ -131,7 +131,7 @@ func (s *Server) Handler() http.Handler {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(serve)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
-			Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
+			unauthorized(w, len(r.Header.Values("Authorization")) > 0)
 			return
 		}
 		withPrincipal.ServeHTTP(w, r)
@@ -158,12 +158,12 @@ const NoOAuth = "ipybox mcp offers no OAuth (no authorization server, no client 
 	"an MCP client sends Authorization: Bearer <token>, the token of ipybox mcp's --auth-token-file, " +
 	"for example claude mcp add --transport http ipybox URL --header \"Authorization: Bearer $(cat TOKEN_FILE)\"\n"
 
-// Unauthorized answers a request without the right bearer token: 401,
+// unauthorized answers a request without the right bearer token: 401,
 // with a WWW-Authenticate challenge that says why (RFC 6750: error
 // invalid_request when no token was sent, invalid_token when it was
 // wrong) and names the fix, and no resource_metadata: there is no OAuth
 // to advertise. sent says whether an Authorization header came.
-func Unauthorized(w http.ResponseWriter, sent bool) {
+func unauthorized(w http.ResponseWriter, sent bool) {
 	code, desc := "invalid_request", noTokenDescription
 	if sent {
 		code, desc = "invalid_token", wrongTokenDescription
@@ -186,7 +186,7 @@ func principalOfHTTP(r *http.Request) string {
 	if ti := auth.TokenInfoFromContext(r.Context()); ti != nil && ti.UserID != "" {
 		return ti.UserID
 	}
-	return LocalPrincipal
+	return localPrincipal
 }
 
 // connsFull reports whether one more 2025-11-25 connection would pass

@@ -18,7 +18,7 @@ func (s *Server) MetricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.opts.HTTP.NoAuth {
 			if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
-				Unauthorized(w, len(r.Header.Values("Authorization")) > 0)
+				unauthorized(w, len(r.Header.Values("Authorization")) > 0)
 				return
 			}
 		}

@@ -77,6 +77,9 @@ type cellRun struct {
 	interrupted   string
 	interruptedAt time.Time
 	recent        strings.Builder
+	// legacyHeld is set while a 2025-11-25 call, between its rounds,
+	// asks the client (legacyRounds): a request still waits for the cell.
+	legacyHeld bool
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -201,6 +204,7 @@ func (c *cellRun) attach(ctx context.Context, req *mcp.CallToolRequest) *attachm
 	c.backlog, c.backlogN = nil, 0
 	c.mu.Lock()
 	c.att = att
+	c.legacyHeld = false
 	c.canElicit = canElicit(req.ClientCapabilities())
 	c.mu.Unlock()
 	c.outMu.Unlock()
@@ -381,6 +385,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			}
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
+			c.legacyHeld = roundOf(ctx) != nil
 			c.mu.Unlock()
 			c.detach(att)
 			s.runs.suspend(c)
@@ -473,15 +478,15 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	return s.await(ctx, c, c.attach(ctx, req))
 }
 
-// ReasonMetaKey is the key, in the _meta of a declined approval's
+// reasonMetaKey is the key, in the _meta of a declined approval's
 // elicitation result, of the reason a program gives (the Go SDK's
 // ApprovalRequest.Reject): kernel code sees it in ApprovalRejectedError.
 // Without it the reason is "declined by the user".
-const ReasonMetaKey = "ipybox/reason"
+const reasonMetaKey = "ipybox/reason"
 
 // declineReason is why the cell is told its call was declined.
 func declineReason(er *mcp.ElicitResult) string {
-	if r, ok := er.Meta[ReasonMetaKey].(string); ok && strings.TrimSpace(r) != "" {
+	if r, ok := er.Meta[reasonMetaKey].(string); ok && strings.TrimSpace(r) != "" {
 		if len(r) > 1000 {
 			r = r[:1000] + "..."
 		}

@@ -123,7 +123,7 @@ func TestApprovalsAsInputRequired(t *testing.T) {
 				t.Errorf("the question is not today's: %q", asked[0])
 			}
 			ask.mu.Lock()
-			meta, _ := ask.asked[4].Meta[ApprovalMetaKey].(map[string]any)
+			meta, _ := ask.asked[4].Meta[approvalMetaKey].(map[string]any)
 			ask.mu.Unlock()
 			if meta["kind"] != "shell" || meta["command"] != "echo three" {
 				t.Errorf("the shell question's _meta: %v", meta)
@@ -158,7 +158,7 @@ func TestApprovalUnanswered(t *testing.T) {
 	}
 	for id, ir := range res.InputRequests {
 		ep, ok := ir.(*mcp.ElicitParams)
-		if !ok || !strings.Contains(ep.Message, `"s": "never"`) || ep.Meta[ApprovalMetaKey] == nil {
+		if !ok || !strings.Contains(ep.Message, `"s": "never"`) || ep.Meta[approvalMetaKey] == nil {
 			t.Errorf("input request %s: %#v", id, ir)
 		}
 	}
@@ -262,7 +262,7 @@ func TestOutputAsProgress(t *testing.T) {
 						t.Errorf("a notification after the result: %+v", r.Params)
 					}
 					values = append(values, r.Params.Progress)
-					if s, _ := r.Params.Meta[StreamMetaKey].(string); s != "" {
+					if s, _ := r.Params.Meta[streamMetaKey].(string); s != "" {
 						chunks = append(chunks, s+":"+r.Params.Message)
 					} else if strings.HasPrefix(r.Params.Message, "cell running for") {
 						heartbeats++
@@ -325,7 +325,7 @@ func TestPolicyRememberedAsInputRequired(t *testing.T) {
 	cs := connect(t, srv, &mcp.ClientOptions{
 		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			var m map[string]any
-			metaOf(t, r.Params.Meta, ApprovalMetaKey, &m)
+			metaOf(t, r.Params.Meta, approvalMetaKey, &m)
 			cmd := m["command"].(string)
 			mu.Lock()
 			asked = append(asked, cmd)

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/safefs"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -113,7 +112,11 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, 
 		var ie *interruptedError
 		switch {
 		case errors.As(err, &ie):
+			// A cancelled call's cell keeps the kind clients know.
 			meta.Error.Kind = "interrupted"
+			if ie.why == byCancel {
+				meta.Error.Kind = "cancelled"
+			}
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.As(err, &pe):
 			meta.Error.Kind, meta.Error.Name, meta.Error.Value = "python", pe.Name, pe.Value
@@ -194,7 +197,9 @@ type restartedMeta struct {
 }
 
 // cellError is a cell's failure. Kind is "python" (with Name, Value and
-// Traceback), "timeout", "kernel_died", "cancelled" or "error".
+// Traceback), "timeout", "kernel_died", "cancelled" (the call was
+// cancelled), "interrupted" (the interrupt tool), "busy" (cells.go) or
+// "error".
 type cellError struct {
 	Kind      string `json:"kind"`
 	Message   string `json:"message"`
@@ -206,11 +211,11 @@ type cellError struct {
 	Restarted bool `json:"restarted,omitempty"`
 }
 
-// StreamMetaKey is the key, in the _meta of a progress notification that
+// streamMetaKey is the key, in the _meta of a progress notification that
 // carries a chunk of a cell's output (its text is the message), of the
 // stream it was printed on: "stdout" or "stderr". A notification without
 // it says how long the cell has run.
-const StreamMetaKey = "ipybox/stream"
+const streamMetaKey = "ipybox/stream"
 
 // progress sends one request's progress notifications while it waits for
 // a cell: every chunk of output as the cell prints it, in order, with the
@@ -280,7 +285,7 @@ func (p *progress) send(text, stream string) {
 		c.progChunks++
 		c.progLines += strings.Count(text, "\n")
 		params.Message = text
-		params.Meta = mcp.Meta{StreamMetaKey: stream}
+		params.Meta = mcp.Meta{streamMetaKey: stream}
 	} else {
 		params.Message = fmt.Sprintf("cell running for %.0fs, %d lines of output", elapsed, c.progLines)
 	}
@@ -299,6 +304,6 @@ func (p *progress) end() {
 }
 
 // restartedNote tells that the kernel had died since the last call.
-func restartedNote(d *kernel.DiedError) string {
+func restartedNote(d *ipybox.DiedError) string {
 	return fmt.Sprintf("[ipybox: the kernel died at %s (%s); its state was lost; this cell ran in a fresh kernel]", d.At.Format("15:04:05"), d.Cause)
 }

@@ -32,7 +32,7 @@ func answeringClient(t *testing.T, srv *Server, answer func(cmd string) map[stri
 	cs := connectAt(t, srv, legacyVersion, &mcp.ClientOptions{
 		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			var m map[string]any
-			metaOf(t, r.Params.Meta, ApprovalMetaKey, &m)
+			metaOf(t, r.Params.Meta, approvalMetaKey, &m)
 			schema, _ := r.Params.RequestedSchema.(map[string]any)
 			mu.Lock()
 			asked = append(asked, elicited{r.Params.Message, m, schema})

@@ -89,7 +89,7 @@ func (t *runTable) cancelRun(state string) {
 	delete(t.runs, handleKey(state))
 	t.mu.Unlock()
 	if c != nil {
-		c.cancel()
+		c.interrupt(byCancel)
 	}
 }
 

@@ -22,7 +22,7 @@ func TestRunTableTakeRunMatchesTheCall(t *testing.T) {
 	t.Parallel()
 	tab := newRunTable()
 	x := &session{}
-	c := &cellRun{x: x, principal: LocalPrincipal, tool: "execute_ipython_cell", args: argsDigest("execute_ipython_cell", json.RawMessage(`{"code":"1"}`)), state: handleKey("st")}
+	c := &cellRun{x: x, principal: localPrincipal, tool: "execute_ipython_cell", args: argsDigest("execute_ipython_cell", json.RawMessage(`{"code":"1"}`)), state: handleKey("st")}
 	tab.addCell(x, c)
 	tab.suspend(c)
 	for _, bad := range []*mcp.CallToolRequest{

@@ -42,11 +42,11 @@ const (
 	DefaultMaxSessions = 32
 	// DefaultApprovalTimeout bounds one approval question.
 	DefaultApprovalTimeout = defaults.Approval
-	// DefaultSpillCellBytes and DefaultSpillWorkspaceBytes bound the files
+	// DefaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
 	// of ipybox-outputs: kernel code printing without end wrote 839 MB in
 	// 21 s.
 	DefaultSpillCellBytes      = 32 << 20
-	DefaultSpillWorkspaceBytes = 256 << 20
+	defaultSpillWorkspaceBytes = 256 << 20
 )
 
 // Bind makes a host directory visible inside the workspace, at RelPath.
@@ -136,7 +136,7 @@ type Options struct {
 	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
 	// cell's file stops where the folder would pass it (its files are
 	// counted when the file is made), and the result says to delete old
-	// ones. Zero means DefaultSpillWorkspaceBytes; negative keeps no file.
+	// ones. Zero means defaultSpillWorkspaceBytes; negative keeps no file.
 	SpillWorkspaceBytes int64
 	// Version is reported to clients in the initialize result. Empty means
 	// "dev".
@@ -477,6 +477,7 @@ func (s *Server) newMCPServer() *mcp.Server {
 		// resources/templates/list (with empty lists) whatever is
 		// declared: declare them, so that initialize's and
 		// server/discover's capabilities say what is answered.
+		//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
 			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 	})
@@ -532,7 +533,7 @@ func (o *Options) check() ([]allowPattern, error) {
 		o.SpillCellBytes = DefaultSpillCellBytes
 	}
 	if o.SpillWorkspaceBytes == 0 {
-		o.SpillWorkspaceBytes = DefaultSpillWorkspaceBytes
+		o.SpillWorkspaceBytes = defaultSpillWorkspaceBytes
 	}
 	if o.Container != nil && o.Sandbox != nil {
 		return nil, errors.New("Options.Container and Options.Sandbox exclude each other")

@@ -178,7 +178,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	defer context.AfterFunc(x.ctx, cancel)()
 	// Another call of this session may be starting it (bounded by the
 	// same timeout, and by the session's end), or hibernating it (its
-	// save bounded by SaveTimeout): wait for that.
+	// save bounded by saveTimeout): wait for that.
 	x.startMu.Lock()
 	defer x.startMu.Unlock()
 	x.mu.Lock()

@@ -137,7 +137,7 @@ func TestSession(t *testing.T) {
 				t.Errorf("notification %+v (after %v)", p, last)
 			}
 			last = p.Progress
-			if p.Meta[StreamMetaKey] == "stdout" {
+			if p.Meta[streamMetaKey] == "stdout" {
 				lines += p.Message
 			}
 			elapsed = elapsed || strings.Contains(p.Message, "cell running for")

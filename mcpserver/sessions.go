@@ -13,10 +13,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MaxHandlesPerPrincipal bounds the sessions of create_session that one
+// maxHandlesPerPrincipal bounds the sessions of create_session that one
 // principal holds at once, with or without a kernel: a handle without a
 // kernel costs little, but not nothing.
-const MaxHandlesPerPrincipal = 256
+const maxHandlesPerPrincipal = 256
 
 // maxConnections bounds the connections (2025-11-25 HTTP sessions) that
 // are open at once. They hold no kernel until their first cell, so

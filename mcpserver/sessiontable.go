@@ -174,15 +174,15 @@ func (t *sessionTable) implicitSession(ss *mcp.ServerSession, p string, mk func(
 }
 
 // createSession adds a session of create_session for principal p, made
-// with mk, unless p holds MaxHandlesPerPrincipal.
+// with mk, unless p holds maxHandlesPerPrincipal.
 func (t *sessionTable) createSession(p string, mk func() *session) (*session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, errShuttingDown
 	}
-	if t.handlesBy[p] >= MaxHandlesPerPrincipal {
-		return nil, fmt.Errorf("you already hold %d sessions, the most one token may; close some with close_session (list_sessions lists them)", MaxHandlesPerPrincipal)
+	if t.handlesBy[p] >= maxHandlesPerPrincipal {
+		return nil, fmt.Errorf("you already hold %d sessions, the most one token may; close some with close_session (list_sessions lists them)", maxHandlesPerPrincipal)
 	}
 	x := mk()
 	t.handlesBy[p]++

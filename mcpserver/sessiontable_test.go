@@ -65,7 +65,7 @@ func TestSessionTableKernelLimits(t *testing.T) {
 }
 
 // TestSessionTableHandles: a principal's sessions of create_session are
-// bounded by MaxHandlesPerPrincipal, counting those the state folder kept
+// bounded by maxHandlesPerPrincipal, counting those the state folder kept
 // and those revived once; forgetting or expiring one frees its place.
 func TestSessionTableHandles(t *testing.T) {
 	t.Parallel()
@@ -75,7 +75,7 @@ func TestSessionTableHandles(t *testing.T) {
 	stored := []keyed{{key: handleKey("kept"), rec: &record{Principal: "alice"}}}
 	tab.countStored(stored)
 	var last *session
-	for i := range MaxHandlesPerPrincipal - 1 {
+	for i := range maxHandlesPerPrincipal - 1 {
 		x, err := tab.createSession("alice", func() *session { return tableSession("alice", nil) })
 		if err != nil {
 			t.Fatalf("session %d: %v", i, err)
@@ -111,8 +111,8 @@ func TestSessionTableHandles(t *testing.T) {
 	if _, err := tab.createSession("alice", mk); err != nil {
 		t.Errorf("after forgetting one: %v", err)
 	}
-	if adds != MaxHandlesPerPrincipal+3 {
-		t.Errorf("onAdd called %d times, want %d (each add and revival)", adds, MaxHandlesPerPrincipal+3)
+	if adds != maxHandlesPerPrincipal+3 {
+		t.Errorf("onAdd called %d times, want %d (each add and revival)", adds, maxHandlesPerPrincipal+3)
 	}
 }
 

@@ -31,3 +31,22 @@ func TestSnapshotBudgetRefusalNamesItsFlag(t *testing.T) {
 		t.Errorf("the workspace's budget: %v", err)
 	}
 }
+
+// TestPipNetworkHint: pip's "502 Bad Gateway" or "403 Forbidden" from the
+// sandbox's egress proxy is explained: which it was, the hosts pip tried,
+// and what to do.
+func TestPipNetworkHint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ out, want, not string }{
+		{"WARNING: Retrying (Retry(total=4)) after connection broken by 'ProxyError('Unable to connect to proxy', OSError('Tunnel connection failed: 502 Bad Gateway'))': /simple/requests/\nERROR: Could not find a version that satisfies the requirement requests\nLooking in indexes: https://pypi.org/simple",
+			"could not reach pypi.org (502 Bad Gateway", "refused"},
+		{"ERROR: HTTP error 403 while getting https://files.pythonhosted.org/packages/x.whl\nipybox sandbox proxy: refused: files.pythonhosted.org is not an allowed domain",
+			"refused files.pythonhosted.org (403: not an allowed domain); allow it with --allowed-domain files.pythonhosted.org", "502"},
+		{"ERROR: No matching distribution found for nothere", "", ""},
+	} {
+		got := pipNetworkHint([]byte(tc.out))
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) || tc.not != "" && strings.Contains(got, tc.not) {
+			t.Errorf("pip output %.60q:\n got %q\nwant %q", tc.out, got, tc.want)
+		}
+	}
+}

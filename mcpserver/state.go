@@ -18,6 +18,7 @@ import (
 	"github.com/ipybox/ipybox/internal/gateway"
 	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // The state folder keeps the sessions of create_session beyond the
@@ -95,7 +96,7 @@ func (r *record) check() error {
 	switch {
 	case r.V != recordVersion:
 		return fmt.Errorf("version %d", r.V)
-	case r.Principal != LocalPrincipal && ValidPrincipalName(r.Principal) != nil:
+	case r.Principal != localPrincipal && ValidPrincipalName(r.Principal) != nil:
 		return errors.New("bad principal")
 	case r.Packages != "" && !folderName(r.Packages), r.Snapshot != "" && !folderName(r.Snapshot):
 		return errors.New("bad folder name")
@@ -246,6 +247,11 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("Options.Durability.StateDir: %w", err)
+	}
+	// Records name folders that sessions restore from: the folder must be
+	// this user's alone (internal/trusted).
+	if _, err := trusted.Check("Options.Durability.StateDir", abs, false); err != nil {
+		return nil, err
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real

@@ -20,13 +20,13 @@ const MaxRequest = 16 << 20
 // The go-sdk ends the connection, and with it the session and the kernel's
 // state, on a message over its bound; here, a longer message is read
 // through and dropped, and the client gets a JSON-RPC error for it (see
-// LimitRequests). Every request read before the end of input is answered
+// limitRequests). Every request read before the end of input is answered
 // before the connection ends (answerAll).
 func StdioTransport() mcp.Transport {
 	return answerAll{&mcp.IOTransport{
-		Reader:        io.NopCloser(LimitRequests(os.Stdin, MaxRequest)),
+		Reader:        io.NopCloser(limitRequests(os.Stdin, MaxRequest)),
 		Writer:        nopWriteCloser{os.Stdout},
-		MaxLineLength: -1, // LimitRequests bounds every line
+		MaxLineLength: -1, // limitRequests bounds every line
 	}}
 }
 
@@ -34,13 +34,13 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// LimitRequests passes the newline-delimited messages of r through, and
+// limitRequests passes the newline-delimited messages of r through, and
 // replaces each line longer than limit bytes, which it reads through
 // without holding it, by a request whose method says why it was refused,
 // with the id of the line's request, so that the client gets a JSON-RPC
 // error ("... unsupported") for its request instead of waiting forever. A
 // line without a recognisable top-level id (a notification) is dropped.
-func LimitRequests(r io.Reader, limit int) io.Reader {
+func limitRequests(r io.Reader, limit int) io.Reader {
 	return &requestLimiter{r: r, limit: limit, chunk: make([]byte, 64<<10)}
 }
 

@@ -33,7 +33,7 @@ func TestLimitRequests(t *testing.T) {
 			iotest.OneByteReader,
 			iotest.HalfReader,
 		} {
-			got, err := io.ReadAll(LimitRequests(r(strings.NewReader(tc.in)), 100))
+			got, err := io.ReadAll(limitRequests(r(strings.NewReader(tc.in)), 100))
 			if err != nil || string(got) != tc.want {
 				t.Errorf("%s:\n got %q, %v\nwant %q", tc.name, got, err, tc.want)
 			}
@@ -46,7 +46,7 @@ func TestLimitRequests(t *testing.T) {
 func TestLimitRequestsMemory(t *testing.T) {
 	t.Parallel()
 	line := append(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"s":"`), bytes.Repeat([]byte("z"), 64<<20)...), "\"}}\n"...)
-	l := LimitRequests(bytes.NewReader(line), 1<<20).(*requestLimiter)
+	l := limitRequests(bytes.NewReader(line), 1<<20).(*requestLimiter)
 	got, err := io.ReadAll(l)
 	if err != nil || !bytes.Contains(got, []byte(`"id":1,"method":"request of`)) {
 		t.Fatalf("%.200s, %v", got, err)

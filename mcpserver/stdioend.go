@@ -38,7 +38,9 @@ type answerAllConn struct {
 func (c *answerAllConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
 	if err == nil {
-		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+		// subscriptions/listen is answered only when the reader ends (it
+		// parks until then): it is not waited for.
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() && req.Method != "subscriptions/listen" {
 			c.mu.Lock()
 			c.pending[req.ID] = true
 			c.mu.Unlock()

@@ -3,11 +3,13 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -59,3 +61,55 @@ func TestStdioAnswersBeforeEOF(t *testing.T) {
 type nopReadCloser struct{ *strings.Reader }
 
 func (nopReadCloser) Close() error { return nil }
+
+// fakeConn reads msgs, then io.EOF.
+type fakeConn struct {
+	msgs []jsonrpc.Message
+}
+
+func (f *fakeConn) Read(context.Context) (jsonrpc.Message, error) {
+	if len(f.msgs) == 0 {
+		return nil, io.EOF
+	}
+	m := f.msgs[0]
+	f.msgs = f.msgs[1:]
+	return m, nil
+}
+func (f *fakeConn) Write(context.Context, jsonrpc.Message) error { return nil }
+func (f *fakeConn) Close() error                                 { return nil }
+func (f *fakeConn) SessionID() string                            { return "" }
+
+// TestAnswerAllSkipsListen: an open subscriptions/listen, which the go-sdk
+// answers only when the reader ends, does not hold the end of input back
+// (the server would never exit); a pending call does, until answered.
+func TestAnswerAllSkipsListen(t *testing.T) {
+	t.Parallel()
+	listen, _ := jsonrpc.MakeID(float64(1))
+	callID, _ := jsonrpc.MakeID(float64(2))
+	inner := &fakeConn{msgs: []jsonrpc.Message{
+		&jsonrpc.Request{ID: listen, Method: "subscriptions/listen"},
+		&jsonrpc.Request{ID: callID, Method: "tools/call"},
+	}}
+	c := &answerAllConn{Connection: inner, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1), closed: make(chan struct{})}
+	for range 2 {
+		if _, err := c.Read(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eof := make(chan error, 1)
+	go func() { _, err := c.Read(t.Context()); eof <- err }() // bound: the answer below
+	select {
+	case err := <-eof:
+		t.Fatalf("the end of input came before the call's answer: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	c.Write(t.Context(), &jsonrpc.Response{ID: callID})
+	select {
+	case err := <-eof:
+		if err != io.EOF {
+			t.Errorf("Read: %v, want io.EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end of input was held back by the open listen")
+	}
+}

@@ -65,7 +65,7 @@ func TestStructuredResults(t *testing.T) {
 		},
 		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			var a map[string]any
-			metaOf(t, r.Params.Meta, ApprovalMetaKey, &a)
+			metaOf(t, r.Params.Meta, approvalMetaKey, &a)
 			mu.Lock()
 			asked = append(asked, a)
 			mu.Unlock()
@@ -176,7 +176,7 @@ func TestStructuredResults(t *testing.T) {
 	t.Run("approvals and modules", func(t *testing.T) {
 		res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "structured_go", "server_params": map[string]any{"command": mcptest.Build(t)}})
 		var mods []string
-		metaOf(t, res.Meta, ModulesMetaKey, &mods)
+		metaOf(t, res.Meta, modulesMetaKey, &mods)
 		if len(mods) == 0 || !strings.Contains(text(res), "mcptools.structured_go."+mods[0]+" import") {
 			t.Fatalf("modules %q, text %q", mods, text(res))
 		}
@@ -209,9 +209,9 @@ func TestApprovalMeta(t *testing.T) {
 		r    *ipybox.ApprovalRequest
 		want map[string]any
 	}{
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t"}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{}}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindTool, Server: "s", Tool: "t", Args: json.RawMessage(`{"a":1.0}`)}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
-		{&ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
+		{&ipybox.ApprovalRequest{Kind: "tool", Server: "s", Tool: "t"}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{}}},
+		{&ipybox.ApprovalRequest{Kind: "tool", Server: "s", Tool: "t", Args: json.RawMessage(`{"a":1.0}`)}, map[string]any{"kind": "tool", "server": "s", "tool": "t", "args": map[string]any{"a": 1.0}}},
+		{&ipybox.ApprovalRequest{Kind: "shell", Command: "%%bash\nls\x1b[2K"}, map[string]any{"kind": "shell", "command": "%%bash\nls\x1b[2K"}},
 	} {
 		// As the client gets it: encoded.
 		b, err := json.Marshal(approvalMeta(tc.r, newApprovalForm(tc.r, "")))

@@ -162,13 +162,13 @@ func (s *Server) allTenants() []*tenant {
 }
 
 // tenantDirs returns the folders of every principal the tokens name
-// (and LocalPrincipal's), made or not: the snapshot budget counts them
+// (and localPrincipal's), made or not: the snapshot budget counts them
 // all.
 func (s *Server) tenantDirs() []string {
 	if !s.multi {
 		return []string{s.workspace}
 	}
-	seen := map[string]bool{LocalPrincipal: true}
+	seen := map[string]bool{localPrincipal: true}
 	for _, pt := range s.tokens {
 		seen[pt.name] = true
 	}
@@ -221,9 +221,6 @@ func (t *tenant) make() error {
 	}
 	return t.s.makeBinds(t.dir)
 }
-
-// venvDir is the tenant's virtualenv.
-func (t *tenant) venvDir() string { return venvDir(t.dir) }
 
 // zygote returns the tenant's fork server for python (its virtualenv's
 // interpreter), starting it once; nil when it cannot start (kernels then
@@ -282,12 +279,12 @@ func (t *tenant) othersFolder(real string) bool {
 }
 
 // soleTenantName names the one tenant: the principal of the tokens, or
-// LocalPrincipal without any.
+// localPrincipal without any.
 func soleTenantName(tokens []principalToken) string {
 	if len(tokens) > 0 {
 		return tokens[0].name
 	}
-	return LocalPrincipal
+	return localPrincipal
 }
 
 // imagesDir is where the tenant's kernels put images: Options.ImagesDir

@@ -190,7 +190,7 @@ func TestAttackTenantRememberedAnswers(t *testing.T) {
 	handler := func(who string, answer func(cmd string) *mcp.ElicitResult) *mcp.ClientOptions {
 		return &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			var m map[string]any
-			metaOf(t, r.Params.Meta, ApprovalMetaKey, &m)
+			metaOf(t, r.Params.Meta, approvalMetaKey, &m)
 			cmd, _ := m["command"].(string)
 			mu.Lock()
 			asked[who] = append(asked[who], cmd)
@@ -231,7 +231,7 @@ func TestAttackTenantRememberedAnswers(t *testing.T) {
 	if !strings.Contains(string(policyText), "allow principal=bob shell echo *") || strings.Contains(string(policyText), "\nallow shell echo *") {
 		t.Errorf("the remembered rule does not name bob:\n%s", policyText)
 	}
-	logText, _ := os.ReadFile(p.LogFile())
+	logText, _ := os.ReadFile(filepath.Join(filepath.Dir(file), "log.jsonl"))
 	for _, w := range []string{`"principal":"bob"`, `"principal":"alice"`, `the client says it is \"test\"`} {
 		if !strings.Contains(string(logText), w) {
 			t.Errorf("the audit log lacks %s:\n%s", w, logText)
@@ -429,7 +429,7 @@ func TestOnePrincipalLayout(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ws, ".ipybox", "servers.json")); err != nil {
 			t.Errorf("the workspace's registry: %v", err)
 		}
-		for _, p := range []string{"default", "ci", LocalPrincipal} {
+		for _, p := range []string{"default", "ci", localPrincipal} {
 			if _, err := os.Stat(filepath.Join(ws, p)); err == nil {
 				t.Errorf("a folder %s was made for one principal", p)
 			}

@@ -21,7 +21,7 @@ func TestTenantFolders(t *testing.T) {
 	ws := t.TempDir()
 	for _, o := range []*Options{{Workspace: ws}, {Workspace: ws, HTTP: HTTPOptions{NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}}} {
 		s := newServer(t, o)
-		for _, p := range []string{"default", "ci", LocalPrincipal} {
+		for _, p := range []string{"default", "ci", localPrincipal} {
 			if tn := s.tenant(p); tn != s.only || tn.dir != s.Workspace() {
 				t.Errorf("one principal: %s's folder is %q", p, tn.dir)
 			}

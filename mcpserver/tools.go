@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/hostpaths"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/pyruntime"
 )
 
@@ -81,6 +82,7 @@ type sessionInfo struct {
 	Kernel     bool   `json:"kernel" jsonschema:"whether it holds a running kernel now"`
 	Hibernated bool   `json:"hibernated" jsonschema:"whether it is hibernated: its state is saved, and its next call restores it into a fresh kernel"`
 	Busy       bool   `json:"busy" jsonschema:"whether a call or a cell runs in it now"`
+	Waiting    int    `json:"waiting,omitempty" jsonschema:"approval questions its cell waits on that no call answers: collect_cell asks them again, interrupt stops the cell"`
 }
 
 type listOut struct {
@@ -323,9 +325,9 @@ func installWhere(gateway bool) string {
 	return "The environment is a virtualenv in the workspace (.ipybox/venv) that also sees the system's packages; !pip install in a cell installs into the same place, and installed packages persist across reset."
 }
 
-// ModulesMetaKey is the key, in the _meta of a register_mcp_server result,
+// modulesMetaKey is the key, in the _meta of a register_mcp_server result,
 // of the generated modules' names (mcptools.<server>.<name>), in order.
-const ModulesMetaKey = "ipybox/modules"
+const modulesMetaKey = "ipybox/modules"
 
 // streamOutput sends a chunk of a cell's output to the client as an MCP log
 // message (notifications/message) at level info, with the stream
@@ -466,7 +468,7 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 	}
 	if len(mods) == 0 {
 		res := textResult("MCP server %s is registered, but it has no tools.", name)
-		res.Meta = mcp.Meta{ModulesMetaKey: []string{}}
+		res.Meta = mcp.Meta{modulesMetaKey: []string{}}
 		return res, nil, nil
 	}
 	var b strings.Builder
@@ -476,7 +478,7 @@ func (s *Server) registerTool(ctx context.Context, req *mcp.CallToolRequest, a r
 		names = append(names, m.Name)
 	}
 	res := textResult("%s", strings.TrimRight(b.String(), "\n"))
-	res.Meta = mcp.Meta{ModulesMetaKey: names}
+	res.Meta = mcp.Meta{modulesMetaKey: names}
 	return res, nil, nil
 }
 
@@ -497,7 +499,13 @@ func parseServerParams(raw json.RawMessage) (ipybox.ServerConfig, error) {
 			return cfg, errors.New("server_params contains a NUL byte")
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	// The checks are the registry's, on the config in the format both
+	// types share.
+	var mc mcpconn.Config
+	if b, err := json.Marshal(cfg); err != nil || json.Unmarshal(b, &mc) != nil {
+		return cfg, fmt.Errorf("server_params: %v", err)
+	}
+	if err := mc.Validate(); err != nil {
 		return cfg, fmt.Errorf("server_params: %w", err)
 	}
 	return cfg, nil
@@ -632,6 +640,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		info := sessionInfo{Session: x.handle, ID: x.id, Created: x.created.UTC().Format(time.RFC3339), LastUsed: x.used.UTC().Format(time.RFC3339),
 			Kernel: x.ex != nil, Hibernated: x.asleep != nil, Busy: x.active > 0}
 		x.mu.Unlock()
+		info.Waiting = s.unansweredAsks(x)
 		all = append(all, entry{x.created, info})
 	}
 	// The sessions the state folder keeps that no call has revived here.
@@ -656,6 +665,9 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		}
 		if info.Busy {
 			state += ", busy"
+		}
+		if info.Waiting > 0 {
+			state += fmt.Sprintf(", its cell waits for %d approval(s) no call answers (collect_cell asks again; interrupt stops it)", info.Waiting)
 		}
 		name := info.Session
 		if name == "" {

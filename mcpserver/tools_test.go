@@ -298,7 +298,7 @@ func TestBinds(t *testing.T) {
 	}
 	src := filepath.Join(tmp, "in.txt")
 	os.WriteFile(src, []byte("bound"), 0o600)
-	x, err := srv.createSession(LocalPrincipal)
+	x, err := srv.createSession(localPrincipal)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/hostproc"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/procattr"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/statedir"
@@ -66,7 +67,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 		t.venvPy = py
 		return py, nil
 	}
-	base, err := ipybox.FindPython(ctx, t.s.opts.Python)
+	base, err := kernel.FindPython(ctx, t.s.opts.Python)
 	if err != nil {
 		return "", err
 	}
@@ -244,8 +245,8 @@ func (t *tenant) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	defer cancel()
 	if t.s.factory.sandbox != nil {
 		out, err := t.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
-		if err != nil && looksOffline(out) {
-			err = fmt.Errorf("%w; pip could not reach the package index from the sandbox: allow its domains with --allowed-domain (for PyPI: pypi.org and files.pythonhosted.org), or install from a path in the workspace", err)
+		if hint := pipNetworkHint(out); err != nil && hint != "" {
+			err = fmt.Errorf("%w; %s", err, hint)
 		}
 		return out, err
 	}

@@ -62,7 +62,7 @@ func TestVenvStoppedMakeLeavesNoDebris(t *testing.T) {
 	for _, d := range []time.Duration{time.Millisecond, 30 * time.Millisecond, 150 * time.Millisecond} {
 		s := newServer(t, &Options{Workspace: ws})
 		ctx, cancel := context.WithTimeout(context.Background(), d)
-		s.tenant(LocalPrincipal).venvPython(ctx)
+		s.tenant(localPrincipal).venvPython(ctx)
 		cancel()
 		if _, err := os.Lstat(venvDir(ws)); err == nil {
 			if _, err := os.Stat(filepath.Join(venvDir(ws), "bin", "python")); err != nil {
@@ -75,7 +75,7 @@ func TestVenvStoppedMakeLeavesNoDebris(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newServer(t, &Options{Workspace: ws})
-	py, err := s.tenant(LocalPrincipal).venvPython(context.Background())
+	py, err := s.tenant(localPrincipal).venvPython(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

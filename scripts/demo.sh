@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up the machine, builds ipybox, and runs a demo of its main job: code
+# Sets up what it runs (scripts/setup.sh --demo), builds ipybox, and runs a demo of its main job: code
 # actions in a stateful kernel (state across cells, shell commands, a plot),
 # MCP tools called from Python with approval, and the sandbox.
 set -euo pipefail
@@ -7,9 +7,16 @@ set -euo pipefail
 # module proxy once (a machine's own Go ignores go.mod's toolchain line).
 export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+start=$SECONDS
+progress() { printf 'demo: %s (%d s)\n' "$*" $((SECONDS - start)) >&2; }
+# Only what the demo runs: no test tools, no Docker image (scripts/test.sh
+# builds it, as scripts/image.sh does on its own).
+progress "setting up (scripts/setup.sh --demo)"
+scripts/setup.sh --demo
 mkdir -p bin
+progress "building bin/ipybox (go build; the first build fetches Go 1.27.3 and the modules)"
 go build -o bin/ipybox ./cmd/ipybox
+progress "built bin/ipybox"
 ws=$(mktemp -d)
 trap 'rm -rf "$ws"' EXIT
 
@@ -29,7 +36,7 @@ plt.show()' \
 echo
 echo "== 2. MCP tools as typed Python functions (server-everything), approved by the host"
 cat > "$ws/mcp.json" <<JSON
-{"mcpServers": {"everything": {"command": "$PWD/tools/npm/node_modules/.bin/mcp-server-everything", "args": ["stdio"]}}}
+{"mcpServers": {"everything": {"command": "$PWD/tools/npm-demo/node_modules/.bin/mcp-server-everything", "args": ["stdio"]}}}
 JSON
 bin/ipybox exec --workspace "$ws" --mcp-config "$ws/mcp.json" --json -c '
 from mcptools.everything import echo, get_sum
@@ -62,3 +69,5 @@ for what, attempt in attempts.items():
 else
   echo "  (skipped: bin/ipybox doctor says the sandbox cannot run on this host)"
 fi
+echo
+progress "done"

@@ -41,8 +41,14 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
   trap 'rm -rf "$root"' EXIT
   say "making $base with debootstrap from $mirror (takes minutes, once)"
   start=$SECONDS
-  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.log" 2>&1 ||
-    { say "debootstrap failed; see $root.log"; exit 1; }
+  # Its phases as progress lines; everything in $root.log.
+  set +e
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" 2>&1 | tee "$root.log" |
+    { grep --line-buffered -E '^I: (Retrieving Release|Resolving dependencies|Checking component|Retrieving libc6|Validating libc6|Extracting libc6|Installing core packages|Unpacking the base system|Configuring the base system|Base system installed)' || true; } |
+    while IFS= read -r line; do say "debootstrap: ${line#I: } ($((SECONDS - start)) s)"; done
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" -eq 0 ] || { say "debootstrap failed; see $root.log"; exit 1; }
   # The same suites as a stock Debian image: updates and security fixes.
   sec=${mirror%/debian}/debian-security
   cat >"$root/etc/apt/sources.list" <<SRC
@@ -81,7 +87,11 @@ git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile
   ':(exclude,glob)**/testdata/**' |
   xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
 go mod vendor -o "$ctx/vendor"
-hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg") | sha256sum | cut -c1-16)
+# The commit `ipybox version` reports (the context has no .git), with
+# +dirty for uncommitted changes; it is part of the image's identity.
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || true)
+if [ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then commit="$commit+dirty"; fi
+hash=$( (cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "$base $goimg $commit") | sha256sum | cut -c1-16)
 tag=ipybox:src-$hash
 if docker image inspect "$tag" >/dev/null 2>&1; then
   docker tag "$tag" "$image"
@@ -91,7 +101,17 @@ fi
 say "building $image ($tag)"
 start=$SECONDS
 release=$(sed -n 's/^const release = "\(.*\)"$/\1/p' cmd/ipybox/version.go) # the image's version (TestVersionsAgree)
-DOCKER_BUILDKIT=0 docker build -q --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" -t "$tag" "$ctx" >/dev/null
+# One progress line per Dockerfile step (the legacy builder's "Step N/M").
+blog=$(mktemp)
+set +e
+DOCKER_BUILDKIT=0 docker build --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" --build-arg COMMIT="$commit" -t "$tag" "$ctx" 2>&1 |
+  tee "$blog" | while IFS= read -r line; do
+    case "$line" in Step\ *) say "${line:0:100} ($((SECONDS - start)) s)" ;; esac
+  done
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" -eq 0 ] || { say "docker build failed:"; tail -20 "$blog" >&2; rm -f "$blog"; exit 1; }
+rm -f "$blog"
 docker tag "$tag" "$image"
 # Older source tags are dead weight.
 docker image ls --format '{{.Repository}}:{{.Tag}}' ipybox | grep '^ipybox:src-' | grep -v "^$tag\$" | xargs -r docker rmi >/dev/null 2>&1 || true

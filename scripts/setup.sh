@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what ipybox and its tests need on a Debian machine, skipping
-# whatever is already there. Safe to run again and again.
+# whatever is already there. Safe to run again and again. With --demo,
+# only what scripts/demo.sh runs (see below).
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
 #     the wheel build's tools (scripts/wheels.sh), pipx and prometheus
 #   - npm test servers, pinned by tools/npm/package-lock.json
+#   - PyPI's kernel stack (ipykernel 7...), a venv from a pinned, hashed
+#     requirements file (scripts/pyvenv.sh pystack)
 #   - dockerd running, and the ipybox image (scripts/dockerd.sh, scripts/image.sh)
 set -euo pipefail
 # go.mod names Go 1.27.3: the go command fetches that toolchain from the
@@ -12,6 +15,16 @@ export GOTOOLCHAIN=go1.27.3
 cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --demo: only what scripts/demo.sh runs (the kernel's Python stack, the
+# sandbox, node and the one MCP server it calls), for a first run that
+# takes a few minutes; no test tools, no PyPI venvs, no Docker image.
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *) say "usage: scripts/setup.sh [--demo]"; exit 2 ;;
+esac
 
 # Debian packages ipybox uses at run time and in its tests.
 pkgs=(
@@ -29,6 +42,9 @@ pkgs=(
   docker.io debootstrap    # the container backend, and its image's Debian base
   prometheus               # the observability test's scraper of ipybox mcp --metrics-addr
 )
+if ((demo)); then
+  pkgs=(python3-ipykernel python3-matplotlib python3-pydantic python3-numpy bubblewrap nodejs npm)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   # nodejs/npm may come from elsewhere than Debian (as on the CI image).
@@ -46,15 +62,36 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# npm test servers, exactly as locked. Re-install only when the lockfile
-# changed since the last install.
-lock=tools/npm/package-lock.json
-stamp=tools/npm/node_modules/.ipybox-lock
-if ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
-  say "installing npm test servers from $lock"
-  (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+# npm servers, exactly as locked: the tests' (tools/npm), or the demo's one
+# (tools/npm-demo). Re-install only when the lockfile changed since the
+# last install.
+npmdir=tools/npm
+((demo)) && npmdir=tools/npm-demo
+lock=$npmdir/package-lock.json
+stamp=$npmdir/node_modules/.ipybox-lock
+if [ -L "$npmdir/node_modules" ] && ! cmp -s "$lock" "$stamp"; then
+  # npm ci empties the folder a link leads to (another checkout's, shared):
+  # never reinstall through a link.
+  say "WARNING: $npmdir/node_modules links to $(readlink "$npmdir/node_modules"), installed from another lockfile than $lock; not reinstalling through the link (remove it to install here)"
+elif ! [ -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+  say "installing npm servers from $lock"
+  (cd "$npmdir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   cp "$lock" "$stamp"
 fi
+if ((demo)); then
+  command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
+  say "ready for the demo"
+  exit 0
+fi
+
+# PyPI's Python stacks, each a venv from a pinned, hashed requirements file
+# (scripts/pyvenv.sh; cached, made again only when the file changes):
+# pystack: ipykernel 7 and friends, the tests' second kernel environment;
+# uv: uv and uvx, for the tests of `uvx ipybox mcp`; eg: Jupyter Enterprise
+# Gateway 3.3.0, for the gateway tests.
+for venv in pystack uv eg; do
+  scripts/pyvenv.sh "$venv" >/dev/null
+done
 
 command -v go >/dev/null || { say "Go is missing: install Go 1.26 or newer (https://go.dev/dl; the scripts then fetch Go 1.27.3 through GOTOOLCHAIN)"; exit 1; }
 

@@ -51,5 +51,24 @@ for p in $all; do
 done
 status=0
 go test -race -timeout 20m "${pkgs[@]}" "$@" || status=$?
+
+# --- issue 37: the kernel-facing tests again, on PyPI's kernel stack -------
+# (ipykernel 7, jupyter_client 8, jupyter_server 2, dill 0.4: the venv
+# scripts/pyvenv.sh pystack makes, which scripts/setup.sh has made) through
+# IPYBOX_PYTHON: handshake and streaming, interrupt and restart, displays
+# and plots, tool calls and approvals, shell approval, snapshots and
+# restore, the sandbox, the pool, the fork server, Jupyter Server 2.x as a
+# gateway, Enterprise Gateway 3.3.0 running PyPI's kernel, ipykernel 7's
+# own changes (TestIPykernel7*) and the doctor's versions. About 3 minutes
+# here; skipped only with "$@" (a targeted run).
+if [ $# -eq 0 ]; then
+  pystack=$(scripts/pyvenv.sh pystack)/bin/python
+  pypi_root='TestOutputs|TestPythonErrors|TestStreamingIsLive|TestStreamKeepsStdoutAndStderrApart|TestPlotsBecomeImages|TestDisplaysAndClearOutput|TestInterrupt|TestCancelInterruptsPromptly|TestIgnoredInterruptRestarts|TestTimeoutKeepsState|TestStatePersistsAndReset|TestKernelDeath|TestCloseLeavesNothing|TestToolCallsOverAllTransports|TestApprovals|TestTimeoutBudgetAndApproval|TestCancelWhileApprovalPending|TestAttackShellEntryPoints|TestSnapshotRestore|TestSandboxedKernelStillWorks|TestSandboxAttacksFromKernel|TestSandboxNeverRunsWorkspacePythonOnHost|TestPool|TestPoolColdGetAndFailure|TestZygoteExecutors|TestGatewayExecutor|TestGatewayToolServerTLS|TestGatewayDetachAttach|TestEnterpriseGateway'
+  echo "test: the kernel-facing tests on PyPI's stack ($pystack)" >&2
+  IPYBOX_PYTHON=$pystack go test -race -timeout 15m ./internal/kernel || status=$?
+  IPYBOX_PYTHON=$pystack go test -race -timeout 15m -run "^($pypi_root)\$" . || status=$?
+  IPYBOX_PYTHON=$pystack go test -race -timeout 15m -run '^(TestGatewaySessions|TestDoctor)$' ./mcpserver ./cmd/ipybox || status=$?
+fi
+# --- end of issue 37's block ------------------------------------------------
 scripts/leftovers.sh check "$before" || status=1
 exit $status

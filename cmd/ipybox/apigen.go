@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 const apigenUsage = `
@@ -58,7 +57,7 @@ func runApigen(ctx context.Context, env *cliEnv, args []string) int {
 			return exitUsage
 		}
 	}
-	cfg, err := mcpconn.ParseConfig(raw)
+	cfg, err := parseServer(raw)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox apigen: --server: %v\n", err)
 		return exitUsage

@@ -238,3 +238,48 @@ for c in ['echo a', 'echo a', 'echo b', 'echo b x', 'echo c', 'echo c', 'echo d'
 		t.Errorf("the policy holds a session answer or a rejected rule:\n%s", b)
 	}
 }
+
+// TestExecConfigOnWrite: an unsandboxed `ipybox exec` that decides
+// nothing leaves no ~/.config/ipybox (it made an empty policy and log
+// there on first use); its first decision creates the log, and says
+// where, once.
+func TestExecConfigOnWrite(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	xdg := t.TempDir()
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(os.Args[0], append([]string{"exec", "--workspace", t.TempDir()}, args...)...)
+		cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", "XDG_CONFIG_HOME="+xdg)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return errb.String(), code
+	}
+	if errOut, code := run("-c", "print(1)"); code != 0 {
+		t.Fatalf("exec: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(xdg, "ipybox")); err == nil {
+		ents, _ := os.ReadDir(filepath.Join(xdg, "ipybox"))
+		t.Fatalf("a run that decided nothing made %s: %v", filepath.Join(xdg, "ipybox"), ents)
+	}
+	cfg := writeMCPConfig(t, map[string]any{"go": map[string]any{"command": mcptest.Build(t)}})
+	code := "from mcptools.go.tool_1 import Params, run\ntry:\n    run(Params(s='x'))\nexcept Exception as e:\n    print(type(e).__name__)"
+	logf := filepath.Join(xdg, "ipybox", "approvals.jsonl")
+	for i := range 2 {
+		errOut, rc := run("--mcp-config", cfg, "--approval", "reject", "-c", code)
+		if rc != 0 {
+			t.Fatalf("exec with a decision: exit %d: %s", rc, errOut)
+		}
+		said := strings.Contains(errOut, "recording approval decisions in "+logf)
+		if said != (i == 0) {
+			t.Errorf("run %d: the log's creation told %v; want it told once: %q", i+1, said, errOut)
+		}
+	}
+	if b, err := os.ReadFile(logf); err != nil || strings.Count(string(b), "\n") != 2 {
+		t.Errorf("the log: %q, %v", b, err)
+	}
+}

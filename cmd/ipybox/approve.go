@@ -55,10 +55,10 @@ func newDecider(mode string) *terminalDecider {
 func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 	switch {
 	case d.mode == approvalAuto && !r.RuleAsks():
-		r.Answer(ipybox.Answer{Accept: true, By: ipybox.ByDefault, Channel: "--approval auto"})
+		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"})
 		return
 	case d.mode == approvalReject:
-		r.Answer(ipybox.Answer{Reason: "rejected by --approval reject", By: ipybox.ByDefault, Channel: "--approval reject"})
+		r.Answer(ipybox.Answer{Reason: "rejected by --approval reject", By: "default", Channel: "--approval reject"})
 		return
 	}
 	d.mu.Lock()
@@ -69,7 +69,7 @@ func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 		if d.mode == approvalAuto {
 			why = "an ask rule of the approval policy asks about this call, and there is no terminal to ask on, so it is rejected"
 		}
-		r.Answer(ipybox.Answer{Reason: why, By: ipybox.ByDefault, Channel: promptChannel})
+		r.Answer(ipybox.Answer{Reason: why, By: "default", Channel: promptChannel})
 		return
 	}
 	defer tty.Close()
@@ -79,7 +79,7 @@ func (d *terminalDecider) decide(r *ipybox.ApprovalRequest) {
 		dl.SetReadDeadline(r.Deadline)
 	}
 	if err := prompt(tty, r); err != nil {
-		r.Answer(ipybox.Answer{Reason: "--approval prompt: " + err.Error(), By: ipybox.ByDefault, Channel: promptChannel})
+		r.Answer(ipybox.Answer{Reason: "--approval prompt: " + err.Error(), By: "default", Channel: promptChannel})
 	}
 }
 
@@ -209,7 +209,7 @@ func findChoice(cs []choice, key string) (choice, bool) {
 }
 
 func answer(c choice, rules []string) ipybox.Answer {
-	a := ipybox.Answer{Accept: c.accept, Remember: c.remember, Rules: rules, By: ipybox.ByPerson, Channel: promptChannel, Person: personName()}
+	a := ipybox.Answer{Accept: c.accept, Remember: c.remember, Rules: rules, By: "person", Channel: promptChannel, Person: personName()}
 	if !c.accept {
 		a.Reason = "rejected at the prompt"
 	}

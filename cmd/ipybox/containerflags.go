@@ -28,7 +28,7 @@ type containerFlags struct {
 }
 
 func (f *containerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.tag, "container-tag", "", "run the kernel in a Docker container from `IMAGE` (default "+ipybox.DefaultContainerImage+" when another --container-* flag is given; built by scripts/image.sh, never pulled); the workspace is at "+ipybox.ContainerWorkspace)
+	fs.StringVar(&f.tag, "container-tag", "", "run the kernel in a Docker container from `IMAGE` (default "+ipybox.DefaultContainerImage+" when another --container-* flag is given; built by scripts/image.sh, never pulled); the workspace is at "+container.WorkspaceDir)
 	fs.Var(&f.envVars, "container-env-var", "`KEY=VALUE` for the container's environment (repeatable; overrides --container-env-file)")
 	fs.StringVar(&f.envFile, "container-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the container's environment")
 	fs.Var(&f.binds, "container-bind", "`HOST:REL` mounts the host directory HOST (absolute or relative; created if missing) at /app/REL in the container (repeatable)")
@@ -79,7 +79,7 @@ func (f *containerFlags) config(s *sandboxFlags) (*ipybox.ContainerConfig, error
 		if err != nil {
 			return nil, fmt.Errorf("--container-bind %q: %w", b, err)
 		}
-		if err := container.CheckBind(ipybox.ContainerBind{HostPath: abs, Path: rel}); err != nil {
+		if err := container.CheckBind(container.Bind{HostPath: abs, Path: rel}); err != nil {
 			return nil, fmt.Errorf("--container-bind %q: %w", b, err)
 		}
 		c.Binds = append(c.Binds, ipybox.ContainerBind{HostPath: abs, Path: rel})

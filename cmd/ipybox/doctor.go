@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -83,16 +84,22 @@ func doctorChecks(ctx context.Context, python string) []check {
 	if err != nil {
 		checks = append(checks, check{name: "python", required: true, detail: err.Error()})
 	} else {
-		checks = append(checks, check{name: "python", ok: true, required: true, detail: py})
-		versions := pythonModules(ctx, py, "ipykernel", "matplotlib", "pydantic", "numpy")
+		versions := pythonModules(ctx, py, "ipykernel", "jupyter_client", "matplotlib", "pydantic", "numpy", "dill")
+		detail := py
+		if v := versions["sys"]; v != "" {
+			detail += " (Python " + v + ")"
+		}
+		checks = append(checks, check{name: "python", ok: true, required: true, detail: detail})
 		for _, m := range []struct {
 			mod      string
 			required bool
 		}{
 			{"ipykernel", true},
+			{"jupyter_client", true}, // ipykernel's; its version says which kernel stack this is
 			{"matplotlib", false},
 			{"pydantic", true}, // generated tool modules need it
 			{"numpy", false},
+			{"dill", false}, // durable sessions save the kernel's variables with it
 		} {
 			v, ok := versions[m.mod]
 			c := check{name: m.mod, ok: ok, required: m.required, detail: v}
@@ -102,12 +109,30 @@ func doctorChecks(ctx context.Context, python string) []check {
 			checks = append(checks, c)
 		}
 	}
-	checks = append(checks, sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe), dockerCheck(ctx))
-	if sandboxProtections != nil {
-		for _, p := range sandboxProtections() {
-			missing := strings.HasPrefix(p, "MISSING: ")
-			checks = append(checks, check{name: "protection", ok: !missing, detail: strings.TrimPrefix(p, "MISSING: ")})
+	sb := sandboxCheck(ctx, runtime.GOOS, exec.LookPath, sandboxProbe)
+	checks = append(checks, sb, dockerCheck(ctx))
+	return append(checks, protectionChecks(sb.ok, os.Getenv("IPYBOX_IN_IMAGE") == "1", sandboxProtections)...)
+}
+
+// protectionChecks are the lines of the sandbox's protections: each as
+// it is here when the sandbox runs; when it cannot (the image, which has
+// no bwrap and runs --no-sandbox), one line that says none applies, not
+// a list of protections marked ok that no kernel has.
+func protectionChecks(sandboxOK, inImage bool, list func() []string) []check {
+	if list == nil {
+		return nil
+	}
+	if !sandboxOK {
+		detail := "none of the sandbox's applies: the sandbox cannot run here, and kernels run unsandboxed"
+		if inImage {
+			detail = "none of the sandbox's applies: the image runs kernels with --no-sandbox, and the container is the boundary (docs/container.md)"
 		}
+		return []check{{name: "protection", detail: detail}}
+	}
+	var checks []check
+	for _, p := range list() {
+		missing := strings.HasPrefix(p, "MISSING: ")
+		checks = append(checks, check{name: "protection", ok: !missing, detail: strings.TrimPrefix(p, "MISSING: ")})
 	}
 	return checks
 }
@@ -178,12 +203,13 @@ func dockerCheck(ctx context.Context) check {
 	return c
 }
 
-// pythonModules returns the versions of the modules py can import.
+// pythonModules returns the versions of the modules py can import, and
+// the interpreter's own as "sys" ("3.11.2").
 func pythonModules(ctx context.Context, py string, mods ...string) map[string]string {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	script := `import importlib, json, sys
-out = {}
+out = {"sys": "%d.%d.%d" % sys.version_info[:3]}
 for m in sys.argv[1:]:
     try:
         mod = importlib.import_module(m)

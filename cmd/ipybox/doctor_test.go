@@ -38,3 +38,22 @@ func TestSandboxCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorProtectionsWithoutSandbox: where the sandbox cannot run (the
+// image, with no bwrap and --no-sandbox), the doctor listed the
+// sandbox's protections as ok; now one line says none applies.
+func TestDoctorProtectionsWithoutSandbox(t *testing.T) {
+	t.Parallel()
+	list := func() []string { return []string{"seccomp filter", "MISSING: landlock"} }
+	for _, inImage := range []bool{false, true} {
+		got := protectionChecks(false, inImage, list)
+		if len(got) != 1 || got[0].ok || !strings.Contains(got[0].detail, "none of the sandbox's applies") ||
+			inImage != strings.Contains(got[0].detail, "--no-sandbox") {
+			t.Errorf("inImage=%v: %+v", inImage, got)
+		}
+	}
+	got := protectionChecks(true, false, list)
+	if len(got) != 2 || !got[0].ok || got[1].ok || got[1].detail != "landlock" {
+		t.Errorf("with the sandbox: %+v", got)
+	}
+}

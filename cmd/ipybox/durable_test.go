@@ -68,7 +68,7 @@ func runIn(t *testing.T, cs *mcp.ClientSession, h, code string) string {
 func TestMCPDurableRestart(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	for _, how := range []string{"sigterm", "sigkill", "gateway-sigkill"} {
+	for _, how := range []string{"sigterm", "sigkill", "gateway-sigkill", "enterprise-gateway-sigkill"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			ws := t.TempDir()
@@ -77,10 +77,15 @@ func TestMCPDurableRestart(t *testing.T) {
 			switch how {
 			case "sigkill":
 				args = append(args, "--checkpoint", "cell")
-			case "gateway-sigkill":
-				// No snapshot: the kernels run on in the Jupyter Server,
+			case "gateway-sigkill", "enterprise-gateway-sigkill":
+				// No snapshot: the kernels run on in the Jupyter Server
+				// (or Enterprise Gateway 3.3.0, its local process proxy),
 				// and the restarted front end reattaches to them.
-				j = testenv.JupyterServer(t, nil)
+				if how == "gateway-sigkill" {
+					j = testenv.JupyterServer(t, nil)
+				} else {
+					j = testenv.EnterpriseGateway(t)
+				}
 				tok := filepath.Join(t.TempDir(), "gateway-token")
 				if err := os.WriteFile(tok, []byte(j.Token+"\n"), 0o600); err != nil {
 					t.Fatal(err)

@@ -80,7 +80,13 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make ipybox non-dumpable", "err", err)
 	}
-	if plan.approvals, err = f.policy.load(log); err != nil {
+	load := f.policy.load
+	if plan.sandbox == nil {
+		// No sandbox to hide the files from: none is made before it is
+		// written.
+		load = func(log *slog.Logger) (*ipybox.ApprovalPolicy, error) { return f.policy.loadOnWrite(log, env.stderr) }
+	}
+	if plan.approvals, err = load(log); err != nil {
 		return fail(exitUsage, err)
 	}
 	if plan.approvals != nil {

@@ -52,10 +52,7 @@ func (f *gatewayFlags) config(env *cliEnv) (*ipybox.GatewayConfig, error) {
 		}
 		return nil, nil
 	}
-	g := &ipybox.GatewayConfig{URL: url, Token: envToken, KernelName: f.kernelName}
-	if f.legacy {
-		g.Protocol = ipybox.GatewayProtocolLegacy
-	}
+	g := &ipybox.GatewayConfig{URL: url, Token: envToken, KernelName: f.kernelName, LegacyProtocol: f.legacy}
 	if f.tokenFile != "" {
 		abs, err := filepath.Abs(f.tokenFile)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,10 +160,25 @@ func newFlagSet(env *cliEnv, name, usage string) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "%s\n\nFlags:\n", strings.TrimSpace(usage))
-		fs.PrintDefaults()
+		printDefaults(fs, out)
 	}
 	return fs
 }
+
+// printDefaults is fs.PrintDefaults with each flag written with two
+// dashes, as the docs and the usage lines write them (the flag package
+// takes either).
+func printDefaults(fs *flag.FlagSet, out io.Writer) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	io.WriteString(out, longFlag.ReplaceAllString(b.String(), "  --$1"))
+}
+
+// longFlag is a flag of more than one letter at the start of a line of
+// PrintDefaults (-c stays -c).
+var longFlag = regexp.MustCompile(`(?m)^  -([A-Za-z0-9][-A-Za-z0-9_.]+)`)
 
 // parseFlags parses args; -h prints the usage to stdout and ends with
 // exitOK, a bad flag ends with exitUsage after one line on stderr that

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -96,6 +97,11 @@ func TestHelpGolden(t *testing.T) {
 			t.Errorf("%s -h: exit %d", c.name, code)
 		}
 		golden(t, "help-"+c.name, out.String())
+		// Flags of more than a letter with two dashes, as the docs write
+		// them (issue 35.8: the flag package printed one).
+		if m := regexp.MustCompile(`(?m)^  -[A-Za-z0-9]{2,}`).FindString(out.String()); m != "" {
+			t.Errorf("%s -h lists %q with one dash", c.name, m)
+		}
 	}
 }
 
@@ -232,6 +238,13 @@ func TestDoctor(t *testing.T) {
 	out, _, code := runBinary(t, "", "doctor")
 	if code != 0 || !strings.Contains(out, "ipykernel") {
 		t.Errorf("doctor: exit %d\n%s", code, out)
+	}
+	// The kernel's stack is named by its versions (Debian's and PyPI's
+	// differ: issue 37).
+	for _, re := range []string{`(?m)^ok\s+python\s+\S+ \(Python 3\.\d+\.\d+\)$`, `(?m)^ok\s+ipykernel\s+\d+\.\d+`, `(?m)^ok\s+jupyter_client\s+\d+\.\d+`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("doctor's output does not match %s:\n%s", re, out)
+		}
 	}
 	// Not a Python: named by its flag, exit 1.
 	out, _, code = runBinary(t, "", "doctor", "--python", "/bin/false")

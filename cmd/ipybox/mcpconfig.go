@@ -40,7 +40,7 @@ func loadMCPConfig(path string) ([]namedServer, error) {
 		if err := mcpconn.ValidName(name); err != nil {
 			return nil, fmt.Errorf("--mcp-config %s: %w", path, err) // it names the server
 		}
-		cfg, err := mcpconn.ParseConfig(raw)
+		cfg, err := parseServer(raw)
 		if err != nil {
 			return nil, fmt.Errorf("--mcp-config %s: server %q: %w", path, name, err)
 		}
@@ -48,4 +48,19 @@ func loadMCPConfig(path string) ([]namedServer, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
+}
+
+// parseServer reads one server's config with the registry's checks, into
+// the SDK's type (the two share the JSON format).
+func parseServer(raw []byte) (ipybox.ServerConfig, error) {
+	var pub ipybox.ServerConfig
+	cfg, err := mcpconn.ParseConfig(raw)
+	if err != nil {
+		return pub, err
+	}
+	b, err := json.Marshal(cfg)
+	if err == nil {
+		err = json.Unmarshal(b, &pub)
+	}
+	return pub, err
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ipybox/ipybox/internal/safefs"
+	"github.com/ipybox/ipybox/internal/trusted"
 	"github.com/ipybox/ipybox/mcpserver"
 )
 
@@ -41,6 +42,21 @@ func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--auth-token-file: %w", err)
+	}
+	// Whoever can write the file, or swap it, chooses the tokens that
+	// let clients in: it must be this user's alone (internal/trusted).
+	// (Checked after the read, so that a file this user may not read at
+	// all is named as such, above.)
+	warn, err := trusted.Check("--auth-token-file", abs, true)
+	var te *trusted.Error
+	if errors.As(err, &te) && !te.Writable && env.getenv(imageEnv) != "" {
+		return nil, fmt.Errorf("%w; or run the container as its owner: add --user %d:%d to the docker run command", err, te.UID, te.UID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" && env.stderr != nil {
+		fmt.Fprintf(env.stderr, "ipybox mcp: warning: %s\n", warn)
 	}
 	var lines []string
 	for _, l := range strings.Split(string(b), "\n") {

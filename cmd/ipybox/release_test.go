@@ -293,3 +293,20 @@ func compareRelease(t *testing.T, a, b string) int {
 	}
 	return 0
 }
+
+// TestImageStampsCommit: the image's `ipybox version` said "unknown
+// commit" (its build context has no .git for Go to stamp): the Dockerfile
+// sets main.commit from COMMIT, and scripts/image.sh passes the commit.
+// The binary reports a commit set that way (buildVersion's ldCommit).
+func TestImageStampsCommit(t *testing.T) {
+	t.Parallel()
+	if df := string(readRepoFile(t, "Dockerfile")); !strings.Contains(df, "-X main.commit=${COMMIT}") || !strings.Contains(df, "ARG COMMIT") {
+		t.Error("the Dockerfile does not set main.commit from the COMMIT build argument")
+	}
+	if sh := string(readRepoFile(t, "scripts/image.sh")); !strings.Contains(sh, `--build-arg COMMIT="$commit"`) || !strings.Contains(sh, "git rev-parse --short=12 HEAD") {
+		t.Error("scripts/image.sh does not pass the commit as COMMIT")
+	}
+	if _, rev := buildVersion(nil, "1.0.0", "0123456789ab"); rev != "0123456789ab" {
+		t.Errorf("a commit set with -X main.commit is reported as %q", rev)
+	}
+}

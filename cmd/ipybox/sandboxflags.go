@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,7 +49,7 @@ func (f *sandboxFlags) explicit() bool {
 // egress proxy (loopback and private ranges are refused), so that pip and
 // web APIs work, and gives way to running unsandboxed, with a warning,
 // where the host cannot sandbox.
-func (f *sandboxFlags) policy() (cfg *ipybox.SandboxConfig, explicit bool, err error) {
+func (f *sandboxFlags) policy() (pub *ipybox.SandboxConfig, explicit bool, err error) {
 	limits := f.memory != "" || f.pids != 0
 	switch {
 	case f.off && f.explicit():
@@ -63,7 +64,7 @@ func (f *sandboxFlags) policy() (cfg *ipybox.SandboxConfig, explicit bool, err e
 		}
 		return nil, false, nil
 	}
-	cfg = sandbox.DefaultConfig()
+	cfg := sandbox.DefaultConfig()
 	if f.config != "" {
 		if cfg, err = sandbox.LoadConfig(f.config); err != nil {
 			return nil, false, fmt.Errorf("--sandbox-config: %w", err)
@@ -90,5 +91,22 @@ func (f *sandboxFlags) policy() (cfg *ipybox.SandboxConfig, explicit bool, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, false, fmt.Errorf("sandbox: %w", err)
 	}
-	return cfg, f.explicit(), nil
+	if pub, err = publicSandbox(cfg); err != nil {
+		return nil, false, err
+	}
+	return pub, f.explicit(), nil
+}
+
+// publicSandbox converts a policy read by the sandbox package into the
+// SDK's, through the settings format both read and write.
+func publicSandbox(cfg *sandbox.Config) (*ipybox.SandboxConfig, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox policy: %w", err)
+	}
+	var pub ipybox.SandboxConfig
+	if err := json.Unmarshal(b, &pub); err != nil {
+		return nil, fmt.Errorf("sandbox policy: %w", err)
+	}
+	return &pub, nil
 }

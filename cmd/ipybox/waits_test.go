@@ -40,7 +40,7 @@ func TestPromptEndsAtDeadline(t *testing.T) {
 	t.Cleanup(func() { tty.Close() })
 	d := newDecider(approvalPrompt)
 	d.openTTY = func() (io.ReadWriteCloser, error) { return tty, nil }
-	req := &ipybox.ApprovalRequest{Kind: ipybox.KindShell, Command: "ls", Deadline: time.Now().Add(200 * time.Millisecond)}
+	req := &ipybox.ApprovalRequest{Kind: "shell", Command: "ls", Deadline: time.Now().Add(200 * time.Millisecond)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

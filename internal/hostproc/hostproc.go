@@ -34,6 +34,19 @@ import (
 // a program searches for code or for the programs it runs.
 var SearchPathVars = []string{"PATH", "PYTHONPATH", "NODE_PATH", "PERL5LIB", "RUBYLIB", "GEM_PATH", "CLASSPATH", "LD_LIBRARY_PATH"}
 
+// HomeVars are the variables that name a folder below which programs
+// keep what they later load or run: HOME (npx's ~/.npm/_npx packages,
+// Python's user site, uv's tool environments, pyenv's versions), the XDG
+// base folders, and the cache, config and install folders of npm, uv,
+// pip, pyenv and nvm. One in a folder of writable is a search path into
+// the workspace: Prepare drops it, and gives HOME a private folder
+// instead (a program without HOME would look its home up in the
+// password file, the workspace again when that is the home).
+var HomeVars = []string{"HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_DIRS",
+	"npm_config_cache", "npm_config_prefix", "npm_config_userconfig", "npm_config_globalconfig", "PREFIX",
+	"UV_CACHE_DIR", "UV_TOOL_DIR", "UV_TOOL_BIN_DIR", "UV_CONFIG_FILE", "UV_PYTHON_INSTALL_DIR", "UV_PROJECT", "UV_PROJECT_ENVIRONMENT",
+	"PIP_CONFIG_FILE", "PYTHONUSERBASE", "PYTHONHOME", "PYTHONSTARTUP", "PYENV_ROOT", "NVM_DIR", "VIRTUAL_ENV"}
+
 var (
 	dirMu sync.Mutex
 	dirs  = map[string]string{} // root -> the folder made there
@@ -179,7 +192,77 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 		cmd.Env = []string{}
 	}
 	cmd.Env, dropped = CleanEnv(cmd.Env, writable)
+	return cleanHomes(cmd, writable, dropped)
+}
+
+// cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
+// writable, and sets HOME to Home when it was one of them.
+func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, error) {
+	out := cmd.Env[:0:0]
+	home := false
+	for _, kv := range cmd.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if isHomeVar(k) && homeInside(v, writable) {
+			dropped = append(dropped, kv)
+			home = home || k == "HOME"
+			continue
+		}
+		out = append(out, kv)
+	}
+	if home {
+		h, err := Home()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, "HOME="+h)
+	}
+	cmd.Env = out
 	return dropped, nil
+}
+
+// homeInside reports whether an entry of the list v is in a folder of
+// writable.
+func homeInside(v string, writable []string) bool {
+	for _, e := range filepath.SplitList(v) {
+		if e != "" && filepath.IsAbs(e) && Inside(e, writable) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func isHomeVar(k string) bool {
+	for _, h := range HomeVars {
+		if strings.EqualFold(k, h) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	homeOnce sync.Once
+	home     string
+	homeErr  error
+)
+
+// Home returns the home folder of host processes whose own HOME is in a
+// folder kernel code can write: "home" in Dir, 0700, made at the first
+// call. Caches that a program keeps there (npx's packages) last as long
+// as this process.
+func Home() (string, error) {
+	homeOnce.Do(func() {
+		d, err := Dir()
+		if err != nil {
+			homeErr = err
+			return
+		}
+		home = filepath.Join(d, "home")
+		if err := os.Mkdir(home, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			homeErr = fmt.Errorf("host processes' home folder: %w", err)
+		}
+	})
+	return home, homeErr
 }
 
 // WritableError is Prepare's refusal: a host process would start in, or

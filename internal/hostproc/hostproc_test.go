@@ -54,12 +54,34 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"PATH=/usr/bin:/bin", "NODE_PATH=" + outside, "HOME=" + ws}
+	h, err := Home()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// HOME in the workspace is a search path into it (npx's cache, the
+	// user site): it becomes the private home.
+	want := []string{"PATH=/usr/bin:/bin", "NODE_PATH=" + outside, "HOME=" + h}
 	if !slices.Equal(cmd.Env, want) {
 		t.Errorf("env = %q, want %q", cmd.Env, want)
 	}
-	if len(dropped) != 7 || !strings.HasPrefix(dropped[0], "PATH=") {
+	if len(dropped) != 8 || !strings.HasPrefix(dropped[0], "PATH=") {
 		t.Errorf("dropped = %q", dropped)
+	}
+	if st, err := os.Stat(h); err != nil || st.Mode().Perm() != 0o700 || Inside(h, []string{ws}) != "" {
+		t.Errorf("private home %s: %v %v", h, st, err)
+	}
+
+	// The other folders of caches and configs are dropped when in the
+	// workspace (through a link too), kept outside it; HOME outside stays.
+	cmd = exec.Command("/bin/true")
+	cmd.Env = []string{"HOME=" + outside, "XDG_CACHE_HOME=" + link + "/c", "npm_config_cache=" + ws + "/npm", "NPM_CONFIG_PREFIX=" + ws,
+		"UV_CACHE_DIR=" + outside + "/uv", "XDG_DATA_DIRS=/usr/share:" + ws, "MEMORY_FILE_PATH=" + ws + "/m.json"}
+	if _, err := Prepare(cmd, []string{ws}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"HOME=" + outside, "UV_CACHE_DIR=" + outside + "/uv", "MEMORY_FILE_PATH=" + ws + "/m.json"}
+	if !slices.Equal(cmd.Env, want) {
+		t.Errorf("env = %q, want %q", cmd.Env, want)
 	}
 }
 

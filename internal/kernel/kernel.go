@@ -519,7 +519,17 @@ func (in *instance) handle(ch jupyter.Channel, m *jupyter.Message) {
 	c := in.calls[m.ParentHeader.MsgID]
 	in.mu.Unlock()
 	if c == nil {
-		return // output of a background thread of an earlier cell, or a late reply
+		// Output of a background thread of an earlier cell, a late
+		// reply, or ipykernel 7's iopub_welcome (no parent at all).
+		// bound: Enabled only reads the level.
+		if log := in.k.opts.Logger; log.Enabled(context.Background(), slog.LevelDebug) {
+			typ := m.Header.MsgType // kernel code can publish any type, of any length
+			if len(typ) > 64 {
+				typ = typ[:64] + "..."
+			}
+			log.Debug("kernel: message for no pending request", "channel", ch.String(), "type", typ)
+		}
+		return
 	}
 	c.push(ch, m)
 }

@@ -840,3 +840,27 @@ func TestNotJSONRPCNamed(t *testing.T) {
 		t.Fatalf("error %v\nwant it to start with %s", err, want)
 	}
 }
+
+// TestNotJSONRPCAtOnce: a program that prints its usage (with or
+// without a newline) and keeps running is named at once, with what it
+// printed, not at the connect timeout (issue 35.8 saw the timeout's
+// "check that it is an MCP server"; over mcpconn's stdio transport the
+// go-sdk fails the read at the first byte that is not JSON).
+func TestNotJSONRPCAtOnce(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	sh := testenv.NeedsTool(t, "sh")
+	for _, script := range []string{
+		"printf 'Usage: foo [options] FILE'; exec cat >/dev/null",
+		"echo 'Usage: foo [options] FILE'; exec sleep 60",
+	} {
+		m := newManager(t, map[string]Config{"usage": {Command: sh, Args: []string{"-c", script}}}, &Options{ConnectTimeout: 30 * time.Second})
+		t0 := time.Now()
+		_, err := m.ListTools(ctxT(t), "usage")
+		if err == nil || !strings.Contains(err.Error(), `printed "Usage: foo [options] FILE" on standard output, which is not MCP JSON-RPC`) {
+			t.Errorf("%s: error %v", script, err)
+		}
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Errorf("%s: reported after %v", script, d)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,5 +237,38 @@ func (m *Manager) connectError(ctx context.Context, name string, cfg Config, kin
 	if d.cmd != nil && errors.Is(err, exec.ErrNotFound) {
 		return false, fmt.Errorf("MCP server %q: command %q not found; check its \"command\" and PATH: %w", name, cfg.Command, err)
 	}
+	if d.ht != nil {
+		err = scrubAnswer(err)
+	}
 	return d.ht != nil && d.ht.rejectedPOST(), fmt.Errorf("MCP server %q: connecting over %s%s: %w", name, kind, tail, err)
 }
+
+// quotedAnswer finds, in the errors of the HTTP client and the MCP SDK,
+// the places that quote what the remote end sent: the first line of an
+// answer that is not HTTP (an ssh or redis banner), a line or an event
+// name of an SSE stream that is not MCP's, a content type.
+var quotedAnswer = regexp.MustCompile(`(malformed HTTP response|malformed line in SSE stream:|first event is|unsupported content type) "(?:[^"\\]|\\.)*"`)
+
+// scrubAnswer leaves out of a url server's connect error what the server
+// sent. The URL may be a client's (register_mcp_server), and it may name
+// a service of the host's loopback or of its network (a cloud metadata
+// address) that the client cannot reach itself: ipybox connects from the
+// host, so the error must not carry the service's answer back.
+func scrubAnswer(err error) error {
+	msg := err.Error()
+	out := quotedAnswer.ReplaceAllString(msg, "$1 (not shown: what the server sent)")
+	if out == msg {
+		return err
+	}
+	return &scrubbedError{msg: out, err: err}
+}
+
+// scrubbedError is an error with a message of its own, and the original
+// for errors.Is and errors.As.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // OAuth tokens live in one file on the host, never in the workspace:
@@ -167,6 +169,12 @@ func (s tokenStore) remove(serverURL string) (bool, error) {
 // the result back when fn returns true.
 func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 	dir := filepath.Dir(s.path)
+	// Its tokens sign in as the user: the file and the folders above it
+	// must be this user's alone (internal/trusted). read refuses a file
+	// that others may read.
+	if _, err := trusted.Check("the OAuth token file", s.path, false); err != nil {
+		return err
+	}
 	if write {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("OAuth token folder: %w", err)

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // Entry is one line of the audit log: one decision about one call.
@@ -93,6 +95,9 @@ type Log struct {
 	mu     sync.Mutex
 	f      *os.File
 	closed bool
+	// created, set by OpenLogOnWrite, is told the path when the first
+	// entry creates the file.
+	created func(path string)
 }
 
 // OpenLog opens (or creates) the audit log at path. maxBytes bounds it
@@ -105,11 +110,32 @@ func OpenLog(path string, maxBytes int64) (*Log, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxLogBytes
 	}
+	if _, err := trusted.Check("approval log", abs, false); err != nil {
+		return nil, err
+	}
 	l := &Log{path: RealPath(abs), max: maxBytes}
 	if err := l.open(); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// OpenLogOnWrite is OpenLog that opens (and creates) the file only when
+// the first entry is written, and then, when it had to create it, tells
+// created its path (nil: nobody). A run that decides nothing leaves no
+// file, nor folder.
+func OpenLogOnWrite(path string, maxBytes int64, created func(path string)) (*Log, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxLogBytes
+	}
+	if created == nil {
+		created = func(string) {}
+	}
+	return &Log{path: RealPath(abs), max: maxBytes, created: created}, nil
 }
 
 // Path returns the log's path, links resolved.
@@ -145,6 +171,16 @@ func (l *Log) Write(e *Entry) error {
 	if l.closed {
 		return errors.New("approval log: closed")
 	}
+	if l.f == nil {
+		// OpenLogOnWrite: the first entry.
+		_, statErr := os.Lstat(l.path)
+		if err := l.open(); err != nil {
+			return err
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			l.created(l.path)
+		}
+	}
 	// Another process may have rotated it: follow the name.
 	cur, err1 := l.f.Stat()
 	now, err2 := os.Stat(l.path)
@@ -176,6 +212,9 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
+	if l.f == nil {
+		return nil
+	}
 	return l.f.Close()
 }
 

@@ -346,6 +346,18 @@ func (r *Rule) match(p *prepared) (match, string) {
 		if !ok {
 			return no, ""
 		}
+		if arr, isArr := v.([]any); isArr && !cd.isRange && r.Action != Allow {
+			// A list of paths (read_multiple_files' paths): a deny or
+			// ask rule matches it when it matches one of its strings,
+			// as well as by the list's JSON text.
+			switch denyListMatch(&cd, arr) {
+			case no:
+				return no, ""
+			case maybe:
+				res, why = maybe, climbNote
+			}
+			continue
+		}
 		s, isStr := v.(string)
 		if isStr && !cd.isRange && r.Action != Allow {
 			// A deny or ask rule matches every spelling of a path
@@ -372,6 +384,32 @@ func (r *Rule) match(p *prepared) (match, string) {
 		}
 	}
 	return res, why
+}
+
+// denyListMatch matches a deny or ask rule's condition against a list:
+// yes when its JSON text or one of its strings (in nested lists too)
+// matches, maybe when one may.
+func denyListMatch(cd *cond, arr []any) match {
+	if cd.matches(arr) {
+		return yes
+	}
+	res := no
+	for _, e := range arr {
+		var m match
+		switch x := e.(type) {
+		case string:
+			m = denyGlobMatch(cd.glob, x)
+		case []any:
+			m = denyListMatch(cd, x)
+		}
+		if m == yes {
+			return yes
+		}
+		if m == maybe {
+			res = maybe
+		}
+	}
+	return res
 }
 
 const dotDotNote = "an argument has a .. path segment, so no allow rule's glob holds for the path it names"

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox/internal/flock"
+	"github.com/ipybox/ipybox/internal/trusted"
 )
 
 // File is a policy file on the host. Its rules are read again whenever the
@@ -43,6 +44,11 @@ const RememberedMark = "# remembered "
 func Open(path string) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
+		return nil, err
+	}
+	// Its rules decide what runs without asking: the file must be this
+	// user's alone (internal/trusted).
+	if _, err := trusted.Check("approval policy", abs, false); err != nil {
 		return nil, err
 	}
 	f := &File{path: RealPath(abs)}
@@ -90,8 +96,14 @@ func (f *File) reload() error {
 		f.err = fmt.Errorf("approval policy %s is not a regular file", f.path)
 		return f.err
 	}
-	if f.info != nil && f.err == nil && os.SameFile(f.info, fi) && f.info.Size() == fi.Size() && f.info.ModTime().Equal(fi.ModTime()) {
+	if f.info != nil && f.err == nil && os.SameFile(f.info, fi) && f.info.Size() == fi.Size() && f.info.ModTime().Equal(fi.ModTime()) && f.info.Mode() == fi.Mode() {
 		return nil
+	}
+	// A file that changed (or changed mode) is trusted again only if it
+	// is still this user's alone.
+	if _, err := trusted.Check("approval policy", f.path, false); err != nil {
+		f.err = err
+		return f.err
 	}
 	data, err := os.ReadFile(f.path)
 	if err != nil {

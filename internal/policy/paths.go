@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -17,11 +19,13 @@ import (
 // spelling that a deny rule would have refused once cleaned.
 
 // pathForms returns the cleaned spellings of s that differ from s: none
-// for a value that is no path (no / or \).
+// for a value that is no path (no / or \). A file: URL of this host
+// (file:///etc/passwd, file://localhost/etc/%70asswd) is also its path,
+// which servers that take URLs open.
 func pathForms(s string) []string {
 	var out []string
 	add := func(c string) {
-		if c != s && (len(out) == 0 || out[0] != c) {
+		if c != s && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
@@ -31,7 +35,48 @@ func pathForms(s string) []string {
 	if strings.Contains(s, `\`) {
 		add(path.Clean(strings.ReplaceAll(s, `\`, "/")))
 	}
+	if len(s) > 5 && strings.EqualFold(s[:5], "file:") {
+		if u, err := url.Parse(s); err == nil && (u.Host == "" || strings.EqualFold(u.Host, "localhost")) && u.Path != "" {
+			add(u.Path)
+			add(path.Clean(u.Path))
+		}
+	}
+	for _, c := range append([]string{s}, out...) {
+		if a := aliasPath(c); a != "" {
+			add(a)
+		}
+	}
 	return out
+}
+
+// aliasPath returns the path that s names through an alias every Linux
+// process has, or "": a file URL (file:///etc/passwd), and the root
+// folder as a process sees it (/proc/self/root/etc/passwd,
+// /proc/1/root/..., any number of times).
+func aliasPath(s string) string {
+	got := ""
+	for {
+		switch {
+		case strings.HasPrefix(s, "file:///"):
+			s = s[len("file://"):]
+		case strings.HasPrefix(s, "file:/") && !strings.HasPrefix(s, "file://"):
+			s = s[len("file:"):]
+		case strings.HasPrefix(s, "/proc/"):
+			c := path.Clean(s)
+			parts := strings.SplitN(c, "/", 5) // "", proc, pid, root, rest
+			if len(parts) < 4 || parts[3] != "root" {
+				return got
+			}
+			s = "/"
+			if len(parts) == 5 {
+				s += parts[4]
+			}
+		default:
+			return got
+		}
+		s = path.Clean(s)
+		got = s
+	}
 }
 
 // climbs reports whether a cleaned relative path leaves the folder it is

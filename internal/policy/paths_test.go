@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +48,11 @@ allow shell cp *
 		"../../../../../etc/passwd",
 		"./../etc/passwd",
 		"..",
+		"file:///etc/passwd",
+		"FILE:///etc/%70asswd",
+		"file://localhost/etc/passwd",
+		"file:/etc/passwd",
+		"file:////etc/./passwd",
 	}
 	for _, p := range etc {
 		d := Decide(tool("write_file", p), rs)
@@ -54,7 +60,7 @@ allow shell cp *
 			t.Errorf("write_file path=%q: %v (%s), want deny", p, d.Action, d.Why())
 		}
 		d = Decide(shell("cat '"+p+"'"), rs)
-		if d.Action != Deny && !climbs(p) && p != "./../etc/passwd" {
+		if d.Action != Deny && !climbs(p) && p != "./../etc/passwd" && !strings.HasPrefix(p, "file:") && !strings.HasPrefix(p, "FILE:") {
 			t.Errorf("cat %q: %v (%s), want deny", p, d.Action, d.Why())
 		}
 	}
@@ -88,6 +94,9 @@ allow shell cp *
 		{tool("write_file", "/etcetera/x"), None},
 		{tool("write_file", "/work/etc/passwd"), Allow},
 		{tool("write_file", "work/etc/passwd"), None},
+		{tool("write_file", "file://evil.example/etc/passwd"), None}, // another host's file
+		{tool("read_file", "file:///work/a"), None},                  // allow rules see text
+		{tool("read_file", "file:///root/.ssh/x"), Ask},
 		{tool("remove", "/work/x"), Allow},
 		{shell("cat /work/a"), Allow},
 		{shell("cat /work//a"), Allow},
@@ -115,6 +124,7 @@ func TestPathForms(t *testing.T) {
 		{`a\..\b`, []string{"b"}},
 		{`/a\b`, []string{"/a/b"}},
 		{"https://x/y", []string{"https:/x/y"}},
+		{"file:///a/../b", []string{"file:/b", "/a/../b", "/b"}},
 	} {
 		got := pathForms(tc.in)
 		if len(got) != len(tc.want) {

@@ -513,12 +513,21 @@ func (r *Rule) matchCmd(c simpleCmd) match {
 	if len(c.words) < len(r.words) || len(c.words) > len(r.words) && !r.rest {
 		return no
 	}
+	res := yes
 	for i, p := range r.words {
-		if !matchWord(p, c.words[i], r.Action != Allow) {
-			return no
+		if matchWord(p, c.words[i], r.Action != Allow) {
+			continue
 		}
+		// A word the shell expands (a glob, a leading ~) names paths
+		// that only the files decide: a deny or ask rule that some of
+		// them would meet asks (globx.go).
+		if r.Action != Allow && c.words[i].expandable && denyExpandable(p, c.words[i]) {
+			res = maybe
+			continue
+		}
+		return no
 	}
-	return yes
+	return res
 }
 
 // renderWord writes w as a pattern word that matches it alone (but for

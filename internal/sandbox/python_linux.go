@@ -80,13 +80,16 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 }
 
 // systemPython reports whether path resolves to an interpreter under /usr
-// that is not a virtual environment's.
+// that is not a virtual environment's. A virtual environment's bin/python
+// is a link to its base interpreter (/usr/bin/python3): its pyvenv.cfg is
+// beside the link, not beside what the link leads to, and its prefix (the
+// packages) is outside /usr.
 func systemPython(path string) bool {
 	r, err := filepath.EvalSymlinks(path)
 	if err != nil || !under(r, "/usr") {
 		return false
 	}
-	for _, d := range []string{filepath.Dir(r), filepath.Dir(filepath.Dir(r))} {
+	for _, d := range []string{filepath.Dir(path), filepath.Dir(filepath.Dir(path)), filepath.Dir(r), filepath.Dir(filepath.Dir(r))} {
 		if _, err := os.Stat(filepath.Join(d, "pyvenv.cfg")); err == nil {
 			return false
 		}

@@ -76,14 +76,19 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 		"--ServerApp.open_browser=False",
 		"--ServerApp.allow_root=True",
 		// The tests print megabytes; the default limit drops output.
+		// Jupyter Server 1.x (Debian's) reads ServerApp's settings; 2.x
+		// (PyPI's) reads ZMQChannelsWebsocketConnection's and ignores
+		// ServerApp's, deprecated, when it sets up its websockets, so
+		// both are given (each version ignores the class it lacks).
 		"--ServerApp.iopub_data_rate_limit=0",
 		"--ServerApp.iopub_msg_rate_limit=0",
+		"--ZMQChannelsWebsocketConnection.iopub_data_rate_limit=0",
+		"--ZMQChannelsWebsocketConnection.iopub_msg_rate_limit=0",
 	}
 	if o.Legacy {
-		args = append(args, "--ServerApp.kernel_ws_protocol=")
+		args = append(args, "--ServerApp.kernel_ws_protocol=", "--ZMQChannelsWebsocketConnection.kernel_ws_protocol=")
 	}
 	j.cmd = exec.Command(py, args...)
-	j.cmd.Dir = j.Dir
 	j.cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + state,
@@ -93,15 +98,24 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 		"JUPYTER_RUNTIME_DIR=" + filepath.Join(state, "runtime"),
 		"IPYTHONDIR=" + filepath.Join(state, "ipython"),
 	}
+	j.run(t, "jupyter server", "/api/status")
+	return j
+}
+
+// run starts j.cmd (its Env set) in j.Dir, stops it when t ends, and
+// waits until GET ready (a path) answers 200.
+func (j *Jupyter) run(t testing.TB, what, ready string) {
+	t.Helper()
+	j.cmd.Dir = j.Dir
 	j.cmd.Stdout, j.cmd.Stderr = j.Log, j.Log
 	j.cmd.SysProcAttr = procattr.Group() // its kernels die with it
 	if err := j.cmd.Start(); err != nil {
-		t.Fatalf("start jupyter server: %v", err)
+		t.Fatalf("start %s: %v", what, err)
 	}
 	t.Cleanup(func() {
 		j.Stop()
 		if t.Failed() {
-			t.Logf("the Jupyter Server's log:\n%s", j.Log)
+			t.Logf("the %s's log:\n%s", what, j.Log)
 		}
 	})
 	exited := make(chan struct{})
@@ -115,20 +129,20 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", j.URL+"/api/status", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", j.URL+ready, nil)
 		req.Header.Set("Authorization", "token "+j.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return j
+				return
 			}
 		}
 		select {
 		case <-exited:
-			t.Fatalf("jupyter server exited before it was ready:\n%s", j.Log)
+			t.Fatalf("%s exited before it was ready:\n%s", what, j.Log)
 		case <-ctx.Done():
-			t.Fatalf("jupyter server not ready within 60s:\n%s", j.Log)
+			t.Fatalf("%s not ready within 60s:\n%s", what, j.Log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

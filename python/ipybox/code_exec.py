@@ -955,6 +955,8 @@ class CodeExecutor:
                 raise CodeExecutionError(f"{name}: {value}\n{tb}", name=name, value=value, traceback=tb, text=text)
             if kind == "timeout":
                 raise asyncio.TimeoutError(err.get("message", "the cell timed out"))
+            if kind == "interrupted":
+                raise CodeExecutionError(err.get("message", "the cell was interrupted") + " (the interrupt tool)", text=text)
             if kind == "cancelled":
                 raise CodeExecutionError("the cell was cancelled (cancel(), or its stream was closed); the kernel was interrupted and keeps its state", text=text)
             if kind == "kernel_died":

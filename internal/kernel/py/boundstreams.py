@@ -12,15 +12,24 @@
 # under the host's message limit (jupyter.MaxMessage). A wrapper around
 # write itself cost a fifth of the throughput of a cell printing in a
 # loop; this costs one tell() per write.
+# ipykernel 6 has one buffer (_buffer); ipykernel 7 has one per parent
+# message (_buffers, under _buffer_lock), since subshells run cells
+# concurrently.
 def _ipybox_bound_streams():
     from ipykernel.iostream import OutStream
+    def _pending(self):
+        bufs = getattr(self, "_buffers", None)
+        if bufs is None:
+            return self._buffer.tell()
+        with self._buffer_lock:
+            return sum(b.tell() for b in self._buffers.values())
     soft, hard = 1 << 20, 8 << 20
     orig = OutStream._schedule_flush
     def _schedule_flush(self):
         if not self._flush_pending:
             return orig(self)
         try:
-            size = self._buffer.tell()
+            size = _pending(self)
         except ValueError:
             return  # the IO thread swapped and closed it: just flushed
         if size < soft:
@@ -36,9 +45,19 @@ def _ipybox_bound_streams():
     OutStream._schedule_flush = _schedule_flush
     OutStream._ipybox_flush_now = _ipybox_flush_now
     OutStream._ipybox_hurry = False
+    chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
+    if hasattr(OutStream, "_flush_buffers"):
+        # ipykernel 7 keeps a buffer per parent (subshells) and flushes
+        # them through a generator of (parent, text): split each text.
+        orig_buffers = OutStream._flush_buffers
+        def _flush_buffers(self):
+            for parent, data in orig_buffers(self):
+                for off in range(0, max(len(data), 1), chunk):
+                    yield parent, data[off:off + chunk]
+        OutStream._flush_buffers = _flush_buffers
+        return
     if not hasattr(OutStream, "_flush_buffer"):
         return
-    chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
     orig_buffer, orig_flush = OutStream._flush_buffer, OutStream._flush
     # The buffer's text and how far it was sent: an offset, because
     # slicing off the rest after each chunk copies it again and again (a

@@ -493,9 +493,8 @@ def _sync_marker():
             # thread before the marker; text already handed over is ahead of
             # it in that thread's queue. flush() costs a round trip to the
             # IOPub thread, so skip it for an empty buffer.
-            buf = getattr(stream, "_buffer", None)
             try:
-                if buf is None or buf.tell():
+                if _stream_pending(stream):
                     stream.flush()
             except Exception:
                 pass
@@ -510,6 +509,18 @@ def _sync_marker():
         return marker
     except Exception:
         return None
+
+
+def _stream_pending(stream):
+    """Whether ipykernel's stream holds text not yet handed to the IOPub
+    thread: one buffer in ipykernel 6 (_buffer), one per parent message in
+    ipykernel 7 (_buffers). Unknown: True."""
+    bufs = getattr(stream, "_buffers", None)
+    if bufs is not None:
+        with stream._buffer_lock:
+            return any(b.tell() for b in stream._buffers.values())
+    buf = getattr(stream, "_buffer", None)
+    return buf is None or buf.tell() > 0
 
 
 def run_tool(server, tool, params=None, result_type=None, *, timeout=None):
