@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestSystemPythonTellsVenvs checks that a virtual environment made from
@@ -17,7 +19,7 @@ func TestSystemPythonTellsVenvs(t *testing.T) {
 	t.Parallel()
 	sys := "/usr/bin/python3"
 	if _, err := os.Stat(sys); err != nil {
-		t.Skipf("no %s on this system", sys)
+		testenv.Missing(t, "no %s on this system", sys)
 	}
 	if !systemPython(sys) {
 		t.Errorf("systemPython(%s) = false, want true", sys)
