@@ -35,13 +35,16 @@ const (
 
 // Default values of Options.
 const (
-	DefaultSessionIdleTimeout = defaults.SessionIdle
-	DefaultStartTimeout       = defaults.SessionStart
+	// defaultSessionIdleTimeout, defaultStartTimeout and
+	// defaultApprovalTimeout are internal/defaults' (cmd/ipybox's flags
+	// take theirs from there too).
+	defaultSessionIdleTimeout = defaults.SessionIdle
+	defaultStartTimeout       = defaults.SessionStart
 	// DefaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
 	DefaultMaxSessions = 32
-	// DefaultApprovalTimeout bounds one approval question.
-	DefaultApprovalTimeout = defaults.Approval
+	// defaultApprovalTimeout bounds one approval question.
+	defaultApprovalTimeout = defaults.Approval
 	// DefaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
 	// of ipybox-outputs: kernel code printing without end wrote 839 MB in
 	// 21 s.
@@ -183,7 +186,7 @@ type HTTPOptions struct {
 	// client, with its implicit session, that received no call for this
 	// long. (Stdio ends with its process; a session of create_session
 	// hibernates, then expires: see DurabilityOptions.) Zero means
-	// DefaultSessionIdleTimeout. (For every duration of Options and its
+	// defaultSessionIdleTimeout. (For every duration of Options and its
 	// groups, zero means the default the field names, and a negative
 	// value makes New fail.)
 	SessionIdleTimeout time.Duration
@@ -195,7 +198,7 @@ type HTTPOptions struct {
 type SessionOptions struct {
 	// StartTimeout bounds the wait of a tool call for its session's kernel
 	// (the virtualenv's creation and the kernel's start). Zero means
-	// DefaultStartTimeout.
+	// defaultStartTimeout.
 	StartTimeout time.Duration
 	// MaxSessions bounds the sessions that hold a kernel at once, over
 	// every principal: a session takes a kernel at its first cell, and a
@@ -282,7 +285,7 @@ type ApprovalOptions struct {
 	Policy *ipybox.ApprovalPolicy
 	// Timeout bounds the wait for one approval (an elicitation),
 	// in cells without a timeout of their own; a cell's remaining time
-	// bounds it otherwise. Zero means DefaultApprovalTimeout.
+	// bounds it otherwise. Zero means defaultApprovalTimeout.
 	Timeout time.Duration
 }
 
@@ -497,9 +500,9 @@ func (s *Server) newMCPServer() *mcp.Server {
 // backends that exclude each other, and the binds.
 func (o *Options) check() ([]allowPattern, error) {
 	if err := defaults.Apply("mcpserver",
-		defaults.Duration{Name: "Options.HTTP.SessionIdleTimeout", V: &o.HTTP.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
-		defaults.Duration{Name: "Options.Sessions.StartTimeout", V: &o.Sessions.StartTimeout, Def: DefaultStartTimeout},
-		defaults.Duration{Name: "Options.Approvals.Timeout", V: &o.Approvals.Timeout, Def: DefaultApprovalTimeout},
+		defaults.Duration{Name: "Options.HTTP.SessionIdleTimeout", V: &o.HTTP.SessionIdleTimeout, Def: defaultSessionIdleTimeout},
+		defaults.Duration{Name: "Options.Sessions.StartTimeout", V: &o.Sessions.StartTimeout, Def: defaultStartTimeout},
+		defaults.Duration{Name: "Options.Approvals.Timeout", V: &o.Approvals.Timeout, Def: defaultApprovalTimeout},
 		defaults.Duration{Name: "Options.Durability.HibernateAfter", V: &o.Durability.HibernateAfter, Def: DefaultHibernateAfter},
 		defaults.Duration{Name: "Options.Durability.SessionExpiry", V: &o.Durability.SessionExpiry, Def: DefaultSessionExpiry},
 	); err != nil {
