@@ -42,8 +42,8 @@ func TestNegativeDurations(t *testing.T) {
 			_, err := mcpconn.New(mcpconn.NewRegistry(), &mcpconn.Options{CallTimeout: -time.Second})
 			return err
 		}},
-		{"Options.SessionIdleTimeout", func() error {
-			_, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), SessionIdleTimeout: -time.Second})
+		{"Options.HTTP.SessionIdleTimeout", func() error {
+			_, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), HTTP: mcpserver.HTTPOptions{SessionIdleTimeout: -time.Second}})
 			return err
 		}},
 	}

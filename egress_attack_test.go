@@ -56,8 +56,15 @@ func TestAttackKernelLoopbackAllowlist(t *testing.T) {
 	}))
 	t.Cleanup(model.Close)
 	_, p1, _ := net.SplitHostPort(model.Listener.Addr().String())
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), StartTimeout: 90 * time.Second,
-		Principals: map[string]string{"me": "loopback-token-0123456789"}})
+	srv, err := mcpserver.New(&mcpserver.Options{
+		Workspace: t.TempDir(),
+		Sessions: mcpserver.SessionOptions{
+			StartTimeout: 90 * time.Second,
+		},
+		HTTP: mcpserver.HTTPOptions{
+			Principals: map[string]string{"me": "loopback-token-0123456789"},
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

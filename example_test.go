@@ -240,7 +240,7 @@ func ExampleDial() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "ipybox-example")
 	defer os.RemoveAll(dir)
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir, NoAuth: true})
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir, HTTP: mcpserver.HTTPOptions{NoAuth: true}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -24,9 +24,17 @@ func TestRemote(t *testing.T) {
 	testenv.NeedsPython(t)
 	const tok, otherTok = "remote-token-0123456789", "other-token-0123456789"
 	srv, err := mcpserver.New(&mcpserver.Options{
-		Workspace: t.TempDir(), Approval: mcpserver.ApprovalElicit, StartTimeout: 90 * time.Second,
-		Principals: map[string]string{"me": tok, "other": otherTok},
-		Servers:    map[string]ipybox.ServerConfig{"rg": {Command: mcptest.Build(t)}},
+		Workspace: t.TempDir(),
+		Servers:   map[string]ipybox.ServerConfig{"rg": {Command: mcptest.Build(t)}},
+		Approvals: mcpserver.ApprovalOptions{
+			Mode: mcpserver.ApprovalElicit,
+		},
+		Sessions: mcpserver.SessionOptions{
+			StartTimeout: 90 * time.Second,
+		},
+		HTTP: mcpserver.HTTPOptions{
+			Principals: map[string]string{"me": tok, "other": otherTok},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +143,7 @@ func TestRemote(t *testing.T) {
 // transport (here the in-memory one that stdio's code path uses).
 func TestRemoteOverStdio(t *testing.T) {
 	testenv.NeedsPython(t)
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), StartTimeout: 90 * time.Second})
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), Sessions: mcpserver.SessionOptions{StartTimeout: 90 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

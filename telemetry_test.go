@@ -395,8 +395,16 @@ func TestTracingRemote(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	const tok = "remote-trace-token-0123456789"
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), StartTimeout: 90 * time.Second,
-		AuthToken: tok, TracerProvider: tp})
+	srv, err := mcpserver.New(&mcpserver.Options{
+		Workspace:      t.TempDir(),
+		TracerProvider: tp,
+		Sessions: mcpserver.SessionOptions{
+			StartTimeout: 90 * time.Second,
+		},
+		HTTP: mcpserver.HTTPOptions{
+			AuthToken: tok,
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ type inProc struct {
 func startInProc(b *testing.B, o *mcpserver.Options) *inProc {
 	b.Helper()
 	py := testenv.NeedsPython(b)
-	o.Python, o.NoAuth = py, true
+	o.Python, o.HTTP.NoAuth = py, true
 	if o.Workspace == "" {
 		o.Workspace = b.TempDir()
 	}
@@ -183,8 +183,8 @@ func BenchmarkDurableResume(b *testing.B) {
 		name string
 		o    *mcpserver.Options
 	}{
-		{"nosandbox", &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, NoZygote: true}},
-		{"sandbox", &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, Sandbox: ipybox.DefaultSandbox()}},
+		{"nosandbox", &mcpserver.Options{Durability: mcpserver.DurabilityOptions{HibernateAfter: time.Second}, Sessions: mcpserver.SessionOptions{Pool: 1, NoZygote: true}}},
+		{"sandbox", &mcpserver.Options{Sandbox: ipybox.DefaultSandbox(), Durability: mcpserver.DurabilityOptions{HibernateAfter: time.Second}, Sessions: mcpserver.SessionOptions{Pool: 1}}},
 	} {
 		if c.o.Sandbox != nil {
 			if _, err := exec.LookPath("bwrap"); err != nil {
@@ -202,7 +202,7 @@ func BenchmarkDurableResume(b *testing.B) {
 	fmt.Fprintf(&t, "%-30s %9s %8.0f %8.0f\n", "jupyter_client cold start", "", a, slices.Max(cold))
 
 	// Memory: 10 small sessions, hibernated.
-	q := startInProc(b, &mcpserver.Options{HibernateAfter: time.Second, Pool: 1, NoZygote: true})
+	q := startInProc(b, &mcpserver.Options{Durability: mcpserver.DurabilityOptions{HibernateAfter: time.Second}, Sessions: mcpserver.SessionOptions{Pool: 1, NoZygote: true}})
 	settle(os.Getpid(), 30*time.Second)
 	before := heapMB()
 	const nsmall = 10
@@ -271,8 +271,8 @@ func dirSize(dir string) int64 {
 // of the p50s is what a checkpoint costs a session that runs cells back
 // to back. An agent's think time between cells hides it.
 func BenchmarkDurableCheckpoint(b *testing.B) {
-	off := startInProc(b, &mcpserver.Options{Pool: 1, NoZygote: true})
-	on := startInProc(b, &mcpserver.Options{Pool: 1, NoZygote: true, Checkpoint: mcpserver.CheckpointCell})
+	off := startInProc(b, &mcpserver.Options{Sessions: mcpserver.SessionOptions{Pool: 1, NoZygote: true}})
+	on := startInProc(b, &mcpserver.Options{Sessions: mcpserver.SessionOptions{Pool: 1, NoZygote: true}, Durability: mcpserver.DurabilityOptions{Checkpoint: mcpserver.CheckpointCell}})
 	const setup = "import json, math\nd = {str(i): i for i in range(100)}\nxs = list(range(1000))\nk = 0"
 	hoff, hon := handle(b, off.cs), handle(b, on.cs)
 	mustCell(b, off.cs, hoff, setup)

@@ -60,7 +60,7 @@ func (s *Server) toolAllowed(server, tool string) bool {
 // mode, and whatever --allow-tool says: ask comes before allow. It
 // reports whether it answered.
 func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
-	if s.opts.Approval != ApprovalElicit && !r.RuleAsks() {
+	if s.opts.Approvals.Mode != ApprovalElicit && !r.RuleAsks() {
 		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"})
 		return true
 	}
@@ -71,7 +71,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 	if !canElicit {
 		why := "ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
 			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto"
-		if s.opts.Approval != ApprovalElicit {
+		if s.opts.Approvals.Mode != ApprovalElicit {
 			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
 		}
 		r.Answer(ipybox.Answer{Reason: why, By: "default", Channel: elicitChannel})
@@ -85,7 +85,7 @@ func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
 // input-required result (2026-07-28), or as an elicitation request (older
 // clients; see mrtr.go).
 func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approvalForm) {
-	form := newApprovalForm(r, s.opts.ApprovalPolicy.File())
+	form := newApprovalForm(r, s.opts.Approvals.Policy.File())
 	return &mcp.ElicitParams{
 		Meta:            mcp.Meta{approvalMetaKey: approvalMeta(r, form)},
 		Mode:            "form",

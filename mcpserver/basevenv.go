@@ -51,8 +51,8 @@ type baseVenv struct {
 // (the binds among them).
 func (t *tenant) writableByKernels() []string {
 	w := []string{t.dir, t.s.workspace} // other tenants' folders too
-	if t.s.sandbox != nil {
-		for _, p := range t.s.sandbox.Filesystem.AllowWrite {
+	if t.s.factory.sandbox != nil {
+		for _, p := range t.s.factory.sandbox.Filesystem.AllowWrite {
 			if filepath.IsAbs(p) {
 				w = append(w, p)
 			}
@@ -147,10 +147,10 @@ func writeBaseVenvPth(dir string, bv *baseVenv) error {
 // sandbox). It is final once venvPython has returned (or, inside it, once
 // the base was asked).
 func (t *tenant) sandboxConfig() *ipybox.SandboxConfig {
-	if t.s.sandbox == nil || t.baseVenv == nil {
-		return t.s.sandbox
+	if t.s.factory.sandbox == nil || t.baseVenv == nil {
+		return t.s.factory.sandbox
 	}
-	cp := *t.s.sandbox
+	cp := *t.s.factory.sandbox
 	cp.ExtraRead = append(slices.Clone(cp.ExtraRead), t.baseVenv.prefix)
 	return &cp
 }

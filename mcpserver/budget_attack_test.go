@@ -14,7 +14,7 @@ import (
 func TestAttackSnapshotBudgetOthersFolders(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 8 << 20})
+	srv := newServer(t, &Options{Workspace: ws, Durability: DurabilityOptions{SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 8 << 20}})
 	root := filepath.Join(ws, ".ipybox", "snapshots")
 	for _, d := range []string{"sparse", "dense"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
@@ -30,14 +30,14 @@ func TestAttackSnapshotBudgetOthersFolders(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "dense", "namespace"), make([]byte, 3<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	used, err := srv.snapshotsSize(filepath.Join(root, "mine"))
+	used, err := srv.durability.budget.snapshotsSize(filepath.Join(root, "mine"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if used > (1<<20)+(64<<10) {
 		t.Errorf("the other folders count %d bytes; want at most one session's budget (%d) and the sparse file's few blocks", used, 1<<20)
 	}
-	want, release, err := srv.reserve(t.Context(), filepath.Join(root, "mine"))
+	want, release, err := srv.durability.budget.reserve(t.Context(), filepath.Join(root, "mine"))
 	if err != nil {
 		t.Fatalf("a save beside them: %v", err)
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/ipybox/ipybox"
 )
 
 // A client can stop a cell, and is never left waiting on a session
@@ -33,9 +31,9 @@ import (
 //     collect_cell(session) waits for more, asks the open approvals
 //     again, and returns the result when the cell ends.
 //
-// The cells of a session are kept in s.cells, oldest first, from their
+// The cells of a session are kept in the run table (runs.go), oldest first, from their
 // start until a request took the result (or keepFinished after their
-// end). Guarded by s.runMu.
+// end).
 
 // Why a cell was interrupted.
 const (
@@ -58,54 +56,6 @@ func (e *interruptedError) Unwrap() error { return context.Canceled }
 
 // newCellID names a cell in results, for collect_cell.
 func newCellID() string { return "cell_" + strings.ToLower(rand.Text()[:10]) }
-
-// addCell records c as x's newest cell.
-func (s *Server) addCell(x *session, c *cellRun) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	if s.cells == nil {
-		s.cells = map[*session][]*cellRun{}
-	}
-	s.cells[x] = append(s.cells[x], c)
-}
-
-// forgetCell removes c from its session's cells.
-func (s *Server) forgetCell(c *cellRun) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	s.forgetCellLocked(c)
-}
-
-func (s *Server) forgetCellLocked(c *cellRun) {
-	list := s.cells[c.x]
-	for i, r := range list {
-		if r == c {
-			list = append(list[:i:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(s.cells, c.x)
-	} else {
-		s.cells[c.x] = list
-	}
-}
-
-// oldestCell returns x's oldest cell whose result no request has taken,
-// or with running, its oldest that has not ended.
-func (s *Server) oldestCell(x *session, running bool) *cellRun {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	for _, c := range s.cells[x] {
-		c.mu.Lock()
-		done := c.done
-		c.mu.Unlock()
-		if !running || !done {
-			return c
-		}
-	}
-	return nil
-}
 
 // interrupt stops the cell, saying why, unless it has ended.
 func (c *cellRun) interrupt(why string) {
@@ -132,7 +82,7 @@ func (c *cellRun) cellErrLocked() error {
 // with no request waiting for it, or nil when the call may wait its turn
 // (no cell, or a request waits for it). The cell goes on.
 func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
-	c := s.oldestCell(x, true)
+	c := s.runs.oldestCell(x, true)
 	if c == nil {
 		return nil
 	}
@@ -177,7 +127,7 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 // unansweredAsks counts the open approvals of x's running cell when no
 // request waits for it (list_sessions).
 func (s *Server) unansweredAsks(x *session) int {
-	c := s.oldestCell(x, true)
+	c := s.runs.oldestCell(x, true)
 	if c == nil {
 		return 0
 	}
@@ -236,42 +186,6 @@ func (c *cellRun) keepRecentLocked(text string) {
 	}
 }
 
-// noteCancelled tells the session's next result that c was interrupted
-// when its client cancelled the call (whose answer the client ignores).
-func (s *Server) noteCancelled(c *cellRun, res *ipybox.Result) {
-	c.mu.Lock()
-	why, at := c.interrupted, c.interruptedAt
-	c.mu.Unlock()
-	if why != byCancel {
-		return
-	}
-	text := ""
-	if res != nil {
-		text = res.Text
-	}
-	if len(text) > 2000 {
-		text = "..." + text[len(text)-2000:]
-	}
-	w := fmt.Sprintf("[ipybox: the previous cell %s (started %s) was interrupted at %s because the client cancelled its call; the kernel kept its state. Its last output: %q]", c.id, c.start.Format("15:04:05"), at.Format("15:04:05"), text)
-	// A call that came meanwhile waits behind c, its warnings taken:
-	// the note goes into its result.
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	list := s.cells[c.x]
-	for i, r := range list {
-		if r == c && i+1 < len(list) {
-			next := list[i+1]
-			next.mu.Lock()
-			next.warnings = append(next.warnings, w)
-			next.mu.Unlock()
-			return
-		}
-	}
-	c.x.mu.Lock()
-	c.x.warnings = append(c.x.warnings, w)
-	c.x.mu.Unlock()
-}
-
 type collectArgs struct {
 	Session string  `json:"session"`
 	Wait    float64 `json:"wait"`
@@ -317,7 +231,7 @@ func (s *Server) interruptTool(ctx context.Context, req *mcp.CallToolRequest, a 
 		return nil, nil, err
 	}
 	defer done()
-	c := s.oldestCell(x, true)
+	c := s.runs.oldestCell(x, true)
 	if c == nil {
 		return textResult("No cell runs in this session; nothing was interrupted."), nil, nil
 	}
@@ -331,8 +245,8 @@ func (s *Server) interruptTool(ctx context.Context, req *mcp.CallToolRequest, a 
 	c.mu.Unlock()
 	if took {
 		// No request waits for it: this answer is its result.
-		s.forgetCell(c)
-		s.dropRun(c)
+		s.runs.forgetCell(c)
+		s.runs.dropRun(c)
 	}
 	res.IsError = false
 	return res, nil, nil
@@ -354,7 +268,7 @@ func (s *Server) collectTool(ctx context.Context, req *mcp.CallToolRequest, a co
 		return nil, nil, err
 	}
 	defer done()
-	c := s.oldestCell(x, false)
+	c := s.runs.oldestCell(x, false)
 	if c == nil {
 		return textResult("No cell of this session runs or waits to be collected."), nil, nil
 	}
@@ -364,16 +278,7 @@ func (s *Server) collectTool(ctx context.Context, req *mcp.CallToolRequest, a co
 	if busy {
 		return nil, nil, fmt.Errorf("another call waits for cell %s; wait for that call, or interrupt(session) to stop the cell", c.id)
 	}
-	s.runMu.Lock()
-	// A retry of this call continues it (takeRun matches these), and no
-	// longer the earlier call's.
-	c.tool, c.args = req.Params.Name, argsDigest(req.Params.Name, req.Params.Arguments)
-	for k, r := range s.runs {
-		if r == c {
-			delete(s.runs, k)
-		}
-	}
-	s.runMu.Unlock()
+	s.runs.rearm(c, req)
 	res, err := s.awaitFor(ctx, c, c.attach(ctx, req), time.Duration(a.Wait*float64(time.Second)), a.Session)
 	return res, nil, err
 }

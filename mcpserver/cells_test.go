@@ -164,7 +164,7 @@ func TestMaxWaitAndCollect(t *testing.T) {
 // state.
 func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 	t.Parallel()
-	_, url := elicitServer(t, &Options{ApprovalTimeout: 5 * time.Minute})
+	_, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 5 * time.Minute}})
 	cs := connectHTTPAs(t, url, testToken, newVersion, &mcp.ClientOptions{
 		ElicitationHandler: (&asker{}).handle,
 		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
@@ -207,7 +207,7 @@ func TestUnansweredApprovalAnswersAtOnce(t *testing.T) {
 // at once, with the note, instead of answering that the cell waits.
 func TestLegacyCancelDuringApprovalInterrupts(t *testing.T) {
 	t.Parallel()
-	_, url := elicitServer(t, &Options{ApprovalTimeout: 5 * time.Minute})
+	_, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 5 * time.Minute}})
 	gone := make(chan struct{})
 	cs := connectHTTPAs(t, url, testToken, legacyVersion, &mcp.ClientOptions{
 		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {

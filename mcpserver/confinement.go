@@ -1,9 +1,6 @@
 package mcpserver
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -27,28 +24,6 @@ import (
 // another confinement than this server's kernels, or none (an older
 // ipybox wrote it), starts fresh: its snapshot is not restored, its
 // package folder is removed, and its first result says why.
-
-// confinement names how this server's local kernels are confined (see
-// above); "" for a gateway, whose kernels keep their state themselves.
-func (s *Server) confinement() string {
-	digest := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			panic(fmt.Sprintf("mcpserver: confinement settings: %v", err)) // a config that cannot be marshalled is a programming error
-		}
-		sum := sha256.Sum256(b)
-		return hex.EncodeToString(sum[:8])
-	}
-	switch {
-	case s.opts.Gateway != nil:
-		return ""
-	case s.opts.Container != nil:
-		return "container/" + digest(s.opts.Container)
-	case s.sandbox != nil:
-		return "sandbox/" + digest(s.sandbox)
-	}
-	return "none"
-}
 
 // confinementText says a confinement in words, for the note.
 func confinementText(c string) string {
@@ -79,7 +54,7 @@ func mayRestore(from, to string) bool {
 // (without following links); x's confinement becomes this server's.
 // Called with x.startMu held, before x's folders are adopted.
 func (x *session) confine() string {
-	cur := x.s.confinement()
+	cur := x.s.factory.confinement()
 	x.mu.Lock()
 	from, pkg, snap, asleep := x.conf, x.pkg, x.snap, x.asleep
 	x.conf = cur

@@ -48,7 +48,7 @@ func TestRedteam4ConfinementVariants(t *testing.T) {
 			}
 			ws := t.TempDir()
 			opts := func(cf conf) *Options {
-				return &Options{Workspace: ws, Sandbox: cf.sb, Container: cf.ct, Binds: cf.binds, NoZygote: true}
+				return &Options{Workspace: ws, Sandbox: cf.sb, Container: cf.ct, Binds: cf.binds, Sessions: SessionOptions{NoZygote: true}}
 			}
 			srv := newServer(t, opts(c.from))
 			cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)

@@ -12,8 +12,8 @@
 //
 // [New] builds a [Server] from [Options]; [Server.Serve] serves one
 // connection (stdio), [Server.Handler] streamable HTTP, where every
-// request must carry a bearer token of a principal (Options.AuthToken,
-// Options.Principals) unless Options.NoAuth says otherwise, and
+// request must carry a bearer token of a principal (Options.HTTP.AuthToken,
+// Options.HTTP.Principals) unless Options.HTTP.NoAuth says otherwise, and
 // [CheckHTTPAddr] refuses an address that would listen beyond loopback
 // without one (and any address that does not name its host).
 // [Server.Shutdown] hibernates the sessions that hold a kernel, then
@@ -31,8 +31,8 @@
 // stateless over HTTP) and 2025-11-25 and older (initialize).
 //
 // A session's kernel starts at its first cell (from the warm pool, when it
-// has one; the call waits for it, Options.StartTimeout): a session that
-// never runs a cell holds no kernel, and Options.MaxSessions counts
+// has one; the call waits for it, Options.Sessions.StartTimeout): a session
+// that never runs a cell holds no kernel, and Options.Sessions.MaxSessions counts
 // kernels. An idle session hibernates (its namespace saved, its kernel
 // stopped; the next call restores it) and later expires; a session kept
 // across a restart of the server comes back the same way.
@@ -56,8 +56,8 @@
 // elicitation (accept runs it, anything else rejects it, and the cell sees
 // ApprovalRejectedError): to a 2026-07-28 client as an input-required
 // result whose retry brings the answer, while the cell waits at the call;
-// to older clients as an elicitation request. Options.AllowTools lets
-// matching tool calls run without asking. A client without elicitation
+// to older clients as an elicitation request. Options.Approvals.AllowTools
+// lets matching tool calls run without asking. A client without elicitation
 // gets every call rejected, with a reason that says so.
 //
 // # Output

@@ -19,7 +19,7 @@ import (
 
 // Durable sessions.
 //
-// A session that has no call for Options.HibernateAfter hibernates: its
+// A session that has no call for Options.Durability.HibernateAfter hibernates: its
 // kernel saves its namespace in the session's snapshot folder
 // (ipybox.Executor.Snapshot: the kernel writes it, inside its sandbox or
 // container) and stops; the session then holds no process. Its next call
@@ -41,7 +41,7 @@ import (
 // hibernation and shutdown.
 type CheckpointMode string
 
-// Checkpoint modes of Options.Checkpoint.
+// Checkpoint modes of Options.Durability.Checkpoint.
 const (
 	// CheckpointNone saves a namespace only when its session hibernates
 	// (idle, or the server stops with SIGTERM).
@@ -52,9 +52,9 @@ const (
 
 // Defaults of the durable sessions' options.
 const (
-	// DefaultHibernateAfter is Options.HibernateAfter's default.
+	// DefaultHibernateAfter is Options.Durability.HibernateAfter's default.
 	DefaultHibernateAfter = 10 * time.Minute
-	// DefaultSessionExpiry is Options.SessionExpiry's default.
+	// DefaultSessionExpiry is Options.Durability.SessionExpiry's default.
 	DefaultSessionExpiry = 7 * 24 * time.Hour
 	// DefaultSnapshotBytes bounds one session's snapshot folder.
 	DefaultSnapshotBytes = 1 << 30
@@ -95,11 +95,11 @@ func (x *session) wake(ctx context.Context) (*ipybox.Executor, error) {
 	if !s.local() && asleep != nil {
 		attach = kid
 	}
-	ex, err := s.startExecutor(ctx, x, attach)
+	ex, err := s.factory.startExecutor(ctx, x, attach)
 	if errors.Is(err, kernel.ErrNoKernel) {
 		notes = append(notes, fmt.Sprintf("[ipybox: this session's kernel is no longer on the gateway (deleted, or culled for idleness) since %s; its state was lost; this cell runs in a fresh kernel]", x.since(asleep)))
 		asleep = nil
-		ex, err = s.startExecutor(ctx, x, "")
+		ex, err = s.factory.startExecutor(ctx, x, "")
 	}
 	if err != nil {
 		return nil, err
@@ -162,13 +162,13 @@ func asleepOf(r *record) *sleep {
 func (x *session) reload(ctx context.Context) error {
 	s := x.s
 	if s.local() && x.lockf == nil {
-		f, err := s.state.lock(ctx, x.key, lockWait)
+		f, err := s.durability.state.lock(ctx, x.key, lockWait)
 		if err != nil {
 			return err
 		}
 		x.lockf = f
 	}
-	r, err := s.state.read(x.key)
+	r, err := s.durability.state.read(x.key)
 	if err != nil {
 		s.log.Warn("a session's record cannot be read; it starts afresh", "session", x.id, "err", err)
 		return nil
@@ -227,7 +227,7 @@ func (x *session) restore(ctx context.Context, ex *ipybox.Executor, sl *sleep) s
 			why = clipText(se.Reason, 500)
 		}
 		s.log.Warn("restoring a session failed; it starts afresh", "session", x.id, "err", clipText(err.Error(), 2000))
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StartTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Sessions.StartTimeout)
 		defer cancel()
 		if rerr := ex.Reset(rctx); rerr != nil {
 			s.log.Warn("resetting after a failed restore", "session", x.id, "err", rerr)
@@ -414,12 +414,12 @@ func (x *session) hibernate(ctx context.Context, why string, force bool) bool {
 		} else {
 			s.log.Info("snapshot saved", "session", x.id, "names", rep.SavedCount, "unsaved", rep.UnsavedCount, "bytes", rep.Bytes, "took", rep.Took.Round(time.Millisecond))
 		}
-		s.closeExecutor(ex, true)
+		s.factory.closeExecutor(ex, true)
 	}
 	x.mu.Lock()
 	x.asleep = sl
 	x.mu.Unlock()
-	s.releaseSlot(x)
+	s.sessions.releaseSlot(x)
 	s.saveRecord(x)
 	x.unlock()
 	s.log.Info("session hibernated", "session", x.id, "why", why, "took", time.Since(t0).Round(time.Millisecond))
@@ -436,15 +436,15 @@ func saveFailure(err error) string {
 }
 
 // save has ex's kernel save x's namespace, within the budgets: the
-// session's (Options.SnapshotBytes) and what the workspace's
-// (Options.SnapshotWorkspaceBytes) leaves once the other sessions'
+// session's (Options.Durability.SnapshotBytes) and what the workspace's
+// (Options.Durability.SnapshotWorkspaceBytes) leaves once the other sessions'
 // snapshots and the saves in flight are counted.
 func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ipybox.SnapshotReport, error) {
 	// Bounded: kernel code can make a save hang (a __reduce__ that
 	// sleeps), and a hibernation holds the session's startMu meanwhile.
 	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
-	limit, release, err := s.reserve(ctx, ex.SnapshotDir())
+	limit, release, err := s.durability.budget.reserve(ctx, ex.SnapshotDir())
 	if err != nil {
 		return nil, err
 	}
@@ -464,105 +464,6 @@ func (s *Server) save(ctx context.Context, x *session, ex *ipybox.Executor) (*ip
 // a hibernation stops the kernel without a snapshot.
 const saveTimeout = defaults.SnapshotSave
 
-// minSave is the least room a save is started with.
-const minSave = 64 << 10
-
-// reserve returns the size a save into dir may take, and holds it against
-// the workspace's budget until release: the session's budget, or what the
-// other sessions' snapshots leave of the workspace's. While saves in
-// flight hold that room (SIGTERM saves every session at once), it waits
-// for one to end, until ctx does; when the snapshots on disk leave less
-// than minSave, it fails.
-func (s *Server) reserve(ctx context.Context, dir string) (int64, func(), error) {
-	per := s.opts.SnapshotBytes
-	total := s.opts.SnapshotWorkspaceBytes
-	if total < 0 {
-		if per < 0 {
-			return 0, func() {}, nil
-		}
-		return per, func() {}, nil
-	}
-	for {
-		used, err := s.snapshotsSize(dir)
-		if err != nil {
-			return 0, nil, err
-		}
-		want := total - used
-		if per >= 0 && per < want {
-			want = per
-		}
-		if want < minSave {
-			if per >= 0 && per < total-used {
-				// The session's own budget is what refuses.
-				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
-			}
-			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
-		}
-		s.budgetMu.Lock()
-		if s.reserved+want <= total-used {
-			s.reserved += want
-			s.budgetMu.Unlock()
-			return want, func() {
-				s.budgetMu.Lock()
-				s.reserved -= want
-				if s.budgetFreed != nil {
-					close(s.budgetFreed)
-					s.budgetFreed = nil
-				}
-				s.budgetMu.Unlock()
-			}, nil
-		}
-		if s.budgetFreed == nil {
-			s.budgetFreed = make(chan struct{})
-		}
-		freed := s.budgetFreed
-		s.budgetMu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
-		}
-	}
-}
-
-// snapshotsSize measures the snapshot folders of every tenant but except
-// (the budget is the server's, over its principals).
-func (s *Server) snapshotsSize(except string) (int64, error) {
-	var total int64
-	for _, dir := range s.tenantDirs() {
-		total += s.tenantSnapshotsSize(filepath.Join(dir, ".ipybox", "snapshots"), except)
-	}
-	return total, nil
-}
-
-// tenantSnapshotsSize measures the snapshot folders in root but except.
-func (s *Server) tenantSnapshotsSize(root, except string) int64 {
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, e := range ents {
-		p := filepath.Join(root, e.Name())
-		if p == except || !e.IsDir() {
-			continue
-		}
-		n, err := safefs.Size(p, maxSnapshotEntries)
-		if err != nil {
-			// A folder too full to count counts as the whole budget.
-			n = s.opts.SnapshotBytes
-		}
-		// Its running kernel can write it between saves: it counts as at
-		// most one session's budget, so that one session cannot take the
-		// others' room.
-		if per := s.opts.SnapshotBytes; per >= 0 {
-			n = min(n, per)
-		}
-		total += n
-	}
-	return total
-}
-
 // unsavedKey is what a save left out, to tell a change.
 func unsavedKey(rep *ipybox.SnapshotReport) string {
 	var b strings.Builder
@@ -576,7 +477,7 @@ func unsavedKey(rep *ipybox.SnapshotReport) string {
 // (CheckpointCell), once at a time: a cell that ends while a save runs
 // makes one more save follow it.
 func (s *Server) afterCell(x *session, ex *ipybox.Executor, cellErr error) {
-	if s.opts.Checkpoint != CheckpointCell || ex.SnapshotDir() == "" {
+	if s.opts.Durability.Checkpoint != CheckpointCell || ex.SnapshotDir() == "" {
 		return
 	}
 	var pe *ipybox.PythonError
@@ -682,7 +583,7 @@ func (s *Server) checkpointNote(x *session, before string, rep *ipybox.SnapshotR
 // saveRecord writes x's record to the state folder (a session of
 // create_session).
 func (s *Server) saveRecord(x *session) {
-	if !x.durable() || s.state == nil {
+	if !x.durable() || s.durability.state == nil {
 		return
 	}
 	x.mu.Lock()
@@ -690,7 +591,7 @@ func (s *Server) saveRecord(x *session) {
 		x.mu.Unlock()
 		return
 	}
-	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.frontend, Confinement: x.conf}
+	r := &record{Principal: x.principal, Created: x.created, Used: x.used, Packages: x.pkg, Snapshot: x.snap, Kernel: x.kernelID, Frontend: s.durability.frontend, Confinement: x.conf}
 	if !s.local() {
 		r.Gateway = s.opts.Gateway.URL
 	}
@@ -702,7 +603,7 @@ func (s *Server) saveRecord(x *session) {
 		r.Lost = sl.lost
 	}
 	x.mu.Unlock()
-	if err := s.state.write(x.key, r); err != nil {
+	if err := s.durability.state.write(x.key, r); err != nil {
 		s.log.Warn("writing a session's record", "session", x.id, "err", err)
 	}
 }
@@ -724,7 +625,7 @@ func (s *Server) revive(h string, key [32]byte, r *record) *session {
 // deleteGatewayKernel ends a gateway kernel that a session detached from:
 // attached to, then closed, bounded.
 func (s *Server) deleteGatewayKernel(id string) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.opts.StartTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.Sessions.StartTimeout)
 	defer cancel()
 	g := *s.opts.Gateway
 	g.KernelID = id
@@ -756,7 +657,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // then Close.
 func (s *Server) Hibernate(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		if !x.durable() || !x.hasKernel() {
 			continue
 		}
@@ -780,8 +681,8 @@ func (s *Server) Hibernate(ctx context.Context) error {
 // claim points a gateway session's kernel at this front end's tool server
 // when its record says that another front end attached to it last.
 func (s *Server) claim(ctx context.Context, x *session, ex *ipybox.Executor) {
-	r, err := s.state.read(x.key)
-	if err != nil || r == nil || r.Frontend == s.frontend {
+	r, err := s.durability.state.read(x.key)
+	if err != nil || r == nil || r.Frontend == s.durability.frontend {
 		return
 	}
 	if err := ex.Repoint(ctx); err != nil {

@@ -18,7 +18,7 @@ import (
 // snapshotPath is the snapshot file of session h of srv.
 func snapshotPath(t *testing.T, srv *Server, ws, h string) string {
 	t.Helper()
-	x := srv.store.get(h)
+	x := srv.sessions.store.get(h)
 	if x == nil {
 		t.Fatalf("no session %s", h)
 	}
@@ -51,7 +51,7 @@ func TestHostileSnapshot(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	hs := map[string]string{}
 	for _, name := range []string{"truncated", "garbage", "killer", "bystander"} {
@@ -78,7 +78,7 @@ func TestHostileSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv2 := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
 	for name, want := range map[string]string{"truncated": "truncated", "garbage": "not an ipybox snapshot", "killer": "could not be restored"} {
 		got := runIn(t, cs2, hs[name], "print('v' in globals())")
@@ -102,17 +102,17 @@ func TestSnapshotBudget(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	o := &Options{Workspace: ws, NoZygote: true, SnapshotBytes: 300 << 10, SnapshotWorkspaceBytes: 300 << 10}
+	o := &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}, Durability: DurabilityOptions{SnapshotBytes: 300 << 10, SnapshotWorkspaceBytes: 300 << 10}}
 	srv := newServer(t, o)
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	a, b := createSession(t, cs), createSession(t, cs)
 	runIn(t, cs, a, "fits = bytes(250_000)\nhuge = bytes(400_000)\nk = 1")
 	runIn(t, cs, b, "k = 2")
-	x := srv.store.get(a)
+	x := srv.sessions.store.get(a)
 	if !x.hibernate(t.Context(), "test", false) {
 		t.Fatal("session a did not hibernate")
 	}
-	y := srv.store.get(b)
+	y := srv.sessions.store.get(b)
 	if !y.hibernate(t.Context(), "test", false) {
 		t.Fatal("session b did not hibernate")
 	}
@@ -136,7 +136,7 @@ func TestSnapshotReplace(t *testing.T) {
 	for _, backend := range []string{"sandbox", "container"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			o := &Options{Workspace: t.TempDir(), NoZygote: true}
+			o := &Options{Workspace: t.TempDir(), Sessions: SessionOptions{NoZygote: true}}
 			if backend == "sandbox" {
 				testenv.NeedsTool(t, "bwrap")
 				o.Sandbox = ipybox.DefaultSandbox()
@@ -157,7 +157,7 @@ func snapshotReplace(t *testing.T, o *Options) {
 	runIn(t, cs, victim, "secret = 'victim'")
 	runIn(t, cs, attacker, "secret = 'attacker'")
 	vpath := snapshotPath(t, srv, ws, victim)
-	x := srv.store.get(victim)
+	x := srv.sessions.store.get(victim)
 	if !x.hibernate(t.Context(), "test", false) {
 		t.Fatal("the victim did not hibernate")
 	}
@@ -205,7 +205,7 @@ func TestShutdownWaitsForBudget(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	o := &Options{Workspace: ws, NoZygote: true, SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 2 << 20}
+	o := &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}, Durability: DurabilityOptions{SnapshotBytes: 1 << 20, SnapshotWorkspaceBytes: 2 << 20}}
 	srv := newServer(t, o)
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	var hs []string
@@ -272,7 +272,7 @@ func TestGatewaySecondFrontEnd(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		t.Parallel()
 		ws := t.TempDir()
-		a, b := newServer(t, &Options{Workspace: ws, NoZygote: true}), newServer(t, &Options{Workspace: ws, NoZygote: true})
+		a, b := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}}), newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 		ca := connectHTTPAs(t, serveHTTP(t, a), testToken, newVersion, nil)
 		cb := connectHTTPAs(t, serveHTTP(t, b), testToken, newVersion, nil)
 		h := createSession(t, ca)
@@ -289,7 +289,7 @@ func TestGatewaySecondFrontEnd(t *testing.T) {
 func TestHibernateImplicit(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), HibernateAfter: time.Second, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Durability: DurabilityOptions{HibernateAfter: time.Second}, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTP(t, serveHTTP(t, srv), nil)
 	run(t, cs, "k = 5")
 	for deadline := time.Now().Add(30 * time.Second); srv.KernelCount() != 0; time.Sleep(50 * time.Millisecond) {
@@ -309,7 +309,7 @@ func TestShutdownInterruptsCell(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	busy, idle := createSession(t, cs), createSession(t, cs)
 	runIn(t, cs, idle, "w = 'idle'")
@@ -332,12 +332,12 @@ func TestShutdownInterruptsCell(t *testing.T) {
 			t.Fatal("the long cell did not reach its marker")
 		}
 	}
-	if x := srv.store.get(busy); x == nil || !x.idleSince().IsZero() {
+	if x := srv.sessions.store.get(busy); x == nil || !x.idleSince().IsZero() {
 		t.Fatal("the session of the long cell is idle while the cell runs")
 	}
 	shutdown(t, srv)
 	<-done
-	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv2 := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
 	if got := runIn(t, cs2, busy, "print(v)"); !strings.HasSuffix(got, "2") || !strings.Contains(got, "names came back") {
 		t.Errorf("the interrupted session after the restart: %q", got)

@@ -21,7 +21,7 @@ func TestHibernationObserved(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { tp.Shutdown(t.Context()) })
-	srv := newServer(t, &Options{Workspace: t.TempDir(), HibernateAfter: time.Second, NoZygote: true, TracerProvider: tp})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), TracerProvider: tp, Durability: DurabilityOptions{HibernateAfter: time.Second}, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	h := createSession(t, cs)
 	runIn(t, cs, h, "x = 41\ny = 'kept'")

@@ -70,7 +70,7 @@ func TestHibernateIdle(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			ws := t.TempDir()
-			o := &Options{Workspace: ws, HibernateAfter: time.Second, NoZygote: true}
+			o := &Options{Workspace: ws, Durability: DurabilityOptions{HibernateAfter: time.Second}, Sessions: SessionOptions{NoZygote: true}}
 			var j *testenv.Jupyter
 			switch backend {
 			case "sandbox":
@@ -138,7 +138,7 @@ func TestShutdownRestart(t *testing.T) {
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
 	principals := map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
-	srv := newServer(t, &Options{Workspace: ws, Principals: principals, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: principals}, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), principals["alice"], newVersion, nil)
 	h1, h2 := createSession(t, cs), createSession(t, cs)
 	runIn(t, cs, h1, durableCells)
@@ -160,7 +160,7 @@ func TestShutdownRestart(t *testing.T) {
 		}
 	}
 
-	srv2 := newServer(t, &Options{Workspace: ws, Principals: principals, NoZygote: true})
+	srv2 := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: principals}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv2)
 	bob := connectHTTPAs(t, url, principals["bob"], newVersion, nil)
 	if res := call(t, bob, "execute_ipython_cell", map[string]any{"code": "1", "session": h1}); !res.IsError || !strings.Contains(text(res), "unknown session") {
@@ -183,7 +183,7 @@ func TestShutdownRestart(t *testing.T) {
 		t.Fatalf("close_session: %s", text(res))
 	}
 	srv2.Close()
-	srv3 := newServer(t, &Options{Workspace: ws, Principals: principals, NoZygote: true})
+	srv3 := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: principals}, Sessions: SessionOptions{NoZygote: true}})
 	a3 := connectHTTPAs(t, serveHTTP(t, srv3), principals["alice"], newVersion, nil)
 	if res := call(t, a3, "execute_ipython_cell", map[string]any{"code": "1", "session": h2}); !res.IsError || !strings.Contains(text(res), "unknown session") {
 		t.Errorf("a closed session after a restart: %q", text(res))
@@ -202,7 +202,7 @@ func TestCheckpointCell(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, Checkpoint: CheckpointCell, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, Durability: DurabilityOptions{Checkpoint: CheckpointCell}, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	h := createSession(t, cs)
 	runIn(t, cs, h, "a = 1")
@@ -213,7 +213,7 @@ func TestCheckpointCell(t *testing.T) {
 	}
 	// The last cell's checkpoint was saved before its result.
 	srv.Close()
-	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv2 := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
 	if got := runIn(t, cs2, h, "print(a)"); !strings.HasSuffix(got, "3") || !strings.Contains(got, "th (a thread") {
 		t.Errorf("after the restart: %q, want 3 and the thread named", got)
@@ -229,13 +229,13 @@ func TestCheckpointBeforeResult(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, Checkpoint: CheckpointCell, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, Durability: DurabilityOptions{Checkpoint: CheckpointCell}, Sessions: SessionOptions{NoZygote: true}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	h := createSession(t, cs)
 	runIn(t, cs, h, "zz = 99")
 	runIn(t, cs, h, "zz = 100\nbig = list(range(200000))")
 	srv.Close() // at once: no wait for a save behind the result
-	srv2 := newServer(t, &Options{Workspace: ws, NoZygote: true})
+	srv2 := newServer(t, &Options{Workspace: ws, Sessions: SessionOptions{NoZygote: true}})
 	cs2 := connectHTTPAs(t, serveHTTP(t, srv2), testToken, newVersion, nil)
 	got := runIn(t, cs2, h, "print(zz, len(big))")
 	if !strings.HasSuffix(got, "100 200000") {

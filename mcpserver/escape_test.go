@@ -24,8 +24,10 @@ func TestAttackElicitationText(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, &Options{
 		Workspace: t.TempDir(),
-		Approval:  ApprovalElicit,
 		Servers:   map[string]ipybox.ServerConfig{"go": {Command: mcptest.Build(t)}},
+		Approvals: ApprovalOptions{
+			Mode: ApprovalElicit,
+		},
 	})
 	var mu sync.Mutex
 	var asked []string

@@ -31,7 +31,7 @@ func ExampleServer_Handler_client() {
 	defer os.RemoveAll(dir)
 	const token = "an-example-token-of-32-characters!"
 
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir, AuthToken: token})
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: dir, HTTP: mcpserver.HTTPOptions{AuthToken: token}})
 	if err != nil {
 		fmt.Println(err)
 		return

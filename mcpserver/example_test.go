@@ -59,7 +59,7 @@ func ExampleServer_Handler() {
 		return
 	}
 	token := os.Getenv("IPYBOX_MCP_AUTH_TOKEN") // a long random string
-	srv, err := mcpserver.New(&mcpserver.Options{Workspace: ".", AuthToken: token})
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: ".", HTTP: mcpserver.HTTPOptions{AuthToken: token}})
 	if err != nil {
 		fmt.Println(err)
 		return

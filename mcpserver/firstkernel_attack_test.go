@@ -36,7 +36,7 @@ func TestAttackFirstKernelSeesStartupSecrets(t *testing.T) {
 				}
 			}
 			t.Setenv("IPYBOX_TEST_CREDS_FILE", filepath.Join(ws, "creds-hostenv.json"))
-			srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Pool: pool,
+			srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Sessions: SessionOptions{Pool: pool},
 				DotEnv: map[string]string{"CREDS_FILE": "creds-dotenv.json"},
 				Servers: map[string]ipybox.ServerConfig{
 					"svc": {Command: "/bin/sh", Args: []string{"-c", "exec " + bin, "sh", "--key-file", "creds-arg.json"}, Env: map[string]string{

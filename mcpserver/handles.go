@@ -29,8 +29,8 @@ import (
 //   - its kernel (started at the session's first cell), the kernel's
 //     package folder (.ipybox/packages/<random>), and its OAuth owner;
 //   - the state folder (state.go), for a session of create_session: it
-//     ends with close_session, or after Options.SessionExpiry without a
-//     call; it hibernates after Options.HibernateAfter without one, and
+//     ends with close_session, or after Options.Durability.SessionExpiry without a
+//     call; it hibernates after Options.Durability.HibernateAfter without one, and
 //     outlives the process (durable.go). An implicit session ends with its
 //     connection.
 //
@@ -38,7 +38,7 @@ import (
 // memory, and those of the state folder, which a call revives.
 
 // localPrincipal is the principal of stdio connections and of HTTP
-// requests served without a token (Options.NoAuth).
+// requests served without a token (Options.HTTP.NoAuth).
 const localPrincipal = "local"
 
 // handlePrefix starts every handle, so that one is recognisable in a
@@ -169,15 +169,12 @@ func (st *durableStore) get(h string) *session {
 	if r == nil {
 		return nil
 	}
-	st.s.mu.Lock()
-	closed := st.s.closed
-	st.s.mu.Unlock()
-	if closed {
+	if st.s.sessions.isClosed() {
 		return nil
 	}
 	x := st.s.revive(h, k, r)
 	st.mem.add(x)
-	st.s.revived(x)
+	st.s.sessions.revived(x)
 	st.s.log.Info("session revived from the state folder", "session", x.id, "principal", x.principal)
 	return x
 }
@@ -194,7 +191,7 @@ func (st *durableStore) drop(x *session) { st.mem.drop(x) }
 func (st *durableStore) all() []*session { return st.mem.all() }
 
 // principalOf returns the principal of a request: the name its bearer
-// token has in Options.Principals, or localPrincipal (stdio, NoAuth).
+// token has in Options.HTTP.Principals, or localPrincipal (stdio, NoAuth).
 func principalOf(req mcp.Request) string {
 	if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil && ex.TokenInfo.UserID != "" {
 		return ex.TokenInfo.UserID

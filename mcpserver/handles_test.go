@@ -49,7 +49,7 @@ func runIn(t *testing.T, cs *mcp.ClientSession, h, code string) string {
 func TestHandles(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	// Without a token, HTTP callers are the principal stdio ones are.
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), NoAuth: true})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), HTTP: HTTPOptions{NoAuth: true}})
 	url := serveHTTP(t, srv)
 	a := connectHTTPAs(t, url, "", newVersion, nil)
 
@@ -121,7 +121,7 @@ func TestHandles(t *testing.T) {
 func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 	testenv.NeedsPython(t)
 	base := len(kernels(t, os.Getpid()))
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), MaxSessions: 2})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Sessions: SessionOptions{MaxSessions: 2}})
 	url := serveHTTP(t, srv)
 	// Handshakes of 2025-11-25 clients that never close, as the
 	// conformance suite and the Inspector leave them, and sessions that
@@ -166,7 +166,7 @@ func TestSessionsCostNothingUntilTheirFirstCell(t *testing.T) {
 func TestIdleHandleEnds(t *testing.T) {
 	testenv.NeedsPython(t)
 	base := len(kernels(t, os.Getpid()))
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), SessionExpiry: 1500 * time.Millisecond})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Durability: DurabilityOptions{SessionExpiry: 1500 * time.Millisecond}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 	idle := createSession(t, cs)
 	runIn(t, cs, idle, "print('up')")
@@ -191,7 +191,7 @@ func TestIdleHandleEnds(t *testing.T) {
 // HTTP, at 2026-07-28 and at 2025-11-25, for every principal and call.
 func TestToolsListSameForEveryClient(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Python: "/nonexistent/python3", Principals: map[string]string{"b": "b-token-0123456789"}})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Python: "/nonexistent/python3", HTTP: HTTPOptions{Principals: map[string]string{"b": "b-token-0123456789"}}})
 	url := serveHTTP(t, srv)
 	var lists []string
 	for _, cs := range []*mcp.ClientSession{

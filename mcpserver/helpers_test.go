@@ -64,11 +64,11 @@ func sharedWorkspace(t *testing.T) string {
 // newServer returns a server that is closed when t ends.
 func newServer(t *testing.T, o *Options) *Server {
 	t.Helper()
-	if o.AuthToken == "" && !o.NoAuth {
-		o.AuthToken = testToken
+	if o.HTTP.AuthToken == "" && !o.HTTP.NoAuth {
+		o.HTTP.AuthToken = testToken
 	}
-	if o.StartTimeout == 0 {
-		o.StartTimeout = 90 * time.Second
+	if o.Sessions.StartTimeout == 0 {
+		o.Sessions.StartTimeout = 90 * time.Second
 	}
 	// The tests register stdio servers through the tool, unsandboxed;
 	// hostservers_test.go checks the default, with servers of its own.

@@ -51,9 +51,9 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 		return cfg, nil
 	}
 	if raw := bytes.TrimSpace(cfg.Sandbox); len(raw) > 0 && !bytes.Equal(raw, []byte("true")) {
-		return cfg, errors.New(`server_params.sandbox: a stdio server registered here runs in the sandbox under this server's policy, which a client does not choose; leave "sandbox" out`)
+		return cfg, errors.New(`server_params.factory.sandbox: a stdio server registered here runs in the sandbox under this server's policy, which a client does not choose; leave "sandbox" out`)
 	}
-	if s.sandbox == nil {
+	if s.factory.sandbox == nil {
 		return cfg, errHostServer
 	}
 	cfg.Sandbox = json.RawMessage("true")
@@ -77,13 +77,13 @@ func (t *tenant) gateStart(name string, cfg ipybox.ServerConfig) (ipybox.ServerC
 	if t.hostApproved(name, cfg) {
 		return cfg, nil
 	}
-	if s.opts.AllowHostServers && (!mcpconnConfig(cfg).SandboxRequested() || s.sandbox == nil) {
+	if s.opts.AllowHostServers && (!mcpconnConfig(cfg).SandboxRequested() || s.factory.sandbox == nil) {
 		return cfg, nil
 	}
-	if s.sandbox == nil {
+	if s.factory.sandbox == nil {
 		return cfg, fmt.Errorf("a client registered this stdio server, which would run its command on this host, and this ipybox mcp has no sandbox to run it in; it starts on the host only when the operator runs ipybox mcp with --allow-host-servers (every client that can call tools can then run commands on the host), or adds it to --mcp-config")
 	}
-	b, err := json.Marshal(s.sandbox)
+	b, err := json.Marshal(s.factory.sandbox)
 	if err != nil {
 		return cfg, fmt.Errorf("the sandbox policy: %w", err)
 	}
@@ -114,7 +114,7 @@ func (t *tenant) hostApproved(name string, cfg ipybox.ServerConfig) bool {
 // elicit, and a client that can be asked. Otherwise, or when the person
 // declines, the registration is refused.
 func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, name string, cfg ipybox.ServerConfig) error {
-	if s.opts.Approval != ApprovalElicit || req == nil || req.Session == nil {
+	if s.opts.Approvals.Mode != ApprovalElicit || req == nil || req.Session == nil {
 		return errHostServer
 	}
 	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
@@ -129,7 +129,7 @@ func (s *Server) askHostServer(ctx context.Context, req *mcp.CallToolRequest, na
 	if err != nil {
 		return fmt.Errorf("server_params: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ApprovalTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Approvals.Timeout)
 	defer cancel()
 	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
 		Mode: "form",

@@ -44,7 +44,7 @@ for line in sys.stdin:
 // default an operator gets.
 func newGatedServer(t *testing.T, o *Options) *Server {
 	t.Helper()
-	o.AuthToken, o.StartTimeout = testToken, 90*time.Second
+	o.HTTP.AuthToken, o.Sessions.StartTimeout = testToken, 90*time.Second
 	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestHostServerAskedWithElicit(t *testing.T) {
 	t.Parallel()
 	py := testenv.NeedsPython(t)
 	mark, canary := hostFiles(t)
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approval: ApprovalElicit})
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Mode: ApprovalElicit}})
 	var mu sync.Mutex
 	var asked []string
 	accept := false

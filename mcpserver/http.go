@@ -53,7 +53,7 @@ func isLoopback(host string) bool {
 //     tool calls pass.
 //   - 2025-11-25 and older (initialize, then Mcp-Session-Id): each
 //     transport session has an implicit session, with its own kernel from
-//     its first cell, that ends with it: after Options.SessionIdleTimeout
+//     its first cell, that ends with it: after Options.HTTP.SessionIdleTimeout
 //     without a request, or at its DELETE. Its calls may name the
 //     handles of create_session too.
 //
@@ -65,16 +65,16 @@ func isLoopback(host string) bool {
 // any case), loopback included: a loopback port is open to every local
 // user and to unsandboxed kernel code, which could otherwise open a
 // session of its own and approve its own tool calls. The token names the
-// principal (Options.Principals, Options.AuthToken), which owns the
+// principal (Options.HTTP.Principals, Options.HTTP.AuthToken), which owns the
 // sessions it makes. Without a token, every request is refused, unless
-// Options.NoAuth says so explicitly. A request from a browser page of
+// Options.HTTP.NoAuth says so explicitly. A request from a browser page of
 // another site (a cross-site Origin or Sec-Fetch-Site) is refused with
 // 403, and requests whose Host header is not a loopback name are refused
 // on a loopback listener (DNS-rebinding protection).
 func (s *Server) Handler() http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return s.mcp }
 	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		SessionTimeout:      s.opts.SessionIdleTimeout,
+		SessionTimeout:      s.opts.HTTP.SessionIdleTimeout,
 		Logger:              s.log,
 		MaxRequestBodyBytes: MaxRequest,
 	})
@@ -115,7 +115,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		sessions.ServeHTTP(w, r)
 	})
-	if s.opts.NoAuth {
+	if s.opts.HTTP.NoAuth {
 		return serve
 	}
 	// RequireBearerToken puts the principal where the go-sdk passes it to
@@ -192,9 +192,7 @@ func principalOfHTTP(r *http.Request) string {
 // connsFull reports whether one more 2025-11-25 connection would pass
 // maxConnections.
 func (s *Server) connsFull() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.live) >= maxConnections
+	return s.sessions.connsFull()
 }
 
 // refuseSession answers a new connection's initialize, past
@@ -261,16 +259,7 @@ func checkOrigin(c *http.CrossOriginProtection, r *http.Request) error {
 // the given ID, if it is principal p's (the go-sdk then refuses another
 // principal's DELETE).
 func (s *Server) endConnID(id, p string) {
-	s.mu.Lock()
-	var found *mcp.ServerSession
-	for ss, x := range s.implicit {
-		if ss.ID() == id && x.principal == p {
-			found = ss
-			break
-		}
-	}
-	s.mu.Unlock()
-	if found != nil {
+	if found := s.sessions.connByID(id, p); found != nil {
 		s.endConn(found)
 	}
 }

@@ -25,11 +25,13 @@ import (
 func TestElicitApproval(t *testing.T) {
 	ws := sharedWorkspace(t)
 	srv := newServer(t, &Options{
-		Workspace:  ws,
-		Approval:   ApprovalElicit,
-		AllowTools: []string{"elicit_go.tool_3"},
+		Workspace: ws,
 		// Registered at start: each session learns it.
 		Servers: map[string]ipybox.ServerConfig{"elicit_go": {Command: mcptest.Build(t)}},
+		Approvals: ApprovalOptions{
+			Mode:       ApprovalElicit,
+			AllowTools: []string{"elicit_go.tool_3"},
+		},
 	})
 	url := serveHTTP(t, srv)
 
@@ -194,7 +196,7 @@ func TestHTTPSessions(t *testing.T) {
 func TestIdleSessionTimeout(t *testing.T) {
 	ws := sharedWorkspace(t)
 	base := len(kernels(t, os.Getpid()))
-	srv := newServer(t, &Options{Workspace: ws, SessionIdleTimeout: 1500 * time.Millisecond})
+	srv := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{SessionIdleTimeout: 1500 * time.Millisecond}})
 	url := serveHTTP(t, srv)
 	cs := connectHTTP(t, url, nil)
 	if got := run(t, cs, "print('up')"); got != "up" {
@@ -212,7 +214,7 @@ func TestIdleSessionTimeout(t *testing.T) {
 // TestAuthAndHost checks the bearer token and DNS-rebinding protection.
 func TestAuthAndHost(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &Options{Workspace: t.TempDir(), AuthToken: "s3cret"})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{AuthToken: "s3cret"}})
 	url := serveHTTP(t, srv)
 	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	for _, tc := range []struct {

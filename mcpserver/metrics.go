@@ -9,14 +9,14 @@ import (
 
 // MetricsHandler serves the process's Prometheus metrics
 // (ipybox.MetricsHandler) under the rules of Handler: a bearer token of
-// any principal (Options.Principals, Options.AuthToken) on every request,
-// loopback included, unless Options.NoAuth; and no request from a browser
+// any principal (Options.HTTP.Principals, Options.HTTP.AuthToken) on every request,
+// loopback included, unless Options.HTTP.NoAuth; and no request from a browser
 // page of another site. Only GET and HEAD are served.
 func (s *Server) MetricsHandler() http.Handler {
 	h := ipybox.MetricsHandler()
 	origin := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.opts.NoAuth {
+		if !s.opts.HTTP.NoAuth {
 			if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
 				unauthorized(w, len(r.Header.Values("Authorization")) > 0)
 				return
@@ -44,7 +44,7 @@ func (s *Server) reportSessions() func() {
 // sessionStates counts the open sessions: those with a kernel or about to
 // get one (active), and those whose state is saved (hibernated).
 func (s *Server) sessionStates() (active, hibernated int) {
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		x.mu.Lock()
 		asleep := x.asleep != nil
 		x.mu.Unlock()

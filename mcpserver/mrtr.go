@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,7 +143,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
 		id: newCellID(),
 	}
-	s.addCell(x, c)
+	s.runs.addCell(x, c)
 	att := c.attach(ctx, req)
 	timeout := time.Duration(a.Timeout * float64(time.Second))
 	// The result shows a head and a tail; the kernel keeps no more than
@@ -176,7 +175,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		}
 		// Before the end is seen: the next call, which waits for it,
 		// has the note.
-		s.noteCancelled(c, res)
+		s.runs.noteCancelled(c, res)
 		// The checkpoint (CheckpointCell) is saved before the result is
 		// sent: a result the client has is durable, as a database
 		// acknowledges a commit after its fsync.
@@ -317,7 +316,7 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 	c.changedLocked()
 	// Harmless if a request waits for it, or took it: it is then not
 	// suspended, and a finished cell is never suspended again.
-	time.AfterFunc(keepFinished, func() { c.s.dropRun(c) })
+	time.AfterFunc(keepFinished, func() { c.s.runs.dropRun(c) })
 }
 
 // result is the finished cell's tool result.
@@ -377,7 +376,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 		case c.done:
 			c.mu.Unlock()
 			c.detach(att)
-			s.forgetCell(c)
+			s.runs.forgetCell(c)
 			return c.result(), nil
 		case len(asks) > 0:
 			reqs := mcp.InputRequestMap{}
@@ -389,7 +388,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			c.legacyHeld = roundOf(ctx) != nil
 			c.mu.Unlock()
 			c.detach(att)
-			s.suspend(c)
+			s.runs.suspend(c)
 			if r := roundOf(ctx); r != nil {
 				r.arm(deadline, state)
 			}
@@ -409,7 +408,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			if !c.waitDone(30 * time.Second) {
 				return nil, fmt.Errorf("the call was cancelled: %w", ctx.Err())
 			}
-			s.forgetCell(c) // the session's next result says what happened
+			s.runs.forgetCell(c) // the session's next result says what happened
 			return c.result(), nil
 		}
 	}
@@ -435,60 +434,6 @@ func (c *cellRun) waitDone(d time.Duration) bool {
 	}
 }
 
-// suspend records c under its requestState.
-func (s *Server) suspend(c *cellRun) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	c.mu.Lock()
-	k := c.state
-	c.mu.Unlock()
-	s.runs[k] = c
-}
-
-// takeRun removes and returns the run suspended under state, if the
-// retry req may continue it: the same principal, tool and arguments.
-func (s *Server) takeRun(req *mcp.CallToolRequest) *cellRun {
-	state := req.Params.RequestState
-	k := handleKey(state)
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	c := s.runs[k]
-	if c == nil {
-		return nil
-	}
-	d := argsDigest(req.Params.Name, req.Params.Arguments)
-	if subtle.ConstantTimeCompare([]byte(c.principal), []byte(principalOf(req))) != 1 || c.tool != req.Params.Name || d != c.args {
-		return nil
-	}
-	delete(s.runs, k)
-	return c
-}
-
-// dropRun forgets c, wherever it is suspended.
-func (s *Server) dropRun(c *cellRun) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	for k, r := range s.runs {
-		if r == c {
-			delete(s.runs, k)
-		}
-	}
-	s.forgetCellLocked(c)
-}
-
-// dropRuns forgets the suspended runs of session x (which ends them: they
-// run in its context).
-func (s *Server) dropRuns(x *session) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	for k, r := range s.runs {
-		if r.x == x {
-			delete(s.runs, k)
-		}
-	}
-	delete(s.cells, x)
-}
-
 // errBadState answers a retry whose requestState is not one this server
 // gave for this call.
 var errBadState = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState is not that of a cell waiting for this call's answers: " +
@@ -504,7 +449,7 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		}
 		failed = r.takeFailed()
 	}
-	c := s.takeRun(req)
+	c := s.runs.takeRun(req)
 	if c == nil {
 		return nil, errBadState
 	}
@@ -548,18 +493,6 @@ func declineReason(er *mcp.ElicitResult) string {
 		return r
 	}
 	return "declined by the user"
-}
-
-// cancelRun ends the cell suspended under state, if any: a client before
-// 2026-07-28 cancelled the call while it was asked.
-func (s *Server) cancelRun(state string) {
-	s.runMu.Lock()
-	c := s.runs[handleKey(state)]
-	delete(s.runs, handleKey(state))
-	s.runMu.Unlock()
-	if c != nil {
-		c.interrupt(byCancel)
-	}
 }
 
 // round is one round of approvals for a client before 2026-07-28: the
@@ -648,7 +581,7 @@ func (s *Server) legacyRounds(next mcp.MethodHandler) mcp.MethodHandler {
 			switch tr, _ := res.(*mcp.CallToolResult); {
 			case ctx.Err() != nil:
 				if state != "" {
-					s.cancelRun(state)
+					s.runs.cancelRun(state)
 				}
 				return res, err
 			case err == nil && tr != nil && tr.InputRequests != nil:

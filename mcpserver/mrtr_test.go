@@ -61,7 +61,7 @@ func elicitServer(t *testing.T, o *Options) (*Server, string) {
 	if o.Workspace == "" {
 		o.Workspace = t.TempDir()
 	}
-	o.Approval = ApprovalElicit
+	o.Approvals.Mode = ApprovalElicit
 	o.Servers = map[string]ipybox.ServerConfig{"ap": {Command: mcptest.Build(t)}}
 	srv := newServer(t, o)
 	return srv, serveHTTP(t, srv)
@@ -139,7 +139,7 @@ func TestApprovalsAsInputRequired(t *testing.T) {
 // requestState, and one presented by another principal, get an error.
 func TestApprovalUnanswered(t *testing.T) {
 	t.Parallel()
-	srv, url := elicitServer(t, &Options{ApprovalTimeout: 2 * time.Second, Principals: map[string]string{"other": "other-token-0123456789"}})
+	srv, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 2 * time.Second}, HTTP: HTTPOptions{Principals: map[string]string{"other": "other-token-0123456789"}}})
 	_ = srv
 	// The go-sdk client answers and retries by itself; this one does not.
 	cs := connectHTTPAs(t, url, testToken, newVersion, &mcp.ClientOptions{
@@ -207,7 +207,7 @@ func TestApprovalUnanswered(t *testing.T) {
 // approval timeout, and the cell goes on.
 func TestApprovalWaitBoundedForOldClients(t *testing.T) {
 	t.Parallel()
-	_, url := elicitServer(t, &Options{ApprovalTimeout: 2 * time.Second})
+	_, url := elicitServer(t, &Options{Approvals: ApprovalOptions{Timeout: 2 * time.Second}})
 	var mu sync.Mutex
 	asked := 0
 	cs := connectHTTP(t, url, &mcp.ClientOptions{
@@ -319,7 +319,7 @@ for i in range(3, 5):
 func TestPolicyRememberedAsInputRequired(t *testing.T) {
 	t.Parallel()
 	p, file := loadPolicy(t, "")
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approval: ApprovalElicit, ApprovalPolicy: p})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approvals: ApprovalOptions{Mode: ApprovalElicit, Policy: p}})
 	var mu sync.Mutex
 	var asked []string
 	cs := connect(t, srv, &mcp.ClientOptions{

@@ -78,7 +78,7 @@ def sh(c):
 func TestPolicyInAutoMode(t *testing.T) {
 	t.Parallel()
 	p, file := loadPolicy(t, "ask shell echo asked *\ndeny shell rm *\n")
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), ApprovalPolicy: p})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approvals: ApprovalOptions{Policy: p}})
 	cs, asked := answeringClient(t, srv, func(string) map[string]any { return map[string]any{} })
 	out := run(t, cs, shellCell+"sh('echo free')\nsh('rm -rf /nonexistent-ipybox')\nsh('echo asked 1')")
 	if !strings.Contains(out, "free") || !strings.Contains(out, "asked 1") || !strings.Contains(out, "ApprovalRejectedError") || !strings.Contains(out, "deny shell rm *") {
@@ -122,7 +122,7 @@ func TestPolicyInAutoMode(t *testing.T) {
 func TestPolicyRememberedThroughElicitation(t *testing.T) {
 	t.Parallel()
 	p, file := loadPolicy(t, "")
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approval: ApprovalElicit, ApprovalPolicy: p})
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), Approvals: ApprovalOptions{Mode: ApprovalElicit, Policy: p}})
 	cs, asked := answeringClient(t, srv, func(cmd string) map[string]any {
 		switch cmd {
 		case "echo a":

@@ -28,11 +28,11 @@ func TestRedteamPoolAfterRegistration(t *testing.T) {
 	os.MkdirAll(filepath.Join(ws, "creds"), 0o755)
 	os.WriteFile(filepath.Join(ws, "sa.json"), []byte(secret), 0o600)
 	os.WriteFile(filepath.Join(ws, "creds", "token"), []byte(secret), 0o600)
-	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Pool: 2})
+	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Sessions: SessionOptions{Pool: 2}})
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)
 	run(t, a, "pass")
-	testenv.WaitFor(t, 60*time.Second, "the pool to refill", func() bool { return srv.warm.Ready() == 2 })
+	testenv.WaitFor(t, 60*time.Second, "the pool to refill", func() bool { return srv.factory.warm.Ready() == 2 })
 	res := call(t, a, "register_mcp_server", map[string]any{"server_name": "creds", "server_params": map[string]any{
 		"command": mcptest.Build(t),
 		"env":     map[string]any{"GOOGLE_APPLICATION_CREDENTIALS": "sa.json", "CLOUDSDK_CONFIG": "creds"},

@@ -18,7 +18,7 @@ func TestAttackOtherPrincipalsHandles(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: map[string]string{"alice": aliceTok, "bob": bobTok}})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}}})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
@@ -80,8 +80,13 @@ func TestAttackOtherPrincipalsHandles(t *testing.T) {
 // request, and names its principal; a wrong one is refused.
 func TestPrincipalTokens(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &Options{Workspace: t.TempDir(), AuthToken: "default-token-0123456789",
-		Principals: map[string]string{"ci": "ci-token-0123456789"}})
+	srv := newServer(t, &Options{
+		Workspace: t.TempDir(),
+		HTTP: HTTPOptions{
+			AuthToken:  "default-token-0123456789",
+			Principals: map[string]string{"ci": "ci-token-0123456789"},
+		},
+	})
 	url := serveHTTP(t, srv)
 	// A 2025-11-25 request, and a 2026-07-28 one (stateless: the token is
 	// all there is).
@@ -119,10 +124,10 @@ func TestPrincipalTokens(t *testing.T) {
 	if res := call(t, ci, "list_sessions", map[string]any{}); !strings.Contains(text(res), h) {
 		t.Errorf("ci's sessions: %q", text(res))
 	}
-	if _, err := New(&Options{Principals: map[string]string{"a": "same-token-0123456789", "b": "same-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "same token") {
+	if _, err := New(&Options{HTTP: HTTPOptions{Principals: map[string]string{"a": "same-token-0123456789", "b": "same-token-0123456789"}}}); err == nil || !strings.Contains(err.Error(), "same token") {
 		t.Errorf("two principals with one token: %v", err)
 	}
-	if _, err := New(&Options{Principals: map[string]string{"a b": "x-token-0123456789"}}); err == nil {
+	if _, err := New(&Options{HTTP: HTTPOptions{Principals: map[string]string{"a b": "x-token-0123456789"}}}); err == nil {
 		t.Error("a principal name with a space was accepted")
 	}
 	http.DefaultClient.CloseIdleConnections()

@@ -77,7 +77,7 @@ func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	t.Cleanup(leak.Close)
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, DotEnv: map[string]string{"OPERATOR_KEY": dotSecret}})
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, DotEnv: map[string]string{"OPERATOR_KEY": dotSecret}})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	h := createSession(t, alice)
@@ -216,7 +216,7 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		serveRaw(l, answer)
 		rawHTTP = append(rawHTTP, "http://"+l.Addr().String()+"/")
 	}
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals})
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	h := createSession(t, alice)

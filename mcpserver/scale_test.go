@@ -21,13 +21,13 @@ import (
 // registration made after a warm kernel started still reaches it.
 func TestWarmPoolAndForkServer(t *testing.T) {
 	testenv.NeedsPython(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Pool: 2})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), Sessions: SessionOptions{Pool: 2}})
 	deadline := time.Now().Add(60 * time.Second)
-	for srv.warm.Ready() < 2 && time.Now().Before(deadline) {
+	for srv.factory.warm.Ready() < 2 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if srv.warm.Ready() != 2 {
-		t.Fatalf("the pool has %d warm kernels, want 2", srv.warm.Ready())
+	if srv.factory.warm.Ready() != 2 {
+		t.Fatalf("the pool has %d warm kernels, want 2", srv.factory.warm.Ready())
 	}
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)
@@ -62,8 +62,16 @@ func TestWarmPoolAndForkServer(t *testing.T) {
 func TestMaxSessions(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), MaxSessions: 3, MaxSessionsPerPrincipal: 2,
-		Principals: map[string]string{"bob": "bob-token-0123456789"}})
+	srv := newServer(t, &Options{
+		Workspace: t.TempDir(),
+		Sessions: SessionOptions{
+			MaxSessions:             3,
+			MaxSessionsPerPrincipal: 2,
+		},
+		HTTP: HTTPOptions{
+			Principals: map[string]string{"bob": "bob-token-0123456789"},
+		},
+	})
 	url := serveHTTP(t, srv)
 	a := connectHTTP(t, url, nil)
 	b := connectHTTP(t, url, nil)
@@ -101,8 +109,13 @@ func TestMaxSessions(t *testing.T) {
 func TestElicitationBoundedByCell(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Approval: ApprovalElicit,
-		Servers: map[string]ipybox.ServerConfig{"go": {Command: mcptest.Build(t)}}})
+	srv := newServer(t, &Options{
+		Workspace: t.TempDir(),
+		Servers:   map[string]ipybox.ServerConfig{"go": {Command: mcptest.Build(t)}},
+		Approvals: ApprovalOptions{
+			Mode: ApprovalElicit,
+		},
+	})
 	var mu sync.Mutex
 	asked := 0
 	cs := connectHTTP(t, serveHTTP(t, srv), &mcp.ClientOptions{

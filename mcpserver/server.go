@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,13 +19,12 @@ import (
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/waitgroup"
-	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // ApprovalMode says who approves the tool calls and shell commands of cells.
 type ApprovalMode string
 
-// Approval modes of Options.Approval.
+// Approval modes of Options.Approvals.Mode.
 const (
 	// ApprovalAuto approves every tool call and shell command.
 	ApprovalAuto ApprovalMode = "auto"
@@ -37,17 +35,20 @@ const (
 
 // Default values of Options.
 const (
-	DefaultSessionIdleTimeout = defaults.SessionIdle
-	DefaultStartTimeout       = defaults.SessionStart
+	// defaultSessionIdleTimeout, defaultStartTimeout and
+	// defaultApprovalTimeout are internal/defaults' (cmd/ipybox's flags
+	// take theirs from there too).
+	defaultSessionIdleTimeout = defaults.SessionIdle
+	defaultStartTimeout       = defaults.SessionStart
 	// DefaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
 	DefaultMaxSessions = 32
-	// DefaultApprovalTimeout bounds one approval question.
-	DefaultApprovalTimeout = defaults.Approval
-	// DefaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
+	// defaultApprovalTimeout bounds one approval question.
+	defaultApprovalTimeout = defaults.Approval
+	// defaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
 	// of ipybox-outputs: kernel code printing without end wrote 839 MB in
 	// 21 s.
-	DefaultSpillCellBytes      = 32 << 20
+	defaultSpillCellBytes      = 32 << 20
 	defaultSpillWorkspaceBytes = 256 << 20
 )
 
@@ -63,7 +64,7 @@ type Options struct {
 	// Workspace is the kernel's working directory, shared by every session:
 	// it holds mcptools/, images/, .ipybox/ (the registry of MCP servers and
 	// the kernel's virtualenv) and the agent's files. With several
-	// principals (Principals and AuthToken name two or more), each has a
+	// principals (HTTP.Principals and HTTP.AuthToken name two or more), each has a
 	// workspace of its own, Workspace/<principal>, made at its first use,
 	// and the kernels see only theirs (see docs/mcp.md). Empty means the
 	// current directory.
@@ -107,28 +108,132 @@ type Options struct {
 	// through ipybox.Executor.RegisterMCPServer, run as configured either
 	// way.
 	AllowHostServers bool
-	// Approval is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
-	Approval ApprovalMode
-	// AllowTools are "server.tool" patterns (path.Match globs on each part)
-	// whose tool calls are approved without asking, in ApprovalElicit mode
-	// (unless an ask rule of ApprovalPolicy asks). Nil means none.
-	AllowTools []string
-	// ApprovalPolicy decides the tool calls and shell commands of every
-	// session's cells by its rules before anyone is asked, and logs each
-	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
-	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
-	// when the client cannot be asked. The elicitation offers to remember
-	// an answer for the session or always. The caller closes it after the
-	// Server. Nil means no rules and no audit log.
-	ApprovalPolicy *ipybox.ApprovalPolicy
+	// Sandbox, when set, runs every session's kernel, and install_package's
+	// pip, inside a bubblewrap sandbox with this policy; bound directories
+	// (Binds) are made writable in it. If the sandbox cannot run here,
+	// calls fail with the cause; nothing runs unsandboxed. Nil means no
+	// sandbox.
+	Sandbox *ipybox.SandboxConfig
+	// Container, when set, runs every session's kernel in a Docker
+	// container with this configuration (see ipybox.ContainerConfig); the
+	// kernel sees the workspace at /app/workspace, and install_package is
+	// refused (packages belong in the image). It excludes Sandbox. Nil
+	// means no container.
+	Container *ipybox.ContainerConfig
+	// Gateway, when set, runs every session's kernel on this Jupyter
+	// server (see ipybox.Options.Gateway and docs/scale.md) instead of on
+	// this machine; Sandbox and Container must then be nil, and
+	// install_package installs into the workspace's virtualenv on this
+	// machine, which the gateway's kernels do not use. Nil means local
+	// kernels.
+	Gateway *ipybox.GatewayConfig
+	// ToolServerAddr is where the gateway's kernels reach each session's
+	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
+	// every session listens on a port of its own. Empty means 127.0.0.1.
+	ToolServerAddr string
+	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
+	// folder that keeps one cell's whole output when it is too long for
+	// the result; what is printed past it is dropped, and the result says
+	// how much. Zero means 32 MiB (defaultSpillCellBytes); negative keeps no file.
+	SpillCellBytes int64
+	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
+	// cell's file stops where the folder would pass it (its files are
+	// counted when the file is made), and the result says to delete old
+	// ones. Zero means 256 MiB (defaultSpillWorkspaceBytes); negative keeps no file.
+	SpillWorkspaceBytes int64
+	// Version is reported to clients in the initialize result. Empty means
+	// "dev".
+	Version string
+	// TracerProvider, when set, traces the server with OpenTelemetry: each
+	// session's start, and everything ipybox.Options.TracerProvider traces
+	// in its kernels. A request's cell is the child of the traceparent in
+	// the request's _meta. Nil means no tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceCode puts each cell's code on its span
+	// (ipybox.Options.TraceCode). False leaves it out.
+	TraceCode bool
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+	// HTTP holds the HTTP server's tokens, principals and idle timeout.
+	HTTP HTTPOptions
+	// Sessions bounds the sessions' kernels and says how they start.
+	Sessions SessionOptions
+	// Durability says how sessions hibernate, expire and are saved.
+	Durability DurabilityOptions
+	// Approvals says who approves tool calls and shell commands.
+	Approvals ApprovalOptions
+}
+
+// HTTPOptions are the options of the HTTP server (Handler): its tokens and
+// principals, and its transport sessions. The zero value is the
+// default: a token is required, and none is accepted.
+type HTTPOptions struct {
+	// AuthToken is a bearer token Handler accepts, for the principal
+	// "default". Empty means none.
+	AuthToken string
+	// Principals maps each principal's name (see ValidPrincipalName) to
+	// its bearer token. Handler accepts every token of it and AuthToken;
+	// a request's token names its principal, which owns the sessions it
+	// creates: another principal's handles are unknown to it. Without
+	// AuthToken and Principals every HTTP request is refused, unless
+	// NoAuth is set. Nil means none.
+	Principals map[string]string
+	// NoAuth serves HTTP without a token: the explicit opt-out, for a
+	// loopback address only (see CheckHTTPAddr). False means a token is
+	// required.
+	NoAuth bool
 	// SessionIdleTimeout ends an HTTP transport session of a 2025-11-25
 	// client, with its implicit session, that received no call for this
 	// long. (Stdio ends with its process; a session of create_session
-	// hibernates, then expires: see HibernateAfter and SessionExpiry.)
-	// Zero means DefaultSessionIdleTimeout. (For every duration of
-	// Options, zero means the default the field names, and a negative
+	// hibernates, then expires: see DurabilityOptions.) Zero means
+	// defaultSessionIdleTimeout. (For every duration of Options and its
+	// groups, zero means the default the field names, and a negative
 	// value makes New fail.)
 	SessionIdleTimeout time.Duration
+}
+
+// SessionOptions bound the sessions and their kernels: how long a start
+// may take, how many kernels run, and how they start (the warm pool, the
+// fork server). The zero value means the defaults each field names.
+type SessionOptions struct {
+	// StartTimeout bounds the wait of a tool call for its session's kernel
+	// (the virtualenv's creation and the kernel's start). Zero means
+	// defaultStartTimeout.
+	StartTimeout time.Duration
+	// MaxSessions bounds the sessions that hold a kernel at once, over
+	// every principal: a session takes a kernel at its first cell, and a
+	// call that would start one more gets an error that says so. Sessions
+	// without a kernel (made, never run) do not count. Zero means
+	// DefaultMaxSessions; negative means no limit.
+	MaxSessions int
+	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
+	// same way. Zero means MaxSessions; negative means no limit of its
+	// own.
+	MaxSessionsPerPrincipal int
+	// Pool is how many kernels are kept started in advance for new
+	// sessions (refilled in the background), so that a session gets one in
+	// milliseconds. With several principals there is none: a pooled
+	// kernel starts in one principal's folder before its session is
+	// known. Zero means none (each session starts its own).
+	Pool int
+	// PoolMax is how far the pool grows with demand: each session that
+	// finds it empty raises what it keeps ready by one, up to PoolMax, and
+	// every two quiet minutes it shrinks by one back to Pool. Each pooled
+	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
+	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// 4 (or Pool, if larger); below Pool means Pool.
+	PoolMax int
+	// NoZygote turns off the fork server that unsandboxed kernels are
+	// forked from (a fifth of a cold start). False means it is used
+	// whenever the kernels are not sandboxed.
+	NoZygote bool
+}
+
+// DurabilityOptions say how sessions of create_session outlive their
+// kernels and the process (docs/durable.md): hibernation, expiry,
+// checkpoints, the state folder and the snapshots' budgets. The zero
+// value means the defaults each field names.
+type DurabilityOptions struct {
 	// HibernateAfter hibernates a session whose kernel received no call
 	// for this long: its namespace is saved and its kernel stops (a
 	// gateway session detaches from its kernel, which keeps its state),
@@ -158,104 +263,33 @@ type Options struct {
 	// the workspace together: a save gets what the others leave. Zero
 	// means DefaultSnapshotWorkspaceBytes; negative means no limit.
 	SnapshotWorkspaceBytes int64
-	// StartTimeout bounds the wait of a tool call for its session's kernel
-	// (the virtualenv's creation and the kernel's start). Zero means
-	// DefaultStartTimeout.
-	StartTimeout time.Duration
-	// AuthToken is a bearer token Handler accepts, for the principal
-	// "default". Empty means none.
-	AuthToken string
-	// Principals maps each principal's name (see ValidPrincipalName) to
-	// its bearer token. Handler accepts every token of it and AuthToken;
-	// a request's token names its principal, which owns the sessions it
-	// creates: another principal's handles are unknown to it. Without
-	// AuthToken and Principals every HTTP request is refused, unless
-	// NoAuth is set. Nil means none.
-	Principals map[string]string
-	// NoAuth serves HTTP without a token: the explicit opt-out, for a
-	// loopback address only (see CheckHTTPAddr). False means a token is
-	// required.
-	NoAuth bool
-	// Sandbox, when set, runs every session's kernel, and install_package's
-	// pip, inside a bubblewrap sandbox with this policy; bound directories
-	// (Binds) are made writable in it. If the sandbox cannot run here,
-	// calls fail with the cause; nothing runs unsandboxed. Nil means no
-	// sandbox.
-	Sandbox *ipybox.SandboxConfig
-	// Container, when set, runs every session's kernel in a Docker
-	// container with this configuration (see ipybox.ContainerConfig); the
-	// kernel sees the workspace at /app/workspace, and install_package is
-	// refused (packages belong in the image). It excludes Sandbox. Nil
-	// means no container.
-	Container *ipybox.ContainerConfig
-	// Gateway, when set, runs every session's kernel on this Jupyter
-	// server (see ipybox.Options.Gateway and docs/scale.md) instead of on
-	// this machine; Sandbox and Container must then be nil, and
-	// install_package installs into the workspace's virtualenv on this
-	// machine, which the gateway's kernels do not use. Nil means local
-	// kernels.
-	Gateway *ipybox.GatewayConfig
-	// ToolServerAddr is where the gateway's kernels reach each session's
-	// tool server (ipybox.Options.ToolServerAddr): "HOST" or "HOST:0", as
-	// every session listens on a port of its own. Empty means 127.0.0.1.
-	ToolServerAddr string
-	// Pool is how many kernels are kept started in advance for new
-	// sessions (refilled in the background), so that a session gets one in
-	// milliseconds. With several principals there is none: a pooled
-	// kernel starts in one principal's folder before its session is
-	// known. Zero means none (each session starts its own).
-	Pool int
-	// PoolMax is how far the pool grows with demand: each session that
-	// finds it empty raises what it keeps ready by one, up to PoolMax, and
-	// every two quiet minutes it shrinks by one back to Pool. Each pooled
-	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
-	// the default growth to 4 costs about 200 MB at its peak. Zero means
-	// 4 (or Pool, if larger); below Pool means Pool.
-	PoolMax int
-	// NoZygote turns off the fork server that unsandboxed kernels are
-	// forked from (a fifth of a cold start). False means it is used
-	// whenever the kernels are not sandboxed.
-	NoZygote bool
-	// MaxSessions bounds the sessions that hold a kernel at once, over
-	// every principal: a session takes a kernel at its first cell, and a
-	// call that would start one more gets an error that says so. Sessions
-	// without a kernel (made, never run) do not count. Zero means
-	// DefaultMaxSessions; negative means no limit.
-	MaxSessions int
-	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
-	// same way. Zero means MaxSessions; negative means no limit of its
-	// own.
-	MaxSessionsPerPrincipal int
-	// ApprovalTimeout bounds the wait for one approval (an elicitation),
-	// in cells without a timeout of their own; a cell's remaining time
-	// bounds it otherwise. Zero means DefaultApprovalTimeout.
-	ApprovalTimeout time.Duration
-	// SpillCellBytes bounds the file in the workspace's ipybox-outputs
-	// folder that keeps one cell's whole output when it is too long for
-	// the result; what is printed past it is dropped, and the result says
-	// how much. Zero means DefaultSpillCellBytes; negative keeps no file.
-	SpillCellBytes int64
-	// SpillWorkspaceBytes bounds the ipybox-outputs folder as a whole: a
-	// cell's file stops where the folder would pass it (its files are
-	// counted when the file is made), and the result says to delete old
-	// ones. Zero means defaultSpillWorkspaceBytes; negative keeps no file.
-	SpillWorkspaceBytes int64
-	// Version is reported to clients in the initialize result. Empty means
-	// "dev".
-	Version string
-	// TracerProvider, when set, traces the server with OpenTelemetry: each
-	// session's start, and everything ipybox.Options.TracerProvider traces
-	// in its kernels. A request's cell is the child of the traceparent in
-	// the request's _meta. Nil means no tracing, at no cost.
-	TracerProvider trace.TracerProvider
-	// TraceCode puts each cell's code on its span
-	// (ipybox.Options.TraceCode). False leaves it out.
-	TraceCode bool
-	// Logger receives the server's logs. Nil discards them.
-	Logger *slog.Logger
 }
 
-// defaultPoolMax is Options.PoolMax's default.
+// ApprovalOptions say who approves the tool calls and shell commands of
+// cells, and how. The zero value approves every call (ApprovalAuto),
+// without rules or an audit log.
+type ApprovalOptions struct {
+	// Mode is ApprovalAuto or ApprovalElicit. Empty means ApprovalAuto.
+	Mode ApprovalMode
+	// AllowTools are "server.tool" patterns (path.Match globs on each part)
+	// whose tool calls are approved without asking, in ApprovalElicit mode
+	// (unless an ask rule of Policy asks). Nil means none.
+	AllowTools []string
+	// Policy decides the tool calls and shell commands of every
+	// session's cells by its rules before anyone is asked, and logs each
+	// decision (see ipybox.ApprovalPolicy): deny and ask rules apply in
+	// ApprovalAuto mode too; an ask rule then elicits, or rejects the call
+	// when the client cannot be asked. The elicitation offers to remember
+	// an answer for the session or always. The caller closes it after the
+	// Server. Nil means no rules and no audit log.
+	Policy *ipybox.ApprovalPolicy
+	// Timeout bounds the wait for one approval (an elicitation),
+	// in cells without a timeout of their own; a cell's remaining time
+	// bounds it otherwise. Zero means defaultApprovalTimeout.
+	Timeout time.Duration
+}
+
+// defaultPoolMax is Options.Sessions.PoolMax's default.
 const defaultPoolMax = 4
 
 // Server is ipybox's MCP server: it gives each MCP session its own stateful
@@ -263,26 +297,35 @@ const defaultPoolMax = 4
 // (stdio, one session) or Handler (streamable HTTP, many sessions), and
 // Close it to stop every kernel.
 //
+// The parts of a Server each own their state and their lock:
+// sessionTable (sessiontable.go: the sessions, connections and their
+// counts), runTable (runs.go: the cells in flight), durability
+// (durability.go: the state folder, the reaper's clock and the snapshot
+// budget of budget.go), tenant (tenant.go: a principal's folder, registry,
+// virtualenv and fork server) and the kernel factory (factory.go: the
+// warm pool and how an executor starts).
+//
 // Locks, outer first; a goroutine that holds one may take only those
 // after it on its line:
 //
-//	s.closeMu → s.mu
-//	x.closeMu → x.startMu → lockName(name) → s.mu → x.mu, store.mu
+//	s.closeMu → s.sessions.mu
+//	x.closeMu → x.startMu → lockName(name) → s.sessions.mu → x.mu, store.mu
 //	x.closeMu → x.startMu → lockName(name) → t.mu
-//	s.runMu → c.mu, x.mu
+//	s.runs.mu → c.mu, x.mu
 //	c.outMu → c.mu → c.progMu
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
-//	s.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
-//	s.budgetMu (alone)
+//	s.sessions.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
+//	s.durability.budget.mu (alone)
 //
-// (x is a session, c a cell run, store the handle table, t a tenant:
-// see tenant.go.) s.mu, x.mu,
-// store.mu, s.runMu and a cell's locks guard memory only: no I/O happens
-// under them. Three are held across I/O, each bounded and each waited for
-// only by what must wait: x.startMu across its session's kernel start
-// (StartTimeout), lockName(name) across a registration of that name (its
-// context and the connect timeout: registrations of other names, and
-// cells, go on), and t.venvMu across the virtualenv's creation.
+// (x is a session, c a cell run, store the handle table, t a tenant.)
+// s.sessions.mu, x.mu, store.mu, s.runs.mu and a cell's locks guard
+// memory only, but for the record a durable session's store.add writes
+// under s.sessions.mu. Three are held across I/O, each bounded and each
+// waited for only by what must wait: x.startMu across its session's
+// kernel start (StartTimeout), lockName(name) across a registration of
+// that name (its context and the connect timeout: registrations of other
+// names, and cells, go on), and t.venvMu across the virtualenv's
+// creation.
 type Server struct {
 	opts      Options
 	workspace string
@@ -298,11 +341,9 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     waitgroup.Group // the goroutines of sessions
 
-	// sandbox is the policy of kernels and pip (nil: none): Options.Sandbox
-	// with the bound directories added as writable paths.
-	sandbox *ipybox.SandboxConfig
-
-	warm *warm.Pool[warmExec]
+	// factory makes the sessions' kernels (factory.go); its sandbox is
+	// the policy of kernels and pip too.
+	factory *kernelFactory
 
 	// The tenants (tenant.go): with one principal or none, only is the
 	// one, in the workspace itself; with several (multi), tenants holds
@@ -312,49 +353,18 @@ type Server struct {
 	tenantMu sync.Mutex
 	tenants  map[string]*tenant
 
-	// store is the table of sessions by handle, implicit ones included.
-	store sessionStore
-	// state is the state folder; frontend names this process in it.
-	state    *stateDir
-	frontend string
-	// counted holds the keys of the state folder's sessions that
-	// handlesBy counts (guarded by mu); lastScan is when the reaper last
-	// read the state folder (the reaper's own).
-	counted  map[[32]byte]bool
-	lastScan time.Time
-	// reserved is what the saves in flight may take of the workspace's
-	// snapshot budget; budgetFreed is closed (and replaced) when one
-	// ends. Both guarded by budgetMu.
-	budgetMu    sync.Mutex
-	reserved    int64
-	budgetFreed chan struct{}
+	// sessions is the table of sessions, connections and their counts
+	// (sessiontable.go).
+	sessions *sessionTable
+	// durability is the state folder, the snapshot budget and the
+	// reaper's clock (durability.go).
+	durability *durability
 	// tokens are the accepted bearer tokens' digests, with their
 	// principals.
 	tokens []principalToken
 
-	mu sync.Mutex
-	// implicit maps a connection to its implicit session.
-	implicit map[*mcp.ServerSession]*session
-	// live holds every connection (stdio, or a 2025-11-25 HTTP session)
-	// that has not ended: Close must close them all, or it would wait for
-	// them.
-	live   map[*mcp.ServerSession]struct{}
-	closed bool
-	// kernels counts the sessions that hold a kernel, kernelsBy those of
-	// each principal, and handlesBy each principal's sessions of
-	// create_session.
-	kernels   int
-	kernelsBy map[string]int
-	handlesBy map[string]int
-	reaper    sync.Once
-
-	// runs are the cells suspended at an approval, by their requestState
-	// (see mrtr.go); guarded by runMu.
-	runMu sync.Mutex
-	runs  map[[32]byte]*cellRun
-	// cells are each session's cells, from their start until their
-	// result is taken (cells.go); guarded by runMu.
-	cells map[*session][]*cellRun
+	// runs is the table of cells in flight (runs.go).
+	runs *runTable
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -390,17 +400,9 @@ func New(opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirs := o.AllowedDirs
-	if dirs == nil {
-		dirs = []string{ws, os.TempDir()}
-	}
-	var allowed []string
-	for _, d := range dirs {
-		real, err := realDir(d)
-		if err != nil {
-			return nil, fmt.Errorf("allowed directory: %w", err)
-		}
-		allowed = append(allowed, real)
+	allowed, err := allowedDirs(o.AllowedDirs, ws)
+	if err != nil {
+		return nil, err
 	}
 	tel := telemetry.New(o.TracerProvider, o.TraceCode)
 	if tel != nil {
@@ -414,16 +416,12 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		implicit:  map[*mcp.ServerSession]*session{},
-		counted:   map[[32]byte]bool{},
-		frontend:  newFolderName(),
-		live:      map[*mcp.ServerSession]struct{}{},
-		kernelsBy: map[string]int{},
-		handlesBy: map[string]int{},
-		runs:      map[[32]byte]*cellRun{},
+		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
+		runs:      newRunTable(),
 		tenants:   map[string]*tenant{},
 	}
-	if s.tokens, err = principalTokens(o.AuthToken, o.Principals); err != nil {
+	s.factory = newKernelFactory(&s.opts, log)
+	if s.tokens, err = principalTokens(o.HTTP.AuthToken, o.HTTP.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
 	if err := checkTenantNames(s.tokens); err != nil {
@@ -432,51 +430,51 @@ func New(opts *Options) (*Server, error) {
 	s.multi = multiTenant(s.tokens)
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
-	}
-	if o.Sandbox != nil {
-		// A bind is a link in the workspace to a host directory; inside the
-		// sandbox that directory must be there (and writable) too.
-		cp := *o.Sandbox
-		cp.Filesystem.AllowWrite = slices.Clone(cp.Filesystem.AllowWrite)
-		for _, b := range o.Binds {
-			cp.Filesystem.AllowWrite = append(cp.Filesystem.AllowWrite, b.HostPath)
-		}
-		s.sandbox = &cp
-	}
-	if !s.multi {
 		// Several principals get the links in their folders (tenant.go).
 		if err := s.makeBinds(ws); err != nil {
 			return nil, err
 		}
 	}
-	if s.state, err = openStateDir(ws, o.StateDir); err != nil {
+	state, err := openStateDir(ws, o.Durability.StateDir)
+	if err != nil {
 		return nil, err
 	}
-	s.store = &durableStore{mem: newMemStore(), state: s.state, s: s}
-	// The principals' sessions the state folder keeps count against
-	// their limit from the start.
-	for _, k := range s.state.list() {
-		s.counted[k.key] = true
-		s.handlesBy[k.rec.Principal]++
-	}
+	s.durability = &durability{state: state, frontend: newFolderName(), hibernateAfter: o.Durability.HibernateAfter, expiry: o.Durability.SessionExpiry,
+		budget: &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}}
+	s.sessions.store = &durableStore{mem: newMemStore(), state: state, s: s}
+	s.sessions.onAdd = s.startReaper
+	s.sessions.countStored(state.list())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.multi && o.Pool > 0 {
-		// A pooled kernel starts in one folder, before its session (and
-		// so its principal) is known.
-		log.Warn("the warm pool is off with several principals: each principal's kernels start in its own folder", "pool", o.Pool)
-		o.Pool = 0
+	s.factory.startPool(s.only, o.Sessions.Pool, o.Sessions.PoolMax)
+	s.mcp = s.newMCPServer()
+	s.addTools()
+	s.unreport = s.reportSessions()
+	return s, nil
+}
+
+// allowedDirs returns the real paths of the allowed directories dirs (nil:
+// the workspace ws and the system temporary directory).
+func allowedDirs(dirs []string, ws string) ([]string, error) {
+	if dirs == nil {
+		dirs = []string{ws, os.TempDir()}
 	}
-	s.warm = newWarmPool(s, o.Pool)
-	if o.Pool > 0 {
-		most := o.PoolMax
-		if most == 0 {
-			most = max(o.Pool, defaultPoolMax)
+	var allowed []string
+	for _, d := range dirs {
+		real, err := realDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("allowed directory: %w", err)
 		}
-		s.warm.Grow(most)
+		allowed = append(allowed, real)
 	}
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: o.Version}, &mcp.ServerOptions{
+	return allowed, nil
+}
+
+// newMCPServer returns the go-sdk server of s, with its middleware; New
+// adds the tools.
+func (s *Server) newMCPServer() *mcp.Server {
+	m := mcp.NewServer(&mcp.Implementation{Name: "ipybox", Title: "ipybox", Version: s.opts.Version}, &mcp.ServerOptions{
 		Instructions:       instructions,
-		Logger:             log,
+		Logger:             s.log,
 		InitializedHandler: s.initialized,
 		// The go-sdk answers prompts/list, resources/list and
 		// resources/templates/list (with empty lists) whatever is
@@ -489,14 +487,12 @@ func New(opts *Options) (*Server, error) {
 	// Outermost first: the validation messages, then the rounds of
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
 	// bridge, which makes one).
-	s.mcp.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
-	if tel != nil {
+	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
+	if s.tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
-		s.mcp.AddReceivingMiddleware(telemetry.ExtractMeta)
+		m.AddReceivingMiddleware(telemetry.ExtractMeta)
 	}
-	s.addTools()
-	s.unreport = s.reportSessions()
-	return s, nil
+	return m
 }
 
 // check applies the defaults to o and checks what needs no file system:
@@ -504,40 +500,40 @@ func New(opts *Options) (*Server, error) {
 // backends that exclude each other, and the binds.
 func (o *Options) check() ([]allowPattern, error) {
 	if err := defaults.Apply("mcpserver",
-		defaults.Duration{Name: "Options.SessionIdleTimeout", V: &o.SessionIdleTimeout, Def: DefaultSessionIdleTimeout},
-		defaults.Duration{Name: "Options.StartTimeout", V: &o.StartTimeout, Def: DefaultStartTimeout},
-		defaults.Duration{Name: "Options.ApprovalTimeout", V: &o.ApprovalTimeout, Def: DefaultApprovalTimeout},
-		defaults.Duration{Name: "Options.HibernateAfter", V: &o.HibernateAfter, Def: DefaultHibernateAfter},
-		defaults.Duration{Name: "Options.SessionExpiry", V: &o.SessionExpiry, Def: DefaultSessionExpiry},
+		defaults.Duration{Name: "Options.HTTP.SessionIdleTimeout", V: &o.HTTP.SessionIdleTimeout, Def: defaultSessionIdleTimeout},
+		defaults.Duration{Name: "Options.Sessions.StartTimeout", V: &o.Sessions.StartTimeout, Def: defaultStartTimeout},
+		defaults.Duration{Name: "Options.Approvals.Timeout", V: &o.Approvals.Timeout, Def: defaultApprovalTimeout},
+		defaults.Duration{Name: "Options.Durability.HibernateAfter", V: &o.Durability.HibernateAfter, Def: DefaultHibernateAfter},
+		defaults.Duration{Name: "Options.Durability.SessionExpiry", V: &o.Durability.SessionExpiry, Def: DefaultSessionExpiry},
 	); err != nil {
 		return nil, err
 	}
-	switch o.Checkpoint {
+	switch o.Durability.Checkpoint {
 	case "":
-		o.Checkpoint = CheckpointNone
+		o.Durability.Checkpoint = CheckpointNone
 	case CheckpointNone, CheckpointCell:
 	default:
-		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Checkpoint, CheckpointNone, CheckpointCell)
+		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Durability.Checkpoint, CheckpointNone, CheckpointCell)
 	}
-	if o.SnapshotBytes == 0 {
-		o.SnapshotBytes = DefaultSnapshotBytes
+	if o.Durability.SnapshotBytes == 0 {
+		o.Durability.SnapshotBytes = DefaultSnapshotBytes
 	}
-	if o.SnapshotWorkspaceBytes == 0 {
-		o.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
+	if o.Durability.SnapshotWorkspaceBytes == 0 {
+		o.Durability.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
 	}
-	switch o.Approval {
+	switch o.Approvals.Mode {
 	case "":
-		o.Approval = ApprovalAuto
+		o.Approvals.Mode = ApprovalAuto
 	case ApprovalAuto, ApprovalElicit:
 	default:
-		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approval, ApprovalAuto, ApprovalElicit)
+		return nil, fmt.Errorf("approval mode %q: want %q or %q", o.Approvals.Mode, ApprovalAuto, ApprovalElicit)
 	}
-	allow, err := parseAllowPatterns(o.AllowTools)
+	allow, err := parseAllowPatterns(o.Approvals.AllowTools)
 	if err != nil {
 		return nil, err
 	}
 	if o.SpillCellBytes == 0 {
-		o.SpillCellBytes = DefaultSpillCellBytes
+		o.SpillCellBytes = defaultSpillCellBytes
 	}
 	if o.SpillWorkspaceBytes == 0 {
 		o.SpillWorkspaceBytes = defaultSpillWorkspaceBytes
@@ -643,15 +639,9 @@ func (s *Server) Close() error {
 	s.closeDone = true
 	s.unreport()
 	s.cancel()
-	s.warm.Close()
-	s.mu.Lock()
-	s.closed = true
-	var all []*mcp.ServerSession
-	for ss := range s.live {
-		all = append(all, ss)
-	}
-	s.mu.Unlock()
-	sess := s.store.all()
+	s.factory.warm.Close()
+	all := s.sessions.close()
+	sess := s.sessions.store.all()
 	// Stop the kernels first: that ends the cells tool calls wait for, so
 	// that closing the MCP sessions (which waits for their calls) is quick.
 	var errs []error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -95,7 +94,7 @@ type session struct {
 func newSession(s *Server, principal string, conn *mcp.ServerSession) *session {
 	h := newHandle()
 	now := time.Now()
-	x := &session{s: s, handle: h, key: handleKey(h), id: logID(h), principal: principal, t: s.tenant(principal), conf: s.confinement(), conn: conn, created: now, used: now, synced: map[string]int{}}
+	x := &session{s: s, handle: h, key: handleKey(h), id: logID(h), principal: principal, t: s.tenant(principal), conf: s.factory.confinement(), conn: conn, created: now, used: now, synced: map[string]int{}}
 	x.ctx, x.cancel = context.WithCancel(s.ctx)
 	return x
 }
@@ -160,8 +159,8 @@ func (x *session) current() *ipybox.Executor {
 }
 
 // executor returns the session's executor, starting it (from the warm
-// pool when it has one) on first use, within Options.StartTimeout. The
-// start takes one of the server's kernel slots (Options.MaxSessions).
+// pool when it has one) on first use, within Options.Sessions.StartTimeout. The
+// start takes one of the server's kernel slots (Options.Sessions.MaxSessions).
 func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.mu.Lock()
 	ex, closed := x.ex, x.closed
@@ -175,7 +174,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		}
 		return ex, x.remask(ctx, ex, true)
 	}
-	wait := x.s.opts.StartTimeout
+	wait := x.s.opts.Sessions.StartTimeout
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	defer context.AfterFunc(x.ctx, cancel)()
@@ -196,7 +195,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 		}
 		return ex, x.remask(ctx, ex, true)
 	}
-	if err := x.s.takeSlot(x); err != nil {
+	if err := x.s.sessions.takeSlot(x); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -204,7 +203,7 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	ex, err := x.wake(sctx)
 	x.s.tel.EndSession(span, sessionID(ex), x.pooled, err)
 	if err != nil {
-		x.s.releaseSlot(x)
+		x.s.sessions.releaseSlot(x)
 		x.unlock()
 		x.s.log.Warn("kernel start failed", "session", x.id, "err", err)
 		switch {
@@ -218,8 +217,8 @@ func (x *session) executor(ctx context.Context) (*ipybox.Executor, error) {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
-		x.s.closeExecutor(ex, true)
-		x.s.releaseSlot(x)
+		x.s.factory.closeExecutor(ex, true)
+		x.s.sessions.releaseSlot(x)
 		x.unlock()
 		return nil, errSessionClosed
 	}
@@ -438,9 +437,9 @@ func (x *session) finish(keep bool) error {
 			// for the next front end, as a hibernation does.
 			x.closeErr = ex.Detach()
 		} else {
-			x.closeErr = x.s.closeExecutor(ex, keep)
+			x.closeErr = x.s.factory.closeExecutor(ex, keep)
 		}
-		x.s.releaseSlot(x)
+		x.s.sessions.releaseSlot(x)
 		x.s.log.Info("session ended; its kernel stopped", "session", x.id, "kept", keep)
 	} else if !keep && asleep != nil && asleep.detached && kid != "" {
 		// Its kernel runs on the gateway without us: end it there too.
@@ -462,163 +461,12 @@ func (x *session) unlock() {
 	}
 }
 
-// startExecutor gives session x an Executor: a warm one from the pool when
-// there is one, else one started now (attached to gateway kernel attach,
-// when it is set). The generations of the registrations it knows are
-// recorded in x.synced.
-func (s *Server) startExecutor(ctx context.Context, x *session, attach string) (*ipybox.Executor, error) {
-	if attach != "" {
-		// Not from the pool: its kernel is the one to attach to.
-	} else if w, ok := s.warm.Take(); ok && w.ex.Stale() {
-		// It started before a server with a secret file was registered:
-		// its kernel would see what a start now hides.
-		s.log.Info("a pooled kernel started under older masks; starting a fresh one")
-		s.closeExecutor(w.ex, false)
-	} else if ok {
-		x.pooled = true
-		// Its tool calls count against x's principal's share.
-		w.ex.SetPrincipal(x.principal)
-		x.mu.Lock()
-		x.owner = w.owner
-		x.mu.Unlock()
-		x.t.mu.Lock()
-		maps.Copy(x.synced, w.synced)
-		x.t.mu.Unlock()
-		return w.ex, nil
-	}
-	ex, synced, owner, err := x.t.newExecutor(ctx, attach)
-	if err != nil {
-		return nil, err
-	}
-	ex.SetPrincipal(x.principal)
-	x.mu.Lock()
-	x.owner = owner
-	x.mu.Unlock()
-	x.t.mu.Lock()
-	maps.Copy(x.synced, synced)
-	x.t.mu.Unlock()
-	return ex, nil
-}
-
-// newExecutor starts an Executor as the tenant's sessions get them: in
-// its folder, with its virtualenv, the approval policy, the sandbox, and
-// (unsandboxed) its fork server; a local one gets a package folder and a snapshot
-// folder of its own, a gateway one attaches to kernel attach when it is
-// set. It returns the registration generations the executor loaded from
-// servers.json at its start, and the holder of the session it will serve
-// (for OAuth sign-ins).
-func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Executor, map[string]int, *oauthOwner, error) {
-	s := t.s
-	if err := t.ensure(); err != nil {
-		return nil, nil, nil, err
-	}
-	var py string
-	if s.opts.Container == nil && s.opts.Gateway == nil {
-		// A container brings its own Python, a gateway's kernels theirs;
-		// the workspace's virtualenv is the host's.
-		var err error
-		if py, err = t.venvPython(ctx); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	// What servers.json holds now, this executor loads at Start.
-	synced := map[string]int{}
-	t.mu.Lock()
-	for name, r := range t.regs {
-		if r.persisted {
-			synced[name] = r.gen
-		}
-	}
-	t.mu.Unlock()
-	owner := &oauthOwner{tenant: t.multi}
-	pkgDir, snapDir := "", ""
-	if py != "" {
-		// Packages that this executor's kernel installs with pip go to a
-		// folder of its own: the shared virtualenv is read-only to
-		// kernels, so one session's install cannot replace code that
-		// another runs (install_package changes the shared one, with
-		// approval). They survive a reset, and go with the session.
-		pkgDir = filepath.Join(t.dir, ".ipybox", "packages", newFolderName())
-	}
-	if s.opts.Gateway == nil {
-		// Its snapshots, which its kernel alone writes and reads.
-		snapDir = filepath.Join(t.dir, ".ipybox", "snapshots", newFolderName())
-	}
-	o := ipybox.Options{
-		TracerProvider: s.opts.TracerProvider,
-		TraceCode:      s.opts.TraceCode,
-
-		PackageDir:  pkgDir,
-		SnapshotDir: snapDir,
-		Python:      py,
-		WorkDir:     t.dir,
-		ImagesDir:   t.imagesDir(),
-		KernelEnv:   s.opts.KernelEnv,
-		DotEnv:      s.opts.DotEnv,
-		Logger:      s.log,
-		OAuthURL:    owner.openURL,
-		ServerGate:  t.gateStart,
-		ClientVars:  s.opts.AllowHostServers,
-
-		RequireShellEscape: s.opts.RequireShellEscape,
-	}
-	if s.opts.Approval == ApprovalElicit {
-		o.ApproveShellCommands = true
-	} else {
-		o.NoToolApproval = true
-	}
-	o.ApprovalTimeout = s.opts.ApprovalTimeout
-	o.ApprovalPolicy = s.opts.ApprovalPolicy
-	// The audit log names the principal; with several, the answers it
-	// remembers apply to it alone.
-	o.Principal, o.Tenant = t.principal, t.multi
-	o.Sandbox = t.sandboxConfig()
-	o.Container = s.opts.Container
-	switch {
-	case s.opts.Gateway != nil:
-		g := *s.opts.Gateway
-		g.KernelID = attach
-		o.Gateway = &g
-		o.ToolServerAddr = s.opts.ToolServerAddr
-	case s.sandbox == nil && o.Container == nil:
-		o.Zygote = t.zygote(ctx, py)
-	}
-	ex, err := ipybox.Start(ctx, &o)
-	if err != nil {
-		for _, d := range []string{pkgDir, snapDir} {
-			if d != "" {
-				os.RemoveAll(d)
-			}
-		}
-		return nil, nil, nil, err
-	}
-	return ex, synced, owner, nil
-}
-
 // sessionID names ex's session in traces ("" for none).
 func sessionID(ex *ipybox.Executor) string {
 	if ex == nil {
 		return ""
 	}
 	return ex.SessionID()
-}
-
-// closeExecutor closes ex and, unless keep, removes its package and
-// snapshot folders (os.RemoveAll removes a link planted there, not what it
-// points to).
-func (s *Server) closeExecutor(ex *ipybox.Executor, keep bool) error {
-	err := ex.Close()
-	if !keep {
-		for _, d := range []string{ex.PackageDir(), ex.SnapshotDir()} {
-			if d == "" {
-				continue
-			}
-			if rerr := os.RemoveAll(d); rerr != nil {
-				s.log.Warn("could not remove a session's folder", "path", d, "err", rerr)
-			}
-		}
-	}
-	return err
 }
 
 // removeFolders removes a session's folders by their names.

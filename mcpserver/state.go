@@ -234,7 +234,7 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("Options.StateDir: %w", err)
+		return nil, fmt.Errorf("Options.Durability.StateDir: %w", err)
 	}
 	// Kernels write the workspace: a state folder in it, but for
 	// .ipybox/sessions, which every sandbox and container hides, would let
@@ -243,14 +243,14 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 	// are resolved first, as far as the path exists.
 	sessions := filepath.Join(workspace, ".ipybox", "sessions")
 	if real := policy.RealPath(abs); under(real, workspace) && !under(real, sessions) {
-		return nil, fmt.Errorf("Options.StateDir %s is in the workspace, where kernel code can write; choose a folder outside it, or leave it empty for .ipybox/sessions", abs)
+		return nil, fmt.Errorf("Options.Durability.StateDir %s is in the workspace, where kernel code can write; choose a folder outside it, or leave it empty for .ipybox/sessions", abs)
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return nil, fmt.Errorf("Options.StateDir: %w", err)
+		return nil, fmt.Errorf("Options.Durability.StateDir: %w", err)
 	}
 	// Records name folders that sessions restore from: the folder must be
 	// this user's alone (internal/trusted).
-	if _, err := trusted.Check("Options.StateDir", abs, false); err != nil {
+	if _, err := trusted.Check("Options.Durability.StateDir", abs, false); err != nil {
 		return nil, err
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {

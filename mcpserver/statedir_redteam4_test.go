@@ -63,14 +63,14 @@ func TestRedteam4StateDirOwnership(t *testing.T) {
 		"parent mode 0777": inOpen, "a link to nobody's": link,
 		"not made yet, parent mode 0777": filepath.Join(parent, "new"), "a link in a parent of mode 0777": openLink,
 		"sticky and open": sticky, "a link to a folder in an open parent": linkToOpen} {
-		srv, err := New(&Options{Workspace: t.TempDir(), AuthToken: testToken, StateDir: dir})
+		srv, err := New(&Options{Workspace: t.TempDir(), HTTP: HTTPOptions{AuthToken: testToken}, Durability: DurabilityOptions{StateDir: dir}})
 		if err == nil {
 			srv.Close()
 			t.Errorf("%s: the state folder %s was accepted", name, dir)
 		}
 	}
 	// Control: a folder of ours is accepted.
-	srv, err := New(&Options{Workspace: t.TempDir(), AuthToken: testToken, StateDir: good})
+	srv, err := New(&Options{Workspace: t.TempDir(), HTTP: HTTPOptions{AuthToken: testToken}, Durability: DurabilityOptions{StateDir: good}})
 	if err != nil {
 		t.Fatalf("a folder of this user's own was refused: %v", err)
 	}

@@ -17,7 +17,7 @@ func TestAttackStateDirNotOurs(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	for _, v := range trustedtest.Variants(t, true, false, nil) {
-		s, err := New(&Options{Workspace: ws, StateDir: v.Path})
+		s, err := New(&Options{Workspace: ws, Durability: DurabilityOptions{StateDir: v.Path}})
 		if err == nil {
 			s.Close()
 		}

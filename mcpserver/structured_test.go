@@ -47,7 +47,9 @@ func TestStructuredResults(t *testing.T) {
 	srv := newServer(t, &Options{
 		Workspace: ws,
 		ImagesDir: images,
-		Approval:  ApprovalElicit,
+		Approvals: ApprovalOptions{
+			Mode: ApprovalElicit,
+		},
 	})
 	var mu sync.Mutex
 	var chunks []string

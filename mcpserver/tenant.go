@@ -27,7 +27,7 @@ import (
 //   - with at most one principal (stdio, --no-auth, one token), there is
 //     one tenant, and its folder is the workspace itself: the layout and
 //     the paths are those of a server without principals;
-//   - with several principals (Options.Principals, with AuthToken's
+//   - with several principals (Options.HTTP.Principals, with AuthToken's
 //     "default" among them), each principal's folder is
 //     <workspace>/<principal>, made at its first use (mode of the
 //     workspace, without following a link). Its kernels get it as their
@@ -46,10 +46,11 @@ import (
 // (across the fork server's start) are each taken alone. t.mu guards the
 // registration table and the synced generations of the tenant's
 // sessions, in memory only; it is taken after lockName(name) and never
-// with s.mu. s.tenantMu, the Server's, guards the map of tenants and is
-// a leaf.
-// Processes that are shared stay on Server: the snapshot budget, the
-// warm pool (only with one tenant), the kernel limits.
+// with s.sessions.mu. s.tenantMu, the Server's, guards the map of
+// tenants and is a leaf.
+// What is shared belongs to the Server's other parts: the snapshot
+// budget (budget.go, in durability.go), the warm pool (factory.go, only
+// with one tenant), the kernel limits (sessiontable.go).
 type tenant struct {
 	s *Server
 	// principal names the tenant in logs; dir is its workspace folder (a
@@ -233,7 +234,7 @@ func (t *tenant) make() error {
 func (t *tenant) zygote(ctx context.Context, python string) *ipybox.Zygote {
 	t.zygMu.Lock()
 	defer t.zygMu.Unlock()
-	if t.zyg != nil || t.zygErr != nil || t.s.opts.NoZygote {
+	if t.zyg != nil || t.zygErr != nil || t.s.opts.Sessions.NoZygote {
 		return t.zyg
 	}
 	t.zyg, t.zygErr = ipybox.NewZygote(ctx, python, t.s.log)

@@ -72,7 +72,7 @@ func TestAttackTenantInstall(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	ws := t.TempDir()
-	srv := newServer(t, &Options{Workspace: ws, Principals: twoPrincipals, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
@@ -125,7 +125,7 @@ func TestAttackTenantRegistration(t *testing.T) {
 	testenv.NeedsPython(t)
 	bin := mcptest.Build(t)
 	ws := t.TempDir()
-	opts := &Options{Workspace: ws, Principals: twoPrincipals, NoZygote: true}
+	opts := &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}}
 	srv := newServer(t, opts)
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
@@ -183,7 +183,7 @@ func TestAttackTenantRememberedAnswers(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	p, file := loadPolicy(t, "")
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, Approval: ApprovalElicit, ApprovalPolicy: p, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Approvals: ApprovalOptions{Mode: ApprovalElicit, Policy: p}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv)
 	var mu sync.Mutex
 	asked := map[string][]string{}
@@ -258,7 +258,7 @@ func TestAttackConfinementDowngrade(t *testing.T) {
 	ws := t.TempDir()
 	save := func(sb *ipybox.SandboxConfig) string {
 		t.Helper()
-		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, NoZygote: true})
+		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, Sessions: SessionOptions{NoZygote: true}})
 		cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 		h := createSession(t, cs)
 		runIn(t, cs, h, `import sys, os
@@ -274,7 +274,7 @@ open(os.path.join(pkg, 'planted_mod.py'), 'w').write('PLANTED = 1\n')`)
 	}
 	restore := func(sb *ipybox.SandboxConfig, h string) string {
 		t.Helper()
-		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, NoZygote: true})
+		srv := newServer(t, &Options{Workspace: ws, Sandbox: sb, Sessions: SessionOptions{NoZygote: true}})
 		cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, newVersion, nil)
 		return runIn(t, cs, h, `import sys, importlib.util
 print('x', globals().get('x'))
@@ -316,7 +316,7 @@ func TestAttackTenantView(t *testing.T) {
 	for _, backend := range []string{"sandbox", "container"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			o := &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true}
+			o := &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}}
 			if backend == "sandbox" {
 				testenv.NeedsTool(t, "bwrap")
 				o.Sandbox = ipybox.DefaultSandbox()
@@ -373,7 +373,7 @@ func TestAttackTenantOAuth(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // the token files
 	s := mcptest.NewOAuthServer(nil)
 	t.Cleanup(s.Close)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv)
 	// A 2025-11-25 connection: URL-mode elicitation asks it directly.
 	alice := connectHTTPAs(t, url, aliceTok, legacyVersion, &mcp.ClientOptions{
@@ -410,12 +410,12 @@ func TestOnePrincipalLayout(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	bin := mcptest.Build(t)
-	for _, o := range []*Options{{}, {NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}} {
+	for _, o := range []*Options{{}, {HTTP: HTTPOptions{NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}}} {
 		ws := t.TempDir()
-		o.Workspace, o.NoZygote = ws, true
+		o.Workspace, o.Sessions.NoZygote = ws, true
 		srv := newServer(t, o)
 		tok := testToken
-		if o.NoAuth {
+		if o.HTTP.NoAuth {
 			tok = "ci-token-0123456789"
 		}
 		cs := connectHTTPAs(t, serveHTTP(t, srv), tok, newVersion, nil)

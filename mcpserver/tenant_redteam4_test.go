@@ -29,7 +29,7 @@ func TestRedteam4RegisteredServerReach(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, ".env"), []byte("OPERATOR_KEY=dot-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := newGatedServer(t, &Options{Workspace: ws, Principals: twoPrincipals, Sandbox: ipybox.DefaultSandbox()})
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
@@ -76,7 +76,7 @@ func TestRedteam4CallOthersServer(t *testing.T) {
 	t.Parallel()
 	py := testenv.NeedsPython(t)
 	mark, canary := hostFiles(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
@@ -111,7 +111,7 @@ func TestRedteam4MetricsOfOthers(t *testing.T) {
 	t.Parallel()
 	py := testenv.NeedsPython(t)
 	mark, canary := hostFiles(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Principals: twoPrincipals, NoZygote: true})
+	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Sessions: SessionOptions{NoZygote: true}})
 	url := serveHTTP(t, srv)
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
 	hb := createSession(t, bob)

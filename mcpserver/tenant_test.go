@@ -19,7 +19,7 @@ import (
 func TestTenantFolders(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	for _, o := range []*Options{{Workspace: ws}, {Workspace: ws, NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}} {
+	for _, o := range []*Options{{Workspace: ws}, {Workspace: ws, HTTP: HTTPOptions{NoAuth: true, Principals: map[string]string{"ci": "ci-token-0123456789"}}}} {
 		s := newServer(t, o)
 		for _, p := range []string{"default", "ci", localPrincipal} {
 			if tn := s.tenant(p); tn != s.only || tn.dir != s.Workspace() {
@@ -29,7 +29,7 @@ func TestTenantFolders(t *testing.T) {
 	}
 
 	os.Chmod(ws, 0o750)
-	s := newServer(t, &Options{Workspace: ws, Principals: map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}})
+	s := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}}})
 	a := s.tenant("alice")
 	if a != s.tenant("alice") || a == s.tenant("bob") || a.dir != filepath.Join(s.Workspace(), "alice") {
 		t.Fatalf("alice's tenant: %q", a.dir)
@@ -58,11 +58,11 @@ func TestTenantFolders(t *testing.T) {
 	}
 
 	for _, bad := range []string{".ipybox", "..", ".x"} {
-		if _, err := New(&Options{Workspace: ws, Principals: map[string]string{bad: "x-token-0123456789", "b": "b-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "starts with '.'") {
+		if _, err := New(&Options{Workspace: ws, HTTP: HTTPOptions{Principals: map[string]string{bad: "x-token-0123456789", "b": "b-token-0123456789"}}}); err == nil || !strings.Contains(err.Error(), "starts with '.'") {
 			t.Errorf("principal %q: %v", bad, err)
 		}
 	}
-	if _, err := New(&Options{Workspace: ws, Principals: map[string]string{"Alice": "x-token-0123456789", "alice": "b-token-0123456789"}}); err == nil || !strings.Contains(err.Error(), "only in case") {
+	if _, err := New(&Options{Workspace: ws, HTTP: HTTPOptions{Principals: map[string]string{"Alice": "x-token-0123456789", "alice": "b-token-0123456789"}}}); err == nil || !strings.Contains(err.Error(), "only in case") {
 		t.Errorf("Alice and alice: %v", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestTenantFileTransfers(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	two := map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
-	s := newServer(t, &Options{Workspace: ws, Principals: two, AllowedDirs: []string{ws}})
+	s := newServer(t, &Options{Workspace: ws, AllowedDirs: []string{ws}, HTTP: HTTPOptions{Principals: two}})
 	a, b := s.tenant("alice"), s.tenant("bob")
 	for _, tn := range []*tenant{a, b} {
 		if err := tn.ensure(); err != nil {
@@ -90,7 +90,7 @@ func TestTenantFileTransfers(t *testing.T) {
 	if _, _, err := a.allowedRoot(filepath.Join(a.dir, "x")); err != nil {
 		t.Errorf("alice's own folder: %v", err)
 	}
-	d := newServer(t, &Options{Workspace: t.TempDir(), Principals: two})
+	d := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: two}})
 	if dirs := d.tenant("alice").allowedDirs(); len(dirs) != 2 || dirs[0] != d.tenant("alice").dir {
 		t.Errorf("alice's default allowed folders: %v", dirs)
 	}
@@ -102,12 +102,12 @@ func TestTenantFileTransfers(t *testing.T) {
 func TestConfinementOrder(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	none := newServer(t, &Options{Workspace: ws}).confinement()
-	sb := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()}).confinement()
+	none := newServer(t, &Options{Workspace: ws}).factory.confinement()
+	sb := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()}).factory.confinement()
 	other := ipybox.DefaultSandbox()
 	other.Filesystem.AllowWrite = append(other.Filesystem.AllowWrite, "/tmp")
-	sb2 := newServer(t, &Options{Workspace: ws, Sandbox: other}).confinement()
-	ct := newServer(t, &Options{Workspace: ws, Container: &ipybox.ContainerConfig{}}).confinement()
+	sb2 := newServer(t, &Options{Workspace: ws, Sandbox: other}).factory.confinement()
+	ct := newServer(t, &Options{Workspace: ws, Container: &ipybox.ContainerConfig{}}).factory.confinement()
 	if none != "none" || !strings.HasPrefix(sb, "sandbox/") || !strings.HasPrefix(ct, "container/") || sb == sb2 {
 		t.Fatalf("confinements: %q %q %q %q", none, sb, sb2, ct)
 	}
@@ -133,7 +133,7 @@ func TestTenantsConcurrently(t *testing.T) {
 	for i := range 4 {
 		ps[fmt.Sprintf("p%d", i)] = fmt.Sprintf("p%d-token-0123456789", i)
 	}
-	s := newServer(t, &Options{Workspace: t.TempDir(), Principals: ps})
+	s := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: ps}})
 	got := make([][]*tenant, 16)
 	var wg sync.WaitGroup
 	for i := range got {

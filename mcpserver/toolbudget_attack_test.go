@@ -40,8 +40,8 @@ func TestAttackTenantHoldsToolCalls(t *testing.T) {
 		t.Run(fmt.Sprintf("%d bytes sent", sent), func(t *testing.T) {
 			const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
 			srv := newServer(t, &Options{Workspace: t.TempDir(),
-				Principals: map[string]string{"alice": aliceTok, "bob": bobTok},
-				Servers:    map[string]ipybox.ServerConfig{"go": {Command: bin}}})
+				HTTP:    HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}},
+				Servers: map[string]ipybox.ServerConfig{"go": {Command: bin}}})
 			url := serveHTTP(t, srv)
 			alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 			bob := connectHTTPAs(t, url, bobTok, newVersion, nil)

@@ -298,7 +298,7 @@ The kernel starts at the first cell. ` + s.lifetime() + ` Over HTTP with MCP 202
 // one.
 func (s *Server) lifetime() string {
 	return fmt.Sprintf("After %v without a call it hibernates: its variables are saved and its kernel stops, and the next call brings them back (open files, sockets and threads do not come back; the result says which). It also survives a restart of ipybox. It ends with close_session, or after %v without a call; its variables are then gone, and files in the workspace stay.",
-		shortDuration(s.opts.HibernateAfter), shortDuration(s.opts.SessionExpiry))
+		shortDuration(s.opts.Durability.HibernateAfter), shortDuration(s.opts.Durability.SessionExpiry))
 }
 
 // shortDuration writes d without zero units: 30m rather than 30m0s, and
@@ -633,7 +633,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 	}
 	var all []entry
 	live := map[[32]byte]bool{}
-	for _, x := range s.store.all() {
+	for _, x := range s.sessions.store.all() {
 		live[x.key] = true
 		if x.conn != nil || x.principal != p || x.ctx.Err() != nil {
 			continue
@@ -646,7 +646,7 @@ func (s *Server) listSessionsTool(ctx context.Context, req *mcp.CallToolRequest,
 		all = append(all, entry{x.created, info})
 	}
 	// The sessions the state folder keeps that no call has revived here.
-	for _, k := range s.state.list() {
+	for _, k := range s.durability.state.list() {
 		if live[k.key] || k.rec.Principal != p {
 			continue
 		}

@@ -270,8 +270,8 @@ func TestNewErrors(t *testing.T) {
 		want string
 	}{
 		{Options{Workspace: file}, "not a directory"},
-		{Options{Workspace: ws, Approval: "maybe"}, `approval mode "maybe"`},
-		{Options{Workspace: ws, AllowTools: []string{"nodot"}}, "SERVER.TOOL"},
+		{Options{Workspace: ws, Approvals: ApprovalOptions{Mode: "maybe"}}, `approval mode "maybe"`},
+		{Options{Workspace: ws, Approvals: ApprovalOptions{AllowTools: []string{"nodot"}}}, "SERVER.TOOL"},
 		{Options{Workspace: ws, AllowedDirs: []string{"/nonexistent/dir"}}, "/nonexistent/dir"},
 		{Options{Workspace: ws, Binds: []Bind{{HostPath: "rel", RelPath: "x"}}}, "must be absolute"},
 		{Options{Workspace: ws, Binds: []Bind{{HostPath: ws, RelPath: "../x"}}}, `".."`},

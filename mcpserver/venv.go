@@ -64,7 +64,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 	dir := venvDir(t.dir)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
-		if t.s.sandbox != nil {
+		if t.s.factory.sandbox != nil {
 			// Its kernels need the base venv's prefix bound, as asked of
 			// the base now (not read from the virtualenv).
 			if base, err := kernel.FindPython(ctx, t.s.opts.Python); err == nil {
@@ -193,7 +193,7 @@ func (t *tenant) makeVenv(ctx context.Context, base, dir, final string) error {
 	if _, err := t.helper(ctx, base, "-I", "-c", "import pip"); err == nil {
 		return writePipShims(dir, final, []string{"pip", "pip3"})
 	}
-	if t.s.sandbox == nil {
+	if t.s.factory.sandbox == nil {
 		return fmt.Errorf("the interpreter %s has no pip, which install_package needs; install it (on Debian: apt-get install python3-pip)", base)
 	}
 	// Inside the sandbox, the fresh venv's own interpreter may install a
@@ -236,7 +236,7 @@ func (t *tenant) helper(ctx context.Context, path string, args ...string) ([]byt
 func (t *tenant) helperIn(ctx context.Context, writable, path string, args ...string) ([]byte, error) {
 	env := helperEnv(t.s.opts.KernelEnv)
 	env = append(env, "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PYTHONUNBUFFERED=1")
-	if t.s.sandbox == nil {
+	if t.s.factory.sandbox == nil {
 		return runCommand(ctx, t.dir, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
@@ -258,7 +258,7 @@ func (t *tenant) runPip(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pipTimeout)
 	defer cancel()
-	if t.s.sandbox != nil {
+	if t.s.factory.sandbox != nil {
 		out, err := t.helper(ctx, py, append([]string{"-m", "pip"}, args...)...)
 		if hint := pipNetworkHint(out); err != nil && hint != "" {
 			err = fmt.Errorf("%w; %s", err, hint)

@@ -1,16 +1,13 @@
 package mcpserver
 
 import (
-	"context"
-
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/internal/warm"
 )
 
 // A new session, a reset aside, needs a kernel at once: a cold start costs
 // about 0.35 s of CPU (Python's imports), and a burst of sessions on two
 // cores waits seconds for theirs. Two things remove that wait:
-//   - a warm pool of Executors started in advance (Options.Pool), refilled
+//   - a warm pool of Executors started in advance (Options.Sessions.Pool), refilled
 //     in the background, sandboxed or not;
 //   - unsandboxed, a fork server (a zygote: one Python process that has
 //     imported ipykernel and forks a kernel per start), so that starts,
@@ -24,17 +21,4 @@ type warmExec struct {
 	ex     *ipybox.Executor
 	synced map[string]int
 	owner  *oauthOwner
-}
-
-// newWarmPool keeps size Executors of s ready (none when size is 0),
-// for its one tenant: with several, New sets size to 0.
-func newWarmPool(s *Server, size int) *warm.Pool[warmExec] {
-	start := func(ctx context.Context) (warmExec, error) {
-		ex, synced, owner, err := s.only.newExecutor(ctx, "")
-		if err != nil && ex != nil {
-			s.closeExecutor(ex, false)
-		}
-		return warmExec{ex, synced, owner}, err
-	}
-	return warm.New(size, start, func(w warmExec) error { return s.closeExecutor(w.ex, false) }, s.log)
 }

@@ -36,17 +36,17 @@ func (f *durableFlags) apply(o *mcpserver.Options) error {
 	}
 	switch c := mcpserver.CheckpointMode(f.checkpoint); c {
 	case mcpserver.CheckpointNone, mcpserver.CheckpointCell:
-		o.Checkpoint = c
+		o.Durability.Checkpoint = c
 	default:
 		return fmt.Errorf("--checkpoint %q: want none or cell", f.checkpoint)
 	}
 	var err error
-	if o.SnapshotBytes, err = sandbox.ParseSize(f.budget); err != nil {
+	if o.Durability.SnapshotBytes, err = sandbox.ParseSize(f.budget); err != nil {
 		return fmt.Errorf("--snapshot-budget: %w", err)
 	}
-	if o.SnapshotWorkspaceBytes, err = sandbox.ParseSize(f.wsBudget); err != nil {
+	if o.Durability.SnapshotWorkspaceBytes, err = sandbox.ParseSize(f.wsBudget); err != nil {
 		return fmt.Errorf("--snapshot-workspace-budget: %w", err)
 	}
-	o.HibernateAfter, o.SessionExpiry, o.StateDir = f.hibernateAfter, f.expiry, f.stateDir
+	o.Durability.HibernateAfter, o.Durability.SessionExpiry, o.Durability.StateDir = f.hibernateAfter, f.expiry, f.stateDir
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/container"
+	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/mcpserver"
@@ -107,7 +108,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if code, err := f.probeBackend(ctx, env, opts); err != nil {
 		return fail(code, err)
 	}
-	if opts.Approval == mcpserver.ApprovalAuto {
+	if opts.Approvals.Mode == mcpserver.ApprovalAuto {
 		fmt.Fprintln(env.stderr, "ipybox mcp: --approval auto: tool calls and shell commands of cells run without approval (--approval elicit asks the client)")
 	}
 	log, closeLog, err := newLogger(env, f.logLevel, f.logFile)
@@ -119,11 +120,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := harden(); err != nil {
 		log.Warn("could not make the server non-dumpable; kernel code of this user could read its environment", "err", err)
 	}
-	if opts.ApprovalPolicy, err = f.policy.load(log); err != nil {
+	if opts.Approvals.Policy, err = f.policy.load(log); err != nil {
 		return fail(exitUsage, err)
 	}
-	if opts.ApprovalPolicy != nil {
-		defer opts.ApprovalPolicy.Close() // after the server's Close, deferred below
+	if opts.Approvals.Policy != nil {
+		defer opts.Approvals.Policy.Close() // after the server's Close, deferred below
 	}
 	tp, flush, err := f.telemetry.tracing(ctx, env, log)
 	if err != nil {
@@ -221,10 +222,10 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
 	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
-	fs.DurationVar(&f.idle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "end an HTTP connection's implicit session (a 2025-11-25 client's), and stop its kernel, after this long without a call; sessions of create_session hibernate instead (--hibernate-after)")
+	fs.DurationVar(&f.idle, "session-idle-timeout", defaults.SessionIdle, "end an HTTP connection's implicit session (a 2025-11-25 client's), and stop its kernel, after this long without a call; sessions of create_session hibernate instead (--hibernate-after)")
 	f.durable.register(fs)
-	fs.DurationVar(&f.startTimeout, "start-timeout", mcpserver.DefaultStartTimeout, "how long a tool call waits for its kernel to start")
-	fs.DurationVar(&f.approvalTimeout, "approval-timeout", mcpserver.DefaultApprovalTimeout, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
+	fs.DurationVar(&f.startTimeout, "start-timeout", defaults.SessionStart, "how long a tool call waits for its kernel to start")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", defaults.Approval, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
 	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
 	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
@@ -409,26 +410,32 @@ func listenError(addr string, err error) error {
 // .env, the kernel's environment, binds and servers to register.
 func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 	o := &mcpserver.Options{
-		Workspace:               f.workspace,
-		Python:                  f.python,
-		ImagesDir:               f.imagesDir,
-		RequireShellEscape:      f.requireShellEscape,
-		Approval:                mcpserver.ApprovalMode(f.approval),
-		AllowTools:              f.allowTools,
-		AuthToken:               f.authToken,
-		Principals:              f.principals,
-		NoAuth:                  f.noAuth,
-		SessionIdleTimeout:      f.idle,
-		StartTimeout:            f.startTimeout,
-		ApprovalTimeout:         f.approvalTimeout,
-		Pool:                    f.pool,
-		PoolMax:                 f.poolMax,
-		MaxSessions:             f.maxSessions,
-		MaxSessionsPerPrincipal: f.maxPerPrincipal,
-		NoZygote:                f.noZygote,
-		AllowHostServers:        f.allowHostServers,
-		Version:                 strings.Fields(versionString())[1],
-		KernelEnv:               map[string]string{},
+		Workspace:          f.workspace,
+		Python:             f.python,
+		ImagesDir:          f.imagesDir,
+		RequireShellEscape: f.requireShellEscape,
+		AllowHostServers:   f.allowHostServers,
+		Version:            strings.Fields(versionString())[1],
+		KernelEnv:          map[string]string{},
+		Approvals: mcpserver.ApprovalOptions{
+			Mode:       mcpserver.ApprovalMode(f.approval),
+			AllowTools: f.allowTools,
+			Timeout:    f.approvalTimeout,
+		},
+		HTTP: mcpserver.HTTPOptions{
+			AuthToken:          f.authToken,
+			Principals:         f.principals,
+			NoAuth:             f.noAuth,
+			SessionIdleTimeout: f.idle,
+		},
+		Sessions: mcpserver.SessionOptions{
+			StartTimeout:            f.startTimeout,
+			Pool:                    f.pool,
+			PoolMax:                 f.poolMax,
+			MaxSessions:             f.maxSessions,
+			MaxSessionsPerPrincipal: f.maxPerPrincipal,
+			NoZygote:                f.noZygote,
+		},
 	}
 	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
 		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)

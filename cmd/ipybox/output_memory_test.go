@@ -99,7 +99,7 @@ func TestMCPOutputMemory(t *testing.T) {
 	if len(out) > 20000 {
 		t.Errorf("result of %d characters; want the head and tail only", len(out))
 	}
-	// The file keeps the first 32 MiB (mcpserver.DefaultSpillCellBytes),
+	// The file keeps the first 32 MiB (mcpserver's defaultSpillCellBytes),
 	// and the result says what was dropped.
 	const kept = 32 << 20
 	m := regexp.MustCompile(`the output was (\d+) bytes \(stdout and stderr\); its first (\d+) bytes are in (\S+) in the workspace, and the (\d+) bytes after them were dropped`).FindStringSubmatch(out)

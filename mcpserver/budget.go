@@ -1,0 +1,129 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/ipybox/ipybox/internal/safefs"
+)
+
+// snapshotBudget is the workspace's snapshot budget: it owns the room
+// that the saves in flight hold (reserved) and the signal that one ended
+// (freed), under its lock mu, a leaf that is held across no I/O (the
+// snapshot folders are measured outside it). It calls only dirs, which
+// names the tenants' folders (the budget is the server's, over its
+// principals), and reads the snapshot folders below them.
+type snapshotBudget struct {
+	// per bounds one session's snapshot (Options.Durability.SnapshotBytes), total
+	// all of them (Options.Durability.SnapshotWorkspaceBytes); negative: no limit.
+	per, total int64
+	dirs       func() []string
+
+	mu sync.Mutex
+	// reserved is what the saves in flight may take of the workspace's
+	// budget; freed is closed (and replaced) when one ends.
+	reserved int64
+	freed    chan struct{}
+}
+
+// minSave is the least room a save is started with.
+const minSave = 64 << 10
+
+// reserve returns the size a save into dir may take, and holds it against
+// the workspace's budget until release: the session's budget, or what the
+// other sessions' snapshots leave of the workspace's. While saves in
+// flight hold that room (SIGTERM saves every session at once), it waits
+// for one to end, until ctx does; when the snapshots on disk leave less
+// than minSave, it fails.
+func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func(), error) {
+	per := b.per
+	total := b.total
+	if total < 0 {
+		if per < 0 {
+			return 0, func() {}, nil
+		}
+		return per, func() {}, nil
+	}
+	for {
+		used, err := b.snapshotsSize(dir)
+		if err != nil {
+			return 0, nil, err
+		}
+		want := total - used
+		if per >= 0 && per < want {
+			want = per
+		}
+		if want < minSave {
+			if per >= 0 && per < total-used {
+				// The session's own budget is what refuses.
+				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
+			}
+			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
+		}
+		b.mu.Lock()
+		if b.reserved+want <= total-used {
+			b.reserved += want
+			b.mu.Unlock()
+			return want, func() {
+				b.mu.Lock()
+				b.reserved -= want
+				if b.freed != nil {
+					close(b.freed)
+					b.freed = nil
+				}
+				b.mu.Unlock()
+			}, nil
+		}
+		if b.freed == nil {
+			b.freed = make(chan struct{})
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// snapshotsSize measures the snapshot folders of every tenant but except
+// (the budget is the server's, over its principals).
+func (b *snapshotBudget) snapshotsSize(except string) (int64, error) {
+	var total int64
+	for _, dir := range b.dirs() {
+		total += b.tenantSnapshotsSize(filepath.Join(dir, ".ipybox", "snapshots"), except)
+	}
+	return total, nil
+}
+
+// tenantSnapshotsSize measures the snapshot folders in root but except.
+func (b *snapshotBudget) tenantSnapshotsSize(root, except string) int64 {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, e := range ents {
+		p := filepath.Join(root, e.Name())
+		if p == except || !e.IsDir() {
+			continue
+		}
+		n, err := safefs.Size(p, maxSnapshotEntries)
+		if err != nil {
+			// A folder too full to count counts as the whole budget.
+			n = b.per
+		}
+		// Its running kernel can write it between saves: it counts as at
+		// most one session's budget, so that one session cannot take the
+		// others' room.
+		if per := b.per; per >= 0 {
+			n = min(n, per)
+		}
+		total += n
+	}
+	return total
+}

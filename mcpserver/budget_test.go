@@ -1,0 +1,115 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// newBudget returns a budget over one tenant folder, dir.
+func newBudget(dir string, per, total int64) *snapshotBudget {
+	return &snapshotBudget{per: per, total: total, dirs: func() []string { return []string{dir} }}
+}
+
+// TestBudgetReserveWaitsForRoom: the saves in flight hold their room; one
+// more waits until one of them releases, then gets it, and a wait that
+// outlives its context fails and says what it waited for.
+func TestBudgetReserveWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	snaps := filepath.Join(dir, ".ipybox", "snapshots")
+	b := newBudget(dir, 1<<20, 2<<20)
+	var releases []func()
+	for i := range 2 {
+		n, release, err := b.reserve(t.Context(), filepath.Join(snaps, "s"+string(rune('a'+i))))
+		if err != nil || n != 1<<20 {
+			t.Fatalf("save %d: %d, %v; want the session's budget", i, n, err)
+		}
+		releases = append(releases, release)
+	}
+	// A third save waits: the two hold the whole budget.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancel()
+	if _, _, err := b.reserve(ctx, filepath.Join(snaps, "c")); err == nil || !strings.Contains(err.Error(), "waiting for room") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a save past the budget in flight: %v; want a bounded wait that says so", err)
+	}
+	got := make(chan int64, 1)
+	go func() {
+		n, release, err := b.reserve(t.Context(), filepath.Join(snaps, "c"))
+		if err != nil {
+			t.Error(err)
+			got <- 0
+			return
+		}
+		release()
+		got <- n
+	}()
+	// Once it waits (freed is made by the waiter), release one.
+	testenv.WaitFor(t, time.Minute, "the third save to wait", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.freed != nil
+	})
+	select {
+	case n := <-got:
+		t.Fatalf("the third save got %d before any release", n)
+	default:
+	}
+	releases[0]()
+	select {
+	case n := <-got:
+		if n != 1<<20 {
+			t.Errorf("the third save after a release: %d, want %d", n, 1<<20)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the third save did not get the released room within a minute")
+	}
+	releases[1]()
+	if b.reserved != 0 {
+		t.Errorf("reserved after every release: %d, want 0", b.reserved)
+	}
+}
+
+// TestBudgetCountsOthersOnDisk: the other sessions' snapshot folders (in
+// every tenant's folder) count against the workspace's budget, the
+// save's own folder does not, and without a workspace budget a save gets
+// the session's.
+func TestBudgetCountsOthersOnDisk(t *testing.T) {
+	t.Parallel()
+	a, c := t.TempDir(), t.TempDir()
+	for _, d := range []string{a, c} {
+		other := filepath.Join(d, ".ipybox", "snapshots", "other")
+		if err := os.MkdirAll(other, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(other, "namespace"), make([]byte, 300<<10), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine := filepath.Join(a, ".ipybox", "snapshots", "mine")
+	if err := os.MkdirAll(mine, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mine, "namespace"), make([]byte, 900<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := &snapshotBudget{per: -1, total: 1 << 20, dirs: func() []string { return []string{a, c} }}
+	n, release, err := b.reserve(t.Context(), mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if n <= 0 || n > (1<<20)-(600<<10) {
+		t.Errorf("room beside two others' 300 KiB each: %d; want at most %d (the save's own folder not counted)", n, (1<<20)-(600<<10))
+	}
+	b = newBudget(a, 5<<20, -1)
+	if n, _, err := b.reserve(t.Context(), mine); err != nil || n != 5<<20 {
+		t.Errorf("without a workspace budget: %d, %v; want the session's %d", n, err, 5<<20)
+	}
+}
