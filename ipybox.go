@@ -328,6 +328,11 @@ type Executor struct {
 	kernelObs *telemetry.Kernel
 	stopWatch func()
 
+	// forked says how this Executor was forked (nil: it was not); see
+	// fork.go. rewind keeps its cell boundaries.
+	forked *ForkInfo
+	rewind rewindState
+
 	closeOnce sync.Once
 	closeErr  error
 	detached  bool // Detach, not Close: the gateway kernel runs on
@@ -335,6 +340,12 @@ type Executor struct {
 
 // Start starts a kernel and returns an Executor for it.
 func Start(ctx context.Context, opts *Options) (*Executor, error) {
+	return start(ctx, opts, nil)
+}
+
+// start is Start; wrap, when set, replaces the launcher (a fork's, see
+// fork.go).
+func start(ctx context.Context, opts *Options, wrap func(kernel.Launcher) kernel.Launcher) (*Executor, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -361,6 +372,9 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	launcher, kws, err := e.launcher(ctx, &o)
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		launcher = wrap(launcher)
 	}
 	ko, err := e.kernelOptions(&o, launcher, kws)
 	if err != nil {

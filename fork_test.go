@@ -1,0 +1,113 @@
+package ipybox_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// run executes code and returns its trimmed text, failing t on an error.
+func frun(t *testing.T, ex *ipybox.Executor, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := ex.Execute(ctx, code, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", code, err)
+	}
+	return strings.TrimSpace(res.Text)
+}
+
+// alive reports whether pid exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitGone waits (bounded) until pid has gone.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is still alive", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestForkProcess forks an unsandboxed kernel (direct, and from a
+// zygote): the fork holds the source's namespace at the fork, changes in
+// either are unseen by the other, both keep working, the fork has its own
+// tool token and reseeded random, and closing either does not end the
+// other.
+func TestForkProcess(t *testing.T) {
+	testenv.NeedsPython(t)
+	for _, name := range []string{"direct", "zygote"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			o := &ipybox.Options{WorkDir: t.TempDir()}
+			if name == "zygote" {
+				z, err := ipybox.NewZygote(ctx, "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer z.Close()
+				o.Zygote = z
+			}
+			src, err := ipybox.Start(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			frun(t, src, "import random, os, json\nxs = [1, 2, 3]\ndef f(v):\n    return v * k\nk = 7\nrandom.seed(1)\nfh = open('f.txt', 'w')")
+			forks, err := src.Fork(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := forks[0]
+			defer f.Close()
+			if f.ForkInfo() == nil || f.ForkInfo().Method != ipybox.ForkProcess {
+				t.Fatalf("ForkInfo = %+v, want a process fork", f.ForkInfo())
+			}
+			if got := frun(t, f, "print(xs, f(6), k)"); got != "[1, 2, 3] 42 7" {
+				t.Fatalf("fork sees %q", got)
+			}
+			frun(t, f, "xs.append(4); k = 1")
+			if got := frun(t, src, "print(xs, f(6))"); got != "[1, 2, 3] 42" {
+				t.Fatalf("source sees the fork's change: %q", got)
+			}
+			frun(t, src, "del k")
+			if got := frun(t, f, "print(xs, f(6))"); got != "[1, 2, 3, 4] 6" {
+				t.Fatalf("fork sees %q", got)
+			}
+			tokS := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			tokF := frun(t, f, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			if tokS == tokF || tokF == "" {
+				t.Fatalf("the fork has the source's tool token")
+			}
+			if a, b := frun(t, src, "print(random.random())"), frun(t, f, "print(random.random())"); a == b {
+				t.Fatalf("source and fork draw the same random stream: %s", a)
+			}
+			pidS, _ := strconv.Atoi(frun(t, src, "print(os.getpid())"))
+			pidF, _ := strconv.Atoi(frun(t, f, "print(os.getpid())"))
+			if pidS == pidF || pidF == 0 {
+				t.Fatalf("pids %d %d", pidS, pidF)
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidS)
+			if got := frun(t, f, "print(xs[-1])"); got != "4" {
+				t.Fatalf("fork after the source's close: %q", got)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidF)
+		})
+	}
+}

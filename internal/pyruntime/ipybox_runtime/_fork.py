@@ -1,0 +1,189 @@
+"""Fork of a live kernel (Executor.Fork), done by the kernel itself.
+
+fork(req) runs in a silent cell of the source kernel, on its main thread,
+between cells. It forks twice (the grandchild is nobody's child here, so
+the source never holds a zombie) and publishes the grandchild's pid as a
+display of REPORT_MIME. The grandchild becomes a new kernel on the
+connection file that req names, with the source's user namespace:
+
+- only the calling thread survives a fork: ipykernel's iopub, heartbeat
+  and control threads, and ZeroMQ's I/O threads, are gone. Their objects
+  (the old app, kernel, shell, sockets and context) are kept referenced in
+  _ABANDONED and never closed: closing would talk to threads that do not
+  exist, and the descriptors are shared with the source. The process ends
+  with os._exit, so no finalizer of theirs runs;
+- every inherited socket and anonymous-inode descriptor (the old ZeroMQ
+  channels, their epoll and eventfd, sockets of user code) is closed;
+  regular files and pipes stay, shared with the source as os.fork shares
+  them;
+- the environment is replaced by req's (a new tool-server URL and token),
+  the working directory and sys.path set, pooled tool connections dropped;
+- random and numpy's global generator are reseeded from os.urandom, unless
+  req["keep_random"];
+- a new lifeline is opened from req["lifeline"] (a /proc path to the
+  host's pipe), so that the fork dies with the host and not with its
+  source; the fork leads a session of its own.
+"""
+
+import json
+import os
+import sys
+
+REPORT_MIME = "application/x-ipybox-fork+json"
+_ABANDONED = []
+
+
+def _publish(report):
+    from IPython.display import publish_display_data
+
+    publish_display_data({REPORT_MIME: report})
+
+
+def fork(req):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            if os.fork():
+                code = 0
+            else:
+                # Its own session first, then its pid: the host checks
+                # that what it adopts leads its group.
+                os.setsid()
+                os.write(w, str(os.getpid()).encode())
+                os.close(w)
+                _become(req)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 64)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    _publish({"pid": int(data or b"0")})
+
+
+def _lifeline(path):
+    import signal
+    import threading
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def watch():
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        try:
+            os.killpg(0, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ipybox-lifeline", daemon=True).start()
+    return fd
+
+
+def _close_inherited(keep):
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd in keep:
+            continue
+        try:
+            target = os.readlink("/proc/self/fd/" + name)
+        except OSError:
+            continue
+        if target.startswith("socket:") or target.startswith("anon_inode:"):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _reseed():
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+
+
+def _become(req):
+    import asyncio
+    import signal
+
+    life = _lifeline(req["lifeline"]) if req.get("lifeline") else -1
+    # The kernel's own output goes where the source's did before ipykernel
+    # captured it, not into the source's capture pipe.
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        orig = getattr(stream, "_original_stdstream_copy", None)
+        if orig is not None:
+            try:
+                os.dup2(orig, fd)
+            except OSError:
+                pass
+    _ABANDONED.append((sys.stdout, sys.stderr))
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    _close_inherited({life})
+    for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    old_pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ.clear()
+    for kv in req["env"]:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+    new_pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = new_pp + [p for p in sys.path if p not in old_pp and p not in new_pp]
+    os.chdir(req.get("cwd") or "/")
+    rt = sys.modules.get("ipybox_runtime")
+    if rt is not None:
+        import threading
+
+        rt._local = threading.local()
+        rt._executor = None
+    if not req.get("keep_random"):
+        _reseed()
+
+    from ipykernel.kernelapp import IPKernelApp
+
+    old = IPKernelApp.instance()
+    shell = old.shell
+    ns = shell.user_ns
+    _ABANDONED.append((old, old.kernel, shell, asyncio.get_event_loop()))
+    type(shell).clear_instance()
+    type(old.kernel).clear_instance()
+    IPKernelApp.clear_instance()
+    # The source's event loop is mid-request on this stack, and stays so:
+    # the new kernel runs a loop of its own, nested, and never returns.
+    asyncio.events._set_running_loop(None)
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    sys.argv = ["ipykernel_launcher"] + list(req["argv"])
+    app = IPKernelApp.instance(user_ns=ns)
+    app.initialize(list(req["argv"]))
+    app.start()
+    os._exit(0)
+
+
+def request(data):
+    """fork(json.loads(data)): the host passes one JSON literal."""
+    fork(json.loads(data))
