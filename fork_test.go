@@ -2,6 +2,8 @@ package ipybox_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,4 +112,86 @@ func TestForkProcess(t *testing.T) {
 			waitGone(t, pidF)
 		})
 	}
+}
+
+// TestRewind undoes a cell that deleted a variable and mutated a list,
+// then two cells at once; past the boundaries kept it says how far it can
+// go; the boundaries' processes end with Close.
+func TestRewind(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	frun(t, ex, "xs = [1, 2]\nv = 'keep'")
+	frun(t, ex, "del v\nxs.append(3)")
+	t0 := time.Now()
+	if _, err := ex.Rewind(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rewind took %v", time.Since(t0))
+	res, err := ex.Execute(ctx, "print(xs, v)", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(res.Text) != "[1, 2] keep" || !strings.Contains(res.Note, "rewound 1 cell") {
+		t.Fatalf("after rewind: %q, note %q", res.Text, res.Note)
+	}
+	frun(t, ex, "xs.append(9)")
+	frun(t, ex, "xs.append(10)")
+	// Boundaries now: before "print", before append(9), before append(10).
+	_, err = ex.Rewind(ctx, 4)
+	if err == nil || !strings.Contains(err.Error(), "1 to 3 cells") {
+		t.Fatalf("rewind past the bound: %v", err)
+	}
+	rep, err := ex.Rewind(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Left != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if got := frun(t, ex, "print(xs)"); got != "[1, 2]" {
+		t.Fatalf("after rewinding 2: %q", got)
+	}
+	pids := checkpointPids(t)
+	if len(pids) == 0 {
+		t.Fatal("no kept boundary found")
+	}
+	if err := ex.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		waitGone(t, p)
+	}
+}
+
+// checkpointPids lists this user's processes whose parent is not this
+// test and that lead their group with the kernel's interpreter: the kept
+// boundaries and forks (for the leak checks).
+func checkpointPids(t *testing.T) []int {
+	t.Helper()
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !strings.Contains(string(env), "IPYBOX_TOOL_TOKEN") {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 2 && f[1] != strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -224,6 +224,13 @@ type Options struct {
 	// Snapshot and Restore then fail.
 	SnapshotDir string
 
+	// RewindDepth is how many cell boundaries the Executor keeps for
+	// Rewind, at most MaxRewindDepth: before each cell, a copy-on-write
+	// fork of the kernel, stopped, which costs a few milliseconds per
+	// cell and the memory the kernel changes since. Unsandboxed kernels
+	// only. Zero keeps none.
+	RewindDepth int
+
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
 	// workspace at ContainerWorkspace. It excludes Sandbox, and Zygote is
@@ -745,7 +752,11 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.rejectPending("the cell ended")
 		}()
 
+		e.checkpointBefore(runCtx, code)
 		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
+		if res != nil {
+			res.Note = e.takeNote()
+		}
 		e.endCell(span, err)
 		if stopped {
 			return
@@ -782,6 +793,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 	if err := e.k.Restart(ctx); err != nil {
 		return fmt.Errorf("ipybox: reset: %w", executorErr(err))
 	}
+	e.dropCheckpoints() // the old namespace is gone, and cannot come back
 	e.forgetMu.Lock()
 	e.forget = nil // a fresh kernel has imported nothing
 	e.forgetMu.Unlock()
@@ -812,6 +824,7 @@ func (e *Executor) closeParts() error {
 	if e.stopWatch != nil {
 		e.stopWatch()
 	}
+	e.dropCheckpoints()
 	var errs []error
 	if e.tools != nil {
 		errs = append(errs, e.tools.Close())

@@ -54,7 +54,10 @@ def fork(req):
                 os.setsid()
                 os.write(w, str(os.getpid()).encode())
                 os.close(w)
-                _become(req)
+                if req.get("wait"):
+                    _checkpoint(req)
+                else:
+                    _become(req, _lifeline_fd(req))
         except BaseException:
             import traceback
 
@@ -73,11 +76,18 @@ def fork(req):
     _publish({"pid": int(data or b"0")})
 
 
-def _lifeline(path):
+def _lifeline_fd(req):
+    if not req.get("lifeline"):
+        return -1
+    return os.open(req["lifeline"], os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _watch(fd):
     import signal
     import threading
 
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    if fd < 0:
+        return
 
     def watch():
         while True:
@@ -95,7 +105,24 @@ def _lifeline(path):
         os._exit(1)
 
     threading.Thread(target=watch, name="ipybox-lifeline", daemon=True).start()
-    return fd
+
+
+def _checkpoint(req):
+    """A kept cell boundary (Executor.Rewind): the copy waits, stopped
+    in effect, reading its lifeline. The host writes one JSON line there to
+    wake it into a kernel (a rewind), or closes the pipe to end it."""
+    fd = _lifeline_fd(req)
+    _detach(fd)
+    line = b""
+    while not line.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            os._exit(0)
+        line += chunk
+    _become(json.loads(line), fd, detached=True)
 
 
 def _close_inherited(keep):
@@ -126,20 +153,26 @@ def _reseed():
             pass
 
 
-def _become(req):
-    import asyncio
+def _detach(life):
+    """Let go of what the copy shares with its source: output capture,
+    sockets, signal handlers."""
     import signal
 
-    life = _lifeline(req["lifeline"]) if req.get("lifeline") else -1
-    # The kernel's own output goes where the source's did before ipykernel
-    # captured it, not into the source's capture pipe.
-    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+    # The kernel's own output (not cell output) goes nowhere: the source's
+    # output pipe is the source's, and holding it would hold the host's
+    # wait for the source's exit, and kill the copy with SIGPIPE once the
+    # host stops reading it.
+    for stream in (sys.stdout, sys.stderr):
         orig = getattr(stream, "_original_stdstream_copy", None)
-        if orig is not None:
+        if orig is not None and orig > 2:
             try:
-                os.dup2(orig, fd)
+                os.close(orig)
             except OSError:
                 pass
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
     _ABANDONED.append((sys.stdout, sys.stderr))
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     _close_inherited({life})
@@ -147,6 +180,13 @@ def _become(req):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+def _become(req, life, detached=False):
+    import asyncio
+
+    if not detached:
+        _detach(life)
+    _watch(life)
     old_pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ.clear()
     for kv in req["env"]:
