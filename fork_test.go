@@ -2,6 +2,7 @@ package ipybox_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -194,4 +195,159 @@ func checkpointPids(t *testing.T) []int {
 		}
 	}
 	return out
+}
+
+// TestForkMany makes 4 forks at once: each holds the namespace and works
+// on its own; every process ends with Close, and no goroutine is left.
+func TestForkMany(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, "n = [0]")
+	forks, err := src.Fork(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for i, f := range forks {
+		frun(t, f, "n[0] += "+strconv.Itoa(i+1))
+		pid, _ := strconv.Atoi(frun(t, f, "import os; print(os.getpid())"))
+		pids = append(pids, pid)
+	}
+	for i, f := range forks {
+		if got := frun(t, f, "print(n[0])"); got != strconv.Itoa(i+1) {
+			t.Fatalf("fork %d: n = %s", i, got)
+		}
+	}
+	if got := frun(t, src, "print(n[0])"); got != "0" {
+		t.Fatalf("source: n = %s", got)
+	}
+	if _, err := src.Fork(ctx, ipybox.MaxForks+1); err == nil {
+		t.Fatal("a fork of more than MaxForks was made")
+	}
+	for _, f := range forks {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pids {
+		waitGone(t, p)
+	}
+	if got := frun(t, src, "print(n[0])"); got != "0" {
+		t.Fatalf("source after its forks closed: n = %s", got)
+	}
+}
+
+// TestForkBusy: a fork or a rewind of a session that is running a cell
+// refuses with ErrBusy, and works once the cell has ended.
+func TestForkBusy(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for ev, err := range src.Stream(ctx, "print('go', flush=True)\nimport time; time.sleep(3)", nil) {
+			if err != nil {
+				done <- err
+				return
+			}
+			if _, ok := ev.(*ipybox.Output); ok {
+				select {
+				case <-started:
+				default:
+					close(started)
+				}
+			}
+		}
+		done <- nil
+	}()
+	<-started
+	if _, err := src.Fork(ctx, 1); !errors.Is(err, ipybox.ErrBusy) {
+		t.Fatalf("fork of a busy session: %v", err)
+	}
+	if _, err := src.Rewind(ctx, 1); !errors.Is(err, ipybox.ErrBusy) {
+		t.Fatalf("rewind of a busy session: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	forks, err := src.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forks[0].Close()
+}
+
+// TestForkConfined forks a sandboxed and a container kernel: through a
+// snapshot, into a fresh kernel of the same backend. The fork holds the
+// state and says how it was made; its kernel cannot read its source's
+// snapshot folder (the masks hide it), nor find its source's tool token in
+// any process it can see.
+func TestForkConfined(t *testing.T) {
+	testenv.NeedsPython(t)
+	for _, backend := range []string{"sandbox", "container"} {
+		t.Run(backend, func(t *testing.T) {
+			ws := t.TempDir()
+			o := snapshotOpts(ws, "src")
+			if backend == "sandbox" {
+				testenv.NeedsTool(t, "bwrap")
+				o.Sandbox = ipybox.DefaultSandbox()
+			} else {
+				testenv.NeedsDocker(t)
+				o.Container = &ipybox.ContainerConfig{}
+			}
+			src := start(t, o)
+			ctx := context.Background()
+			frun(t, src, "xs = [1, 2, 3]\ndef f(v):\n    return v + 1\nimport os")
+			forks, err := src.Fork(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := forks[0]
+			defer f.Close()
+			if fi := f.ForkInfo(); fi == nil || fi.Method != ipybox.ForkSnapshot || !strings.Contains(fi.Note(), "snapshot") {
+				t.Fatalf("ForkInfo = %+v", fi)
+			}
+			if got := frun(t, f, "print(xs, f(1))"); got != "[1, 2, 3] 2" {
+				t.Fatalf("fork sees %q", got)
+			}
+			tok := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			srcSnap := src.SnapshotDir()
+			if backend == "container" {
+				srcSnap = "/workspace/.ipybox/snapshots/src"
+			}
+			probe := `import os, glob
+found = []
+for p in glob.glob('/proc/[0-9]*/environ'):
+    try:
+        if TOK in open(p).read():
+            found.append(p)
+    except OSError:
+        pass
+try:
+    print('listed', os.listdir(SNAP))
+except OSError as e:
+    print('refused', type(e).__name__)
+print('found', found)`
+			code := "TOK = " + strconv.Quote(tok) + "\nSNAP = " + strconv.Quote(srcSnap) + "\n" + probe
+			got := frun(t, f, code)
+			if !strings.Contains(got, "refused") || !strings.Contains(got, "found []") {
+				t.Fatalf("the fork reached its source: %s", got)
+			}
+			frun(t, f, "xs.append(4)")
+			if got := frun(t, src, "print(xs)"); got != "[1, 2, 3]" {
+				t.Fatalf("source sees the fork's change: %q", got)
+			}
+		})
+	}
 }
