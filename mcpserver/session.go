@@ -527,6 +527,7 @@ func (t *tenant) newExecutor(ctx context.Context, attach string) (*ipybox.Execut
 		OAuthURL:    owner.openURL,
 
 		RequireShellEscape: s.opts.RequireShellEscape,
+		RewindDepth:        s.opts.RewindDepth,
 	}
 	if s.opts.Approval == ApprovalElicit {
 		o.ApproveShellCommands = true
