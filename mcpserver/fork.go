@@ -40,8 +40,8 @@ type rewindOut struct {
 // addForkTools adds fork_session and rewind_session.
 func (s *Server) addForkTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:  "fork_session",
-		Title: "Copy a session",
+		Name:        "fork_session",
+		Title:       "Copy a session",
 		Description: fmt.Sprintf(`Make count new sessions (default 1, at most %d) whose kernels start with a copy of a session's variables, imports and definitions; the session itself runs on unchanged. Each copy has its own handle (structuredContent.sessions), and what one does to its variables the others do not see. Files are not copied: the copies share the workspace. Use it before a risky step, or to try several approaches from one state. A session that is running a cell cannot be copied until the cell ends.`, ipybox.MaxForks) + threadHandle,
 		InputSchema: schema(fmt.Sprintf(`{
   "type": "object",
@@ -54,8 +54,8 @@ func (s *Server) addForkTools() {
 		Annotations: &mcp.ToolAnnotations{Title: "Copy a session", IdempotentHint: false, OpenWorldHint: boolPtr(false)},
 	}, s.forkSessionTool)
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:  "rewind_session",
-		Title: "Undo the last cells",
+		Name:        "rewind_session",
+		Title:       "Undo the last cells",
 		Description: fmt.Sprintf(`Return a session's variables to what they were before its last cells cells (at most %d; the server keeps only the last few cell boundaries, and says how many it can undo). Files, installed packages and registered servers are not undone. The next result says what came back.`, ipybox.MaxRewindDepth) + threadHandle,
 		InputSchema: schema(fmt.Sprintf(`{
   "type": "object",
