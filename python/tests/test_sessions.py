@@ -63,6 +63,21 @@ class SessionsTest(LoopTestCase):
         kw.setdefault("kernel_init_timeout", 90)
         return CodeExecutor(server_url=self.url, approve_shell_cmds=True, **kw)
 
+    def test_fork(self):
+        async def go() -> tuple[str, str, str]:
+            async with self.executor() as ex:
+                await ex.execute("xs = [1]")
+                handles = await ex.fork(2)
+                self.assertEqual(len(handles), 2)
+                async with self.executor(session=handles[0]) as f:
+                    a = (await f.execute("xs.append(2); print(xs)")).text
+                async with self.executor(session=handles[1]) as f:
+                    b = (await f.execute("print(xs)")).text
+                return a, b, (await ex.execute("print(xs)")).text
+
+        a, b, src = self.run_async(go(), timeout=180)
+        self.assertEqual((a, b, src), ("[1, 2]", "[1]", "[1]"))
+
     def test_come_back_to_the_kernel(self):
         async def first() -> str:
             ex = self.executor(keep_session=True)
