@@ -112,7 +112,6 @@ func (e *Executor) ForkWith(ctx context.Context, n int, prepare func(i int, o *O
 	default:
 		return nil, ErrBusy
 	}
-	defer e.release()
 	return e.forkProcess(ctx, opts)
 }
 
@@ -122,16 +121,27 @@ func siblingDir(dir string) string {
 }
 
 // forkProcess starts the forks at once; their fork cells take turns in the
-// source's kernel. The caller holds e.sem.
+// source's kernel. The caller holds e.sem; it is released as soon as the
+// last fork cell has run, so that the source's next cell waits for the
+// forks' copies only, not for their kernels to start.
 func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executor, error) {
 	var cellMu sync.Mutex
+	var once sync.Once
+	release := func() { once.Do(e.release) }
+	defer release()
+	left := len(opts)
+	cellDone := func() { // called with cellMu held
+		if left--; left == 0 {
+			release()
+		}
+	}
 	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
 		o.Python = e.k.Python()
 		f, err := start(ctx, o, func(next kernel.Launcher) kernel.Launcher {
 			if next == nil {
 				next = kernel.DirectLauncher{}
 			}
-			return &forkLauncher{src: e, mu: &cellMu, next: next}
+			return &forkLauncher{src: e, mu: &cellMu, done: cellDone, next: next}
 		})
 		if err != nil {
 			return nil, err
@@ -235,6 +245,7 @@ func copyBeneath(from, to, name string) error {
 type forkLauncher struct {
 	src  *Executor
 	mu   *sync.Mutex // one fork cell at a time in the source's kernel
+	done func()      // after the fork cell, with mu held
 	next kernel.Launcher
 	used bool
 }
@@ -247,6 +258,7 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 	l.used = true
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer l.done()
 	return forkKernel(ctx, l.src.k, spec, false)
 }
 
