@@ -1,10 +1,10 @@
 """Fork of a live kernel (Executor.Fork), done by the kernel itself.
 
 fork(req) runs in a silent cell of the source kernel, on its main thread,
-between cells. It forks twice (the grandchild is nobody's child here, so
-the source never holds a zombie) and publishes the grandchild's pid as a
-display of REPORT_MIME. The grandchild becomes a new kernel on the
-connection file that req names, with the source's user namespace:
+between cells. It forks once (a thread of the source reaps the copy when
+it ends) and publishes the copy's pid as a display of REPORT_MIME. The
+copy becomes a new kernel on the connection file that req names, with
+the source's user namespace:
 
 - only the calling thread survives a fork: ipykernel's iopub, heartbeat
   and control threads, and ZeroMQ's I/O threads, are gone. Their objects
@@ -43,27 +43,23 @@ def fork(req):
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = 1
         try:
             os.close(r)
-            if os.fork():
-                code = 0
+            # Its own session first, then its pid: the host checks that
+            # what it adopts leads its group.
+            os.setsid()
+            os.write(w, str(os.getpid()).encode())
+            os.close(w)
+            if req.get("wait"):
+                _checkpoint(req)
             else:
-                # Its own session first, then its pid: the host checks
-                # that what it adopts leads its group.
-                os.setsid()
-                os.write(w, str(os.getpid()).encode())
-                os.close(w)
-                if req.get("wait"):
-                    _checkpoint(req)
-                else:
-                    _become(req, _lifeline_fd(req))
+                _become(req, _lifeline_fd(req))
         except BaseException:
             import traceback
 
             traceback.print_exc()
         finally:
-            os._exit(code)
+            os._exit(1)
     os.close(w)
     data = b""
     while True:
@@ -72,8 +68,21 @@ def fork(req):
             break
         data += chunk
     os.close(r)
-    os.waitpid(pid, 0)
+    # One fork, not two (a fork of a large kernel costs milliseconds per
+    # GiB): the copy stays this kernel's child, reaped by a thread here,
+    # so that it never lingers as a zombie; it leads a session of its own,
+    # so that nothing aimed at this kernel's group reaches it.
+    import threading
+
+    threading.Thread(target=_reap, args=(pid,), name="ipybox-fork-reaper", daemon=True).start()
     _publish({"pid": int(data or b"0")})
+
+
+def _reap(pid):
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 def _lifeline_fd(req):
