@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -349,5 +350,48 @@ print('found', found)`
 				t.Fatalf("source sees the fork's change: %q", got)
 			}
 		})
+	}
+}
+
+// TestForkShellApproval: ipybox's init runs again in a process fork,
+// whose modules the source's init already wrapped: a shell command in the
+// fork is asked about once, not twice, and the process guards still hold.
+func TestForkShellApproval(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	asks := 0
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), ApproveShellCommands: true, RequireShellEscape: true,
+		Approver: func(context.Context, *ipybox.ApprovalRequest) error {
+			mu.Lock()
+			asks++
+			mu.Unlock()
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return asks
+	}
+	frun(t, src, "!echo hi")
+	frun(t, src, "%%bash\necho there")
+	n0 := count()
+	fs, err := src.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs[0].Close()
+	frun(t, fs[0], "!echo hi")
+	frun(t, fs[0], "%%bash\necho there")
+	if n := count() - n0; n != n0 {
+		t.Fatalf("the source asked %d times, the fork %d times for the same commands", n0, n)
+	}
+	out := frun(t, fs[0], "import subprocess\ntry:\n    subprocess.run(['true'])\nexcept PermissionError:\n    print('refused')")
+	if out != "refused" {
+		t.Fatalf("the process guard in the fork: %q", out)
 	}
 }

@@ -41,7 +41,9 @@ def _publish(report):
 
 def fork(req):
     r, w = os.pipe()
-    pid = os.fork()
+    # Not the guard of RequireShellEscape (kernel_init.py): this fork is
+    # ipybox's own.
+    pid = getattr(os.fork, "__ipybox_orig__", os.fork)()
     if pid == 0:
         try:
             os.close(r)
