@@ -60,6 +60,8 @@ def setup(config):
         for p in [""] + end:
             while p in sys.path:
                 sys.path.remove(p)
+        # One finder: a forked kernel runs this again (ipybox_runtime._fork).
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_WorkspaceFinder"]
         sys.meta_path.append(_WorkspaceFinder(end, ip.user_ns))
         _safe_pip_magic(ip)
 
