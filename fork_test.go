@@ -80,6 +80,16 @@ func TestForkProcess(t *testing.T) {
 			if got := frun(t, f, "print(xs, f(6), k)"); got != "[1, 2, 3] 42 7" {
 				t.Fatalf("fork sees %q", got)
 			}
+			// A function defined in the fork sees the source's names as
+			// its globals, and __main__ is the namespace.
+			if got := frun(t, f, "def g():\n    return k + len(xs)\nimport sys\nprint(g(), sys.modules['__main__'].__dict__ is globals())"); got != "10 True" {
+				t.Fatalf("fork's new function: %q", got)
+			}
+			// The source's names are the user's (a snapshot saves them,
+			// %who lists them), not start-up names of the fork's app.
+			if got := frun(t, f, "print('xs' in get_ipython().run_line_magic('who_ls', ''))"); got != "True" {
+				t.Fatalf("the fork hides the source's names: %q", got)
+			}
 			frun(t, f, "xs.append(4); k = 1")
 			if got := frun(t, src, "print(xs, f(6))"); got != "[1, 2, 3] 42" {
 				t.Fatalf("source sees the fork's change: %q", got)

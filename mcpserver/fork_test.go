@@ -12,7 +12,8 @@ import (
 // variables and go their own way, its structured content lists their
 // handles, and the first result of a fork says what it is;
 // rewind_session undoes a cell, and the next result says so; past the
-// bound it says how far it can go.
+// bound it says how far it can go; a hibernated session is forked after
+// it wakes.
 func TestForkRewindTools(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	testenv.NeedsPython(t)
@@ -59,6 +60,23 @@ func TestForkRewindTools(t *testing.T) {
 			t.Fatal(text(res))
 		}
 	}
+	// A hibernated session is woken, then forked.
+	if err := srv.Hibernate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	res = call(t, cs, "fork_session", map[string]any{"session": h})
+	if res.IsError {
+		t.Fatalf("fork_session of a hibernated session: %s", text(res))
+	}
+	b, _ = json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Sessions) != 1 {
+		t.Fatalf("structured %s", b)
+	}
+	t.Logf("source after wake: %q", runIn(t, cs, h, "print(xs)"))
+	if got := runIn(t, cs, out.Sessions[0], "print(xs)"); !strings.Contains(got, "[1]") {
+		t.Fatalf("fork of a hibernated session: %q", got)
+	}
+	call(t, cs, "close_session", map[string]any{"session": out.Sessions[0]})
 	if got := runIn(t, cs, h, "print(len(xs))"); !strings.Contains(got, "1") {
 		t.Fatalf("source after its forks closed: %q", got)
 	}

@@ -229,7 +229,17 @@ def _become(req, life, detached=False):
     asyncio.events._set_running_loop(None)
     asyncio.set_event_loop(asyncio.new_event_loop())
     sys.argv = ["ipykernel_launcher"] + list(req["argv"])
-    app = IPKernelApp.instance(user_ns=ns)
+    # The module too, not only its dict: cells run with the module's dict
+    # as their globals, so functions defined in the copy see the source's
+    # names, and dill (snapshots) finds them in __main__.
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.IPythonKernel.user_module = shell.user_module
+    # The source's names are the user's, not the app's start-up names:
+    # hidden, %who and snapshots would skip them.
+    cfg.IPKernelApp.hide_initial_ns = False
+    app = IPKernelApp.instance(user_ns=ns, config=cfg)
     app.initialize(list(req["argv"]))
     app.start()
     os._exit(0)
