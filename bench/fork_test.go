@@ -42,7 +42,6 @@ func fcell(b *testing.B, ex *ipybox.Executor, code string) string {
 	return strings.TrimSpace(res.Text)
 }
 
-
 // pssMiB is the proportional set size of pid, from smaps_rollup.
 func pssMiB(b *testing.B, pid int) float64 {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
