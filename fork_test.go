@@ -405,3 +405,40 @@ func TestForkShellApproval(t *testing.T) {
 		t.Fatalf("the process guard in the fork: %q", out)
 	}
 }
+
+// TestAttackForkPid: kernel code in the source chooses what the fork cell
+// reports. A pid that is the host's, pid 1, not a pid, or a process that
+// does not lead its own group is refused, nothing is signalled, and the
+// source keeps working.
+func TestAttackForkPid(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, `import os, subprocess, ipybox_runtime._fork as F
+from IPython.display import publish_display_data
+victim = subprocess.Popen(["sleep", "60"])
+def lie(pid):
+    def request(data):
+        publish_display_data({F.REPORT_MIME: {"pid": pid}})
+    F.request = request`)
+	victim := frun(t, src, "print(victim.pid)")
+	for _, pid := range []string{"os.getppid()", "1", "-5", "0", "victim.pid", "'12'"} {
+		frun(t, src, "lie("+pid+")")
+		t0 := time.Now()
+		_, err := src.Fork(ctx, 1)
+		if err == nil || !(strings.Contains(err.Error(), "adopt pid") || strings.Contains(err.Error(), "malformed")) {
+			t.Fatalf("a fork that reported pid %s: %v", pid, err)
+		}
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Fatalf("the refusal of pid %s took %v: it was adopted and waited for", pid, d)
+		}
+	}
+	if got := frun(t, src, "print(victim.poll())"); got != "None" {
+		t.Fatalf("the victim %s was signalled: %s", victim, got)
+	}
+	frun(t, src, "victim.kill()")
+}
