@@ -81,3 +81,26 @@ func TestForkRewindTools(t *testing.T) {
 		t.Fatalf("source after its forks closed: %q", got)
 	}
 }
+
+// TestForkImplicitSession forks the connection's own kernel (stdio, where
+// calls need no handle): the forks are sessions with handles.
+func TestForkImplicitSession(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	testenv.NeedsPython(t)
+	srv := newServer(t, &Options{Workspace: t.TempDir()})
+	cs := connect(t, srv, nil)
+	run(t, cs, "z = 5")
+	res := call(t, cs, "fork_session", map[string]any{})
+	if res.IsError {
+		t.Fatalf("fork_session: %s", text(res))
+	}
+	var out struct{ Sessions []string }
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Sessions) != 1 {
+		t.Fatalf("structured %s", b)
+	}
+	if got := runIn(t, cs, out.Sessions[0], "print(z * 2)"); !strings.Contains(got, "10") {
+		t.Fatalf("fork: %q", got)
+	}
+	call(t, cs, "close_session", map[string]any{"session": out.Sessions[0]})
+}
