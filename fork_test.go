@@ -118,6 +118,15 @@ func TestForkProcess(t *testing.T) {
 			if got := frun(t, f, "print(xs[-1])"); got != "4" {
 				t.Fatalf("fork after the source's close: %q", got)
 			}
+			// A reset of a fork is a fresh kernel, not another copy.
+			if err := f.Reset(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidF)
+			if got := frun(t, f, "print('xs' in globals())"); got != "False" {
+				t.Fatalf("after a reset the fork still has the namespace: %q", got)
+			}
+			pidF, _ = strconv.Atoi(frun(t, f, "import os; print(os.getpid())"))
 			if err := f.Close(); err != nil {
 				t.Fatal(err)
 			}
