@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/mcpserver"
 )
@@ -15,6 +16,7 @@ type durableFlags struct {
 	checkpoint             string
 	stateDir               string
 	budget, wsBudget       string
+	rewindDepth            int
 }
 
 func (f *durableFlags) register(fs *flag.FlagSet) {
@@ -23,6 +25,7 @@ func (f *durableFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.checkpoint, "checkpoint", string(mcpserver.CheckpointNone), "when a session's variables are saved besides hibernation and SIGTERM: none, or cell (after every cell that completes, in the kernel, behind the result; a SIGKILL then loses only the cell that ran)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` that keeps the sessions of create_session across restarts (default <workspace>/.ipybox/sessions; any other must be outside the workspace)")
 	fs.StringVar(&f.budget, "snapshot-budget", sandbox.FormatSize(mcpserver.DefaultSnapshotBytes), "most disk one session's saved state takes (`SIZE`: 512m, 2g, unlimited); values past it are not saved, and the restore names them")
+	fs.IntVar(&f.rewindDepth, "rewind-depth", 0, "cell boundaries each unsandboxed session keeps for rewind_session (0 to 3; each is a stopped copy-on-write copy of the kernel, which costs a fork per cell and the memory the kernel changes since; docs/fork.md)")
 	fs.StringVar(&f.wsBudget, "snapshot-workspace-budget", sandbox.FormatSize(mcpserver.DefaultSnapshotWorkspaceBytes), "most disk the saved states of all sessions of the workspace take together (`SIZE`)")
 }
 
@@ -40,6 +43,10 @@ func (f *durableFlags) apply(o *mcpserver.Options) error {
 	default:
 		return fmt.Errorf("--checkpoint %q: want none or cell", f.checkpoint)
 	}
+	if f.rewindDepth < 0 || f.rewindDepth > ipybox.MaxRewindDepth {
+		return fmt.Errorf("--rewind-depth %d: want 0 (none) to %d", f.rewindDepth, ipybox.MaxRewindDepth)
+	}
+	o.RewindDepth = f.rewindDepth
 	var err error
 	if o.SnapshotBytes, err = sandbox.ParseSize(f.budget); err != nil {
 		return fmt.Errorf("--snapshot-budget: %w", err)

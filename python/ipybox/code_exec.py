@@ -1004,7 +1004,7 @@ class CodeExecutor:
     async def rewind(self, cells: int = 1) -> dict[str, int]:
         """Return the session's variables to what they were before its
         last cells cells (the server keeps only the last few boundaries:
-        ``ipybox mcp`` with RewindDepth); files are not undone. The next
+        ``ipybox mcp --rewind-depth N``); files are not undone. The next
         result says what came back. Returns {"cells": ..., "left": ...}."""
         if not isinstance(cells, int) or isinstance(cells, bool) or cells < 1:
             raise ValueError(f"cells {cells!r}: want a whole number of cells, 1 or more")
