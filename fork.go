@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/ipybox/ipybox/internal/jupyter"
@@ -171,10 +172,20 @@ func startAll(ctx context.Context, opts []*Options, start func(context.Context, 
 				f.Close()
 			}
 		}
-		return nil, fmt.Errorf("ipybox: fork: %w", err)
+		return nil, &forkError{msg: "ipybox: fork: " + strings.ReplaceAll(err.Error(), "ipybox: ", ""), err: err}
 	}
 	return out, nil
 }
+
+// forkError is a failed fork's error, worded once ("ipybox: fork: ..."),
+// that still matches what it wraps.
+type forkError struct {
+	msg string
+	err error
+}
+
+func (e *forkError) Error() string { return e.msg }
+func (e *forkError) Unwrap() error { return e.err }
 
 // forkSnapshot saves the source's namespace and restores it into a fresh
 // kernel of the same backend per fork.
