@@ -451,3 +451,31 @@ def lie(pid):
 	}
 	frun(t, src, "victim.kill()")
 }
+
+// TestRewindReportsDeath: with boundaries kept, a kernel killed between
+// cells is still reported in the next cell's Result.Restarted (the
+// boundary's fork cell does not swallow the report), whether or not the
+// host has seen the death yet.
+func TestRewindReportsDeath(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	for _, wait := range []bool{false, true} {
+		pid, _ := strconv.Atoi(frun(t, ex, "import os; print(os.getpid())"))
+		syscall.Kill(pid, syscall.SIGKILL)
+		if wait {
+			waitGone(t, pid)
+		}
+		res, err := ex.Execute(ctx, "print('after')", nil)
+		if err != nil {
+			t.Fatalf("wait=%v: %v", wait, err)
+		}
+		if res.Restarted == nil {
+			t.Fatalf("wait=%v: the kernel's death was not reported: %+v", wait, res)
+		}
+	}
+}

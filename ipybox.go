@@ -752,10 +752,13 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.rejectPending("the cell ended")
 		}()
 
-		e.checkpointBefore(runCtx, code)
+		died := e.checkpointBefore(runCtx, code)
 		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
 		if res != nil {
 			res.Note = e.takeNote()
+			if res.Restarted == nil {
+				res.Restarted = died
+			}
 		}
 		e.endCell(span, err)
 		if stopped {

@@ -53,16 +53,24 @@ type RewindReport struct {
 }
 
 // checkpointBefore keeps the boundary before the cell code. A failure is
-// logged, not the cell's: the cell runs, and cannot be undone.
-func (e *Executor) checkpointBefore(ctx context.Context, code string) {
+// logged, not the cell's: the cell runs, and cannot be undone. A kernel
+// death that the checkpoint's cell was first to see is returned, for the
+// cell's Result.Restarted.
+func (e *Executor) checkpointBefore(ctx context.Context, code string) (died *kernel.DiedError) {
 	depth := min(e.opts.RewindDepth, MaxRewindDepth)
 	if depth <= 0 || e.opts.Sandbox != nil || e.opts.Container != nil || e.opts.Gateway != nil {
-		return
+		return nil
+	}
+	if !e.k.Alive() {
+		// The cell restarts a dead kernel and reports its death: a fork
+		// cell first would restart it and take the report.
+		return nil
 	}
 	p, err := forkKernel(ctx, e.k, &kernel.Spec{Args: []string{"-c", ""}}, true)
 	if err != nil {
 		e.log.Warn("rewind: keeping the cell boundary failed; this cell cannot be undone", "err", err)
-		return
+		errors.As(err, &died)
+		return died
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
 	if len(first) > 80 {
@@ -80,6 +88,7 @@ func (e *Executor) checkpointBefore(ctx context.Context, code string) {
 	for _, c := range old {
 		c.drop()
 	}
+	return nil
 }
 
 // takeNote returns the note for the next Result, once.
