@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -105,7 +106,8 @@ func (e *Executor) ForkWith(ctx context.Context, n int, prepare func(i int, o *O
 		}
 		opts[i] = &o
 	}
-	if e.opts.Sandbox != nil || e.opts.Container != nil {
+	if e.opts.Sandbox != nil || e.opts.Container != nil || runtime.GOOS != "linux" {
+		// Adopting a process fork needs Linux (a pidfd).
 		return e.forkSnapshot(ctx, opts)
 	}
 	select {
@@ -191,7 +193,7 @@ func (e *forkError) Unwrap() error { return e.err }
 // kernel of the same backend per fork.
 func (e *Executor) forkSnapshot(ctx context.Context, opts []*Options) ([]*Executor, error) {
 	if e.snapshotDir == "" {
-		return nil, errors.New("ipybox: fork: a sandboxed or container kernel is forked through a snapshot, and this Executor has no Options.SnapshotDir; set one")
+		return nil, errors.New("ipybox: fork: a sandboxed or container kernel (or any kernel off Linux) is forked through a snapshot, and this Executor has no Options.SnapshotDir; set one")
 	}
 	if _, err := e.Snapshot(ctx, nil); err != nil {
 		return nil, fmt.Errorf("ipybox: fork: %w", err)
