@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ type RewindReport struct {
 // cell's Result.Restarted.
 func (e *Executor) checkpointBefore(ctx context.Context, code string) (died *kernel.DiedError) {
 	depth := min(e.opts.RewindDepth, MaxRewindDepth)
-	if depth <= 0 || e.opts.Sandbox != nil || e.opts.Container != nil || e.opts.Gateway != nil {
+	if depth <= 0 || e.opts.Sandbox != nil || e.opts.Container != nil || e.opts.Gateway != nil || runtime.GOOS != "linux" {
 		return nil
 	}
 	if !e.k.Alive() {
@@ -120,8 +121,8 @@ func (e *Executor) dropCheckpoints() {
 // fails and says how far it can go. It refuses with ErrBusy while a cell
 // runs.
 func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error) {
-	if e.opts.Sandbox != nil || e.opts.Container != nil || e.opts.Gateway != nil {
-		return nil, errors.New("ipybox: rewind: only an unsandboxed kernel keeps cell boundaries; a sandboxed, container or gateway session cannot be rewound yet (fork it before a risky step instead)")
+	if e.opts.Sandbox != nil || e.opts.Container != nil || e.opts.Gateway != nil || runtime.GOOS != "linux" {
+		return nil, errors.New("ipybox: rewind: only an unsandboxed kernel on Linux keeps cell boundaries; a sandboxed, container or gateway session cannot be rewound yet (fork it before a risky step instead)")
 	}
 	if e.opts.RewindDepth <= 0 {
 		return nil, errors.New("ipybox: rewind: this Executor keeps no cell boundaries; set Options.RewindDepth (1 to 3, unsandboxed kernels)")
