@@ -307,7 +307,7 @@ func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait b
 	if err != nil {
 		w.Close() // a fork that started dies at its lifeline's end
 		r.Close()
-		return nil, fmt.Errorf("fork: %w", executorErr(err))
+		return nil, fmt.Errorf("fork: %w", err) // the kernel's own error: a caller in this package looks for *kernel.DiedError
 	}
 	return &lifelined{HostProcess: p, r: r, w: w}, nil
 }
