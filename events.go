@@ -79,6 +79,9 @@ type Result struct {
 	// Its Error says when and why ("kernel died at 15:04:05: process
 	// exited: signal: killed").
 	Restarted *DiedError
+	// Note is what ipybox says about the session before this cell (a
+	// rewind: what came back); empty when it has nothing to say.
+	Note string
 }
 
 func (*Output) isEvent()          {}
@@ -243,7 +246,7 @@ func resultOf(r *kernel.Result) *Result {
 		return nil
 	}
 	out := &Result{Text: r.Text, Images: r.Images, ExecutionCount: r.ExecutionCount, Truncated: r.Truncated,
-		Omitted: r.Omitted, OmittedDisplays: r.OmittedDisplays, Restarted: diedOf(r.Restarted)}
+		Omitted: r.Omitted, OmittedDisplays: r.OmittedDisplays, Restarted: diedOf(r.Restarted), Note: r.Note}
 	if r.Displays != nil {
 		out.Displays = make([]*Display, len(r.Displays))
 		for i, d := range r.Displays {

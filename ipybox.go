@@ -214,6 +214,13 @@ type Options struct {
 	// Snapshot and Restore then fail.
 	SnapshotDir string
 
+	// RewindDepth is how many cell boundaries the Executor keeps for
+	// Rewind, at most maxRewindDepth: before each cell, a copy-on-write
+	// fork of the kernel, stopped, which costs a few milliseconds per
+	// cell and the memory the kernel changes since. Unsandboxed kernels
+	// only. Zero keeps none.
+	RewindDepth int
+
 	// Container, when set, runs the kernel in a Docker container with this
 	// configuration (see ContainerConfig); the kernel then sees the
 	// workspace at /app/workspace. It excludes Sandbox, and Zygote is
@@ -342,6 +349,11 @@ type Executor struct {
 	kernelObs *telemetry.Kernel
 	stopWatch func()
 
+	// forked says how this Executor was forked (nil: it was not); see
+	// fork.go. rewind keeps its cell boundaries.
+	forked *ForkInfo
+	rewind rewindState
+
 	closeOnce sync.Once
 	closeErr  error
 	detached  bool // Detach, not Close: the gateway kernel runs on
@@ -349,6 +361,12 @@ type Executor struct {
 
 // Start starts a kernel and returns an Executor for it.
 func Start(ctx context.Context, opts *Options) (*Executor, error) {
+	return start(ctx, opts, nil)
+}
+
+// start is Start; wrap, when set, replaces the launcher (a fork's, see
+// fork.go).
+func start(ctx context.Context, opts *Options, wrap func(kernel.Launcher) kernel.Launcher) (*Executor, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -375,6 +393,9 @@ func Start(ctx context.Context, opts *Options) (*Executor, error) {
 	launcher, kws, err := e.launcher(ctx, &o)
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		launcher = wrap(launcher)
 	}
 	ko, err := e.kernelOptions(&o, launcher, kws)
 	if err != nil {
@@ -742,7 +763,14 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 			c.rejectPending("the cell ended")
 		}()
 
+		died := e.checkpointBefore(runCtx, code)
 		res, err := e.k.Execute(cellctl.With(runCtx, hooks), code, &ko)
+		if res != nil {
+			res.Note = e.takeNote()
+			if res.Restarted == nil {
+				res.Restarted = died
+			}
+		}
 		e.endCell(span, err)
 		if stopped {
 			return
@@ -779,6 +807,7 @@ func (e *Executor) Reset(ctx context.Context) error {
 	if err := e.k.Restart(ctx); err != nil {
 		return fmt.Errorf("ipybox: reset: %w", executorErr(err))
 	}
+	e.dropCheckpoints() // the old namespace is gone, and cannot come back
 	e.forgetMu.Lock()
 	e.forget = nil // a fresh kernel has imported nothing
 	e.forgetMu.Unlock()
@@ -809,6 +838,7 @@ func (e *Executor) closeParts() error {
 	if e.stopWatch != nil {
 		e.stopWatch()
 	}
+	e.dropCheckpoints()
 	var errs []error
 	if e.tools != nil {
 		errs = append(errs, e.tools.Close())

@@ -148,12 +148,3 @@ func (e *Executor) traceApproval(ctx context.Context, r *ApprovalRequest, decide
 	e.tel.EndApproval(sp, string(r.Kind), v.decision, v.by, v.rule)
 	return err
 }
-
-// SetPrincipal makes the Executor's later tool calls count as principal's,
-// as Options.Principal does: for an Executor started before its principal
-// was known (ipybox mcp's warm pool).
-func (e *Executor) SetPrincipal(principal string) {
-	if e.tools != nil {
-		e.tools.SetPrincipal(principal)
-	}
-}

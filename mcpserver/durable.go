@@ -50,17 +50,13 @@ const (
 	CheckpointCell CheckpointMode = "cell"
 )
 
-// Defaults of the durable sessions' options.
+// Defaults of the durable sessions' options (internal/defaults holds
+// them, for the CLI's flags too).
 const (
-	// DefaultHibernateAfter is Options.Durability.HibernateAfter's default.
-	DefaultHibernateAfter = 10 * time.Minute
-	// DefaultSessionExpiry is Options.Durability.SessionExpiry's default.
-	DefaultSessionExpiry = 7 * 24 * time.Hour
-	// DefaultSnapshotBytes bounds one session's snapshot folder.
-	DefaultSnapshotBytes = 1 << 30
-	// DefaultSnapshotWorkspaceBytes bounds the snapshot folders of a
-	// workspace together.
-	DefaultSnapshotWorkspaceBytes = 4 << 30
+	defaultHibernateAfter         = defaults.HibernateAfter
+	defaultSessionExpiry          = defaults.SessionExpiry
+	defaultSnapshotBytes          = defaults.SnapshotBytes
+	defaultSnapshotWorkspaceBytes = defaults.SnapshotWorkspaceBytes
 )
 
 // maxSnapshotEntries bounds the entries the host counts in one snapshot

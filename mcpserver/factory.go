@@ -96,8 +96,6 @@ func (f *kernelFactory) startExecutor(ctx context.Context, x *session, attach st
 		f.closeExecutor(w.ex, false)
 	} else if ok {
 		x.pooled = true
-		// Its tool calls count against x's principal's share.
-		w.ex.SetPrincipal(x.principal)
 		x.mu.Lock()
 		x.owner = w.owner
 		x.mu.Unlock()
@@ -110,7 +108,6 @@ func (f *kernelFactory) startExecutor(ctx context.Context, x *session, attach st
 	if err != nil {
 		return nil, err
 	}
-	ex.SetPrincipal(x.principal)
 	x.mu.Lock()
 	x.owner = owner
 	x.mu.Unlock()
@@ -180,6 +177,7 @@ func (f *kernelFactory) newExecutor(ctx context.Context, t *tenant, attach strin
 		ClientVars:  f.opts.AllowHostServers,
 
 		RequireShellEscape: f.opts.RequireShellEscape,
+		RewindDepth:        f.opts.RewindDepth,
 	}
 	if f.opts.Approvals.Mode == ApprovalElicit {
 		o.ApproveShellCommands = true

@@ -40,9 +40,9 @@ const (
 	// take theirs from there too).
 	defaultSessionIdleTimeout = defaults.SessionIdle
 	defaultStartTimeout       = defaults.SessionStart
-	// DefaultMaxSessions bounds the kernels of an HTTP server: a kernel
+	// defaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
-	DefaultMaxSessions = 32
+	defaultMaxSessions = defaults.MaxSessions
 	// defaultApprovalTimeout bounds one approval question.
 	defaultApprovalTimeout = defaults.Approval
 	// defaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
@@ -77,6 +77,11 @@ type Options struct {
 	// that processes start through ! (and so through shell approval); see
 	// ipybox.Options.RequireShellEscape. False means no guards.
 	RequireShellEscape bool
+	// RewindDepth is how many cell boundaries each unsandboxed session
+	// keeps for rewind_session (ipybox.Options.RewindDepth, at most
+	// defaults.MaxRewindDepth). Zero keeps none: rewind_session then says
+	// so.
+	RewindDepth int
 	// ImagesDir receives the images cells produce. Empty means
 	// <Workspace>/images. A sandboxed kernel can write only inside the
 	// workspace (and the sandbox's allowWrite paths).
@@ -204,7 +209,7 @@ type SessionOptions struct {
 	// every principal: a session takes a kernel at its first cell, and a
 	// call that would start one more gets an error that says so. Sessions
 	// without a kernel (made, never run) do not count. Zero means
-	// DefaultMaxSessions; negative means no limit.
+	// defaultMaxSessions; negative means no limit.
 	MaxSessions int
 	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
 	// same way. Zero means MaxSessions; negative means no limit of its
@@ -238,11 +243,11 @@ type DurabilityOptions struct {
 	// for this long: its namespace is saved and its kernel stops (a
 	// gateway session detaches from its kernel, which keeps its state),
 	// and its next call restores it into a fresh kernel. Zero means
-	// DefaultHibernateAfter.
+	// defaultHibernateAfter.
 	HibernateAfter time.Duration
 	// SessionExpiry ends a session of create_session that received no
 	// call for this long, hibernated or not: its snapshot, its package
-	// folder and its handle are gone. Zero means DefaultSessionExpiry.
+	// folder and its handle are gone. Zero means defaultSessionExpiry.
 	SessionExpiry time.Duration
 	// Checkpoint says when a namespace is saved beyond hibernation:
 	// CheckpointCell saves it after every cell that completes, behind the
@@ -257,11 +262,11 @@ type DurabilityOptions struct {
 	StateDir string
 	// SnapshotBytes bounds one session's snapshot: values that would take
 	// it past are left out, named in the result that follows. Zero means
-	// DefaultSnapshotBytes; negative means no limit.
+	// defaultSnapshotBytes; negative means no limit.
 	SnapshotBytes int64
 	// SnapshotWorkspaceBytes bounds the snapshots of all the sessions of
 	// the workspace together: a save gets what the others leave. Zero
-	// means DefaultSnapshotWorkspaceBytes; negative means no limit.
+	// means defaultSnapshotWorkspaceBytes; negative means no limit.
 	SnapshotWorkspaceBytes int64
 }
 
@@ -503,8 +508,8 @@ func (o *Options) check() ([]allowPattern, error) {
 		defaults.Duration{Name: "Options.HTTP.SessionIdleTimeout", V: &o.HTTP.SessionIdleTimeout, Def: defaultSessionIdleTimeout},
 		defaults.Duration{Name: "Options.Sessions.StartTimeout", V: &o.Sessions.StartTimeout, Def: defaultStartTimeout},
 		defaults.Duration{Name: "Options.Approvals.Timeout", V: &o.Approvals.Timeout, Def: defaultApprovalTimeout},
-		defaults.Duration{Name: "Options.Durability.HibernateAfter", V: &o.Durability.HibernateAfter, Def: DefaultHibernateAfter},
-		defaults.Duration{Name: "Options.Durability.SessionExpiry", V: &o.Durability.SessionExpiry, Def: DefaultSessionExpiry},
+		defaults.Duration{Name: "Options.Durability.HibernateAfter", V: &o.Durability.HibernateAfter, Def: defaultHibernateAfter},
+		defaults.Duration{Name: "Options.Durability.SessionExpiry", V: &o.Durability.SessionExpiry, Def: defaultSessionExpiry},
 	); err != nil {
 		return nil, err
 	}
@@ -516,10 +521,10 @@ func (o *Options) check() ([]allowPattern, error) {
 		return nil, fmt.Errorf("checkpoint mode %q: want %q or %q", o.Durability.Checkpoint, CheckpointNone, CheckpointCell)
 	}
 	if o.Durability.SnapshotBytes == 0 {
-		o.Durability.SnapshotBytes = DefaultSnapshotBytes
+		o.Durability.SnapshotBytes = defaultSnapshotBytes
 	}
 	if o.Durability.SnapshotWorkspaceBytes == 0 {
-		o.Durability.SnapshotWorkspaceBytes = DefaultSnapshotWorkspaceBytes
+		o.Durability.SnapshotWorkspaceBytes = defaultSnapshotWorkspaceBytes
 	}
 	switch o.Approvals.Mode {
 	case "":

@@ -74,7 +74,7 @@ func limits(maxSessions, maxPerPrincipal int) (total, per int) {
 	total = maxSessions
 	switch {
 	case total == 0:
-		total = DefaultMaxSessions
+		total = defaultMaxSessions
 	case total < 0:
 		total = -1
 	}

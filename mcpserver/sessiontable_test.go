@@ -53,7 +53,7 @@ func TestSessionTableKernelLimits(t *testing.T) {
 		t.Errorf("kernels: %d, want 3", n)
 	}
 	for _, c := range []struct{ total, per, wantTotal, wantPer int }{
-		{0, 0, DefaultMaxSessions, DefaultMaxSessions},
+		{0, 0, defaultMaxSessions, defaultMaxSessions},
 		{-1, 0, -1, -1},
 		{5, -1, 5, -1},
 		{5, 2, 5, 2},

@@ -112,6 +112,7 @@ func (s *Server) addTools() {
 	s.addFileTools()
 	s.addSessionTools()
 	s.addClientTools()
+	s.addForkTools()
 }
 
 // addCellTools adds the tools of a session's kernel: execute_ipython_cell,

@@ -31,6 +31,18 @@ const (
 	SessionIdle       = 30 * time.Minute // an idle HTTP session of ipybox mcp
 	SessionStart      = 2 * time.Minute  // a session's venv and kernel start
 	SnapshotSave      = 2 * time.Minute  // one save of a session's namespace (durable sessions)
+	HibernateAfter    = 10 * time.Minute // a session of ipybox mcp with no call, before it hibernates
+	SessionExpiry     = 7 * 24 * time.Hour
+)
+
+// Bounds of ipybox mcp and of forks, for the docs of the options fields and
+// the CLI's flags.
+const (
+	MaxSessions            = 32      // kernels of an HTTP server: a kernel holds 60-100 MB
+	SnapshotBytes          = 1 << 30 // one session's snapshot folder
+	SnapshotWorkspaceBytes = 4 << 30 // a workspace's snapshot folders together
+	MaxForks               = 8       // the forks one Fork call makes
+	MaxRewindDepth         = 3       // cell boundaries a session keeps for rewind
 )
 
 // Duration is one duration field of an options struct.

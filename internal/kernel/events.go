@@ -84,6 +84,9 @@ type Result struct {
 	// Its Error says when and why ("kernel died at 15:04:05: process
 	// exited: signal: killed").
 	Restarted *DiedError
+	// Note is what ipybox says about the session before this cell (a
+	// rewind: what came back); empty when it has nothing to say.
+	Note string
 }
 
 // Sentinel errors callers branch on.

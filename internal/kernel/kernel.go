@@ -157,6 +157,10 @@ type Kernel struct {
 	// set by the first spawn, in Start, before anyone else has k.
 	obs     *telemetry.Kernel
 	spawned bool
+
+	// oneShot, when set, starts the next process in place of
+	// Options.Launcher, once (RestartWith); guarded by startMu.
+	oneShot Launcher
 }
 
 // Start launches a kernel and waits until it is ready to execute.
@@ -397,7 +401,11 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 		RunDir:    k.runDir,
 		SocketDir: socketDir,
 	}
-	proc, err := k.opts.Launcher.Start(ctx, spec)
+	launcher := k.opts.Launcher
+	if k.oneShot != nil {
+		launcher, k.oneShot = k.oneShot, nil
+	}
+	proc, err := launcher.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -632,6 +640,20 @@ func (k *Kernel) Restart(ctx context.Context) error {
 		k.lost = nil // the caller asked for a fresh kernel: a death is no news
 		k.mu.Unlock()
 	}
+	return err
+}
+
+// RestartWith is Restart with the new process started by l, once: later
+// restarts use Options.Launcher again (a rewind swaps in a kept copy of
+// the kernel this way).
+func (k *Kernel) RestartWith(ctx context.Context, l Launcher) error {
+	k.startMu.Lock()
+	k.oneShot = l
+	k.startMu.Unlock()
+	err := k.Restart(ctx)
+	k.startMu.Lock()
+	k.oneShot = nil
+	k.startMu.Unlock()
 	return err
 }
 

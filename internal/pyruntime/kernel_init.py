@@ -60,6 +60,8 @@ def setup(config):
         for p in [""] + end:
             while p in sys.path:
                 sys.path.remove(p)
+        # One finder: a forked kernel runs this again (ipybox_runtime._fork).
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_WorkspaceFinder"]
         sys.meta_path.append(_WorkspaceFinder(end, ip.user_ns))
         _safe_pip_magic(ip)
 
@@ -169,7 +171,10 @@ def _install_shell_hooks(ip, config):
         def __exit__(self, *exc):
             allowed.add(-1)
 
-    _orig = {"call": subprocess.call, "system": _process.system, "getoutput": _process.getoutput}
+    # The originals, not a wrapper of an earlier init: a forked kernel
+    # (ipybox_runtime._fork) runs this again in a process whose modules
+    # this init already wrapped, and wrapping twice would ask twice.
+    _orig = {"call": _unwrapped(subprocess.call), "system": _unwrapped(_process.system), "getoutput": _unwrapped(_process.getoutput)}
 
     def system_piped(cmd):
         __tracebackhide__ = True
@@ -209,7 +214,7 @@ def _install_shell_hooks(ip, config):
     from IPython.core.magics import script as _script
 
     orig_run_cell_magic = ip.run_cell_magic
-    orig_shebang = _script.ScriptMagics.shebang
+    orig_shebang = _unwrapped(_script.ScriptMagics.shebang)
     import threading
 
     magic_ok = threading.local()  # set while run_cell_magic runs an approved script
@@ -251,12 +256,13 @@ def _install_shell_hooks(ip, config):
     import types
 
     functools.update_wrapper(shebang, orig_shebang)  # keeps its argument parser
+    shebang.__ipybox_orig__ = orig_shebang
     _script.ScriptMagics.shebang = shebang
     # The magics table holds methods bound when it was built: %%script
     # would still reach the original through it.
     for kind in ip.magics_manager.magics.values():
         for name, fn in list(kind.items()):
-            if getattr(fn, "__func__", None) is orig_shebang:
+            if _unwrapped(getattr(fn, "__func__", None)) is orig_shebang:
                 kind[name] = types.MethodType(shebang, fn.__self__)
 
     # Hooks at the class level, so that bound and unbound calls
@@ -279,6 +285,8 @@ def _install_shell_hooks(ip, config):
     from IPython.utils import _process_common, _process_posix
 
     def guard_cmd(fn):
+        fn = _unwrapped(fn)
+
         def guarded(cmd, *args, **kwargs):
             __tracebackhide__ = True
             if allowed.depth > 0:
@@ -289,6 +297,7 @@ def _install_shell_hooks(ip, config):
 
         guarded.__name__ = getattr(fn, "__name__", "guarded")
         guarded.__doc__ = getattr(fn, "__doc__", None)
+        guarded.__ipybox_orig__ = fn
         return guarded
 
     for mod in (_process, _process_common, _process_posix):
@@ -298,6 +307,8 @@ def _install_shell_hooks(ip, config):
                 setattr(mod, name, guard_cmd(fn))
 
     def guard_method(fn):
+        fn = _unwrapped(fn)
+
         def method(self, cmd, *args, **kwargs):
             __tracebackhide__ = True
             if allowed.depth > 0:
@@ -307,6 +318,7 @@ def _install_shell_hooks(ip, config):
                 return fn(self, cmd, *args, **kwargs)
 
         method.__name__ = fn.__name__
+        method.__ipybox_orig__ = fn
         return method
 
     ph = getattr(_process_posix, "ProcessHandler", None)
@@ -318,6 +330,11 @@ def _install_shell_hooks(ip, config):
 
     if config.get("require_shell_escape"):
         _install_process_guards(allowed)
+
+
+def _unwrapped(fn):
+    """fn, or what an earlier run of this init wrapped in it."""
+    return getattr(fn, "__ipybox_orig__", fn)
 
 
 def _named(fn, name):
@@ -356,6 +373,8 @@ def _install_process_guards(allowed):
     )
 
     def guard(fn):
+        fn = _unwrapped(fn)
+
         def guarded(*args, **kwargs):
             if getattr(allowed, "depth", 0) > 0:
                 return fn(*args, **kwargs)
@@ -363,15 +382,17 @@ def _install_process_guards(allowed):
 
         guarded.__name__ = getattr(fn, "__name__", "guarded")
         guarded.__doc__ = fn.__doc__
+        guarded.__ipybox_orig__ = fn
         return guarded
 
-    orig_popen_init = subprocess.Popen.__init__
+    orig_popen_init = _unwrapped(subprocess.Popen.__init__)
 
     def popen_init(self, *args, **kwargs):
         if getattr(allowed, "depth", 0) > 0:
             return orig_popen_init(self, *args, **kwargs)
         raise PermissionError(msg)
 
+    popen_init.__ipybox_orig__ = orig_popen_init
     subprocess.Popen.__init__ = popen_init
     names = ["system", "posix_spawn", "posix_spawnp", "fork", "forkpty"]
     names += [n for n in dir(os) if n.startswith(("exec", "spawn"))]

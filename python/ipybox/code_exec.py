@@ -988,6 +988,34 @@ class CodeExecutor:
             raise CodeExecutionError(f"{name}: " + (_texts(res) or "failed"))
         return res
 
+    async def fork(self, count: int = 1) -> list[str]:
+        """Copy this executor's session: make count new sessions (1 to 8)
+        whose kernels start with its variables, imports and definitions,
+        and return their handles. The session runs on unchanged; files are
+        not copied (the copies share the workspace). Use a handle with
+        ``CodeExecutor(server_url=..., session=handle)``. A session running
+        a cell cannot be copied until the cell ends."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count {count!r}: want a whole number of copies, 1 or more")
+        args: dict[str, Any] = {"count": count}
+        if self._session is not None:
+            args["session"] = self._session
+        res = await self._tool("fork_session", args, timeout=self.kernel_init_timeout + 30)
+        return list(((res.get("structuredContent") or {}).get("sessions")) or [])
+
+    async def rewind(self, cells: int = 1) -> dict[str, int]:
+        """Return the session's variables to what they were before its
+        last cells cells (the server keeps only the last few boundaries:
+        ``ipybox mcp --rewind-depth N``); files are not undone. The next
+        result says what came back. Returns {"cells": ..., "left": ...}."""
+        if not isinstance(cells, int) or isinstance(cells, bool) or cells < 1:
+            raise ValueError(f"cells {cells!r}: want a whole number of cells, 1 or more")
+        args: dict[str, Any] = {"cells": cells}
+        if self._session is not None:
+            args["session"] = self._session
+        res = await self._tool("rewind_session", args, timeout=self.kernel_init_timeout + 30)
+        return dict((res.get("structuredContent") or {}))
+
     async def reset(self) -> None:
         """Give the executor a fresh kernel: variables are gone; files,
         mcptools/, installed packages and registered servers stay."""

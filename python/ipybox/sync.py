@@ -95,6 +95,12 @@ class SyncCodeExecutor:
     def reset(self) -> None:
         self._run(self._executor.reset)
 
+    def fork(self, count: int = 1) -> list[str]:
+        return self._run(lambda: self._executor.fork(count))
+
+    def rewind(self, cells: int = 1) -> dict[str, int]:
+        return self._run(lambda: self._executor.rewind(cells))
+
     def register_mcp_server(self, server_name: str, server_params: dict[str, Any]) -> list[str]:
         return self._run(lambda: self._executor.register_mcp_server(server_name, server_params))
 

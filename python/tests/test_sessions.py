@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from ipybox import ApprovalRequest, CodeExecutionChunk, CodeExecutionResult, CodeExecutor
+from ipybox import ApprovalRequest, CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 
 from ._support import LoopTestCase, binary, new_workspace
 
@@ -62,6 +62,65 @@ class SessionsTest(LoopTestCase):
         kw.setdefault("auth_token", TOKEN)
         kw.setdefault("kernel_init_timeout", 90)
         return CodeExecutor(server_url=self.url, approve_shell_cmds=True, **kw)
+
+    def test_fork(self):
+        async def go() -> tuple[str, str, str]:
+            async with self.executor() as ex:
+                await ex.execute("xs = [1]")
+                handles = await ex.fork(2)
+                self.assertEqual(len(handles), 2)
+                async with self.executor(session=handles[0]) as f:
+                    a = (await f.execute("xs.append(2); print(xs)")).text
+                async with self.executor(session=handles[1]) as f:
+                    b = (await f.execute("print(xs)")).text
+                return a, b, (await ex.execute("print(xs)")).text
+
+        a, b, src = self.run_async(go(), timeout=180)
+        self.assertEqual((a, b, src), ("[1, 2]", "[1]", "[1]"))
+
+    def test_rewind(self):
+        fd, tokens = tempfile.mkstemp(prefix="ipybox-tokens-")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"me:{TOKEN}\n")
+        p = subprocess.Popen(
+            [binary(), "mcp", "--http", "127.0.0.1:0", "--auth-token-file", tokens, "--workspace", str(self.ws),
+             "--no-sandbox", "--pool", "0", "--rewind-depth", "2"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            url = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and url is None:
+                line = p.stderr.readline()
+                if not line:
+                    break
+                m = re.search(r"serving streamable HTTP at (http://\S+/mcp)", line)
+                url = m.group(1) if m else None
+            self.assertIsNotNone(url)
+
+            async def go():
+                async with CodeExecutor(server_url=url, auth_token=TOKEN, kernel_init_timeout=90) as ex:
+                    await ex.execute("xs = [1]")
+                    await ex.execute("xs.append(2); del xs")
+                    rep = await ex.rewind(1)
+                    res = await ex.execute("print(xs)")
+                    with self.assertRaises(CodeExecutionError):
+                        await ex.rewind(3)
+                    return rep, res
+
+            rep, res = self.run_async(go(), timeout=180)
+            self.assertEqual(rep.get("cells"), 1)
+            self.assertEqual(res.text, "[1]")
+            self.assertTrue(any("rewound" in w for w in res.warnings), res.warnings)
+        finally:
+            p.terminate()
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+            os.unlink(tokens)
 
     def test_come_back_to_the_kernel(self):
         async def first() -> str:

@@ -1,0 +1,351 @@
+package ipybox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/jupyter"
+	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/pyruntime"
+	"github.com/ipybox/ipybox/internal/safefs"
+)
+
+// The ways a fork is made (ForkInfo.Method).
+const (
+	// forkProcess: a copy-on-write fork of the live kernel process, made by
+	// the kernel itself between cells. Everything in memory comes along.
+	forkProcess = "process"
+	// forkSnapshot: the source's namespace saved with Snapshot and loaded
+	// into a fresh kernel of the same backend with Restore; what cannot be
+	// saved (open files, threads, ...) is named in Restore.
+	forkSnapshot = "snapshot"
+)
+
+// ForkInfo says how a fork was made.
+type ForkInfo struct {
+	// Source is the session (Options.SessionID) of the Executor forked.
+	Source string
+	// Method is "process" (a copy-on-write fork of the live kernel
+	// process, made by the kernel itself between cells: everything in
+	// memory comes along) or "snapshot" (the source's namespace saved with
+	// Snapshot and loaded into a fresh kernel of the same backend with
+	// Restore; what cannot be saved is named in Restore).
+	Method string
+	// Restore is what came back, for forkSnapshot (nil for forkProcess).
+	Restore *RestoreReport
+	// Note is the sentence a fork's first result can start with.
+	Note string
+}
+
+// forkNote is f's Note.
+func forkNote(f *ForkInfo) string {
+	if f.Method == forkProcess {
+		return "this session is a fork of " + f.Source + ": a copy-on-write copy of its kernel process; every name came along; files are shared, not forked"
+	}
+	n := "this session is a fork of " + f.Source + ", made through a snapshot (its backend cannot fork a process)"
+	if f.Restore != nil {
+		n += fmt.Sprintf(": %d names came back, %d did not", f.Restore.RestoredCount, f.Restore.MissingCount)
+		for i, m := range f.Restore.Missing {
+			if i == 20 {
+				break
+			}
+			n += "; " + m.Name + " (" + m.Reason + ")"
+		}
+	}
+	return n + "; files are shared, not forked"
+}
+
+// ForkInfo returns how this Executor was forked, or nil if it was not.
+func (e *Executor) ForkInfo() *ForkInfo { return e.forked }
+
+// ErrBusy is returned by Fork and Rewind while the session runs a cell.
+var ErrBusy = errors.New("ipybox: the session is running a cell; fork or rewind it when the cell has ended (or interrupt it)")
+
+// Fork makes n new Executors (1 to defaults.MaxForks) whose kernels hold this one's
+// namespace: variables, imports, definitions. Each is an Executor in its
+// own right, with its own tool server and token, session id, run folder
+// and kernel process, and it is closed on its own: closing the source does
+// not end its forks, nor the reverse. Their options are this Executor's,
+// with a new SessionID and package and snapshot folders of their own;
+// prepare, when not nil, is called on each fork's Options (i from 0) before
+// it starts, to set its SessionID, PackageDir or SnapshotDir.
+//
+// An unsandboxed kernel (directly started or from a Zygote) is forked as a
+// process, copy-on-write (forkProcess); a sandboxed or container kernel
+// through a snapshot (forkSnapshot: Options.SnapshotDir must be set); a
+// gateway kernel cannot be forked. Files are not forked: a fork shares the
+// workspace with its source. Fork refuses with ErrBusy while a cell runs.
+func (e *Executor) Fork(ctx context.Context, n int, prepare func(i int, o *Options) error) ([]*Executor, error) {
+	if n < 1 || n > defaults.MaxForks {
+		return nil, fmt.Errorf("ipybox: fork: count %d; make 1 to %d forks at a time", n, defaults.MaxForks)
+	}
+	if e.opts.Gateway != nil {
+		return nil, errors.New("ipybox: fork: a gateway kernel runs on another machine, and ipybox cannot copy its process or its snapshot; start a new session instead")
+	}
+	opts := make([]*Options, n)
+	for i := range opts {
+		o := e.opts
+		o.SessionID, o.PackageDir, o.SnapshotDir = "", "", ""
+		if e.snapshotDir != "" {
+			o.SnapshotDir = siblingDir(e.snapshotDir)
+		}
+		if prepare != nil {
+			if err := prepare(i, &o); err != nil {
+				return nil, fmt.Errorf("ipybox: fork: %w", err)
+			}
+		}
+		opts[i] = &o
+	}
+	if e.opts.Sandbox != nil || e.opts.Container != nil || runtime.GOOS != "linux" {
+		// Adopting a process fork needs Linux (a pidfd).
+		return e.forkSnapshot(ctx, opts)
+	}
+	select {
+	case e.sem <- struct{}{}:
+	default:
+		return nil, ErrBusy
+	}
+	return e.forkProcess(ctx, opts)
+}
+
+// siblingDir names a new folder beside dir.
+func siblingDir(dir string) string {
+	return filepath.Join(filepath.Dir(dir), "fork-"+jupyter.NewID()[:16])
+}
+
+// forkProcess starts the forks at once; their fork cells take turns in the
+// source's kernel. The caller holds e.sem; it is released as soon as the
+// last fork cell has run, so that the source's next cell waits for the
+// forks' copies only, not for their kernels to start.
+func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executor, error) {
+	var cellMu sync.Mutex
+	var once sync.Once
+	release := func() { once.Do(e.release) }
+	defer release()
+	left := len(opts)
+	cellDone := func() { // called with cellMu held
+		if left--; left == 0 {
+			release()
+		}
+	}
+	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
+		o.Python = e.k.Python()
+		f, err := start(ctx, o, func(next kernel.Launcher) kernel.Launcher {
+			if next == nil {
+				next = kernel.DirectLauncher{}
+			}
+			return &forkLauncher{src: e, mu: &cellMu, done: cellDone, next: next}
+		})
+		if err != nil {
+			return nil, err
+		}
+		f.forked = &ForkInfo{Source: e.session, Method: forkProcess}
+		f.forked.Note = forkNote(f.forked)
+		return f, nil
+	})
+}
+
+// startAll runs start for each of opts at once; on any error it closes the
+// ones that started and returns the first error.
+func startAll(ctx context.Context, opts []*Options, start func(context.Context, *Options) (*Executor, error)) ([]*Executor, error) {
+	out := make([]*Executor, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = start(ctx, o)
+		}()
+	}
+	wg.Wait() // bound: each start is bounded by ctx and InitTimeout
+	if err := errors.Join(errs...); err != nil {
+		for _, f := range out {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return nil, &forkError{msg: "ipybox: fork: " + strings.ReplaceAll(err.Error(), "ipybox: ", ""), err: err}
+	}
+	return out, nil
+}
+
+// forkError is a failed fork's error, worded once ("ipybox: fork: ..."),
+// that still matches what it wraps.
+type forkError struct {
+	msg string
+	err error
+}
+
+func (e *forkError) Error() string { return e.msg }
+func (e *forkError) Unwrap() error { return e.err }
+
+// forkSnapshot saves the source's namespace and restores it into a fresh
+// kernel of the same backend per fork.
+func (e *Executor) forkSnapshot(ctx context.Context, opts []*Options) ([]*Executor, error) {
+	if e.snapshotDir == "" {
+		return nil, errors.New("ipybox: fork: a sandboxed or container kernel (or any kernel off Linux) is forked through a snapshot, and this Executor has no Options.SnapshotDir; set one")
+	}
+	if _, err := e.Snapshot(ctx, nil); err != nil {
+		return nil, fmt.Errorf("ipybox: fork: %w", err)
+	}
+	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
+		if o.SnapshotDir == "" {
+			return nil, errors.New("a fork through a snapshot needs Options.SnapshotDir of its own")
+		}
+		f, err := Start(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		rep, err := f.restoreFrom(ctx, e.snapshotDir)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.forked = &ForkInfo{Source: e.session, Method: forkSnapshot, Restore: rep}
+		f.forked.Note = forkNote(f.forked)
+		return f, nil
+	})
+}
+
+// restoreFrom copies the snapshot files of src into the Executor's own
+// snapshot folder (the host copies bytes and reads none: invariant 13)
+// and restores them in its kernel.
+func (e *Executor) restoreFrom(ctx context.Context, src string) (*RestoreReport, error) {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, ent := range ents {
+		if !ent.Type().IsRegular() {
+			continue
+		}
+		if err := copyBeneath(src, e.snapshotDir, ent.Name()); err != nil {
+			return nil, fmt.Errorf("copy the snapshot: %w", err)
+		}
+	}
+	return e.Restore(ctx)
+}
+
+// copyBeneath copies the regular file name from one folder to another,
+// following no link on either side.
+func copyBeneath(from, to, name string) error {
+	in, err := safefs.OpenFile(from, name, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	safefs.Remove(to, name)
+	out, err := safefs.CreateExclusive(to, name, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
+}
+
+// forkLauncher starts a fork's first kernel by forking the source's live
+// kernel; a restart of the fork (a death, Reset) starts a fresh kernel with
+// next, as any restart does.
+type forkLauncher struct {
+	src  *Executor
+	mu   *sync.Mutex // one fork cell at a time in the source's kernel
+	done func()      // after the fork cell, with mu held
+	next kernel.Launcher
+	used bool
+}
+
+// Start implements kernel.Launcher.
+func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
+	if l.used {
+		return l.next.Start(ctx, spec)
+	}
+	l.used = true
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.done()
+	return forkKernel(ctx, l.src.k, spec, false)
+}
+
+// forkMIME is the display a fork cell reports the new kernel's pid in.
+const forkMIME = "application/x-ipybox-fork+json"
+
+// forkKernel asks the kernel k to fork itself into a kernel for spec, and
+// adopts the fork. The fork gets a lifeline of its own, a pipe of this
+// process that it opens by its /proc path: it dies with this process, and
+// not with its source. The caller serialises cells of k.
+func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (kernel.Process, error) {
+	if len(spec.Args) < 2 || spec.Args[0] != "-c" {
+		return nil, errors.New("fork: the spec does not launch ipykernel")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("fork: lifeline: %w", err)
+	}
+	req, _ := json.Marshal(map[string]any{
+		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait,
+		"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.Fd()),
+	})
+	code := fmt.Sprintf("__import__('ipybox_runtime._fork', fromlist=['_']).request(%s)\n", pyruntime.Quote(string(req)))
+	res, err := k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
+	pid := 0
+	if err == nil {
+		pid, err = forkPid(res)
+	}
+	var p kernel.HostProcess
+	if err == nil {
+		p, err = kernel.Adopt(pid)
+	}
+	if err != nil {
+		w.Close() // a fork that started dies at its lifeline's end
+		r.Close()
+		return nil, fmt.Errorf("fork: %w", err) // the kernel's own error: a caller in this package looks for *kernel.DiedError
+	}
+	return &lifelined{HostProcess: p, r: r, w: w}, nil
+}
+
+// forkPid reads the fork cell's report.
+func forkPid(res *kernel.Result) (int, error) {
+	for _, d := range res.Displays {
+		raw, ok := d.Data[forkMIME]
+		if !ok {
+			continue
+		}
+		var rep struct {
+			Pid int `json:"pid"`
+		}
+		b, _ := json.Marshal(raw)
+		if err := json.Unmarshal(b, &rep); err != nil || rep.Pid <= 0 {
+			return 0, fmt.Errorf("the kernel's fork report %s is malformed", b)
+		}
+		return rep.Pid, nil
+	}
+	return 0, errors.New("the kernel sent no fork report (is ipybox_runtime importable in it?)")
+}
+
+// lifelined is an adopted fork with the pipe whose end it watches: Kill
+// closes the pipe too, so the fork ends even if the signal missed it.
+type lifelined struct {
+	kernel.HostProcess
+	r, w *os.File
+	once sync.Once
+}
+
+// Kill implements kernel.Process.
+func (l *lifelined) Kill(ctx context.Context) error {
+	err := l.HostProcess.Kill(ctx)
+	l.once.Do(func() {
+		l.w.Close()
+		l.r.Close()
+	})
+	return err
+}

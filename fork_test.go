@@ -1,0 +1,484 @@
+//go:build linux
+
+package ipybox_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// run executes code and returns its trimmed text, failing t on an error.
+func frun(t *testing.T, ex *ipybox.Executor, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := ex.Execute(ctx, code, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", code, err)
+	}
+	return strings.TrimSpace(res.Text)
+}
+
+// alive reports whether pid exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitGone waits (bounded) until pid has gone.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is still alive", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestForkProcess forks an unsandboxed kernel (direct, and from a
+// zygote): the fork holds the source's namespace at the fork, changes in
+// either are unseen by the other, both keep working, the fork has its own
+// tool token and reseeded random, and closing either does not end the
+// other.
+func TestForkProcess(t *testing.T) {
+	testenv.NeedsPython(t)
+	for _, name := range []string{"direct", "zygote"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			o := &ipybox.Options{WorkDir: t.TempDir()}
+			if name == "zygote" {
+				z, err := ipybox.NewZygote(ctx, "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer z.Close()
+				o.Zygote = z
+			}
+			src, err := ipybox.Start(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			frun(t, src, "import random, os, json\nxs = [1, 2, 3]\ndef f(v):\n    return v * k\nk = 7\nrandom.seed(1)\nfh = open('f.txt', 'w')")
+			forks, err := src.Fork(ctx, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := forks[0]
+			defer f.Close()
+			if f.ForkInfo() == nil || f.ForkInfo().Method != "process" {
+				t.Fatalf("ForkInfo = %+v, want a process fork", f.ForkInfo())
+			}
+			if got := frun(t, f, "print(xs, f(6), k)"); got != "[1, 2, 3] 42 7" {
+				t.Fatalf("fork sees %q", got)
+			}
+			// A function defined in the fork sees the source's names as
+			// its globals, and __main__ is the namespace.
+			if got := frun(t, f, "def g():\n    return k + len(xs)\nimport sys\nprint(g(), sys.modules['__main__'].__dict__ is globals())"); got != "10 True" {
+				t.Fatalf("fork's new function: %q", got)
+			}
+			// The source's names are the user's (a snapshot saves them,
+			// %who lists them), not start-up names of the fork's app.
+			if got := frun(t, f, "print('xs' in get_ipython().run_line_magic('who_ls', ''))"); got != "True" {
+				t.Fatalf("the fork hides the source's names: %q", got)
+			}
+			frun(t, f, "xs.append(4); k = 1")
+			if got := frun(t, src, "print(xs, f(6))"); got != "[1, 2, 3] 42" {
+				t.Fatalf("source sees the fork's change: %q", got)
+			}
+			frun(t, src, "del k")
+			if got := frun(t, f, "print(xs, f(6))"); got != "[1, 2, 3, 4] 6" {
+				t.Fatalf("fork sees %q", got)
+			}
+			tokS := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			tokF := frun(t, f, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			if tokS == tokF || tokF == "" {
+				t.Fatalf("the fork has the source's tool token")
+			}
+			if a, b := frun(t, src, "print(random.random())"), frun(t, f, "print(random.random())"); a == b {
+				t.Fatalf("source and fork draw the same random stream: %s", a)
+			}
+			pidS, _ := strconv.Atoi(frun(t, src, "print(os.getpid())"))
+			pidF, _ := strconv.Atoi(frun(t, f, "print(os.getpid())"))
+			if pidS == pidF || pidF == 0 {
+				t.Fatalf("pids %d %d", pidS, pidF)
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidS)
+			if got := frun(t, f, "print(xs[-1])"); got != "4" {
+				t.Fatalf("fork after the source's close: %q", got)
+			}
+			// A reset of a fork is a fresh kernel, not another copy.
+			if err := f.Reset(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidF)
+			if got := frun(t, f, "print('xs' in globals())"); got != "False" {
+				t.Fatalf("after a reset the fork still has the namespace: %q", got)
+			}
+			pidF, _ = strconv.Atoi(frun(t, f, "import os; print(os.getpid())"))
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pidF)
+		})
+	}
+}
+
+// TestRewind undoes a cell that deleted a variable and mutated a list,
+// then two cells at once; past the boundaries kept it says how far it can
+// go; the boundaries' processes end with Close.
+func TestRewind(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	frun(t, ex, "xs = [1, 2]\nv = 'keep'")
+	frun(t, ex, "del v\nxs.append(3)")
+	t0 := time.Now()
+	if _, err := ex.Rewind(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rewind took %v", time.Since(t0))
+	res, err := ex.Execute(ctx, "print(xs, v)", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(res.Text) != "[1, 2] keep" || !strings.Contains(res.Note, "rewound 1 cell") {
+		t.Fatalf("after rewind: %q, note %q", res.Text, res.Note)
+	}
+	frun(t, ex, "xs.append(9)")
+	frun(t, ex, "xs.append(10)")
+	// Boundaries now: before "print", before append(9), before append(10).
+	_, err = ex.Rewind(ctx, 4)
+	if err == nil || !strings.Contains(err.Error(), "1 to 3 cells") {
+		t.Fatalf("rewind past the bound: %v", err)
+	}
+	rep, err := ex.Rewind(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Left != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if got := frun(t, ex, "print(xs)"); got != "[1, 2]" {
+		t.Fatalf("after rewinding 2: %q", got)
+	}
+	pids := checkpointPids(t)
+	if len(pids) == 0 {
+		t.Fatal("no kept boundary found")
+	}
+	if err := ex.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		waitGone(t, p)
+	}
+}
+
+// checkpointPids lists this user's processes whose parent is not this
+// test and that lead their group with the kernel's interpreter: the kept
+// boundaries and forks (for the leak checks).
+func checkpointPids(t *testing.T) []int {
+	t.Helper()
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !strings.Contains(string(env), "IPYBOX_TOOL_TOKEN") {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 2 && f[1] != strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestForkMany makes 4 forks at once: each holds the namespace and works
+// on its own; every process ends with Close, and no goroutine is left.
+func TestForkMany(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, "n = [0]")
+	forks, err := src.Fork(ctx, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for i, f := range forks {
+		frun(t, f, "n[0] += "+strconv.Itoa(i+1))
+		pid, _ := strconv.Atoi(frun(t, f, "import os; print(os.getpid())"))
+		pids = append(pids, pid)
+	}
+	for i, f := range forks {
+		if got := frun(t, f, "print(n[0])"); got != strconv.Itoa(i+1) {
+			t.Fatalf("fork %d: n = %s", i, got)
+		}
+	}
+	if got := frun(t, src, "print(n[0])"); got != "0" {
+		t.Fatalf("source: n = %s", got)
+	}
+	if _, err := src.Fork(ctx, defaults.MaxForks+1, nil); err == nil {
+		t.Fatal("a fork of more than MaxForks was made")
+	}
+	for _, f := range forks {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range pids {
+		waitGone(t, p)
+	}
+	if got := frun(t, src, "print(n[0])"); got != "0" {
+		t.Fatalf("source after its forks closed: n = %s", got)
+	}
+}
+
+// TestForkBusy: a fork or a rewind of a session that is running a cell
+// refuses with ErrBusy, and works once the cell has ended.
+func TestForkBusy(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for ev, err := range src.Stream(ctx, "print('go', flush=True)\nimport time; time.sleep(3)", nil) {
+			if err != nil {
+				done <- err
+				return
+			}
+			if _, ok := ev.(*ipybox.Output); ok {
+				select {
+				case <-started:
+				default:
+					close(started)
+				}
+			}
+		}
+		done <- nil
+	}()
+	<-started
+	if _, err := src.Fork(ctx, 1, nil); !errors.Is(err, ipybox.ErrBusy) {
+		t.Fatalf("fork of a busy session: %v", err)
+	}
+	if _, err := src.Rewind(ctx, 1); !errors.Is(err, ipybox.ErrBusy) {
+		t.Fatalf("rewind of a busy session: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	forks, err := src.Fork(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forks[0].Close()
+}
+
+// TestForkConfined forks a sandboxed and a container kernel: through a
+// snapshot, into a fresh kernel of the same backend. The fork holds the
+// state and says how it was made; its kernel cannot read its source's
+// snapshot folder (the masks hide it), nor find its source's tool token in
+// any process it can see.
+func TestForkConfined(t *testing.T) {
+	testenv.NeedsPython(t)
+	for _, backend := range []string{"sandbox", "container"} {
+		t.Run(backend, func(t *testing.T) {
+			ws := t.TempDir()
+			o := snapshotOpts(ws, "src")
+			if backend == "sandbox" {
+				testenv.NeedsTool(t, "bwrap")
+				o.Sandbox = ipybox.DefaultSandbox()
+			} else {
+				testenv.NeedsDocker(t)
+				o.Container = &ipybox.ContainerConfig{}
+			}
+			src := start(t, o)
+			ctx := context.Background()
+			frun(t, src, "xs = [1, 2, 3]\ndef f(v):\n    return v + 1\nimport os")
+			forks, err := src.Fork(ctx, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := forks[0]
+			defer f.Close()
+			if fi := f.ForkInfo(); fi == nil || fi.Method != "snapshot" || !strings.Contains(fi.Note, "snapshot") {
+				t.Fatalf("ForkInfo = %+v", fi)
+			}
+			if got := frun(t, f, "print(xs, f(1))"); got != "[1, 2, 3] 2" {
+				t.Fatalf("fork sees %q", got)
+			}
+			tok := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
+			srcSnap := src.SnapshotDir()
+			if backend == "container" {
+				srcSnap = "/workspace/.ipybox/snapshots/src"
+			}
+			probe := `import os, glob
+found = []
+for p in glob.glob('/proc/[0-9]*/environ'):
+    try:
+        if TOK in open(p).read():
+            found.append(p)
+    except OSError:
+        pass
+try:
+    print('listed', os.listdir(SNAP))
+except OSError as e:
+    print('refused', type(e).__name__)
+print('found', found)`
+			code := "TOK = " + strconv.Quote(tok) + "\nSNAP = " + strconv.Quote(srcSnap) + "\n" + probe
+			got := frun(t, f, code)
+			if !strings.Contains(got, "refused") || !strings.Contains(got, "found []") {
+				t.Fatalf("the fork reached its source: %s", got)
+			}
+			frun(t, f, "xs.append(4)")
+			if got := frun(t, src, "print(xs)"); got != "[1, 2, 3]" {
+				t.Fatalf("source sees the fork's change: %q", got)
+			}
+		})
+	}
+}
+
+// TestForkShellApproval: ipybox's init runs again in a process fork,
+// whose modules the source's init already wrapped: a shell command in the
+// fork is asked about once, not twice, and the process guards still hold.
+func TestForkShellApproval(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	asks := 0
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), ApproveShellCommands: true, RequireShellEscape: true,
+		Approver: func(context.Context, *ipybox.ApprovalRequest) error {
+			mu.Lock()
+			asks++
+			mu.Unlock()
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return asks
+	}
+	frun(t, src, "!echo hi")
+	frun(t, src, "%%bash\necho there")
+	n0 := count()
+	fs, err := src.Fork(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs[0].Close()
+	frun(t, fs[0], "!echo hi")
+	frun(t, fs[0], "%%bash\necho there")
+	if n := count() - n0; n != n0 {
+		t.Fatalf("the source asked %d times, the fork %d times for the same commands", n0, n)
+	}
+	out := frun(t, fs[0], "import subprocess\ntry:\n    subprocess.run(['true'])\nexcept PermissionError:\n    print('refused')")
+	if out != "refused" {
+		t.Fatalf("the process guard in the fork: %q", out)
+	}
+}
+
+// TestAttackForkPid: kernel code in the source chooses what the fork cell
+// reports. A pid that is the host's, pid 1, not a pid, or a process that
+// does not lead its own group is refused, nothing is signalled, and the
+// source keeps working.
+func TestAttackForkPid(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, `import os, subprocess, ipybox_runtime._fork as F
+from IPython.display import publish_display_data
+victim = subprocess.Popen(["sleep", "60"])
+def lie(pid):
+    def request(data):
+        publish_display_data({F.REPORT_MIME: {"pid": pid}})
+    F.request = request`)
+	victim := frun(t, src, "print(victim.pid)")
+	for _, pid := range []string{"os.getppid()", "1", "-5", "0", "victim.pid", "'12'"} {
+		frun(t, src, "lie("+pid+")")
+		t0 := time.Now()
+		_, err := src.Fork(ctx, 1, nil)
+		if err == nil || !(strings.Contains(err.Error(), "adopt pid") || strings.Contains(err.Error(), "malformed")) {
+			t.Fatalf("a fork that reported pid %s: %v", pid, err)
+		}
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Fatalf("the refusal of pid %s took %v: it was adopted and waited for", pid, d)
+		}
+	}
+	if got := frun(t, src, "print(victim.poll())"); got != "None" {
+		t.Fatalf("the victim %s was signalled: %s", victim, got)
+	}
+	frun(t, src, "victim.kill()")
+}
+
+// TestRewindReportsDeath: with boundaries kept, a kernel killed between
+// cells is still reported in the next cell's Result.Restarted (the
+// boundary's fork cell does not swallow the report), whether or not the
+// host has seen the death yet.
+func TestRewindReportsDeath(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	for _, wait := range []bool{false, true} {
+		pid, _ := strconv.Atoi(frun(t, ex, "import os; print(os.getpid())"))
+		syscall.Kill(pid, syscall.SIGKILL)
+		if wait {
+			waitGone(t, pid)
+		}
+		res, err := ex.Execute(ctx, "print('after')", nil)
+		if err != nil {
+			t.Fatalf("wait=%v: %v", wait, err)
+		}
+		if res.Restarted == nil {
+			t.Fatalf("wait=%v: the kernel's death was not reported: %+v", wait, res)
+		}
+	}
+}
