@@ -76,11 +76,10 @@ func TestDirNotBelowShared(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", "")
 	t.Setenv("HOME", shared)
 	t.Setenv("TMPDIR", shared)
-	for _, root := range dirRoots() {
-		if SharedAbove(root) == "" && !strings.HasPrefix(root, rt) {
+	if roots := dirRoots(); len(roots) > 0 {
+		if root := roots[0]; SharedAbove(root) == "" && !strings.HasPrefix(root, rt) {
 			t.Errorf("the first safe root is %s, not the runtime folder %s", root, rt)
 		}
-		break
 	}
 	if st, err := os.Stat(rt); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("XDG_RUNTIME_DIR %s: %v %v", rt, st, err)
