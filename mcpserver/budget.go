@@ -21,12 +21,29 @@ type snapshotBudget struct {
 	// all of them (Options.Durability.SnapshotWorkspaceBytes); negative: no limit.
 	per, total int64
 	dirs       func() []string
+	// share bounds what one tenant's snapshots and saves in flight take
+	// of total, with several principals (half of it: one principal
+	// cannot fill the budget and fail every other principal's saves);
+	// zero: no share.
+	share int64
 
 	mu sync.Mutex
 	// reserved is what the saves in flight may take of the workspace's
-	// budget; freed is closed (and replaced) when one ends.
-	reserved int64
-	freed    chan struct{}
+	// budget, reservedBy the same by tenant folder; freed is closed (and
+	// replaced) when one ends.
+	reserved   int64
+	reservedBy map[string]int64
+	freed      chan struct{}
+}
+
+// tenantOf returns the tenant folder among dirs whose snapshots hold dir.
+func (b *snapshotBudget) tenantOf(dir string) string {
+	for _, d := range b.dirs() {
+		if filepath.Dir(dir) == filepath.Join(d, ".ipybox", "snapshots") {
+			return d
+		}
+	}
+	return ""
 }
 
 // minSave is the least room a save is started with.
@@ -47,6 +64,10 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 		}
 		return per, func() {}, nil
 	}
+	tenant := ""
+	if b.share > 0 {
+		tenant = b.tenantOf(dir)
+	}
 	for {
 		used, err := b.snapshotsSize(dir)
 		if err != nil {
@@ -56,20 +77,39 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 		if per >= 0 && per < want {
 			want = per
 		}
+		mine := int64(0)
+		if tenant != "" {
+			mine = b.tenantSnapshotsSize(filepath.Join(tenant, ".ipybox", "snapshots"), dir)
+			want = min(want, b.share-mine)
+		}
 		if want < minSave {
-			if per >= 0 && per < total-used {
+			switch {
+			case tenant != "" && b.share-mine < minSave:
+				return 0, nil, fmt.Errorf("this principal's snapshots already take %d of the %d bytes one principal may hold (half of --snapshot-workspace-budget, so that one principal cannot fill it for the others); close sessions you no longer need (close_session), or raise the budget", mine, b.share)
+			case per >= 0 && per < total-used:
 				// The session's own budget is what refuses.
 				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
 			}
 			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
 		}
 		b.mu.Lock()
-		if b.reserved+want <= total-used {
+		if b.reserved+want <= total-used && (tenant == "" || b.reservedBy[tenant]+want <= b.share-mine) {
 			b.reserved += want
+			if tenant != "" {
+				if b.reservedBy == nil {
+					b.reservedBy = map[string]int64{}
+				}
+				b.reservedBy[tenant] += want
+			}
 			b.mu.Unlock()
 			return want, func() {
 				b.mu.Lock()
 				b.reserved -= want
+				if tenant != "" {
+					if b.reservedBy[tenant] -= want; b.reservedBy[tenant] <= 0 {
+						delete(b.reservedBy, tenant)
+					}
+				}
 				if b.freed != nil {
 					close(b.freed)
 					b.freed = nil

@@ -113,3 +113,64 @@ func TestBudgetCountsOthersOnDisk(t *testing.T) {
 		t.Errorf("without a workspace budget: %d, %v; want the session's %d", n, err, 5<<20)
 	}
 }
+
+// TestBudgetPrincipalShare attacks issue 34 item 9 for snapshots: with
+// several principals, one principal's snapshots on disk and saves in
+// flight take at most half of the workspace's budget, so that another
+// principal's save still finds room; one principal alone is not capped.
+func TestBudgetPrincipalShare(t *testing.T) {
+	t.Parallel()
+	alice, bob := t.TempDir(), t.TempDir()
+	snaps := func(d, name string) string { return filepath.Join(d, ".ipybox", "snapshots", name) }
+	// alice's kernel filled one of her snapshot folders (its running
+	// kernel can write it between saves).
+	full := snaps(alice, "full")
+	if err := os.MkdirAll(full, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "namespace"), make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := &snapshotBudget{per: 2 << 20, total: 4 << 20, share: 2 << 20, dirs: func() []string { return []string{alice, bob} }}
+	if _, _, err := b.reserve(t.Context(), snaps(alice, "more")); err == nil || !strings.Contains(err.Error(), "one principal may hold") {
+		t.Fatalf("alice's save past her share: %v; want a refusal that names the share", err)
+	}
+	n, release, err := b.reserve(t.Context(), snaps(bob, "s"))
+	if err != nil || n != 2<<20 {
+		t.Fatalf("bob's save beside alice's full share: %d, %v; want his session's budget", n, err)
+	}
+	release()
+
+	// In flight: alice's saves hold her share; bob's still gets room.
+	os.RemoveAll(full)
+	b = &snapshotBudget{per: 1 << 20, total: 4 << 20, share: 2 << 20, dirs: func() []string { return []string{alice, bob} }}
+	var releases []func()
+	for i := range 2 {
+		n, release, err := b.reserve(t.Context(), snaps(alice, "a"+string(rune('0'+i))))
+		if err != nil || n != 1<<20 {
+			t.Fatalf("alice's save %d: %d, %v", i, n, err)
+		}
+		releases = append(releases, release)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancel()
+	if _, _, err := b.reserve(ctx, snaps(alice, "a2")); err == nil || !strings.Contains(err.Error(), "waiting for room") {
+		t.Errorf("alice's third save while two hold her share: %v; want a bounded wait", err)
+	}
+	if n, release, err := b.reserve(t.Context(), snaps(bob, "b0")); err != nil || n != 1<<20 {
+		t.Errorf("bob's save while alice's hold her share: %d, %v; want his session's budget", n, err)
+	} else {
+		release()
+	}
+	for _, r := range releases {
+		r()
+	}
+
+	// One principal (no share) may take the whole budget, as before.
+	b = &snapshotBudget{per: -1, total: 4 << 20, dirs: func() []string { return []string{alice} }}
+	if n, release, err := b.reserve(t.Context(), snaps(alice, "x")); err != nil || n != 4<<20 {
+		t.Errorf("one principal: %d, %v; want the whole budget", n, err)
+	} else {
+		release()
+	}
+}

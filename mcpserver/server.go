@@ -446,6 +446,10 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.durability = &durability{state: state, frontend: newFolderName(), hibernateAfter: o.Durability.HibernateAfter, expiry: o.Durability.SessionExpiry,
 		budget: &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}}
+	if s.multi && o.Durability.SnapshotWorkspaceBytes > 0 {
+		// One principal holds at most half of the workspace's budget.
+		s.durability.budget.share = o.Durability.SnapshotWorkspaceBytes / 2
+	}
 	s.sessions.store = &durableStore{mem: newMemStore(), state: state, s: s}
 	s.sessions.onAdd = s.startReaper
 	s.sessions.countStored(state.list())
