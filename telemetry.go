@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ipybox/ipybox/internal/kernel"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 	"github.com/ipybox/ipybox/internal/telemetry"
 	"github.com/ipybox/ipybox/internal/toolserver"
 )
@@ -87,7 +88,7 @@ func (e *Executor) observe(ctx context.Context, call *toolserver.ToolCall, shell
 	parent := e.cellSpan()
 	if call != nil {
 		ctx, sp := e.tel.StartToolCall(ctx, parent, call.Server, call.Tool)
-		server := call.Server
+		server := metricServer(e.registry, call.Server, e.opts.Tenant)
 		return ctx, func(outcome string) { e.tel.EndToolCall(sp, server, outcome) }
 	}
 	ctx, sp := e.tel.StartShell(ctx, parent, len(shell))
@@ -147,4 +148,24 @@ func (e *Executor) traceApproval(ctx context.Context, r *ApprovalRequest, decide
 	}
 	e.tel.EndApproval(sp, string(r.Kind), v.decision, v.by, v.rule)
 	return err
+}
+
+// clientServers is the metrics' server label of every server that an MCP
+// client registered, where principals are tenants.
+const clientServers = "(registered by a client)"
+
+// metricServer is the server label of a tool call's metrics. Where
+// principals are tenants (Options.Tenant), a server that a client
+// registered is counted as clientServers: the metrics are the process's,
+// readable with any principal's token, and one principal's server names
+// are not the others' to read (nor a label set that a client can grow
+// without end). The span keeps the name.
+func metricServer(reg *mcpconn.Registry, name string, tenant bool) string {
+	if !tenant {
+		return name
+	}
+	if cfg, ok := reg.Get(name); !ok || cfg.Origin == mcpconn.OriginClient {
+		return clientServers
+	}
+	return name
 }
