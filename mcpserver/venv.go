@@ -181,6 +181,11 @@ func (t *tenant) removeStaleVenvBuilds() {
 // virtualenv. Otherwise ensurepip installs a pip of its own.
 func (t *tenant) makeVenv(ctx context.Context, base, dir, final string) error {
 	if out, err := t.helperIn(ctx, dir, base, "-I", "-m", "venv", "--system-site-packages", "--without-pip", dir); err != nil {
+		var we *hostproc.WritableError
+		if errors.As(err, &we) {
+			// Not a missing venv module: the interpreter is kernel code's.
+			return fmt.Errorf("create the virtualenv with %s: %w; point --python (or IPYBOX_PYTHON) at an interpreter outside the workspace", base, err)
+		}
 		return fmt.Errorf("create the virtualenv %s with %s -m venv: %w\n%s\n(on Debian, install python3-venv)", dir, base, err, strings.TrimSpace(string(out)))
 	}
 	if t.baseVenv != nil {

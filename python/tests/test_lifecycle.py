@@ -242,13 +242,25 @@ class SyncTest(unittest.TestCase):
 class ProcessTest(LoopTestCase):
     def test_bad_python(self):
         ws = new_workspace()
-        fake = ws / "fake-python"
+        fake = new_workspace() / "fake-python"  # outside the workspace
         fake.write_text("#!/bin/sh\nexit 1\n")
         fake.chmod(0o755)
         ex = CodeExecutor(binary=binary(), working_dir=ws, python=str(fake))
         with self.assertRaisesRegex(RuntimeError, "fake-python") as cm:
             self.run_async(ex.start(), timeout=60)
         self.assertIn("ipykernel", str(cm.exception))
+
+    def test_python_in_the_workspace_refused(self):
+        # Kernel code can write the workspace: the host never runs an
+        # interpreter from there (invariant 14), and says what to do.
+        ws = new_workspace()
+        fake = ws / "fake-python"
+        fake.write_text("#!/bin/sh\nexit 1\n")
+        fake.chmod(0o755)
+        ex = CodeExecutor(binary=binary(), working_dir=ws, python=str(fake))
+        with self.assertRaisesRegex(RuntimeError, "kernel code can write") as cm:
+            self.run_async(ex.start(), timeout=60)
+        self.assertIn("outside the workspace", str(cm.exception))
 
     def test_sandbox(self):
         if shutil.which("bwrap") is None:
