@@ -93,7 +93,7 @@ func DirOutside(writable []string) (string, error) {
 			errs = append(errs, fmt.Errorf("%s is in %s, which kernel code can write", root, w))
 			continue
 		}
-		if at := SharedAbove(root); at != "" {
+		if at := SharedAbove(root); at != "" && !inImage {
 			errs = append(errs, fmt.Errorf("%s is below %s, where another user can put files that an upward search finds", root, at))
 			continue
 		}
@@ -117,11 +117,20 @@ func DirOutside(writable []string) (string, error) {
 	return "", fmt.Errorf("host processes' private folder: %w; set XDG_RUNTIME_DIR to a folder of your own outside the workspace", errors.Join(errs...))
 }
 
+// inImage is set in ipybox's Docker image (IPYBOX_IN_IMAGE=1). There a
+// folder that others can write above the private folder (/tmp, the home
+// of every uid the image runs as) is accepted: the container's other
+// processes are the operator's own, and its kernels run as the server's
+// uid (or as root confined by Landlock), so they can write every folder
+// that the server can, system folders aside, wherever the private folder
+// lies (docs/container.md).
+var inImage = os.Getenv("IPYBOX_IN_IMAGE") == "1"
+
 // dirRoots lists the parents that Dir may use, in order.
 func dirRoots() []string {
 	var roots []string
 	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
-		if _, err := os.Stat(x); errors.Is(err, os.ErrNotExist) && SharedAbove(filepath.Dir(x)) == "" {
+		if _, err := os.Stat(x); errors.Is(err, os.ErrNotExist) && (inImage || SharedAbove(filepath.Dir(x)) == "") {
 			os.Mkdir(x, 0o700) // an error shows below, as a folder that is not there
 		}
 		if st, err := os.Stat(x); err == nil && st.IsDir() {
