@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,12 +40,18 @@ func TestListenTLS(t *testing.T) {
 	if !strings.HasPrefix(url, "https://127.0.0.1:") || len(fp) != 64 {
 		t.Fatalf("url %q, fingerprint %q", url, fp)
 	}
+	// VerifyConnection runs in the transport's dialing goroutine, which may
+	// still run (a connection dialed for a request that another one served)
+	// when the test reads seen.
+	var mu sync.Mutex
 	var seen string
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
+			mu.Lock()
 			seen = hex.EncodeToString(sum[:])
+			mu.Unlock()
 			return nil
 		},
 	}}}
@@ -73,6 +80,8 @@ func TestListenTLS(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.want)
 		}
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if seen != fp {
 		t.Errorf("served certificate %s, ListenTLS said %s", seen, fp)
 	}
