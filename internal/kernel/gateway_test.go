@@ -308,8 +308,14 @@ func TestGatewayLifecycle(t *testing.T) {
 			k, err := kernel.Start(ctx, &kernel.Options{Gateway: &kernel.GatewayConfig{URL: j.URL, Token: j.Token}})
 			cancel()
 			if err == nil {
+				// A fast stack (PyPI's Jupyter Server 2 and ipykernel 7)
+				// may start a kernel within the longer bounds: what must
+				// hold then is that none is left behind (below).
 				k.Close()
-				t.Errorf("a start cancelled after %v succeeded", after)
+				if after == time.Millisecond {
+					t.Errorf("a start cancelled after %v succeeded", after)
+				}
+				t.Logf("a start with %v succeeded before its cancellation", after)
 			} else {
 				t.Logf("cancelled after %v: %v", after, err)
 			}
