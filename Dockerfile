@@ -59,8 +59,9 @@ USER ipybox
 WORKDIR /app/workspace
 ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1
 # The private folder of the host processes ipybox starts, made 0700 by
-# ipybox at its start (/app is the ipybox user's): never below /tmp, where
-# any user can plant a node_modules that npx finds (docs/mcp.md).
+# ipybox at its start as the ipybox user or root (/app is writable to
+# them); under another --user, in $HOME/.cache (/tmp), which the image
+# accepts (docs/container.md, "The image").
 ENV XDG_RUNTIME_DIR=/app/.run
 # The MCP registry checks the image's io.modelcontextprotocol.server.name
 # against server.json's name.
