@@ -231,7 +231,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*http.Request, f
 		s.calls.release(1)
 		return nil, nil, s.gone()
 	}
-	h := &held{s: s, n: n, principal: s.principal.Load(), total: totalBodies(), rc: http.NewResponseController(w),
+	h := &held{s: s, n: n, principal: s.principal, total: totalBodies(), rc: http.NewResponseController(w),
 		readDeadline: time.Now().Add(bodyReadTimeout)}
 	return r.WithContext(context.WithValue(ctx, heldKey{}, h)), h.release, nil
 }

@@ -233,7 +233,7 @@ type Server struct {
 	calls, bytes *budget
 	waiting      atomic.Int64
 	sharing      atomic.Int64 // those waiting for the shared budgets (held.share)
-	principal    atomic.Pointer[budget]
+	principal    *budget
 
 	mu       sync.Mutex
 	closed   bool
@@ -296,7 +296,7 @@ func New(caller Caller, opts *Options) (*Server, error) {
 	}
 	s := &Server{caller: caller, opts: o, log: log,
 		calls: newBudget(int64(o.MaxConcurrentCalls)), bytes: newBytesBudget(o.MaxHeldBytes)}
-	s.principal.Store(principalBodies(o.Principal))
+	s.principal = principalBodies(o.Principal)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.http = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
@@ -311,14 +311,6 @@ func New(caller Caller, opts *Options) (*Server, error) {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
-}
-
-// SetPrincipal makes the server's later requests count against
-// principal's share of the process's budget, as Options.Principal does (a
-// kernel started before its principal was known: a pooled one). Requests
-// already admitted keep the share they were charged to.
-func (s *Server) SetPrincipal(principal string) {
-	s.principal.Store(principalBodies(principal))
 }
 
 // observe calls Options.Observe, if set.
