@@ -60,7 +60,7 @@ type hostLaunch struct {
 	dir   string            // where the bait lies (ipybox's working folder for the case)
 	mark  string            // the file the bait writes when it runs
 	reg   string            // the server's name
-	needs string            // a program the case needs (testenv skips it locally when missing)
+	needs func(testing.TB)  // finds what the case needs (testenv skips it locally when missing, fails in CI)
 }
 
 // TestAttackHostProcessLoadsWorkspace: a stdio server whose config names
@@ -168,8 +168,8 @@ func TestAttackHostProcessLoadsWorkspace(t *testing.T) {
 }
 
 func (c hostLaunch) attack(t *testing.T, ex *ipybox.Executor, ws, trusted string) {
-	if c.needs != "" {
-		testenv.NeedsTool(t, c.needs)
+	if c.needs != nil {
+		c.needs(t)
 	}
 	cfg := c.cfg(trusted)
 	// The bait works where the old code started the server.
@@ -217,15 +217,12 @@ func (c hostLaunch) attack(t *testing.T, ex *ipybox.Executor, ws, trusted string
 // find-links folder beside it. (uvx does not read a project's config:
 // uv 0.13.8 ignored a planted uv.toml and pyproject.toml.)
 func uvRunCase() hostLaunch {
-	uv, err := exec.LookPath("uv")
-	if err != nil {
-		uv = "uv"
-	}
-	return hostLaunch{name: "uv run, a planted project", needs: "uv",
+	uv := new(string) // setup.sh's uv, from its own venv (testenv.UV)
+	return hostLaunch{name: "uv run, a planted project", needs: func(t testing.TB) { *uv = testenv.UV(t) },
 		cfg: func(string) ipybox.ServerConfig {
 			// Offline: outside the planted project the name is looked up
 			// nowhere.
-			return ipybox.ServerConfig{Command: uv, Args: []string{"run", "ipybox-hostproc-bait"}, Env: map[string]string{"UV_OFFLINE": "1"}}
+			return ipybox.ServerConfig{Command: *uv, Args: []string{"run", "ipybox-hostproc-bait"}, Env: map[string]string{"UV_OFFLINE": "1"}}
 		},
 		plant: map[string]string{"pyproject.toml": `[project]
 name = "proj"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -67,6 +68,14 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 	}
 	j.URL = "http://127.0.0.1:" + strconv.Itoa(port)
 	state := t.TempDir()
+	// The kernels' sockets live in the runtime folder, named after the
+	// connection file: a short path keeps them under the 107 bytes of a
+	// socket address whatever the test's name.
+	runtime, err := os.MkdirTemp("", "jr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runtime) })
 	args := []string{"-m", "jupyter_server",
 		"--ServerApp.ip=127.0.0.1",
 		"--ServerApp.port=" + strconv.Itoa(port),
@@ -84,6 +93,15 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 		"--ServerApp.iopub_msg_rate_limit=0",
 		"--ZMQChannelsWebsocketConnection.iopub_data_rate_limit=0",
 		"--ZMQChannelsWebsocketConnection.iopub_msg_rate_limit=0",
+		// The server's kernels talk to it over Unix sockets, not TCP
+		// ports. Over TCP, jupyter_client picks a free port, closes it
+		// and has the kernel bind it; under go test's parallel packages
+		// another process took it in between, and the kernel died with
+		// "Address already in use" while the server waited 60 s for it
+		// (TestGatewayKernel in CI). ipybox talks to the server only
+		// through its REST and websocket API, so what the tests cover is
+		// unchanged.
+		"--KernelManager.transport=ipc",
 	}
 	if o.Legacy {
 		args = append(args, "--ServerApp.kernel_ws_protocol=", "--ZMQChannelsWebsocketConnection.kernel_ws_protocol=")
@@ -95,7 +113,7 @@ func JupyterServer(t testing.TB, opts *JupyterServerOptions) *Jupyter {
 		"LANG=C.UTF-8",
 		"JUPYTER_CONFIG_DIR=" + filepath.Join(state, "config"),
 		"JUPYTER_DATA_DIR=" + filepath.Join(state, "data"),
-		"JUPYTER_RUNTIME_DIR=" + filepath.Join(state, "runtime"),
+		"JUPYTER_RUNTIME_DIR=" + runtime,
 		"IPYTHONDIR=" + filepath.Join(state, "ipython"),
 	}
 	j.run(t, "jupyter server", "/api/status")
