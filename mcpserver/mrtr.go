@@ -76,7 +76,11 @@ type cellRun struct {
 	// running" answer.
 	interrupted   string
 	interruptedAt time.Time
-	recent        strings.Builder
+	// task is the id of the task the cell runs as, if any (tasks.go);
+	// endedAt is when the cell ended.
+	task    string
+	endedAt time.Time
+	recent  strings.Builder
 	// legacyHeld is set while a 2025-11-25 call, between its rounds,
 	// asks the client (legacyRounds): a request still waits for the cell.
 	legacyHeld bool
@@ -248,6 +252,10 @@ func (c *cellRun) output(o *ipybox.Output) {
 		c.deliver(att, o)
 		return
 	}
+	if c.isTask() {
+		// No call will take it as progress: the task's result has it.
+		return
+	}
 	if c.backlogN+len(o.Text) > maxBacklog {
 		c.dropped += int64(len(o.Text))
 		return
@@ -305,7 +313,7 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 	defer c.outMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.done, c.res, c.err = true, res, err
+	c.done, c.res, c.err, c.endedAt = true, res, err, time.Now()
 	if spillNote != "" {
 		c.warnings = append(c.warnings, spillNote)
 	}
@@ -412,6 +420,20 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			return c.result(), nil
 		}
 	}
+}
+
+// isDone reports whether the cell has ended.
+func (c *cellRun) isDone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// isTask reports whether the cell runs as a task.
+func (c *cellRun) isTask() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.task != ""
 }
 
 // waitDone waits at most d for the cell's end, and reports whether it
