@@ -93,28 +93,33 @@ type task struct {
 type taskTable struct {
 	mu    sync.Mutex
 	tasks map[string]*task
+	// max and keep are maxTasks and taskKeep (tests shorten them).
+	max  int
+	keep time.Duration
 }
 
-func newTaskTable() *taskTable { return &taskTable{tasks: map[string]*task{}} }
+func newTaskTable() *taskTable {
+	return &taskTable{tasks: map[string]*task{}, max: maxTasks, keep: taskKeep}
+}
 
 // expiresLocked is when t is dropped. Called with mu held.
-func (t *task) expiresLocked() time.Time {
+func (tt *taskTable) expiresLocked(t *task) time.Time {
 	if t.c != nil {
 		t.c.mu.Lock()
 		done, ended := t.c.done, t.c.endedAt
 		t.c.mu.Unlock()
 		if done {
-			return ended.Add(taskKeep)
+			return ended.Add(tt.keep)
 		}
 	}
-	return t.created.Add(t.timeout + taskKeep)
+	return t.created.Add(t.timeout + tt.keep)
 }
 
 // sweepLocked drops the tasks whose ttl passed, and interrupts their
 // cells if they still run. Called with mu held.
 func (tt *taskTable) sweepLocked(now time.Time) {
 	for id, t := range tt.tasks {
-		if t.c == nil || now.Before(t.expiresLocked()) {
+		if t.c == nil || now.Before(tt.expiresLocked(t)) {
 			continue
 		}
 		delete(tt.tasks, id)
@@ -124,10 +129,10 @@ func (tt *taskTable) sweepLocked(now time.Time) {
 
 // errTooManyTasks is the answer to a call that would make a principal's
 // task past maxTasks.
-func errTooManyTasks(running int) error {
-	return fmt.Errorf("you have %d tasks (%d running), the most ipybox mcp keeps for one token: "+
-		"a finished task is kept for %v after its end, so that its result can be fetched; "+
-		"wait for those to expire, cancel running ones (tasks/cancel), or call without the tasks extension", maxTasks, running, taskKeep)
+func errTooManyTasks(n, running int, keep time.Duration) error {
+	return fmt.Errorf("this code did not run: you have %d tasks (%d running), the most ipybox mcp keeps for one token; "+
+		"a finished task is kept for %v after its end, so that its result can be fetched: "+
+		"wait for those to expire, cancel running ones (tasks/cancel), or call without the tasks extension", n, running, keep)
 }
 
 // reserve makes a task for principal p, for a cell to start with timeout,
@@ -147,8 +152,8 @@ func (tt *taskTable) reserve(p string, timeout time.Duration) (*task, error) {
 			running++
 		}
 	}
-	if n >= maxTasks {
-		return nil, errTooManyTasks(running)
+	if n >= tt.max {
+		return nil, errTooManyTasks(n, running, tt.keep)
 	}
 	t := &task{id: "task_" + strings.ToLower(rand.Text()), principal: p, created: now, timeout: timeout, updated: now, lastStatus: "working"}
 	tt.tasks[t.id] = t
@@ -323,7 +328,7 @@ var errMissingTasks = &jsonrpc.Error{
 
 // errUnknownTask answers a taskId that names no task of the caller's.
 func errUnknownTask(id string) error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown taskId %q: no task of yours has it (a task is kept for %v after its cell's end, and only its own token reaches it)", clipN(id, 100), taskKeep)}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown taskId %q: no task of yours has it (a task is kept for a while after its cell's end, its ttlMs from its creation, and only its own token reaches it)", clipN(id, 100))}
 }
 
 // taskMethod answers tasks/get, tasks/update and tasks/cancel.
@@ -445,7 +450,7 @@ func (s *Server) taskState(t *task) *taskWire {
 	}
 	w.CreatedAt = t.created.UTC().Format(time.RFC3339Nano)
 	w.LastUpdatedAt = t.updated.UTC().Format(time.RFC3339Nano)
-	w.TTLMs = max(t.expiresLocked().Sub(t.created).Milliseconds(), 1)
+	w.TTLMs = max(s.tasks.expiresLocked(t).Sub(t.created).Milliseconds(), 1)
 	take := done && !t.taken
 	t.taken = t.taken || done
 	s.tasks.mu.Unlock()

@@ -402,3 +402,143 @@ func TestTasks(t *testing.T) {
 		})
 	}
 }
+
+// TestTasksApprovalAsInputRequired: a task's cell that reaches a call
+// needing approval makes the task input_required, with the question as an
+// elicitation/create input request; answers to keys that are not open are
+// ignored; tasks/update with the answer resumes the cell, whose next
+// approval has a new key; the result has what the approved calls did.
+func TestTasksApprovalAsInputRequired(t *testing.T) {
+	t.Parallel()
+	_, url := elicitServer(t, &Options{})
+	c := httpTaskClient(t, url, testToken, withTasks())
+	var out struct{ Session string }
+	b, _ := json.Marshal(c.tool("create_session", map[string]any{})["structuredContent"])
+	json.Unmarshal(b, &out)
+	id := c.newTask(out.Session, "from mcptools.ap.tool_1 import Params, run\nprint('before', flush=True)\nprint(run(Params(s='one')))\n!echo two")
+	var seen []string
+	for _, want := range []string{`"s": "one"`, "echo two"} {
+		res := c.await(id, "input_required")
+		reqs, _ := res["inputRequests"].(map[string]any)
+		if res["status"] != "input_required" || len(reqs) != 1 {
+			t.Fatalf("want one approval open: %v", res)
+		}
+		for key, r := range reqs {
+			rm := r.(map[string]any)
+			msg := fmt.Sprint(rm["params"].(map[string]any)["message"])
+			if rm["method"] != "elicitation/create" || !strings.Contains(msg, want) {
+				t.Errorf("input request %s: %v, want %q in its message", key, rm, want)
+			}
+			if strings.Contains(strings.Join(seen, " "), key) {
+				t.Errorf("key %s used twice", key)
+			}
+			seen = append(seen, key)
+			// An answer to a key that is not open is ignored.
+			ack, e := c.call(methodTasksUpdate, map[string]any{"taskId": id, "inputResponses": map[string]any{"approval-99": map[string]any{"action": "accept", "content": map[string]any{}}, "junk": map[string]any{"ignored": true}}}, nil)
+			if e != nil || ack["resultType"] != "complete" {
+				t.Fatalf("tasks/update: %v %+v", ack, e)
+			}
+			if again := c.get(id); again["status"] != "input_required" || again["inputRequests"].(map[string]any)[key] == nil {
+				t.Errorf("after an answer to no open key: %v", again)
+			}
+			ack, e = c.call(methodTasksUpdate, map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{}}}}, nil)
+			if e != nil || ack["resultType"] != "complete" {
+				t.Fatalf("tasks/update: %v %+v", ack, e)
+			}
+			if again := c.get(id); again["inputRequests"] != nil && again["inputRequests"].(map[string]any)[key] != nil {
+				t.Errorf("the answered key is still open: %v", again)
+			}
+		}
+	}
+	res := c.await(id)
+	if got := resultText(res["result"]); res["status"] != "completed" || got != "before\ntool-1: one\ntwo" {
+		t.Errorf("result: %v", res)
+	}
+}
+
+// TestAttackOtherPrincipalsTasks: Bob, holding Alice's taskId (it leaked
+// through a transcript), tries tasks/get, tasks/update and tasks/cancel
+// with it and with variants of it: each answers as for a taskId that
+// never existed, and Alice's task runs on, uncancelled, to its result.
+// The cap on tasks is per principal: Alice at hers does not stop Bob.
+func TestAttackOtherPrincipalsTasks(t *testing.T) {
+	t.Parallel()
+	const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), HTTP: HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}}})
+	url := serveHTTP(t, srv)
+	alice := httpTaskClient(t, url, aliceTok, withTasks())
+	bob := httpTaskClient(t, url, bobTok, withTasks())
+	session := func(c *taskClient) string {
+		var out struct{ Session string }
+		b, _ := json.Marshal(c.tool("create_session", map[string]any{})["structuredContent"])
+		json.Unmarshal(b, &out)
+		return out.Session
+	}
+	ha := session(alice)
+	id := alice.newTask(ha, "import time\nfor i in range(20):\n    time.sleep(0.1)\nprint('alice done')")
+	unknown := func(e *rpcError, probe string) string {
+		if e == nil {
+			return "<answered>"
+		}
+		return fmt.Sprint(e.Code, strings.ReplaceAll(e.Message, fmt.Sprintf("%q", probe), "ID"))
+	}
+	_, never := bob.call(methodTasksGet, map[string]any{"taskId": "task_" + strings.Repeat("z", 26)}, nil)
+	want := unknown(never, "task_"+strings.Repeat("z", 26))
+	if never == nil || never.Code != -32602 {
+		t.Fatalf("unknown taskId: %+v", never)
+	}
+	for _, probe := range []string{id, " " + id, strings.ToUpper(id), id + "x", id[:len(id)-1]} {
+		for _, m := range []string{methodTasksGet, methodTasksUpdate, methodTasksCancel} {
+			res, e := bob.call(m, map[string]any{"taskId": probe, "inputResponses": map[string]any{"approval-1": map[string]any{"action": "accept"}}}, map[string]string{"Mcp-Name": strings.TrimSpace(probe)})
+			if strings.TrimSpace(probe) != probe {
+				// HTTP trims the header, not the body: a header mismatch.
+				if e == nil || e.Code != -32020 {
+					t.Errorf("bob's %s(%q): %v %+v, want -32020", m, probe, res, e)
+				}
+				continue
+			}
+			if got := unknown(e, probe); got != want {
+				t.Errorf("bob's %s(%q): %v %q, want %q", m, probe, res, got, want)
+			}
+		}
+	}
+	if res := alice.await(id); res["status"] != "completed" || !strings.Contains(resultText(res["result"]), "alice done") {
+		t.Errorf("alice's task after bob's tries: %v", res)
+	}
+
+	srv.tasks.mu.Lock()
+	srv.tasks.max = 1
+	srv.tasks.mu.Unlock()
+	res := alice.tool("execute_ipython_cell", map[string]any{"code": "print('over')", "session": ha})
+	if res["isError"] != true || res["taskId"] != nil || !strings.Contains(resultText(res), "you have 1 tasks (0 running), the most ipybox mcp keeps for one token") {
+		t.Errorf("alice past the cap: %v", res)
+	}
+	if id := bob.newTask(session(bob), "print('bob')"); !strings.Contains(resultText(bob.await(id)["result"]), "bob") {
+		t.Errorf("bob's task")
+	}
+}
+
+// TestTasksExpire: a finished task is kept for its keep time, which its
+// ttlMs says, then forgotten.
+func TestTasksExpire(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	srv.tasks.mu.Lock()
+	srv.tasks.keep = 2 * time.Second
+	srv.tasks.mu.Unlock()
+	c := stdioTaskClient(t, srv, withTasks())
+	id := c.newTask("", "print(1)")
+	res := c.await(id)
+	created, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(res["createdAt"]))
+	ttl := time.Duration(res["ttlMs"].(float64)) * time.Millisecond
+	if ttl < 2*time.Second || ttl > time.Minute {
+		t.Errorf("ttlMs of a finished task kept 2s: %v", ttl)
+	}
+	time.Sleep(time.Until(created.Add(ttl)) + 100*time.Millisecond)
+	if _, e := c.call(methodTasksGet, map[string]any{"taskId": id}, nil); e == nil || e.Code != -32602 {
+		t.Errorf("tasks/get after the ttl: %+v", e)
+	}
+	if n := srv.tasks.count(); n != 0 {
+		t.Errorf("%d tasks kept after their ttl", n)
+	}
+}
