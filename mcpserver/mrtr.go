@@ -153,7 +153,13 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(x.t.dir, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
+	inMemory := keep
+	if taskSlotOf(ctx) != nil {
+		// A task's output is not streamed to the client (tasks.go): what
+		// the result cannot show goes to the file, so none is lost.
+		inMemory = a.MaxOutputChars
+	}
+	sp := newSpill(x.t.dir, inMemory, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	x.begin()
 	s.wg.Add()
 	go func() {
@@ -430,10 +436,30 @@ func (c *cellRun) isDone() bool {
 }
 
 // isTask reports whether the cell runs as a task.
-func (c *cellRun) isTask() bool {
+func (c *cellRun) isTask() bool { return c.taskID() != "" }
+
+// taskID is the id of the task the cell runs as, or "".
+func (c *cellRun) taskID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.task != ""
+	return c.task
+}
+
+// waitEnd waits for the cell's end, or for ctx's.
+func (c *cellRun) waitEnd(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		done, changed := c.done, c.changed
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // waitDone waits at most d for the cell's end, and reports whether it

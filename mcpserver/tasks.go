@@ -467,8 +467,9 @@ func (s *Server) taskState(t *task) *taskWire {
 	case "completed":
 		w.Result = c.result()
 	case "cancelled":
-		// Its output is not lost: the result's text says what it did.
-		w.StatusMessage = clipN(text0(c.result()), 4000)
+		// Its output is not lost: the result's text, as bounded as a
+		// result's (max_output_chars), names the file with the rest.
+		w.StatusMessage = text0(c.result())
 	}
 	if take {
 		// The result is the task's now: the session's next call need not
