@@ -327,6 +327,9 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 		c.warnings = append(c.warnings, fmt.Sprintf("[ipybox: %d bytes of output were printed while no request waited for the cell (an approval was open) and were not sent as progress; the result has them]", c.dropped))
 	}
 	c.asks = nil
+	// Only a running cell's answers show it; a task keeps the ended cell
+	// for its ttl, and need not keep this too.
+	c.recent.Reset()
 	c.changedLocked()
 	// Harmless if a request waits for it, or took it: it is then not
 	// suspended, and a finished cell is never suspended again.
