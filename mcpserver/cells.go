@@ -105,7 +105,9 @@ func (s *Server) busyAnswer(x *session, handle string) *mcp.CallToolResult {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "[ipybox: this code did not run. The session's cell %s (started %s) still runs, and no request waits for it", c.id, c.start.Format("15:04:05"))
-	if len(asks) > 0 {
+	if c.task != "" {
+		fmt.Fprintf(&b, "; it runs as task %s: poll tasks/get for its result, or tasks/cancel to stop it (the kernel keeps its state)]", c.task)
+	} else if len(asks) > 0 {
 		fmt.Fprintf(&b, ": it waits for the client's approval of %d call(s):\n", len(asks))
 		for _, a := range asks {
 			fmt.Fprintf(&b, "  - %s\n", clipN(a.question.Message, 300))

@@ -76,7 +76,11 @@ type cellRun struct {
 	// running" answer.
 	interrupted   string
 	interruptedAt time.Time
-	recent        strings.Builder
+	// task is the id of the task the cell runs as, if any (tasks.go);
+	// endedAt is when the cell ended.
+	task    string
+	endedAt time.Time
+	recent  strings.Builder
 	// legacyHeld is set while a 2025-11-25 call, between its rounds,
 	// asks the client (legacyRounds): a request still waits for the cell.
 	legacyHeld bool
@@ -149,7 +153,13 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
-	sp := newSpill(x.t.dir, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
+	inMemory := keep
+	if taskSlotOf(ctx) != nil {
+		// A task's output is not streamed to the client (tasks.go): what
+		// the result cannot show goes to the file, so none is lost.
+		inMemory = a.MaxOutputChars
+	}
+	sp := newSpill(x.t.dir, inMemory, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	x.begin()
 	s.wg.Add()
 	go func() {
@@ -248,6 +258,10 @@ func (c *cellRun) output(o *ipybox.Output) {
 		c.deliver(att, o)
 		return
 	}
+	if c.isTask() {
+		// No call will take it as progress: the task's result has it.
+		return
+	}
 	if c.backlogN+len(o.Text) > maxBacklog {
 		c.dropped += int64(len(o.Text))
 		return
@@ -305,7 +319,7 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 	defer c.outMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.done, c.res, c.err = true, res, err
+	c.done, c.res, c.err, c.endedAt = true, res, err, time.Now()
 	if spillNote != "" {
 		c.warnings = append(c.warnings, spillNote)
 	}
@@ -313,6 +327,9 @@ func (c *cellRun) finish(res *ipybox.Result, err error, spillNote string) {
 		c.warnings = append(c.warnings, fmt.Sprintf("[ipybox: %d bytes of output were printed while no request waited for the cell (an approval was open) and were not sent as progress; the result has them]", c.dropped))
 	}
 	c.asks = nil
+	// Only a running cell's answers show it; a task keeps the ended cell
+	// for its ttl, and need not keep this too.
+	c.recent.Reset()
 	c.changedLocked()
 	// Harmless if a request waits for it, or took it: it is then not
 	// suspended, and a finished cell is never suspended again.
@@ -410,6 +427,40 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			}
 			s.runs.forgetCell(c) // the session's next result says what happened
 			return c.result(), nil
+		}
+	}
+}
+
+// isDone reports whether the cell has ended.
+func (c *cellRun) isDone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// isTask reports whether the cell runs as a task.
+func (c *cellRun) isTask() bool { return c.taskID() != "" }
+
+// taskID is the id of the task the cell runs as, or "".
+func (c *cellRun) taskID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.task
+}
+
+// waitEnd waits for the cell's end, or for ctx's.
+func (c *cellRun) waitEnd(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		done, changed := c.done, c.changed
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

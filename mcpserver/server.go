@@ -370,6 +370,8 @@ type Server struct {
 
 	// runs is the table of cells in flight (runs.go).
 	runs *runTable
+	// tasks are the tasks of the Tasks extension (tasks.go).
+	tasks *taskTable
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -423,6 +425,7 @@ func New(opts *Options) (*Server, error) {
 		log:       log,
 		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
+		tasks:     newTaskTable(),
 		tenants:   map[string]*tenant{},
 	}
 	s.factory = newKernelFactory(&s.opts, log)
@@ -491,12 +494,16 @@ func (s *Server) newMCPServer() *mcp.Server {
 		// server/discover's capabilities say what is answered.
 		//lint:ignore SA1019 the cells' output streams as MCP log messages, which SEP-2577 keeps working through its deprecation window (see streamOutput)
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
-			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+			Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{},
+			// The Tasks extension (tasks.go) for execute_ipython_cell.
+			Extensions: map[string]any{tasksExtension: map[string]any{}}},
 	})
+	addTaskMethods(m)
 	// Outermost first: the validation messages, then the rounds of
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
-	// bridge, which makes one).
-	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds)
+	// bridge, which makes one), then the tasks (a task's call answers at
+	// once, with no round).
+	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds, s.tasksMiddleware)
 	if s.tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
 		m.AddReceivingMiddleware(telemetry.ExtractMeta)

@@ -47,12 +47,33 @@ func (s *Server) trackConn(ss *mcp.ServerSession) bool {
 	})
 }
 
-// endConn ends the implicit session of a connection, if it has one.
+// endConn ends the implicit session of a connection, if it has one. A
+// task's cell that runs in it is not lost with the connection
+// (tasks.go): the session ends when that cell does, and the task's
+// result stays for the principal's other connections.
 func (s *Server) endConn(ss *mcp.ServerSession) {
-	if x := s.sessions.implicitOf(ss); x != nil {
-		if err := x.close(); err != nil {
-			s.log.Warn("closing a session's kernel", "session", x.id, "err", err)
-		}
+	x := s.sessions.implicitOf(ss)
+	if x == nil {
+		return
+	}
+	if c := s.runs.oldestCell(x, true); c != nil && c.isTask() && s.ctx.Err() == nil {
+		s.log.Info("connection ended; its session ends when its task's cell does", "session", x.id, "task", c.taskID(), "cell", c.id)
+		s.wg.Add()
+		go func() {
+			defer s.wg.Done()
+			// Bounded: the cell's timeout ends it, and Close ends s.ctx.
+			c.waitEnd(s.ctx)
+			s.closeImplicit(x)
+		}()
+		return
+	}
+	s.closeImplicit(x)
+}
+
+// closeImplicit ends x, the implicit session of a connection that ended.
+func (s *Server) closeImplicit(x *session) {
+	if err := x.close(); err != nil {
+		s.log.Warn("closing a session's kernel", "session", x.id, "err", err)
 	}
 }
 

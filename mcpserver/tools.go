@@ -435,6 +435,16 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return res, nil, nil
 	}
 	x.checkpointWait(ctx)
+	if slot := taskSlotOf(ctx); slot != nil {
+		// The client declared the Tasks extension (tasks.go).
+		err := s.startTask(slot, x, time.Duration(a.Timeout*float64(time.Second)), func() (*cellRun, *attachment) {
+			return s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return textResult("task %s", slot.t.id), nil, nil
+	}
 	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
 	res, err := s.awaitFor(ctx, c, att, time.Duration(a.MaxWait*float64(time.Second)), a.Session)
 	return res, nil, err

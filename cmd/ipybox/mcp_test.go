@@ -334,6 +334,46 @@ func conformance2026(t *testing.T, ctx context.Context, node, url string) {
 	if !passed {
 		t.Errorf("server-stateless: sep-2575-server-declares-prompts-in-discover did not pass")
 	}
+	tasksChecks(t, dir)
+}
+
+// tasksChecks checks that the tasks scenarios (baseline entries: most of
+// their checks call the suite's fixture tools) pass every check that
+// needs no fixture: the extension is declared, its methods are refused
+// to a client that did not declare it (-32021), the removed tasks/result
+// and tasks/list are -32601, an unknown taskId is -32602, and the answers
+// fit the suite's schema. mcpserver's TestTasksConformanceFixtures runs
+// the rest against fixture tools that run cells.
+func tasksChecks(t *testing.T, dir string) {
+	t.Helper()
+	want := map[string][]string{
+		"tasks-capability-negotiation": {"tasks-extension-advertised", "sep-2663-tasks-methods-non-declaring", "wire-schema-valid"},
+		"tasks-dispatch-and-envelope": {"sep-2663-tasks-result-removed-method-not-found", "tasks-removed-tasks-list",
+			"sep-2663-tasks-get-invalid-task-id-32602", "wire-schema-valid"},
+		"tasks-request-headers": {"tasks-headers-reject-mismatched-method", "wire-schema-valid"},
+		"tasks-lifecycle":       {"wire-schema-valid"},
+	}
+	for scenario, ids := range want {
+		files, _ := filepath.Glob(filepath.Join(dir, "server-"+scenario+"-*", "checks.json"))
+		if len(files) != 1 {
+			t.Errorf("%s's checks: %v", scenario, files)
+			continue
+		}
+		b, _ := os.ReadFile(files[0])
+		var checks []struct{ ID, Status, ErrorMessage string }
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Fatal(err)
+		}
+		status := map[string]string{}
+		for _, c := range checks {
+			status[c.ID] = c.Status + " " + c.ErrorMessage
+		}
+		for _, id := range ids {
+			if got := status[id]; got != "SUCCESS " {
+				t.Errorf("%s: check %s: %q, want SUCCESS", scenario, id, got)
+			}
+		}
+	}
 }
 
 // kernelProcs returns the kernel processes below pid: ipykernel started
