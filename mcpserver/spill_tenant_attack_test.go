@@ -44,7 +44,7 @@ func TestAttackTenantSpill(t *testing.T) {
 		t.Fatalf("alice's spilled file %s: %v (the test proves nothing)", aliceFile, err)
 	}
 	// alice herself can fetch it: the download works (the test can fail).
-	own := filepath.Join(t.TempDir(), "own.txt")
+	own := filepath.Join(transferFolder(t, "alice"), "own.txt")
 	if res := call(t, alice, "download_file", map[string]any{"relpath": rel, "local_path": own, "session": ah}); res.IsError {
 		t.Fatalf("alice's own download: %s", text(res))
 	}
@@ -59,7 +59,7 @@ except Exception as e:
 		t.Errorf("bob's kernel opened alice's spilled file by its host path: %s", got)
 	}
 	bobDir := filepath.Join(srv.Workspace(), "bob")
-	dst := t.TempDir()
+	dst := transferFolder(t, "bob")
 	for i, relpath := range []string{rel, "../alice/" + rel, "ipybox-outputs/../../alice/" + rel, "abs-link", "rel-link"} {
 		local := filepath.Join(dst, fmt.Sprintf("down-%d.txt", i))
 		res := call(t, bob, "download_file", map[string]any{"relpath": relpath, "local_path": local, "session": bh})
