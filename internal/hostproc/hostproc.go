@@ -245,8 +245,8 @@ func isSearchVar(k string) bool {
 // Prepare makes cmd fit to start on the host: an empty cmd.Dir becomes
 // Dir; a cmd.Dir or a program in a folder of writable is an error that
 // names it; cmd.Env (nil means none: it never inherits ours) loses the
-// search-path entries CleanEnv drops. It returns what was dropped, for
-// the caller's log.
+// search-path entries CleanEnv drops. In the Docker image, cmd then runs
+// confined (Confine). It returns what was dropped, for the caller's log.
 func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 	if cmd.Dir == "" {
 		if cmd.Dir, err = DirOutside(writable); err != nil {
@@ -267,7 +267,10 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 		cmd.Env = []string{}
 	}
 	cmd.Env, dropped = CleanEnv(cmd.Env, writable)
-	return cleanHomes(cmd, writable, dropped)
+	if dropped, err = cleanHomes(cmd, writable, dropped); err != nil {
+		return nil, err
+	}
+	return dropped, Confine(cmd)
 }
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
