@@ -149,7 +149,7 @@ type Options struct {
 
 	// ServerGate, when set, is asked before each stdio MCP server starts
 	// (one registered now, or loaded from servers.json), with its name and
-	// config: it returns the config to start, of which only Sandbox may
+	// config as registered (its ${VAR} placeholders unfilled): it returns the config to start, of which only Sandbox may
 	// differ (a policy to run it in), or an error that refuses the start.
 	// ipybox mcp gates there the servers its clients registered
 	// (ServerConfig.Origin), under the flags of the run that starts them.
