@@ -28,7 +28,9 @@ func TestOperatorEntryRewritten(t *testing.T) {
 	for _, change := range []func(*ipybox.ServerConfig){
 		func(c *ipybox.ServerConfig) { c.Command = "/bin/sh" },
 		func(c *ipybox.ServerConfig) { c.Args = []string{"-c", "import os; os.system('id')"} },
-		func(c *ipybox.ServerConfig) { c.Env = map[string]string{"KEY": "${SECRET}", "PYTHONSTARTUP": "/ws/x.py"} },
+		func(c *ipybox.ServerConfig) {
+			c.Env = map[string]string{"KEY": "${SECRET}", "PYTHONSTARTUP": "/ws/x.py"}
+		},
 		func(c *ipybox.ServerConfig) { c.Cwd = "/tmp" },
 		func(c *ipybox.ServerConfig) { c.Sandbox = nil },
 		func(c *ipybox.ServerConfig) { c.URL, c.Command, c.Args = "http://127.0.0.1:1/mcp", "", nil },
