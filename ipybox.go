@@ -161,6 +161,15 @@ type Options struct {
 	// mcp sets it with --allow-host-servers, under which a client runs
 	// commands on the host anyway.
 	ClientVars bool
+	// ClientPrivateURLs lets the URL servers that an MCP client registered
+	// (ServerConfig.Origin) reach loopback, private, link-local and
+	// reserved addresses. False (the default) refuses their connections
+	// there, after names are resolved (the egress proxy's guard): a
+	// client would otherwise make this host send requests to its own
+	// loopback services and private network. The operator's servers are
+	// not guarded. ipybox mcp sets it with --allow-private-urls and with
+	// --allow-host-servers.
+	ClientPrivateURLs bool
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor
