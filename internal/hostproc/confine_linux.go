@@ -1,6 +1,7 @@
 package hostproc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -93,7 +94,7 @@ const landlockWrite = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_
 // Landlock's scopes (ABI 6): abstract unix sockets and signals.
 const landlockScopes = 1<<0 | 1<<1
 
-var errNoScope = fmt.Errorf("Landlock with signal scoping (ABI 6, Linux 6.12) is missing here")
+var errNoScope = errors.New("this kernel lacks Landlock's signal scoping (ABI 6, Linux 6.12)")
 
 // ImageDomain puts the calling thread (and what it execs) in a Landlock
 // domain in which the image's system folders (/usr, /etc, /bin, /sbin,
