@@ -10,8 +10,9 @@
 # (and of the token file), whatever its uid, so that they can write it.
 # As root (--user 0:0), ipybox first drops every capability, sets
 # no-new-privileges and makes the image's system folders read-only with
-# Landlock (IPYBOX_IN_IMAGE); each kernel confines itself further (no
-# signal to the server; docs/container.md). Without --user the image runs as
+# Landlock (IPYBOX_IN_IMAGE). Under any uid, everything the server starts
+# (kernels, the fork server, stdio servers, helpers) starts in a scoped
+# Landlock domain of its own: no signal to the server (docs/container.md). Without --user the image runs as
 # uid 1000, and a workspace that uid cannot write fails at start with the
 # docker run --user command that fixes it.
 #

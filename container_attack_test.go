@@ -263,8 +263,11 @@ func TestAttackContainerPlantedIpyboxLink(t *testing.T) {
 // its container (the workspace, whoever owns it; the writable folders in
 // it, such as its own packages; the binds, whoever owns them) is mounted
 // nosuid,nodev, so that no set-id file or device that reaches it counts
-// there. Before, a workspace or bind of a user other than root was bound
-// with the flags of the host's mount, without either.
+// there; so is the kernel's own socket directory, and every other
+// writable mount but Docker's own (/proc, /sys, /dev, /etc/hosts...).
+// Before, a workspace or bind of a user other than root was bound with
+// the flags of the host's mount, without either, and the socket
+// directory still was.
 func TestAttackContainerMountFlags(t *testing.T) {
 	testenv.NeedsDocker(t)
 	if os.Geteuid() != 0 {
@@ -290,7 +293,8 @@ bad = []
 for l in open("/proc/self/mountinfo"):
     f = l.split()
     at, opts = f[4], f[5].split(",")
-    if at.startswith("/app") and "rw" in opts and not ("nosuid" in opts and "nodev" in opts):
+    docker = at.startswith(("/proc", "/sys", "/dev")) or at in ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
+    if not docker and "rw" in opts and not ("nosuid" in opts and "nodev" in opts):
         bad.append(at + " " + f[5])
 print(sorted(bad) or "none", len([l for l in open("/proc/self/mountinfo") if l.split()[4].startswith("/app")]))`)
 			if !strings.HasPrefix(got, "none ") {

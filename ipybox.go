@@ -149,7 +149,7 @@ type Options struct {
 
 	// ServerGate, when set, is asked before each stdio MCP server starts
 	// (one registered now, or loaded from servers.json), with its name and
-	// config: it returns the config to start, of which only Sandbox may
+	// config as registered (its ${VAR} placeholders unfilled): it returns the config to start, of which only Sandbox may
 	// differ (a policy to run it in), or an error that refuses the start.
 	// ipybox mcp gates there the servers its clients registered
 	// (ServerConfig.Origin), under the flags of the run that starts them.
@@ -161,6 +161,15 @@ type Options struct {
 	// mcp sets it with --allow-host-servers, under which a client runs
 	// commands on the host anyway.
 	ClientVars bool
+	// ClientPrivateURLs lets the URL servers that an MCP client registered
+	// (ServerConfig.Origin) reach loopback, private, link-local and
+	// reserved addresses. False (the default) refuses their connections
+	// there, after names are resolved (the egress proxy's guard): a
+	// client would otherwise make this host send requests to its own
+	// loopback services and private network. The operator's servers are
+	// not guarded. ipybox mcp sets it with --allow-private-urls and with
+	// --allow-host-servers.
+	ClientPrivateURLs bool
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor

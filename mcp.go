@@ -176,14 +176,15 @@ func (e *Executor) startTools() error {
 		}
 	}
 	if e.mcp, err = mcpconn.New(reg, &mcpconn.Options{
-		TokenFile:    tokens,
-		Logger:       e.log,
-		CallTimeout:  e.toolCallTimeout(),
-		DotEnv:       e.opts.DotEnv,
-		StdioCommand: e.stdioCommand,
-		Writable:     hostWritable(e.workspace, &e.opts),
-		ClientVars:   e.opts.ClientVars,
-		OAuthURL:     e.opts.OAuthURL,
+		TokenFile:         tokens,
+		Logger:            e.log,
+		CallTimeout:       e.toolCallTimeout(),
+		DotEnv:            e.opts.DotEnv,
+		StdioCommand:      e.stdioCommand,
+		Writable:          hostWritable(e.workspace, &e.opts),
+		ClientVars:        e.opts.ClientVars,
+		ClientPrivateURLs: e.opts.ClientPrivateURLs,
+		OAuthURL:          e.opts.OAuthURL,
 	}); err != nil {
 		return err
 	}

@@ -481,7 +481,13 @@ func (s *sandboxSet) close() error {
 // as a sandboxed kernel, with its own policy.
 func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.Config, cmd *exec.Cmd) (*exec.Cmd, error) {
 	if e.opts.ServerGate != nil {
-		gated, err := e.opts.ServerGate(server, serverConfigOf(cfg))
+		// The gate judges the config as registered, ${VAR} placeholders
+		// and all (cfg is expanded).
+		raw := cfg
+		if r, ok := e.registry.Get(server); ok {
+			raw = r
+		}
+		gated, err := e.opts.ServerGate(server, serverConfigOf(raw))
 		if err != nil {
 			return nil, fmt.Errorf("server %q: %w", server, err)
 		}

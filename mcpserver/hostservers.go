@@ -71,7 +71,14 @@ func (s *Server) gateServer(cfg ipybox.ServerConfig) (ipybox.ServerConfig, error
 // server of that name counts as a client's.
 func (t *tenant) gateStart(name string, cfg ipybox.ServerConfig) (ipybox.ServerConfig, error) {
 	s := t.s
-	if _, operator := s.opts.Servers[name]; cfg.Origin != mcpconn.OriginClient && operator {
+	if op, operator := s.opts.Servers[name]; cfg.Origin != mcpconn.OriginClient && operator {
+		if !sameConfig(op, cfg) {
+			// servers.json lies in the workspace, which kernel code writes
+			// where no sandbox keeps it out (the Docker image, --no-sandbox):
+			// an entry under an operator's name runs only as the operator
+			// configured it.
+			return cfg, fmt.Errorf("servers.json's entry for %q is not the --mcp-config server of that name (something rewrote it; kernel code can write the workspace where it runs unsandboxed); it is not started: remove the entry, and ipybox mcp records the operator's config again at its next start", name)
+		}
 		return cfg, nil
 	}
 	if t.hostApproved(name, cfg) {
@@ -155,4 +162,25 @@ func mcpconnConfig(cfg ipybox.ServerConfig) mcpconn.Config {
 		json.Unmarshal(b, &m)
 	}
 	return m
+}
+
+// sameConfig reports whether two configs are the same server, Origin
+// aside: their JSON forms, with the raw values (Sandbox) compacted.
+func sameConfig(a, b ipybox.ServerConfig) bool {
+	norm := func(c ipybox.ServerConfig) []byte {
+		c.Origin = ""
+		if len(c.Sandbox) > 0 {
+			var buf bytes.Buffer
+			if json.Compact(&buf, c.Sandbox) == nil {
+				c.Sandbox = buf.Bytes()
+			}
+		}
+		raw, err := json.Marshal(c)
+		if err != nil {
+			return nil
+		}
+		return raw
+	}
+	x, y := norm(a), norm(b)
+	return x != nil && bytes.Equal(x, y)
 }

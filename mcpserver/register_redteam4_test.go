@@ -77,7 +77,9 @@ func TestRedteam4RegisterReadsHostSecrets(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	t.Cleanup(leak.Close)
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, DotEnv: map[string]string{"OPERATOR_KEY": dotSecret}})
+	// AllowPrivateURLs: the leak server stands for the client's own public
+	// address, which the SSRF guard lets a client's URL reach.
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, DotEnv: map[string]string{"OPERATOR_KEY": dotSecret}, AllowPrivateURLs: true})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	h := createSession(t, alice)
@@ -216,7 +218,11 @@ func TestRedteam4RegisterURLReadsLoopback(t *testing.T) {
 		serveRaw(l, answer)
 		rawHTTP = append(rawHTTP, "http://"+l.Addr().String()+"/")
 	}
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}})
+	// AllowPrivateURLs: the operator lets clients reach the host's
+	// services (without it, TestAttackClientURLReachesLoopback: they are
+	// not dialled at all); what they answer still does not reach the
+	// client.
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, AllowPrivateURLs: true})
 	url := serveHTTP(t, srv)
 	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
 	h := createSession(t, alice)

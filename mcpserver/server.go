@@ -113,6 +113,13 @@ type Options struct {
 	// through ipybox.Executor.RegisterMCPServer, run as configured either
 	// way.
 	AllowHostServers bool
+	// AllowPrivateURLs lets URL servers registered through
+	// register_mcp_server reach loopback, private, link-local and
+	// reserved addresses (ipybox mcp --allow-private-urls; implied by
+	// AllowHostServers). False refuses those connections: a client would
+	// otherwise make this host send requests to its loopback services
+	// (this server's own HTTP port among them) and its private network.
+	AllowPrivateURLs bool
 	// Sandbox, when set, runs every session's kernel, and install_package's
 	// pip, inside a bubblewrap sandbox with this policy; bound directories
 	// (Binds) are made writable in it. If the sandbox cannot run here,

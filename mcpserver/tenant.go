@@ -255,14 +255,17 @@ func (t *tenant) close() {
 
 // allowedDirs returns the real paths of the host folders upload_file and
 // download_file may use for this tenant: Options.AllowedDirs, or by
-// default its folder and the system's temporary folder.
+// default its folder and the system's temporary folder; with several
+// principals, its folder and a transfer folder of its own (transferDir).
 func (t *tenant) allowedDirs() []string {
 	if !t.multi || t.s.opts.AllowedDirs != nil {
 		return t.s.allowed
 	}
 	out := []string{t.dir}
-	if real, err := realDir(os.TempDir()); err == nil {
+	if real, err := t.transferDir(); err == nil {
 		out = append(out, real)
+	} else {
+		t.s.log.Warn("no transfer folder for this principal; upload_file and download_file use its workspace folder only", "principal", t.principal, "err", err)
 	}
 	return out
 }

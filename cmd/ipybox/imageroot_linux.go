@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/hostproc"
 )
 
 // dropRoot, in the ipybox image run as root (`docker run --user 0:0`, for
@@ -80,67 +80,14 @@ func dropRoot(getenv func(string) string) error {
 	return nil
 }
 
-// imageSystem are the image's folders that uid 0 owns and that neither the
-// server nor anything it starts writes: the programs, libraries and
-// configuration whatever runs next in the container uses.
-var imageSystem = []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "opt", "var", "root"}
-
-// landlockWrite are the Landlock rights that change a file system:
-// write and truncate a file, make and remove entries, and link or rename
-// across folders.
-const landlockWrite = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
-	unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
-	unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK | unix.LANDLOCK_ACCESS_FS_MAKE_FIFO |
-	unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK | unix.LANDLOCK_ACCESS_FS_MAKE_SYM | unix.LANDLOCK_ACCESS_FS_REFER |
-	unix.LANDLOCK_ACCESS_FS_TRUNCATE
-
 // confineImage puts this thread (and, through the exec that follows, the
-// server and everything it starts) in a Landlock domain in which the
-// image's system folders are read-only: uid 0 without capabilities still
-// owns them, and could otherwise replace /usr/local/bin/ipybox or write
-// /etc/passwd. Every other top-level folder (the workspace's /app, /tmp,
-// /run, volumes) stays writable. Each kernel then confines itself further
-// (internal/kernel's py/confine.py: signals and abstract sockets scoped).
-// Where Landlock lacks what kernels need (ABI 6), it does nothing: the
-// kernels refuse to start, and `ipybox doctor` says why.
-func confineImage() error {
-	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if errno != 0 || int(abi) < 6 {
-		return nil
-	}
-	attr := unix.LandlockRulesetAttr{Handled_access_fs: landlockWrite}
-	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
-	if errno != 0 {
-		return fmt.Errorf("create a ruleset: %v", errno)
-	}
-	defer unix.Close(int(fd))
-	ents, err := os.ReadDir("/")
-	if err != nil {
-		return err
-	}
-	allowed := []string{"/var/tmp"}
-	for _, e := range ents {
-		if e.IsDir() && !slices.Contains(imageSystem, e.Name()) { // IsDir: not a link to usr/lib and the like
-			allowed = append(allowed, "/"+e.Name())
-		}
-	}
-	for _, p := range allowed {
-		d, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		rule := unix.LandlockPathBeneathAttr{Allowed_access: landlockWrite, Parent_fd: int32(d)}
-		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		unix.Close(d)
-		if errno != 0 {
-			return fmt.Errorf("allow writes under %s: %v", p, errno)
-		}
-	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
-		return fmt.Errorf("restrict this process: %v", errno)
-	}
-	return nil
-}
+// server and everything it starts) in hostproc.ImageDomain, unscoped: uid
+// 0 without capabilities still owns the image's system folders, and could
+// otherwise replace /usr/local/bin/ipybox or write /etc/passwd. What the
+// server starts runs in a scoped domain of its own besides
+// (hostproc.Confine). Where Landlock lacks what those need (ABI 6), it
+// does nothing: they refuse to start, and `ipybox doctor` says why.
+func confineImage() error { return hostproc.ImageDomain(false) }
 
 // dropped reports whether this process runs with no-new-privileges and,
 // as root, without capabilities: dropRoot's work is done.

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/sandbox"
 )
 
@@ -78,7 +79,8 @@ func main() {
 // hiddenCommands are internal subcommands that are not listed in help
 // (the sandbox's in-namespace init re-executes this binary).
 var hiddenCommands = map[string]func(args []string) int{
-	sandbox.InitCommand: sandbox.InitMain,
+	sandbox.InitCommand:     sandbox.InitMain,
+	hostproc.ConfineCommand: hostproc.ConfineMain,
 }
 
 func init() {

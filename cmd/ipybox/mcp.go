@@ -56,6 +56,7 @@ type mcpFlags struct {
 	kernelEnvFile              string
 	mcpConfig                  string
 	allowHostServers           bool
+	allowPrivateURLs           bool
 	approval                   string
 	allowTools                 stringList
 	policy                     policyFlags
@@ -213,6 +214,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.StringVar(&f.kernelEnvFile, "kernel-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the kernel's environment")
 	fs.Var(&f.binds, "bind", "`HOST_PATH:RELPATH` makes a host directory visible at RELPATH in the workspace (repeatable)")
 	fs.StringVar(&f.mcpConfig, "mcp-config", "", "register the MCP servers of this `FILE` ({\"mcpServers\": {...}}) at start")
+	fs.BoolVar(&f.allowPrivateURLs, "allow-private-urls", false, "let URL servers registered through register_mcp_server reach loopback, private and link-local addresses (default: refused, so that a client cannot make this host send requests to its own services; --allow-host-servers implies it; servers of --mcp-config are not limited)")
 	fs.BoolVar(&f.allowHostServers, "allow-host-servers", false, "let register_mcp_server start stdio servers on this host, unsandboxed: every client that can call tools can then run commands here (default: they run in the sandbox, and are refused without one; servers of --mcp-config run as configured)")
 	fs.StringVar(&f.approval, "approval", string(mcpserver.ApprovalAuto), "how tool calls and IPython shell commands (!cmd, %%bash…; not subprocess) of cells are approved: auto (all run) or elicit (ask the MCP client each time)")
 	fs.Var(&f.allowTools, "allow-tool", "`SERVER.TOOL` glob, matched against the server name and the MCP tool name (not the Python module name), whose calls run without asking under --approval elicit (repeatable), e.g. fs.read_*")
@@ -415,6 +417,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 		ImagesDir:          f.imagesDir,
 		RequireShellEscape: f.requireShellEscape,
 		AllowHostServers:   f.allowHostServers,
+		AllowPrivateURLs:   f.allowPrivateURLs,
 		Version:            strings.Fields(versionString())[1],
 		KernelEnv:          map[string]string{},
 		Approvals: mcpserver.ApprovalOptions{

@@ -306,7 +306,10 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	if err := l.handOver(spec.RunDir, sockDir); err != nil {
 		return nil, err
 	}
-	mounts, err := l.workspaceMounts(spec.RunDir, sockDir)
+	sockSrc, detach := l.plainSockets(sockDir)
+	// The container holds its own bind of the clone once it has started.
+	defer detach()
+	mounts, err := l.workspaceMounts(spec.RunDir, sockDir, sockSrc)
 	if err != nil {
 		return nil, err
 	}
@@ -326,6 +329,26 @@ func (l *Launcher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process
 	}
 	mounts = append(mounts, initMount...)
 	return l.run(ctx, spec, l.createConfig(spec, mounts, entry))
+}
+
+// plainSockets returns the bind source of the kernel's own socket
+// directory, which it writes: under root, a clone of it without setuid or
+// devices (plainMount), like every other folder the kernel writes, and
+// the function that detaches that clone; else the directory itself.
+func (l *Launcher) plainSockets(sockDir string) (string, func()) {
+	if os.Geteuid() != 0 {
+		return sockDir, func() {}
+	}
+	at, err := plainMount(sockDir)
+	if err != nil {
+		l.log.Warn("the kernel's socket directory is mounted without nosuid,nodev; the kernel's guard still refuses set-id files", "dir", sockDir, "err", err)
+		return sockDir, func() {}
+	}
+	return at, func() {
+		if err := detachIdmap(at); err != nil {
+			l.log.Warn("detaching a clone of the kernel's socket directory", "at", at, "err", err)
+		}
+	}
 }
 
 // handOver makes, under root, the kernel's own directory and the sockets
@@ -354,13 +377,13 @@ func (l *Launcher) handOver(runDir, sockDir string) error {
 // workspaceMounts are the workspace (through its idmapped mount, when it
 // has one), the run directory (read-only, but for the kernel's own
 // directory), and the workspace's read-only and writable folders.
-func (l *Launcher) workspaceMounts(runDir, sockDir string) ([]docker.Mount, error) {
+func (l *Launcher) workspaceMounts(runDir, sockDir, sockSrc string) ([]docker.Mount, error) {
 	mounts := []docker.Mount{
 		{Type: "bind", Source: l.wsSource, Target: WorkspaceDir},
 		{Type: "bind", Source: runDir, Target: runDir, ReadOnly: true},
 	}
 	if sockDir != runDir {
-		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockDir, Target: sockDir})
+		mounts = append(mounts, docker.Mount{Type: "bind", Source: sockSrc, Target: sockDir})
 	}
 	for i, rel := range slices.Concat(l.cfg.ReadOnly, l.cfg.Hidden) {
 		p := filepath.Join(l.cfg.Workspace, rel)

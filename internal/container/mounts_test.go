@@ -71,7 +71,7 @@ func TestWorkspaceMounts(t *testing.T) {
 				src = "/run/ipybox-idmap/ws"
 				l.wsSource = src
 			}
-			got, err := l.workspaceMounts(run, filepath.Join(run, "kernel"))
+			got, err := l.workspaceMounts(run, filepath.Join(run, "kernel"), filepath.Join(run, "kernel"))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err %v, want %q", err, tt.wantErr)

@@ -243,10 +243,10 @@ func isSearchVar(k string) bool {
 }
 
 // Prepare makes cmd fit to start on the host: an empty cmd.Dir becomes
-// Dir; a cmd.Dir or a program in a folder of writable is an error that
-// names it; cmd.Env (nil means none: it never inherits ours) loses the
-// search-path entries CleanEnv drops. It returns what was dropped, for
-// the caller's log.
+// Dir; a cmd.Dir, a program, or an interpreter's script (Scripts) in a
+// folder of writable is an error that names it; cmd.Env (nil means none: it never inherits ours) loses the
+// search-path entries CleanEnv drops. In the Docker image, cmd then runs
+// confined (Confine). It returns what was dropped, for the caller's log.
 func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 	if cmd.Dir == "" {
 		if cmd.Dir, err = DirOutside(writable); err != nil {
@@ -262,12 +262,20 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 		if w := ProgramInside(p, writable); w != "" {
 			return nil, &WritableError{What: "program", Path: cmd.Path, Folder: w}
 		}
+		for _, s := range Scripts(p, cmd.Args, cmd.Dir) {
+			if w := ProgramInside(s, writable); w != "" {
+				return nil, &WritableError{What: "script", Path: s, Folder: w}
+			}
+		}
 	}
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
 	cmd.Env, dropped = CleanEnv(cmd.Env, writable)
-	return cleanHomes(cmd, writable, dropped)
+	if dropped, err = cleanHomes(cmd, writable, dropped); err != nil {
+		return nil, err
+	}
+	return dropped, Confine(cmd)
 }
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
@@ -378,7 +386,7 @@ func Home() (string, error) {
 // WritableError is Prepare's refusal: a host process would start in, or
 // run a program from, a folder that kernel code can write.
 type WritableError struct {
-	What   string // "working folder" or "program"
+	What   string // "working folder", "program" or "script"
 	Path   string
 	Folder string // the writable folder Path lies in
 }

@@ -85,6 +85,14 @@ type Options struct {
 	// which a client runs commands on the host anyway). False means a
 	// placeholder in a client's config is an error.
 	ClientVars bool
+	// ClientPrivateURLs lets the URL servers of a client's config
+	// (Config.Origin) reach loopback, private, link-local and reserved
+	// addresses, as the operator's do. False (the default) refuses every
+	// connection of theirs (the MCP endpoint, its OAuth discovery and
+	// token requests) to such an address, after names are resolved, with
+	// internal/egress's guard: otherwise a client of ipybox mcp makes the
+	// host send requests to its own loopback services and private network.
+	ClientPrivateURLs bool
 
 	// OAuthURL is called when a streamable HTTP server needs a user to sign
 	// in (the OAuth authorization code grant): it should show or open url
@@ -110,6 +118,9 @@ type Manager struct {
 	log    *slog.Logger
 	client *mcp.Client
 	http   *http.Transport // shared by remote sessions; its idle connections are closed by Close
+	// guarded is http for the URL servers of a client's config, which
+	// reach only public addresses (see Options.ClientPrivateURLs).
+	guarded *http.Transport
 	// listen opens the sign-in's redirect listener: net.Listen, which
 	// tests replace with an in-memory network's.
 	listen func(network, address string) (net.Listener, error)
@@ -203,6 +214,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		log:     o.Logger,
 		client:  client,
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
+		guarded: publicOnlyTransport(nil),
 		listen:  net.Listen,
 		store:   tokenStore{path: o.TokenFile},
 		ctx:     ctx,
@@ -511,6 +523,7 @@ func (m *Manager) Close() error {
 			m.closeErr = fmt.Errorf("close: some servers did not stop within %v", bound)
 		}
 		m.http.CloseIdleConnections()
+		m.guarded.CloseIdleConnections()
 	})
 	return m.closeErr
 }

@@ -183,7 +183,7 @@ func (m *Manager) oauthFor(e *entry, name string, gen uint64, cfg Config) *oauth
 	if e.oauth != nil && e.oauthGen == gen && e.oauth.url == cfg.URL {
 		return e.oauth
 	}
-	h := &oauthHandler{m: m, server: name, url: cfg.URL, client: &http.Client{Transport: m.http, Timeout: m.opts.ConnectTimeout}}
+	h := &oauthHandler{m: m, server: name, url: cfg.URL, client: &http.Client{Transport: m.httpFor(cfg), Timeout: m.opts.ConnectTimeout}}
 	if cfg.OAuth != nil {
 		h.cfg, h.explicit = *cfg.OAuth, true
 	}

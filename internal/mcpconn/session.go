@@ -184,7 +184,7 @@ func (m *Manager) transport(ctx context.Context, name string, cfg Config, kind T
 		d.st = &stdioTransport{cmd: cmd, stop: m.opts.StopGrace}
 		d.t = d.st
 	case StreamableHTTP:
-		d.ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		d.ht = &headerTransport{base: m.httpFor(cfg), headers: cfg.Headers}
 		// No standalone SSE stream: the host only lists and calls tools, and
 		// answers come on the POSTs' own responses.
 		st := &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: d.ht, CheckRedirect: sameOrigin}, DisableStandaloneSSE: true}
@@ -193,7 +193,7 @@ func (m *Manager) transport(ctx context.Context, name string, cfg Config, kind T
 		}
 		d.t = st
 	case SSE:
-		d.ht = &headerTransport{base: m.http, headers: cfg.Headers}
+		d.ht = &headerTransport{base: m.httpFor(cfg), headers: cfg.Headers}
 		d.t = &mcp.SSEClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: d.ht, CheckRedirect: sameOrigin}}
 	default:
 		return nil, fmt.Errorf("MCP server %q: unknown transport %q", name, kind)

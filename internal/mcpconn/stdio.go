@@ -75,7 +75,7 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 		if err != nil {
 			var we *hostproc.WritableError
 			if errors.As(err, &we) {
-				return nil, fmt.Errorf("MCP server %q: %w; set \"sandbox\": true in its config to run it sandboxed there, or give it a cwd and a program outside that folder", name, err)
+				return nil, fmt.Errorf("MCP server %q: %w; set \"sandbox\": true in its config to run it sandboxed there, or give it a cwd, a program and a script outside that folder", name, err)
 			}
 			return nil, fmt.Errorf("MCP server %q: %w", name, err)
 		}
