@@ -4,8 +4,11 @@ package mcpserver
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -76,5 +79,84 @@ func TestRedteam5ForkPastKernelLimits(t *testing.T) {
 			}
 			call(t, cs, "close_session", map[string]any{"session": out.Sessions[0]})
 		})
+	}
+}
+
+// TestRedteam5ForkOtherPrincipal: two principals. Bob, holding Alice's
+// handle, cannot fork or rewind her session (the answer is the one for an
+// unknown handle), nor use, list or close the forks she makes; her forks
+// are hers (their records name her) and run in her folder; his forks of
+// his own session run in his.
+func TestRedteam5ForkOtherPrincipal(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	testenv.NeedsPython(t)
+	const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, RewindDepth: 1, HTTP: HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}}})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	h := createSession(t, alice)
+	runIn(t, alice, h, "secret = 'alice'")
+	runIn(t, alice, h, "secret = 'changed'")
+	unknown := text(call(t, bob, "execute_ipython_cell", map[string]any{"code": "1", "session": handlePrefix + strings.Repeat("A", 26)}))
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fork_session", map[string]any{"session": h}},
+		{"fork_session", map[string]any{"session": h, "count": 8}},
+		{"rewind_session", map[string]any{"session": h}},
+	} {
+		if res := call(t, bob, c.tool, c.args); !res.IsError || text(res) != unknown {
+			t.Errorf("bob's %s of alice's handle %v: %q", c.tool, c.args, text(res))
+		}
+	}
+	if got := runIn(t, alice, h, "print(secret)"); !strings.Contains(got, "changed") {
+		t.Errorf("alice's session after bob's rewind: %q", got)
+	}
+	forksOf := func(cs *mcp.ClientSession, h string) []string {
+		t.Helper()
+		res := call(t, cs, "fork_session", map[string]any{"session": h})
+		if res.IsError {
+			t.Fatalf("fork_session: %s", text(res))
+		}
+		var out struct{ Sessions []string }
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &out); err != nil || len(out.Sessions) != 1 {
+			t.Fatalf("structured %s", b)
+		}
+		return out.Sessions
+	}
+	af := forksOf(alice, h)[0]
+	if x := srv.sessions.store.get(af); x == nil || x.principal != "alice" {
+		t.Errorf("alice's fork belongs to %v", x)
+	}
+	for _, tool := range []string{"execute_ipython_cell", "fork_session", "rewind_session", "close_session", "reset"} {
+		args := map[string]any{"session": af}
+		if tool == "execute_ipython_cell" {
+			args["code"] = "print(secret)"
+		}
+		if res := call(t, bob, tool, args); !res.IsError || text(res) != unknown {
+			t.Errorf("bob's %s of alice's fork: %q", tool, text(res))
+		}
+	}
+	if res := call(t, bob, "list_sessions", map[string]any{}); strings.Contains(text(res), af) || strings.Contains(text(res), h) {
+		t.Errorf("bob lists alice's sessions: %q", text(res))
+	}
+	if got := runIn(t, alice, af, "import os; print(secret, os.getcwd())"); !strings.Contains(got, "changed "+filepath.Join(ws, "alice")) {
+		t.Errorf("alice's fork: %q", got)
+	}
+	bh := createSession(t, bob)
+	runIn(t, bob, bh, "mine = 'bob'")
+	bf := forksOf(bob, bh)[0]
+	if got := runIn(t, bob, bf, "import os; print(mine, os.getcwd(), 'secret' in globals())"); !strings.Contains(got, "bob "+filepath.Join(ws, "bob")+" False") {
+		t.Errorf("bob's fork: %q", got)
+	}
+	for _, c := range []struct {
+		cs *mcp.ClientSession
+		h  string
+	}{{alice, af}, {bob, bf}} {
+		call(t, c.cs, "close_session", map[string]any{"session": c.h})
 	}
 }
