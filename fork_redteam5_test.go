@@ -5,6 +5,7 @@ package ipybox_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipybox/ipybox"
 )
@@ -62,4 +63,71 @@ func TestRedteam5ForkApprovals(t *testing.T) {
 			t.Errorf("fork %d (%s): %d audit rows, want 1 (the refusal): %v", i, f.SessionID(), sessions[f.SessionID()], sessions)
 		}
 	}
+}
+
+// TestRedteam5ForkPid: more pids that kernel code in the source can make
+// its fork cell report (TestAttackForkPid has the host's, pid 1, non-pids
+// and a child that leads no group). A thread of the kernel, a child that
+// exited and was reaped, a zombie that leads its own group, a process of
+// another user that leads its group: each fails at once and the source
+// keeps working. A child that leads a group of its own (setsid) is
+// adopted, as docs/fork.md says (a process of the same user, which that
+// code could signal anyway): the fork fails within its InitTimeout, and
+// the source keeps working.
+func TestRedteam5ForkPid(t *testing.T) {
+	src := start(t, &ipybox.Options{InitTimeout: 8 * time.Second})
+	frun(t, src, `import os, subprocess, threading, time, ipybox_runtime._fork as F
+from IPython.display import publish_display_data
+def lie(pid):
+    def request(data):
+        publish_display_data({F.REPORT_MIME: {"pid": pid}})
+    F.request = request
+ev = threading.Event()
+th = threading.Thread(target=ev.wait, daemon=True); th.start()
+tid = th.native_id
+gone = subprocess.Popen(["true"]); gone.wait()
+zombie = subprocess.Popen(["true"], start_new_session=True)
+while open(f"/proc/{zombie.pid}/stat").read().split(")")[1].split()[0] != "Z": time.sleep(0.01)
+leader = subprocess.Popen(["sleep", "120"], start_new_session=True)
+def other_user():
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) <= 1: continue
+        try:
+            st = os.stat("/proc/" + d)
+            f = open(f"/proc/{d}/stat").read().split(")")[1].split()
+        except OSError: continue
+        if st.st_uid != os.getuid() and f[2] == d: return int(d)
+    return 0`)
+	fails := []string{"tid", "gone.pid", "zombie.pid", "2**22 + 7"}
+	if other := frun(t, src, "print(other_user())"); other != "0" {
+		fails = append(fails, other)
+	} else {
+		t.Log("no process of another user that leads its group: that variant is not tried")
+	}
+	for _, pid := range fails {
+		frun(t, src, "lie("+pid+")")
+		t0 := time.Now()
+		if _, err := src.Fork(t.Context(), 1, nil); err == nil {
+			t.Errorf("a fork that reported %s was made", pid)
+		} else if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("the refusal of %s took %v: it was adopted and waited for (%v)", pid, d, err)
+		}
+		if got := frun(t, src, "print(1 + 1)"); got != "2" {
+			t.Fatalf("the source after %s: %q", pid, got)
+		}
+	}
+	frun(t, src, "lie(leader.pid)")
+	t0 := time.Now()
+	if _, err := src.Fork(t.Context(), 1, nil); err == nil {
+		t.Errorf("a fork that reported a sleep was made")
+	} else {
+		t.Logf("a sleep leading its own group, reported as the fork: %v after %v; its state now: %s", err, time.Since(t0).Round(time.Millisecond), frun(t, src, "print(leader.poll())"))
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Errorf("the fork that adopted a sleep took %v, past its InitTimeout", d)
+	}
+	if got := frun(t, src, "print(1 + 1)"); got != "2" {
+		t.Fatalf("the source after the sleep: %q", got)
+	}
+	frun(t, src, "leader.kill(); ev.set()")
 }
