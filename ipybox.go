@@ -353,6 +353,8 @@ type Executor struct {
 	// fork.go. rewind keeps its cell boundaries.
 	forked *ForkInfo
 	rewind rewindState
+	// saved is the last snapshot, for a fork (snapshot.go).
+	saved savedSnapshot
 
 	closeOnce sync.Once
 	closeErr  error
@@ -789,6 +791,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 func (e *Executor) acquire(ctx context.Context) error {
 	select {
 	case e.sem <- struct{}{}:
+		e.saved.fresh = false // a cell, a reset, a restore: the namespace may change
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ipybox: waiting for the previous execution: %w", ctx.Err())

@@ -134,6 +134,7 @@ func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error)
 		return nil, ErrBusy
 	}
 	defer e.release()
+	e.saved.fresh = false
 	r := &e.rewind
 	r.mu.Lock()
 	n := len(r.points)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -86,6 +87,14 @@ func (s *Server) forkSessionTool(ctx context.Context, req *mcp.CallToolRequest, 
 	if err != nil {
 		return nil, forkOut{}, err
 	}
+	if s.forkSaves(ex) {
+		// Its forks restore this save, made within the session's and the
+		// workspace's snapshot budgets (Fork reuses it, as no cell runs).
+		if _, err := s.save(ctx, x, ex); err != nil {
+			s.dropForks(ys)
+			return nil, forkOut{}, fmt.Errorf("this session's kernel is copied through a snapshot of its namespace, and saving it failed: %w", err)
+		}
+	}
 	forks, err := ex.Fork(ctx, a.Count, func(_ int, o *ipybox.Options) error {
 		if ex.PackageDir() != "" {
 			o.PackageDir = filepath.Join(x.t.dir, ".ipybox", "packages", newFolderName())
@@ -113,6 +122,12 @@ func (s *Server) forkSessionTool(ctx context.Context, req *mcp.CallToolRequest, 
 	}
 	res := textResult("Made %d session(s) from %s (%s): %s. %s", len(out.Sessions), quote(a.Session), forks[0].ForkInfo().Note, strings.Join(out.Sessions, ", "), s.lifetime())
 	return res, out, nil
+}
+
+// forkSaves reports whether ex is forked through a snapshot (see
+// Executor.Fork): a sandboxed or container kernel, or any off Linux.
+func (s *Server) forkSaves(ex *ipybox.Executor) bool {
+	return ex.SnapshotDir() != "" && (s.factory.sandbox != nil || s.factory.opts.Container != nil || runtime.GOOS != "linux")
 }
 
 // reserveForks makes n sessions of x's principal for forks of x, each

@@ -4,12 +4,15 @@ package mcpserver
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -158,5 +161,80 @@ func TestRedteam5ForkOtherPrincipal(t *testing.T) {
 		h  string
 	}{{alice, af}, {bob, bf}} {
 		call(t, c.cs, "close_session", map[string]any{"session": c.h})
+	}
+}
+
+// grower is kernel code that runs body (with path, the snapshot folder)
+// in a thread of its own just after each save.
+func grower(body string) string {
+	return `import os, threading, time, ipybox_runtime._snapshot as S
+_save = S.save
+def save(path, limit):
+    r = _save(path, limit)
+    def grow():
+        time.sleep(0.05)
+        ` + body + `
+    threading.Thread(target=grow, daemon=True).start()
+    return r
+S.save = save`
+}
+
+// TestRedteam5ForkSnapshotBudget: a sandboxed session is forked through
+// a snapshot, which the host then copies into each fork's folder. Kernel
+// code holds more than the session's snapshot budget (--snapshot-budget),
+// which a save (a hibernation) refuses: a fork must not save it anyway
+// and copy it count times. Other variants add to the snapshot folder from
+// a thread of the source's kernel after the save, before the host copies
+// it (a 48 MiB file; a sparse file of 256 MiB, which the budget's measure
+// counts as nothing): the host must copy no more than what it measured.
+// The source's own folder is left out of the measure: its kernel writes
+// it as it likes (TestAttackSnapshotBudgetOthersFolders).
+func TestRedteam5ForkSnapshotBudget(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	const per = 1 << 20
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), HTTP: HTTPOptions{NoAuth: true},
+		Durability: DurabilityOptions{SnapshotBytes: per, SnapshotWorkspaceBytes: 64 << 20}})
+	cs := connectHTTPAs(t, serveHTTP(t, srv), "", newVersion, nil)
+	snaps := filepath.Join(ws, ".ipybox", "snapshots")
+	largest := func(except string) (string, int64) {
+		ents, _ := os.ReadDir(snaps)
+		name, most := "", int64(0)
+		for _, e := range ents {
+			if e.Name() == except {
+				continue
+			}
+			n, _ := safefs.Size(filepath.Join(snaps, e.Name()), 1000)
+			if n > most {
+				name, most = e.Name(), n
+			}
+		}
+		return name, most
+	}
+	for _, c := range []struct{ name, code string }{
+		{"over the budget", "import os\nblob = os.urandom(3 << 20)"},
+		{"a file added after the save", grower("with open(os.path.join(path, 'padding'), 'wb') as f:\n            for _ in range(48): f.write(os.urandom(1 << 20))")},
+		{"a sparse file added after the save", grower("with open(os.path.join(path, 'hole'), 'wb') as f:\n            f.truncate(256 << 20)")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := createSession(t, cs)
+			defer call(t, cs, "close_session", map[string]any{"session": h})
+			runIn(t, cs, h, c.code)
+			res := call(t, cs, "fork_session", map[string]any{"session": h, "count": 2})
+			if !res.IsError {
+				var out struct{ Sessions []string }
+				b, _ := json.Marshal(res.StructuredContent)
+				json.Unmarshal(b, &out)
+				for _, f := range out.Sessions {
+					defer call(t, cs, "close_session", map[string]any{"session": f})
+				}
+			}
+			t.Logf("fork_session: error %v: %.300s", res.IsError, text(res))
+			if name, n := largest(srv.sessions.store.get(h).snap); n > per+(64<<10) {
+				t.Errorf("a fork's snapshot folder (%s) holds %d bytes after fork_session, past the session's budget of %d", name, n, per)
+			}
+		})
 	}
 }
