@@ -3,7 +3,9 @@
 package ipybox_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +132,66 @@ def other_user():
 		t.Fatalf("the source after the sleep: %q", got)
 	}
 	frun(t, src, "leader.kill(); ev.set()")
+}
+
+// TestRedteam5ForkCarriesSourceToken: kernel code in a sandboxed source
+// keeps its tool-server address and token in variables, which the
+// snapshot carries into the fork (they are the session's own values). In
+// the fork's own sandbox they reach nothing of the source: a tool call
+// with them is refused (its own tool server does not take the source's
+// token, and the source's socket is not in its view), and the source's
+// application is never asked. The fork's own calls are asked of the
+// fork's Approver.
+func TestRedteam5ForkCarriesSourceToken(t *testing.T) {
+	ws := t.TempDir()
+	asked := map[string]int{}
+	var mu sync.Mutex
+	approver := func(who string) func(context.Context, *ipybox.ApprovalRequest) error {
+		return func(context.Context, *ipybox.ApprovalRequest) error {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[who]++
+			return nil
+		}
+	}
+	o := snapshotOpts(ws, "src")
+	o.Approver = approver("source")
+	src := startSandboxed(t, o)
+	register(t, src, "go", testmcpStdio(t))
+	frun(t, src, "import os\nstolen = (os.environ['IPYBOX_TOOL_URL'], os.environ['IPYBOX_TOOL_TOKEN'])")
+	forks, err := src.Fork(t.Context(), 1, func(_ int, o *ipybox.Options) error {
+		o.Approver = approver("fork")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := forks[0]
+	defer f.Close()
+	call := `from mcptools.go.tool_1 import Params, run
+try:
+    print("called:", run(Params(s="x")))
+except Exception as e:
+    print("refused:", type(e).__name__, str(e)[:200])`
+	if got := frun(t, f, "print(stolen[1] != os.environ['IPYBOX_TOOL_TOKEN'])"); got != "True" {
+		t.Fatalf("the fork's token is its source's: %q", got)
+	}
+	if got := frun(t, f, call); !strings.HasPrefix(got, "called:") {
+		t.Fatalf("the fork's own call: %q", got)
+	}
+	for _, c := range []string{
+		"os.environ['IPYBOX_TOOL_TOKEN'] = stolen[1]",
+		"os.environ['IPYBOX_TOOL_URL'], os.environ['IPYBOX_TOOL_TOKEN'] = stolen",
+	} {
+		got := frun(t, f, c+"\nimport ipybox_runtime\ngetattr(ipybox_runtime, '_pool', {}) and ipybox_runtime._pool.clear()\n"+call)
+		if !strings.HasPrefix(got, "refused:") {
+			t.Errorf("the fork, with %s: %q", c, got)
+		}
+		t.Logf("%s: %s", c, got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked["source"] != 0 || asked["fork"] != 1 {
+		t.Errorf("approvals asked: %v; want the fork's own call alone, of the fork's Approver", asked)
+	}
 }
