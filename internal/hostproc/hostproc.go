@@ -378,7 +378,7 @@ func Home() (string, error) {
 // WritableError is Prepare's refusal: a host process would start in, or
 // run a program from, a folder that kernel code can write.
 type WritableError struct {
-	What   string // "working folder" or "program"
+	What   string // "working folder", "program" or "argument"
 	Path   string
 	Folder string // the writable folder Path lies in
 }
@@ -404,3 +404,126 @@ func Env(keys []string, extra ...string) []string {
 // ignore it, and the private working folder covers them). Only for
 // processes that import nothing beside their own script.
 const PythonSafePath = "PYTHONSAFEPATH=1"
+
+// ArgInside reports an argument of a host program (args, without the
+// program) through which kernel code could change what it runs, and the
+// folder of writable it lies in; "", "" when none. An interpreter loads
+// its script from its arguments (python3 <ws>/srv.py is the program
+// <ws>/srv.py spelt otherwise), and options load files too
+// (--require=F, -javaagent:F), so every word of an argument, split as
+// CodeVars' values are, that names a path in a folder of writable
+// counts, links resolved (relative ones from dir), unless it is a folder
+// that exists: a folder given as data (a file server's root) is not run.
+// It is, while the program may still take it as its code (codeAt): an
+// interpreter runs a folder's __main__.py or index.js, a package runner
+// (npx, uvx, uv run) installs a folder's package or uses its project.
+func ArgInside(program string, args []string, dir string, writable []string) (arg, folder string) {
+	kind := launcher(program)
+	code := kind != 0
+	prev := ""
+	for _, a := range args {
+		for _, w := range argWords(a) {
+			p := w
+			if !filepath.IsAbs(p) {
+				if !strings.ContainsRune(p, filepath.Separator) || dir == "" {
+					continue
+				}
+				p = filepath.Join(dir, p)
+			}
+			if f := Inside(p, writable); f != "" && (code || !isDir(p) || kind == runner && sourceOpt(prev)) {
+				return a, f
+			}
+		}
+		if code && !strings.HasPrefix(a, "-") && !codeAt(kind, a, prev, dir) {
+			code = false
+		}
+		prev = a
+	}
+	return "", ""
+}
+
+// Launcher kinds: programs that take their code from an argument.
+const (
+	interpreter = 1 + iota // its script, the first argument that names a file
+	runner                 // its package, the first argument that is not a path
+)
+
+// codeAt reports whether the program of kind may still take its code
+// from an argument after a, which is not an option and follows prev.
+// It fails closed: an interpreter's script is the first argument that
+// names a regular file and is not the value of an option that loads one
+// (node -r F), or the value of -m, -c, -e or -p (a module or code); an
+// option's value that is no file (python3 -X dev, node --title t) keeps
+// the place open. A runner's package is the first argument that is
+// neither a path nor a subcommand (uv run, npm exec).
+func codeAt(kind int, a, prev, dir string) bool {
+	switch prev {
+	case "-m", "-c", "-e", "-p", "--eval", "--print":
+		return kind == runner
+	}
+	p := a
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	st, err := os.Stat(p)
+	if kind == interpreter {
+		return err != nil || !st.Mode().IsRegular() || loadOpt(prev)
+	}
+	switch a {
+	case "run", "exec", "x", "tool", "dlx", "tools":
+		return true
+	}
+	return err == nil || sourceOpt(prev)
+}
+
+// loadOpt reports an interpreter's option whose value is a file it
+// loads before its script.
+func loadOpt(o string) bool {
+	switch o {
+	case "-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file", "-I", "-M", "-x":
+		return true
+	}
+	return false
+}
+
+// sourceOpt reports a package runner's option whose value is where a
+// package or project comes from (uvx --from F, uv run --project F,
+// npx --package F, npm --prefix F): a folder there is code, wherever
+// it stands.
+func sourceOpt(o string) bool {
+	switch o {
+	case "--from", "--with", "--with-editable", "--with-requirements", "--project", "--directory", "--package", "-p",
+		"--prefix", "-C", "--cwd", "--dir", "--spec", "--config-file", "--env-file", "--find-links", "-f", "--index-url", "--editable", "-e":
+		return true
+	}
+	return false
+}
+
+// argWords splits an argument as codeInside does, and drops a file://
+// scheme.
+func argWords(a string) []string {
+	a = strings.ReplaceAll(a, "file://", "")
+	return strings.FieldsFunc(a, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
+	})
+}
+
+// launcher returns the kind of program (by its base name): an
+// interpreter that runs a script or folder named by an argument (python,
+// pypy, node, bun, deno, the shells, ruby, perl, php), a package runner
+// (npx, uvx, uv, pipx, bunx, npm, pnpm, yarn), or 0.
+func launcher(program string) int {
+	b := strings.TrimSuffix(strings.ToLower(filepath.Base(program)), ".exe")
+	for _, p := range []string{"python", "pypy"} {
+		if strings.HasPrefix(b, p) {
+			return interpreter
+		}
+	}
+	switch b {
+	case "node", "nodejs", "bun", "deno", "sh", "bash", "dash", "zsh", "ksh", "ruby", "perl", "php":
+		return interpreter
+	case "npx", "uvx", "uv", "pipx", "bunx", "npm", "pnpm", "yarn":
+		return runner
+	}
+	return 0
+}

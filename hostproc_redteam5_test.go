@@ -1,0 +1,101 @@
+package ipybox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// TestRedteam5HostServerScriptArg: an operator's stdio server whose
+// program is an interpreter outside the workspace, and whose script (an
+// argument) lies in it: python3 <ws>/srv.py is the same as the program
+// <ws>/srv.py, which is refused (TestHostServerCwdInWorkspace), but it
+// ran. A sandboxed kernel rewrites the script, and the next start of the
+// server (the next session, the next ipybox mcp) runs kernel code on the
+// host. Spellings: a script file, a script folder (python runs its
+// __main__.py, node its index.js), a file after --opt=, a link from a
+// trusted folder into the workspace, a file that does not exist yet, a
+// script folder after an option's value (-X dev) or after a file that an
+// option loads (node -r F), a package runner's package folder (npx). Each
+// must be refused with what to do, and the bait must not run; a folder of
+// the workspace given as data (a filesystem server's root) still works.
+func TestRedteam5HostServerScriptArg(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	node := testenv.NeedsTool(t, "node")
+	npx := testenv.NeedsTool(t, "npx")
+	ws, trusted, marks := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "srv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trusted, "srv.js"), []byte(hostSrvJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(trusted, "noop.js"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(ws, "linked.py"), filepath.Join(trusted, "link.py")); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	mark := func(i int) string { return filepath.Join(marks, fmt.Sprint(i)) }
+	pyBait := func(i int) string { return fmt.Sprintf("open(%q, 'w').write('ran')\n", mark(i)) }
+	jsBait := func(i int) string { return fmt.Sprintf("require('fs').writeFileSync(%q, 'ran');\n", mark(i)) }
+	cases := []struct {
+		name  string
+		plant map[string]string
+		cfg   ipybox.ServerConfig
+	}{
+		{"python3 <ws>/srv.py", map[string]string{"srv.py": pyBait(0)}, ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(ws, "srv.py")}}},
+		{"python3 -u <ws>/srv.py", map[string]string{"srv1.py": pyBait(1)}, ipybox.ServerConfig{Command: py, Args: []string{"-u", filepath.Join(ws, "srv1.py")}}},
+		{"node <ws>/srv.js", map[string]string{"srv.js": jsBait(2)}, ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(ws, "srv.js")}}},
+		{"python3 <ws>/pkg (its __main__.py)", map[string]string{"pkg/__main__.py": pyBait(3)}, ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(ws, "pkg")}}},
+		{"node <ws>/jspkg (its index.js)", map[string]string{"jspkg/index.js": jsBait(4)}, ipybox.ServerConfig{Command: node, Args: []string{filepath.Join(ws, "jspkg")}}},
+		{"node --require=<ws>/hook.js srv.js", map[string]string{"hook.js": jsBait(5)}, ipybox.ServerConfig{Command: node, Args: []string{"--require=" + filepath.Join(ws, "hook.js"), filepath.Join(trusted, "srv.js")}}},
+		{"python3 <trusted>/link.py, a link into the workspace", map[string]string{"linked.py": pyBait(6)}, ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(trusted, "link.py")}}},
+		{"sh <ws>/run.sh", map[string]string{"run.sh": fmt.Sprintf("echo ran > %s\n", mark(7))}, ipybox.ServerConfig{Command: "/bin/sh", Args: []string{filepath.Join(ws, "run.sh")}}},
+		{"python3 <ws>/later.py, not there yet", nil, ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(ws, "later.py")}}},
+		{"python3 -X dev <ws>/xpkg (an option's value keeps the script's place)", map[string]string{"xpkg/__main__.py": pyBait(9)}, ipybox.ServerConfig{Command: py, Args: []string{"-X", "dev", filepath.Join(ws, "xpkg")}}},
+		{"node -r <trusted>/noop.js <ws>/jspkg2 (a loaded file is not the script)", map[string]string{"jspkg2/index.js": jsBait(10)}, ipybox.ServerConfig{Command: node, Args: []string{"-r", filepath.Join(trusted, "noop.js"), filepath.Join(ws, "jspkg2")}}},
+		{"npx -y <ws>/npkg (a runner's package)", map[string]string{"npkg/package.json": `{"name": "npkg", "version": "1.0.0", "bin": {"npkg": "run.js"}}`, "npkg/run.js": "#!/usr/bin/env node\n" + jsBait(11)}, ipybox.ServerConfig{Command: npx, Args: []string{"-y", filepath.Join(ws, "npkg")}}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var code strings.Builder
+			code.WriteString("import os\n")
+			for p, content := range c.plant {
+				fmt.Fprintf(&code, "os.makedirs(os.path.dirname(%q) or '.', exist_ok=True)\nopen(%q, 'w').write(%q)\n", p, p, content)
+			}
+			run(t, ex, code.String())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("arg%d", i), c.cfg)
+			if exists(mark(i)) {
+				t.Fatalf("the kernel's script ran on the host (register: %v)", err)
+			}
+			if err == nil || !strings.Contains(err.Error(), "kernel code can write") || !strings.Contains(err.Error(), `"sandbox": true`) {
+				t.Errorf("register: %v; want a refusal that names the workspace and says to sandbox it", err)
+			}
+		})
+	}
+	// A folder of the workspace as data: the server's own script is the
+	// operator's, outside.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, cfg := range []ipybox.ServerConfig{
+		{Command: py, Args: []string{filepath.Join(trusted, "srv.py"), ws}},
+		{Command: py, Args: []string{filepath.Join(trusted, "srv.py"), "--root=" + ws}},
+		{Command: node, Args: []string{filepath.Join(trusted, "srv.js"), filepath.Join(ws, "pkg")}},
+		{Command: py, Args: []string{"-u", filepath.Join(trusted, "srv.py"), "--root", ws}},
+	} {
+		if _, err := ex.RegisterMCPServer(ctx, "data", cfg); err != nil {
+			t.Errorf("a server given the workspace as data (%v): %v", cfg.Args, err)
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package hostproc
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestArgInside: the arguments through which kernel code could change
+// what a host program runs, and the arguments that are data. Refused: a
+// script or folder in the interpreter's script place, however the options
+// before it are spelt (a value that is no file, python3 -X dev, keeps the
+// place open; a file loaded by an option, node -r F, is not the script);
+// a runner's package or project from the workspace (npx <ws>/pkg,
+// uvx --from <ws>/pkg, uv run --directory <ws>), wherever it stands; a
+// file in the workspace anywhere. Allowed: the workspace as a folder of
+// data after the script, module or package (the filesystem server's
+// root, mcp-server-git's repository).
+func TestArgInside(t *testing.T) {
+	ws, out, priv := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(out, "srv.py"), filepath.Join(out, "hook.js"), filepath.Join(ws, "data.txt")} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(ws, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(ws, "pkg")
+	w := []string{ws}
+	refused := []struct{ prog, args string }{
+		{"python3", "-X dev " + pkg},
+		{"python3", "-W ignore -u " + pkg},
+		{"/usr/bin/python3.12", pkg},
+		{"node", "-r " + filepath.Join(out, "hook.js") + " " + pkg},
+		{"node", "--title t " + pkg},
+		{"node", "--require=" + pkg + " " + filepath.Join(out, "srv.py")},
+		{"python3", "-c exec(open('" + ws + "/x.py').read())"},
+		{"python3", filepath.Join(out, "srv.py") + " --config=" + filepath.Join(ws, "data.txt")},
+		{"npx", "-y " + pkg},
+		{"npx", "--package " + pkg + " srv"},
+		{"uvx", "--python 3.12 --from " + pkg + " srv"},
+		{"uvx", "--with-editable=" + pkg + " srv"},
+		{"uv", "run --directory " + ws + " srv"},
+		{"uv", "run --project=" + ws + " srv"},
+		{"uv", "tool run --from " + pkg + " srv"},
+		{"npm", "--prefix " + ws + " exec srv"},
+		{"bash", pkg + "/../x.sh"},
+	}
+	for _, c := range refused {
+		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != ws {
+			t.Errorf("%s %s: (%q, %q); want it refused", c.prog, c.args, a, f)
+		}
+	}
+	allowed := []struct{ prog, args string }{
+		{"python3", filepath.Join(out, "srv.py") + " " + ws},
+		{"python3", "-u " + filepath.Join(out, "srv.py") + " --root=" + pkg},
+		{"python3", "-m srv " + ws},
+		{"node", filepath.Join(out, "hook.js") + " " + pkg},
+		{"npx", "-y @modelcontextprotocol/server-filesystem " + ws},
+		{"uvx", "mcp-server-git --repository " + ws},
+		{"uvx", "--python 3.12 srv " + ws},
+		{"docker", "run -i --rm -v " + ws + ":/w image"},
+		{"/opt/srv/bin/server", "--root " + ws},
+	}
+	for _, c := range allowed {
+		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != "" {
+			t.Errorf("%s %s: refused (%q, %q); the workspace is data there", c.prog, c.args, a, f)
+		}
+	}
+}
