@@ -269,9 +269,11 @@ func (e *Executor) restoreFrom(ctx context.Context, src string, limit int64) (*R
 
 // copyBeneath copies the regular file name from one folder to another,
 // following no link on either side, and at most max+1 bytes of it; it
-// returns how many it copied.
+// returns how many it copied. What the caller listed as a regular file
+// may be a FIFO by the time it is opened (the source's kernel writes
+// from): safefs.OpenRegular neither waits on one nor reads it.
 func copyBeneath(from, to, name string, max int64) (int64, error) {
-	in, err := safefs.OpenFile(from, name, os.O_RDONLY, 0)
+	in, err := safefs.OpenRegular(from, name)
 	if err != nil {
 		return 0, err
 	}

@@ -4,12 +4,17 @@ package ipybox_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // TestRedteam5ForkApprovals: an answer remembered "for the session" is
@@ -194,4 +199,113 @@ except Exception as e:
 	if asked["source"] != 0 || asked["fork"] != 1 {
 		t.Errorf("approvals asked: %v; want the fork's own call alone, of the fork's Approver", asked)
 	}
+}
+
+// TestRedteam5ForkSnapshotFIFO: the host copies a sandboxed source's
+// snapshot folder into each fork's, and the source's kernel writes that
+// folder. It listed the folder, saw regular files, and opened each to
+// read it, blocking: kernel code that watched the copy (inotify) renamed a
+// FIFO over a name still to come, and the host's open waited for a writer
+// that never came. fork_session then never returned, and held the kernel
+// slots it had taken for its forks (one principal's repeated calls take
+// every slot of the server). Kept: the copy opens without waiting and
+// refuses what is not a regular file, and the fork fails with a message
+// while the source keeps working.
+func TestRedteam5ForkSnapshotFIFO(t *testing.T) {
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	o := snapshotOpts(ws, "src")
+	o.Sandbox = ipybox.DefaultSandbox()
+	src := start(t, o)
+	snap := src.SnapshotDir()
+	const files, target = 9000, "zz08999"
+	got := frun(t, src, fmt.Sprintf(`import os, ctypes, struct, threading
+SNAP = %q
+for i in range(%d):
+    open(os.path.join(SNAP, 'zz%%05d' %% i), 'w').close()
+os.mkfifo(os.path.join(SNAP, '.fifo'))
+libc = ctypes.CDLL(None, use_errno=True)
+ifd = libc.inotify_init()
+wd = libc.inotify_add_watch(ifd, SNAP.encode(), 0x20)  # IN_OPEN
+def swap():
+    while True:
+        buf = os.read(ifd, 65536)
+        off = 0
+        while off < len(buf):
+            _, _, _, ln = struct.unpack_from('iIII', buf, off)
+            name = buf[off + 16:off + 16 + ln].rstrip(b'\0')
+            off += 16 + ln
+            if name == b'zz00000':
+                os.rename(os.path.join(SNAP, '.fifo'), os.path.join(SNAP, %q))
+                return
+threading.Thread(target=swap, daemon=True).start()
+xs = [1, 2, 3]
+print(ifd >= 0 and wd >= 0)`, snap, files, target))
+	if got != "True" {
+		t.Fatalf("the kernel's inotify watch: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type result struct {
+		forks []*ipybox.Executor
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		f, err := src.Fork(ctx, 1, nil)
+		done <- result{f, err}
+	}()
+	fifo := filepath.Join(snap, target)
+	isFIFO := func() bool {
+		st, err := os.Lstat(fifo)
+		return err == nil && st.Mode()&os.ModeNamedPipe != 0
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("Fork did not return")
+	case <-waitUntil(ctx, isFIFO):
+		select {
+		case r = <-done:
+		case <-time.After(30 * time.Second):
+			// Let the host's open go on, so that the test ends.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Fatal("Fork waited on a FIFO that the source's kernel put in its snapshot folder, past 30 s")
+		}
+	}
+	for _, f := range r.forks {
+		f.Close()
+	}
+	if !isFIFO() {
+		t.Fatalf("the kernel's swap did not happen before the copy passed (Fork: %v); the copy of %d files is too fast for this test", r.err, files)
+	}
+	if r.err == nil || !strings.Contains(r.err.Error(), "not a regular file") {
+		t.Fatalf("Fork: %v; want a refusal of what is not a regular file", r.err)
+	}
+	if got := frun(t, src, "print(xs)"); got != "[1, 2, 3]" {
+		t.Fatalf("the source after the refused fork: %q", got)
+	}
+}
+
+// waitUntil closes its channel once cond holds, polling every 10 ms,
+// or never when ctx ends first.
+func waitUntil(ctx context.Context, cond func() bool) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		close(ch)
+	}()
+	return ch
 }
