@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,5 +98,60 @@ func TestRedteam5HostServerScriptArg(t *testing.T) {
 		if _, err := ex.RegisterMCPServer(ctx, "data", cfg); err != nil {
 			t.Errorf("a server given the workspace as data (%v): %v", cfg.Args, err)
 		}
+	}
+}
+
+// TestRedteam5ConfigEnvCodeCache: round 4 dropped a config's env
+// variables that name a file run at the start (CodeVars: NODE_OPTIONS,
+// BASH_ENV...) when it is in the workspace; a variable that names a
+// folder the program loads code from was let through. With
+// PYTHONPYCACHEPREFIX=<ws>/pyc, Python reads the bytecode of every module
+// it imports from a mirror tree there: a sandboxed kernel writes a .pyc
+// for json whose header matches the host's json/__init__.py (its mtime
+// and size), and the operator's server runs it on the host at its next
+// start. Variants of the same family: PYTHONPYCACHEPREFIX plain, and
+// spelt with a trailing slash. The server must start without the
+// variable (it is dropped and logged, as CodeVars are), and the bait must
+// not run.
+func TestRedteam5ConfigEnvCodeCache(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws, trusted, marks := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The host interpreter's json and its bytecode tag, asked of it.
+	out, err := exec.Command(py, "-I", "-c", "import json, sys; print(json.__file__); print(sys.implementation.cache_tag)").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostJSON, tag, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	for i, val := range []string{filepath.Join(ws, "pyc"), filepath.Join(ws, "pyc2") + "/"} {
+		t.Run(val, func(t *testing.T) {
+			mark := filepath.Join(marks, fmt.Sprint(i))
+			prefix := strings.TrimSuffix(val, "/")
+			dst := filepath.Join(prefix, filepath.Dir(hostJSON), strings.TrimSuffix(filepath.Base(hostJSON), ".py")+"."+tag+".pyc")
+			got := run(t, ex, fmt.Sprintf(`import importlib._bootstrap_external as be, os
+src, mark = %q, %q
+st = os.stat(src)
+code = compile(open(src).read() + "\nopen(%%r, 'w').write('ran')\n" %% mark, src, 'exec')
+os.makedirs(os.path.dirname(%q), exist_ok=True)
+open(%q, 'wb').write(be._code_to_timestamp_pyc(code, st.st_mtime, st.st_size))
+print('planted')`, hostJSON, mark, dst, dst)).Text
+			if !strings.Contains(got, "planted") {
+				t.Fatalf("planting: %q", got)
+			}
+			cfg := ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(trusted, "hostsrv.py")}, Env: map[string]string{"PYTHONPYCACHEPREFIX": val}}
+			_, err := ex.RegisterMCPServer(ctx, fmt.Sprintf("pyc%d", i), cfg)
+			if exists(mark) {
+				t.Fatalf("the kernel's bytecode for json ran on the host (register: %v)", err)
+			}
+			if err != nil {
+				t.Fatalf("the operator's server did not start: %v", err)
+			}
+		})
 	}
 }

@@ -2,7 +2,9 @@ package hostproc
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,6 +69,36 @@ func TestArgInside(t *testing.T) {
 	for _, c := range allowed {
 		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != "" {
 			t.Errorf("%s %s: refused (%q, %q); the workspace is data there", c.prog, c.args, a, f)
+		}
+	}
+}
+
+// TestCodeFamilies: a variable of a family through which a program loads
+// code (PYTHONPYCACHEPREFIX, GIT_CONFIG_GLOBAL, GCONV_PATH, OPENSSL_CONF,
+// NODE_COMPILE_CACHE, GEM_HOME, PERLLIB, whatever its case) that names a
+// path in the workspace is dropped; the same path in a variable of the
+// server's own (its data file) stays, and so do a family's variables that
+// name no path there.
+func TestCodeFamilies(t *testing.T) {
+	ws := t.TempDir()
+	dropped := []string{"PYTHONPYCACHEPREFIX=" + ws + "/pyc", "GIT_CONFIG_GLOBAL=" + ws + "/.gitconfig", "GCONV_PATH=" + ws,
+		"OPENSSL_CONF=" + ws + "/o.cnf", "NODE_COMPILE_CACHE=" + ws + "/c", "GEM_HOME=" + ws + "/g", "PERLLIB=" + ws,
+		"pythonpycacheprefix=" + ws + "/p", "UV_INDEX_URL=file://" + ws + "/idx"}
+	kept := []string{"MEMORY_FILE_PATH=" + ws + "/memory.json", "PYTHONUNBUFFERED=1", "GITHUB_TOKEN=x", "NODE_ENV=production",
+		"PYTHONPYCACHEPREFIX=" + t.TempDir()}
+	cmd := &exec.Cmd{Path: "/bin/true", Env: append(append([]string{}, dropped...), kept...)}
+	got, err := Prepare(cmd, []string{ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range dropped {
+		if !slices.Contains(got, kv) || slices.Contains(cmd.Env, kv) {
+			t.Errorf("%s reached the process (dropped: %v)", kv, got)
+		}
+	}
+	for _, kv := range kept {
+		if !slices.Contains(cmd.Env, kv) {
+			t.Errorf("%s was dropped", kv)
 		}
 	}
 }

@@ -59,6 +59,31 @@ var HomeVars = []string{"HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_H
 var CodeVars = []string{"NODE_OPTIONS", "BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT", "PERL5OPT", "RUBYOPT",
 	"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "ZDOTDIR", "PYTHONBREAKPOINT"}
 
+// CodeFamilies are the prefixes (matched without regard to case) of the
+// variables through which interpreters, package managers and the C
+// library load code: PYTHONPYCACHEPREFIX (a mirror tree of bytecode that
+// Python reads for every import), GIT_CONFIG_GLOBAL (a config whose
+// core.fsmonitor git runs), GCONV_PATH and OPENSSL_CONF (shared objects
+// loaded by iconv and OpenSSL), NODE_COMPILE_CACHE, GEM_HOME, PERLLIB...
+// No list of names covers them all, so a variable of one of these
+// families whose value names a path in a folder of writable is dropped,
+// as CodeVars are; the same value in a variable of no family (a data
+// file of the server, MEMORY_FILE_PATH=<ws>/memory.json) is the
+// server's data, and stays.
+var CodeFamilies = []string{"PYTHON", "NODE_", "NPM_CONFIG_", "PERL", "RUBY", "GEM_", "BUNDLE_", "LD_", "GCONV_", "OPENSSL_",
+	"GIT_", "UV_", "PIP_", "JAVA", "_JAVA", "JDK_", "DENO_", "BUN_", "LUA_", "TCL", "R_LIBS", "PHP", "COMPOSER_", "CARGO_",
+	"RUSTUP_", "DOTNET_", "GOPATH", "GOFLAGS", "GOENV", "GOROOT", "GOCACHE", "GOMODCACHE", "GOTOOLCHAIN", "PKG_CONFIG"}
+
+// codeFamily reports whether k is a variable of CodeFamilies.
+func codeFamily(k string) bool {
+	for _, p := range CodeFamilies {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
 var (
 	dirMu sync.Mutex
 	dirs  = map[string]string{} // root -> the folder made there
@@ -272,16 +297,16 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
 // writable, or below a folder another user can put entries in (HOME=/tmp:
-// npx's cache and the upward searches from it), and the CodeVars that
-// name a file in a folder of writable, and sets HOME to Home when it was
-// one of them, or is not a folder (a cache variable dropped here then has
-// a home to fall back to).
+// npx's cache and the upward searches from it), and the CodeVars and
+// variables of CodeFamilies that name a path in a folder of writable,
+// and sets HOME to Home when it was one of them, or is not a folder (a
+// cache variable dropped here then has a home to fall back to).
 func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, error) {
 	out := cmd.Env[:0:0]
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
+		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || (isVar(CodeVars, k) || codeFamily(k)) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
