@@ -309,3 +309,28 @@ func waitUntil(ctx context.Context, cond func() bool) <-chan struct{} {
 	}()
 	return ch
 }
+
+// TestRedteam5RewindNothingKept: a rewind asked of a session that has
+// kept no boundary yet (no cell since its start, or since a rewind took
+// the last one) said it "can undo 1 to 0 cells". It says that it can undo
+// no cell now, and why.
+func TestRedteam5RewindNothingKept(t *testing.T) {
+	ex := start(t, &ipybox.Options{RewindDepth: 2})
+	ctx := t.Context()
+	check := func(when string) {
+		t.Helper()
+		_, err := ex.Rewind(ctx, 1)
+		if err == nil || strings.Contains(err.Error(), "1 to 0") || !strings.Contains(err.Error(), "can undo no cell now") {
+			t.Errorf("rewind %s: %v; want it to say that no cell can be undone now", when, err)
+		}
+	}
+	check("before any cell")
+	frun(t, ex, "x = 1")
+	if _, err := ex.Rewind(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	check("after the last boundary was used")
+	if got := frun(t, ex, "print('x' in dir())"); got != "False" {
+		t.Fatalf("after the rewind: %q", got)
+	}
+}
