@@ -64,6 +64,8 @@ func TestRedteam5HostServerScriptArg(t *testing.T) {
 		{"python3 <ws>/later.py, not there yet", nil, ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(ws, "later.py")}}},
 		{"python3 -X dev <ws>/xpkg (an option's value keeps the script's place)", map[string]string{"xpkg/__main__.py": pyBait(9)}, ipybox.ServerConfig{Command: py, Args: []string{"-X", "dev", filepath.Join(ws, "xpkg")}}},
 		{"node -r <trusted>/noop.js <ws>/jspkg2 (a loaded file is not the script)", map[string]string{"jspkg2/index.js": jsBait(10)}, ipybox.ServerConfig{Command: node, Args: []string{"-r", filepath.Join(trusted, "noop.js"), filepath.Join(ws, "jspkg2")}}},
+		{"env python3 <ws>/envpkg (a wrapper's program)", map[string]string{"envpkg/__main__.py": pyBait(12)}, ipybox.ServerConfig{Command: "/usr/bin/env", Args: []string{py, filepath.Join(ws, "envpkg")}}},
+		{"env <ws>/.venv/bin/python <trusted>/srv.py (a venv's interpreter, a link out)", nil, ipybox.ServerConfig{Command: "/usr/bin/env", Args: []string{filepath.Join(ws, ".venv", "bin", "python"), filepath.Join(trusted, "srv.py")}}},
 		{"npx -y <ws>/npkg (a runner's package)", map[string]string{"npkg/package.json": `{"name": "npkg", "version": "1.0.0", "bin": {"npkg": "run.js"}}`, "npkg/run.js": "#!/usr/bin/env node\n" + jsBait(11)}, ipybox.ServerConfig{Command: npx, Args: []string{"-y", filepath.Join(ws, "npkg")}}},
 	}
 	for i, c := range cases {
@@ -72,6 +74,18 @@ func TestRedteam5HostServerScriptArg(t *testing.T) {
 			code.WriteString("import os\n")
 			for p, content := range c.plant {
 				fmt.Fprintf(&code, "os.makedirs(os.path.dirname(%q) or '.', exist_ok=True)\nopen(%q, 'w').write(%q)\n", p, p, content)
+			}
+			if strings.Contains(c.name, ".venv") {
+				fmt.Fprintf(&code, `import sys
+v = ".venv"
+os.makedirs(v + "/bin", exist_ok=True)
+sp = v + "/lib/python%%d.%%d/site-packages" %% sys.version_info[:2]
+os.makedirs(sp, exist_ok=True)
+open(v + "/pyvenv.cfg", "w").write("home = %%s\ninclude-system-site-packages = false\n" %% os.path.dirname(%q))
+if not os.path.islink(v + "/bin/python"):
+    os.symlink(%q, v + "/bin/python")
+open(sp + "/bait.pth", "w").write("import os; open(%%r, 'w').write('ran')\n" %% %q)
+`, py, py, mark(i))
 			}
 			run(t, ex, code.String())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -89,6 +103,9 @@ func TestRedteam5HostServerScriptArg(t *testing.T) {
 	// operator's, outside.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := os.MkdirAll(filepath.Join(ws, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, cfg := range []ipybox.ServerConfig{
 		{Command: py, Args: []string{filepath.Join(trusted, "srv.py"), ws}},
 		{Command: py, Args: []string{filepath.Join(trusted, "srv.py"), "--root=" + ws}},

@@ -30,6 +30,17 @@ func TestArgInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	pkg := filepath.Join(ws, "pkg")
+	// A venv's interpreter and a script, each a link in the workspace to
+	// a file outside: kernel code replaces the link, and a venv's
+	// interpreter loads the venv's .pth files.
+	if err := os.MkdirAll(filepath.Join(ws, ".venv", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{filepath.Join(ws, ".venv", "bin", "python"), filepath.Join(ws, "lnk")} {
+		if err := os.Symlink(filepath.Join(out, "srv.py"), l); err != nil {
+			t.Fatal(err)
+		}
+	}
 	w := []string{ws}
 	refused := []struct{ prog, args string }{
 		{"python3", "-X dev " + pkg},
@@ -49,6 +60,12 @@ func TestArgInside(t *testing.T) {
 		{"uv", "tool run --from " + pkg + " srv"},
 		{"npm", "--prefix " + ws + " exec srv"},
 		{"bash", pkg + "/../x.sh"},
+		{"env", "python3 " + pkg},
+		{"/usr/bin/env", "-S PYTHONUNBUFFERED=1 timeout 60 node " + pkg},
+		{"timeout", "60 uvx --from " + pkg + " srv"},
+		{"env", filepath.Join(ws, ".venv", "bin", "python") + " " + filepath.Join(out, "srv.py")},
+		{"bash", "-c " + filepath.Join(ws, ".venv", "bin", "python")},
+		{"node", filepath.Join(ws, "lnk")},
 	}
 	for _, c := range refused {
 		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != ws {
@@ -65,6 +82,8 @@ func TestArgInside(t *testing.T) {
 		{"uvx", "--python 3.12 srv " + ws},
 		{"docker", "run -i --rm -v " + ws + ":/w image"},
 		{"/opt/srv/bin/server", "--root " + ws},
+		{"env", "FOO=1 npx -y @modelcontextprotocol/server-filesystem " + ws},
+		{"timeout", "60 " + filepath.Join(out, "srv.py") + " " + pkg},
 	}
 	for _, c := range allowed {
 		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != "" {

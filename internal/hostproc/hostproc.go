@@ -444,9 +444,9 @@ const PythonSafePath = "PYTHONSAFEPATH=1"
 // (npx, uvx, uv run) installs a folder's package or uses its project.
 func ArgInside(program string, args []string, dir string, writable []string) (arg, folder string) {
 	kind := launcher(program)
-	code := kind != 0
+	code := kind == interpreter || kind == runner
 	prev := ""
-	for _, a := range args {
+	for i, a := range args {
 		for _, w := range argWords(a) {
 			p := w
 			if !filepath.IsAbs(p) {
@@ -455,9 +455,14 @@ func ArgInside(program string, args []string, dir string, writable []string) (ar
 				}
 				p = filepath.Join(dir, p)
 			}
-			if f := Inside(p, writable); f != "" && (code || !isDir(p) || kind == runner && sourceOpt(prev)) {
+			if f := wordInside(p, writable); f != "" && (code || !isDir(p) || kind == runner && sourceOpt(prev)) {
 				return a, f
 			}
+		}
+		if kind == wrapper && !strings.HasPrefix(a, "-") && launcher(a) != 0 {
+			// env python3 <ws>/pkg: the wrapped program's arguments are
+			// its own.
+			return ArgInside(a, args[i+1:], dir, writable)
 		}
 		if code && !strings.HasPrefix(a, "-") && !codeAt(kind, a, prev, dir) {
 			code = false
@@ -467,10 +472,34 @@ func ArgInside(program string, args []string, dir string, writable []string) (ar
 	return "", ""
 }
 
+// wordInside is Inside of p, or, when p's links lead out of every folder
+// of writable, the folder of writable p itself is spelt in: a link there
+// (<ws>/.venv/bin/python, a link to the system's interpreter) is kernel
+// code's to replace, and a venv's interpreter loads the venv's .pth
+// files.
+func wordInside(p string, writable []string) string {
+	if f := Inside(p, writable); f != "" {
+		return f
+	}
+	c := filepath.Clean(p)
+	for _, w := range writable {
+		if w == "" {
+			continue
+		}
+		for _, r := range []string{filepath.Clean(w), realPath(w)} {
+			if c == r || strings.HasPrefix(c, strings.TrimSuffix(r, string(filepath.Separator))+string(filepath.Separator)) {
+				return w
+			}
+		}
+	}
+	return ""
+}
+
 // Launcher kinds: programs that take their code from an argument.
 const (
 	interpreter = 1 + iota // its script, the first argument that names a file
 	runner                 // its package, the first argument that is not a path
+	wrapper                // runs the program its arguments name (env, timeout)
 )
 
 // codeAt reports whether the program of kind may still take its code
@@ -536,7 +565,8 @@ func argWords(a string) []string {
 // launcher returns the kind of program (by its base name): an
 // interpreter that runs a script or folder named by an argument (python,
 // pypy, node, bun, deno, the shells, ruby, perl, php), a package runner
-// (npx, uvx, uv, pipx, bunx, npm, pnpm, yarn), or 0.
+// (npx, uvx, uv, pipx, bunx, npm, pnpm, yarn), a wrapper that runs the
+// program named among its arguments (env, timeout, nice...), or 0.
 func launcher(program string) int {
 	b := strings.TrimSuffix(strings.ToLower(filepath.Base(program)), ".exe")
 	for _, p := range []string{"python", "pypy"} {
@@ -549,6 +579,9 @@ func launcher(program string) int {
 		return interpreter
 	case "npx", "uvx", "uv", "pipx", "bunx", "npm", "pnpm", "yarn":
 		return runner
+	case "env", "timeout", "nice", "nohup", "stdbuf", "setsid", "ionice", "taskset", "chrt", "time", "sudo", "doas",
+		"xvfb-run", "unbuffer", "dumb-init", "tini", "firejail", "systemd-run", "prlimit", "flock", "chpst", "runuser":
+		return wrapper
 	}
 	return 0
 }
