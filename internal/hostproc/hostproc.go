@@ -553,10 +553,10 @@ func sourceOpt(o string) bool {
 	return false
 }
 
-// argWords splits an argument as codeInside does, and drops a file://
-// scheme.
+// argWords splits an argument as codeInside does: at ':', so that a
+// URL's path is a word of its own whatever its scheme (file:///F,
+// git+file:///F: "///F" is F).
 func argWords(a string) []string {
-	a = strings.ReplaceAll(a, "file://", "")
 	return strings.FieldsFunc(a, func(r rune) bool {
 		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
 	})
