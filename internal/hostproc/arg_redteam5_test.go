@@ -15,10 +15,12 @@ import (
 // before it are spelt (a value that is no file, python3 -X dev, keeps the
 // place open; a file loaded by an option, node -r F, is not the script);
 // a runner's package or project from the workspace (npx <ws>/pkg,
-// uvx --from <ws>/pkg, uv run --directory <ws>), wherever it stands; a
-// file in the workspace anywhere. Allowed: the workspace as a folder of
-// data after the script, module or package (the filesystem server's
-// root, mcp-server-git's repository).
+// uvx --from <ws>/pkg, uv run --directory <ws>), wherever it stands; an
+// unknown program's first operand that is a file (tsx <ws>/srv.ts); what
+// a wrapper runs. Allowed: the workspace, and files in it, as data after
+// the script, module or package (the filesystem server's root,
+// mcp-server-git's repository, a key file: the sandbox's masks hide the
+// files a config names from kernels).
 func TestArgInside(t *testing.T) {
 	ws, out, priv := t.TempDir(), t.TempDir(), t.TempDir()
 	for _, p := range []string{filepath.Join(out, "srv.py"), filepath.Join(out, "hook.js"), filepath.Join(ws, "data.txt")} {
@@ -50,7 +52,9 @@ func TestArgInside(t *testing.T) {
 		{"node", "--title t " + pkg},
 		{"node", "--require=" + pkg + " " + filepath.Join(out, "srv.py")},
 		{"python3", "-c exec(open('" + ws + "/x.py').read())"},
-		{"python3", filepath.Join(out, "srv.py") + " --config=" + filepath.Join(ws, "data.txt")},
+		{"tsx", filepath.Join(ws, "data.txt")},
+		{"java", "-jar " + filepath.Join(ws, "data.txt")},
+		{"python3", "-X pycache_prefix=" + ws + "/pyc " + filepath.Join(out, "srv.py")},
 		{"npx", "-y " + pkg},
 		{"npx", "--package " + pkg + " srv"},
 		{"uvx", "--python 3.12 --from " + pkg + " srv"},
@@ -87,6 +91,10 @@ func TestArgInside(t *testing.T) {
 		{"/opt/srv/bin/server", "--root " + ws},
 		{"env", "FOO=1 npx -y @modelcontextprotocol/server-filesystem " + ws},
 		{"timeout", "60 " + filepath.Join(out, "srv.py") + " " + pkg},
+		{"python3", filepath.Join(out, "srv.py") + " --config=" + filepath.Join(ws, "data.txt")},
+		{"python3", "-c " + filepath.Join(out, "srv.py") + " --key-file " + filepath.Join(ws, "data.txt")},
+		{"mcp-server-filesystem", ws},
+		{"/opt/bin/server", "--db-path " + filepath.Join(ws, "data.txt")},
 	}
 	for _, c := range allowed {
 		if a, f := ArgInside(c.prog, strings.Fields(c.args), priv, w); f != "" {

@@ -432,45 +432,73 @@ const PythonSafePath = "PYTHONSAFEPATH=1"
 
 // ArgInside reports an argument of a host program (args, without the
 // program) through which kernel code could change what it runs, and the
-// folder of writable it lies in; "", "" when none. An interpreter loads
-// its script from its arguments (python3 <ws>/srv.py is the program
-// <ws>/srv.py spelt otherwise), and options load files too
-// (--require=F, -javaagent:F), so every word of an argument, split as
-// CodeVars' values are, that names a path in a folder of writable
-// counts, links resolved (relative ones from dir), unless it is a folder
-// that exists: a folder given as data (a file server's root) is not run.
-// It is, while the program may still take it as its code (codeAt): an
-// interpreter runs a folder's __main__.py or index.js, a package runner
-// (npx, uvx, uv run) installs a folder's package or uses its project.
+// folder of writable it lies in; "", "" when none. A word of an argument
+// (split as CodeVars' values are, so that --require=F and file:///F are
+// seen) that names a path in a folder of writable, links resolved
+// (relative ones from dir), or spelt inside one, counts where the program
+// takes it as its code (codeAt): an interpreter's script and what its
+// options load before it (python3 <ws>/srv.py puts <ws> first on
+// sys.path, node's require looks in <ws>/node_modules, python runs a
+// folder's __main__.py); a package runner's package and the folders of
+// its source options (npx <ws>/pkg, uvx --from <ws>/pkg, uv run
+// --directory <ws>); an unknown program's first operand that is not a
+// folder (tsx <ws>/srv.ts);
+// the program a wrapper runs (env <ws>/.venv/bin/python). Elsewhere it
+// is the server's data (a file server's root, a key file, which the
+// sandbox's masks hide from kernels since the config names it).
 func ArgInside(program string, args []string, dir string, writable []string) (arg, folder string) {
 	kind := launcher(program)
 	code := kind == interpreter || kind == runner
+	first := kind == 0
 	prev := ""
 	for i, a := range args {
-		for _, w := range argWords(a) {
-			p := w
-			if !filepath.IsAbs(p) {
-				if !strings.ContainsRune(p, filepath.Separator) || dir == "" {
-					continue
-				}
-				p = filepath.Join(dir, p)
-			}
-			if f := wordInside(p, writable); f != "" && (code || !isDir(p) || kind == runner && sourceOpt(prev)) {
-				return a, f
-			}
+		operand := !strings.HasPrefix(a, "-")
+		opt := prev
+		if !operand {
+			opt, _, _ = strings.Cut(a, "=")
 		}
-		if kind == wrapper && !strings.HasPrefix(a, "-") && launcher(a) != 0 {
-			// env python3 <ws>/pkg: the wrapped program's arguments are
-			// its own.
+		script := first && operand && !bareOpt(prev)
+		wrapped := kind == wrapper && operand && (launcher(a) != 0 || strings.ContainsRune(a, filepath.Separator))
+		if f, d := wordsInside(a, dir, writable); f != "" && (code || script && !d || wrapped || kind == runner && sourceOpt(opt)) {
+			return a, f
+		}
+		if wrapped {
+			// env python3 <ws>/pkg: the rest is the wrapped program's.
 			return ArgInside(a, args[i+1:], dir, writable)
 		}
-		if code && !strings.HasPrefix(a, "-") && !codeAt(kind, a, prev, dir) {
+		if script {
+			first = false
+		}
+		if code && operand && !codeAt(kind, a, prev, dir) {
 			code = false
 		}
 		prev = a
 	}
 	return "", ""
 }
+
+// wordsInside returns the folder of writable that a word of the argument
+// a names a path in (wordInside), "" when none, and whether that path is
+// a folder.
+func wordsInside(a, dir string, writable []string) (folder string, isFolder bool) {
+	for _, w := range argWords(a) {
+		p := w
+		if !filepath.IsAbs(p) {
+			if !strings.ContainsRune(p, filepath.Separator) || dir == "" {
+				continue
+			}
+			p = filepath.Join(dir, p)
+		}
+		if f := wordInside(p, writable); f != "" {
+			return f, isDir(p)
+		}
+	}
+	return "", false
+}
+
+// bareOpt reports an option that may take the next argument as its value
+// (-k, --key-file, not --key=V).
+func bareOpt(a string) bool { return strings.HasPrefix(a, "-") && !strings.Contains(a, "=") }
 
 // wordInside is Inside of p, or, when p's links lead out of every folder
 // of writable, the folder of writable p itself is spelt in: a link there
@@ -534,7 +562,7 @@ func codeAt(kind int, a, prev, dir string) bool {
 // loads before its script.
 func loadOpt(o string) bool {
 	switch o {
-	case "-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file", "-I", "-M", "-x":
+	case "-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file", "-I", "-M", "-x", "-jar", "-cp", "-classpath", "--class-path":
 		return true
 	}
 	return false
@@ -564,7 +592,7 @@ func argWords(a string) []string {
 
 // launcher returns the kind of program (by its base name): an
 // interpreter that runs a script or folder named by an argument (python,
-// pypy, node, bun, deno, the shells, ruby, perl, php), a package runner
+// pypy, node, bun, deno, the shells, ruby, perl, php, java), a package runner
 // (npx, uvx, uv, pipx, bunx, npm, pnpm, yarn), a wrapper that runs the
 // program named among its arguments (env, timeout, nice...), or 0.
 func launcher(program string) int {
@@ -575,7 +603,7 @@ func launcher(program string) int {
 		}
 	}
 	switch b {
-	case "node", "nodejs", "bun", "deno", "sh", "bash", "dash", "zsh", "ksh", "ruby", "perl", "php":
+	case "node", "nodejs", "bun", "deno", "sh", "bash", "dash", "zsh", "ksh", "ruby", "perl", "php", "java":
 		return interpreter
 	case "npx", "uvx", "uv", "pipx", "bunx", "npm", "pnpm", "yarn":
 		return runner
