@@ -172,3 +172,73 @@ print('planted')`, hostJSON, mark, dst, dst)).Text
 		})
 	}
 }
+
+// TestRedteam5MaskedFileSwap: the sandbox masks the files that a
+// server's config names (its key, its config), so that kernel code can
+// neither read nor write them; but the folders above them stayed the
+// kernel's. It moved the folder away (the mask goes with it), made the
+// path anew with its own file, and the operator's host server read the
+// kernel's file at its next start: its config (a proxy's, naming the
+// commands it runs), its key. Variants: rename the folder and make it
+// anew; exchange it with a folder of the kernel's (renameat2
+// RENAME_EXCHANGE); remove the folder; a file named in env, and one in
+// args. The host file must be the operator's after each.
+func TestRedteam5MaskedFileSwap(t *testing.T) {
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws, trusted := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	argFile, envFile := filepath.Join(ws, "conf", "proxy.json"), filepath.Join(ws, "keys", "sub", "key.txt")
+	for _, f := range []string{argFile, envFile} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("operator"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(trusted, "hostsrv.py"), "--config", argFile}, Env: map[string]string{"KEY_FILE": envFile}}
+	if _, err := ex.RegisterMCPServer(ctx, "op", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Reset(ctx); err != nil { // a kernel under the masks that name both
+		t.Fatal(err)
+	}
+	got := run(t, ex, `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+def plant(folder, name):
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, name), "w").write("kernel")
+out = []
+for top, sub, name in (("conf", "conf", "proxy.json"), ("keys", "keys/sub", "key.txt"), ("keys/sub", "keys/sub", "key.txt")):
+    for how in ("rename", "exchange", "rmtree"):
+        try:
+            if how == "rename":
+                os.rename(top, top + ".old")
+                plant(sub, name)
+            elif how == "exchange":
+                plant("evil/" + sub, name)
+                exchange("evil/" + top, top)
+            else:
+                import shutil
+                shutil.rmtree(top)
+                plant(sub, name)
+            out.append(how + " " + top + ": done")
+        except OSError as e:
+            out.append(how + " " + top + ": " + type(e).__name__)
+print("; ".join(out))`).Text
+	t.Log(got)
+	for _, f := range []string{argFile, envFile} {
+		if b, err := os.ReadFile(f); err != nil || string(b) != "operator" {
+			t.Errorf("%s, which the operator's server config names, holds %q (%v) after the kernel's moves: %s", f, b, err, got)
+		}
+	}
+}
