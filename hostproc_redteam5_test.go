@@ -184,8 +184,13 @@ print('planted')`, hostJSON, mark, dst, dst)).Text
 // RENAME_EXCHANGE); remove the folder; a file named in env, and one in
 // args. The host file must be the operator's after each.
 func TestRedteam5MaskedFileSwap(t *testing.T) {
+	for _, backend := range []string{"sandbox", "container"} {
+		t.Run(backend, func(t *testing.T) { maskedFileSwap(t, backend) })
+	}
+}
+
+func maskedFileSwap(t *testing.T, backend string) {
 	py := testenv.NeedsPython(t)
-	testenv.NeedsTool(t, "bwrap")
 	ws, trusted := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(trusted, "hostsrv.py"), []byte(hostSrvPy), 0o644); err != nil {
 		t.Fatal(err)
@@ -199,7 +204,13 @@ func TestRedteam5MaskedFileSwap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ex := startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	var ex *ipybox.Executor
+	if backend == "sandbox" {
+		ex = startSandboxed(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true})
+	} else {
+		testenv.NeedsDocker(t)
+		ex = start(t, &ipybox.Options{WorkDir: ws, NoToolApproval: true, Container: &ipybox.ContainerConfig{}})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := ipybox.ServerConfig{Command: py, Args: []string{filepath.Join(trusted, "hostsrv.py"), "--config", argFile}, Env: map[string]string{"KEY_FILE": envFile}}
