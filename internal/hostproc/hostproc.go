@@ -442,10 +442,10 @@ const PythonSafePath = "PYTHONSAFEPATH=1"
 // folder's __main__.py); a package runner's package and the folders of
 // its source options (npx <ws>/pkg, uvx --from <ws>/pkg, uv run
 // --directory <ws>); an unknown program's first operand that is not a
-// folder (tsx <ws>/srv.ts);
-// the program a wrapper runs (env <ws>/.venv/bin/python). Elsewhere it
-// is the server's data (a file server's root, a key file, which the
-// sandbox's masks hide from kernels since the config names it).
+// folder (tsx <ws>/srv.ts); the program a wrapper runs (env
+// <ws>/.venv/bin/python). Elsewhere it is the server's data (a file
+// server's root, a key file: the sandbox masks the files a config names
+// from kernels, and the guard keeps them and the folders above them).
 func ArgInside(program string, args []string, dir string, writable []string) (arg, folder string) {
 	kind := launcher(program)
 	code := kind == interpreter || kind == runner
