@@ -81,8 +81,10 @@ var ErrBusy = errors.New("ipybox: the session is running a cell; fork or rewind 
 //
 // An unsandboxed kernel (directly started or from a Zygote) is forked as a
 // process, copy-on-write (forkProcess); a sandboxed or container kernel
-// through a snapshot (forkSnapshot: Options.SnapshotDir must be set); a
-// gateway kernel cannot be forked. Files are not forked: a fork shares the
+// through a snapshot (forkSnapshot: Options.SnapshotDir must be set; the
+// last Snapshot is reused while no cell has run since, or else one is
+// saved within the last Snapshot's MaxBytes); a gateway kernel cannot be
+// forked. Files are not forked: a fork shares the
 // workspace with its source. Fork refuses with ErrBusy while a cell runs.
 func (e *Executor) Fork(ctx context.Context, n int, prepare func(i int, o *Options) error) ([]*Executor, error) {
 	if n < 1 || n > defaults.MaxForks {
@@ -195,7 +197,8 @@ func (e *Executor) forkSnapshot(ctx context.Context, opts []*Options) ([]*Execut
 	if e.snapshotDir == "" {
 		return nil, errors.New("ipybox: fork: a sandboxed or container kernel (or any kernel off Linux) is forked through a snapshot, and this Executor has no Options.SnapshotDir; set one")
 	}
-	if _, err := e.Snapshot(ctx, nil); err != nil {
+	saved, err := e.saveForFork(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("ipybox: fork: %w", err)
 	}
 	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
@@ -206,7 +209,7 @@ func (e *Executor) forkSnapshot(ctx context.Context, opts []*Options) ([]*Execut
 		if err != nil {
 			return nil, err
 		}
-		rep, err := f.restoreFrom(ctx, e.snapshotDir)
+		rep, err := f.restoreFrom(ctx, e.snapshotDir, saved.bytes)
 		if err != nil {
 			f.Close()
 			return nil, err
@@ -217,40 +220,74 @@ func (e *Executor) forkSnapshot(ctx context.Context, opts []*Options) ([]*Execut
 	})
 }
 
+// saveForFork returns the source's snapshot for its forks: the one the
+// last Snapshot saved, when no cell has run since (an ipybox mcp fork
+// saves within its budgets first), or else a new one, within the last
+// Snapshot's MaxBytes. Like a process fork, it refuses with ErrBusy while
+// a cell runs.
+func (e *Executor) saveForFork(ctx context.Context) (savedSnapshot, error) {
+	select {
+	case e.sem <- struct{}{}:
+	default:
+		return savedSnapshot{}, ErrBusy
+	}
+	defer e.release()
+	if !e.saved.fresh {
+		if _, err := e.snapshotLocked(ctx, SnapshotOptions{MaxBytes: e.saved.max}); err != nil {
+			return savedSnapshot{}, err
+		}
+	}
+	return e.saved, nil
+}
+
 // restoreFrom copies the snapshot files of src into the Executor's own
-// snapshot folder (the host copies bytes and reads none: invariant 13)
-// and restores them in its kernel.
-func (e *Executor) restoreFrom(ctx context.Context, src string) (*RestoreReport, error) {
+// snapshot folder (the host copies bytes and reads none: invariant 13),
+// at most limit bytes in all, what the save measured: the source's kernel
+// writes src, and may have grown it since (a file appended to, one added,
+// a sparse file that the measure counts as nothing), which the host must
+// not copy count times. Then it restores them in its kernel.
+func (e *Executor) restoreFrom(ctx context.Context, src string, limit int64) (*RestoreReport, error) {
 	ents, err := os.ReadDir(src)
 	if err != nil {
 		return nil, err
 	}
+	left := limit
 	for _, ent := range ents {
 		if !ent.Type().IsRegular() {
 			continue
 		}
-		if err := copyBeneath(src, e.snapshotDir, ent.Name()); err != nil {
+		n, err := copyBeneath(src, e.snapshotDir, ent.Name(), left)
+		if err != nil {
 			return nil, fmt.Errorf("copy the snapshot: %w", err)
+		}
+		if left -= n; left < 0 {
+			return nil, fmt.Errorf("copy the snapshot: it holds more than the %d bytes it held when it was saved (kernel code of the source wrote to it since); fork again", limit)
 		}
 	}
 	return e.Restore(ctx)
 }
 
 // copyBeneath copies the regular file name from one folder to another,
-// following no link on either side.
-func copyBeneath(from, to, name string) error {
-	in, err := safefs.OpenFile(from, name, os.O_RDONLY, 0)
+// following no link on either side, and at most max+1 bytes of it; it
+// returns how many it copied. What the caller listed as a regular file
+// may be a FIFO by the time it is opened (the source's kernel writes
+// from): safefs.OpenRegular neither waits on one nor reads it.
+func copyBeneath(from, to, name string, max int64) (int64, error) {
+	in, err := safefs.OpenRegular(from, name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer in.Close()
 	safefs.Remove(to, name)
 	out, err := safefs.CreateExclusive(to, name, 0o600)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = io.Copy(out, in)
-	return errors.Join(err, out.Close())
+	n, err := io.CopyN(out, in, max+1)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, errors.Join(err, out.Close())
 }
 
 // forkLauncher starts a fork's first kernel by forking the source's live

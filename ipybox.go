@@ -127,6 +127,14 @@ type Options struct {
 	// every sandbox masks). False writes rules for every caller and uses
 	// the one token file.
 	Tenant bool
+	// KernelWritable lists more host folders that kernel code can write
+	// besides WorkDir and the sandbox's allowWrite paths: the folders of
+	// other tenants' kernels (ipybox mcp gives each principal's
+	// Executors the whole workspace, whose other folders those kernels
+	// write). No host process starts in one, or runs a program or a
+	// script from one (invariant 14), and the approval policy may not
+	// lie in one.
+	KernelWritable []string
 	// SessionID names this Executor's session in the approval audit log.
 	// Empty means a random one.
 	SessionID string
@@ -362,6 +370,8 @@ type Executor struct {
 	// fork.go. rewind keeps its cell boundaries.
 	forked *ForkInfo
 	rewind rewindState
+	// saved is the last snapshot, for a fork (snapshot.go).
+	saved savedSnapshot
 
 	closeOnce sync.Once
 	closeErr  error
@@ -595,9 +605,10 @@ func (e *Executor) kernelOptions(o *Options, launcher kernel.Launcher, kws strin
 }
 
 // kernelWritable lists the host places that the kernel of o can write:
-// the workspace, and a sandbox's allowWrite paths or a container's binds.
+// the workspace, Options.KernelWritable, and a sandbox's allowWrite paths
+// or a container's binds.
 func kernelWritable(ws string, o *Options) []string {
-	out := []string{ws}
+	out := append([]string{ws}, o.KernelWritable...)
 	abs := func(p string) string {
 		if !filepath.IsAbs(p) && !strings.HasPrefix(p, "~") {
 			return filepath.Join(ws, p)
@@ -798,6 +809,7 @@ func (e *Executor) Stream(ctx context.Context, code string, opts *ExecOptions) i
 func (e *Executor) acquire(ctx context.Context) error {
 	select {
 	case e.sem <- struct{}{}:
+		e.saved.fresh = false // a cell, a reset, a restore: the namespace may change
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("ipybox: waiting for the previous execution: %w", ctx.Err())

@@ -134,12 +134,17 @@ func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error)
 		return nil, ErrBusy
 	}
 	defer e.release()
+	e.saved.fresh = false
 	r := &e.rewind
 	r.mu.Lock()
 	n := len(r.points)
 	if cells < 1 || cells > n {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("ipybox: rewind: %d cells asked; this session can undo 1 to %d cells now (it keeps the last %d boundaries)", cells, n, min(e.opts.RewindDepth, maxRewindDepth))
+		keep := min(e.opts.RewindDepth, maxRewindDepth)
+		if n == 0 {
+			return nil, fmt.Errorf("ipybox: rewind: %d cells asked; this session can undo no cell now: it keeps the last %d boundaries, and none was kept since its start, its reset, its wake or the last rewind", cells, keep)
+		}
+		return nil, fmt.Errorf("ipybox: rewind: %d cells asked; this session can undo 1 to %d cells now (it keeps the last %d boundaries)", cells, n, keep)
 	}
 	cp := r.points[n-cells]
 	newer := append([]*checkpoint(nil), r.points[n-cells+1:]...)

@@ -60,8 +60,9 @@ type SnapshotOptions struct {
 	// MaxBytes bounds the snapshot: values that would take it past are
 	// left out, each named in the report as over the limit. The host
 	// measures the folder afterwards, and a folder over the limit (kernel
-	// code can write into it) is emptied, with an error. Zero means no
-	// limit.
+	// code can write into it) is emptied, with an error. A fork through a
+	// snapshot (Executor.Fork) saves within the last Snapshot's MaxBytes.
+	// Zero means no limit.
 	MaxBytes int64
 }
 
@@ -133,14 +134,30 @@ func (e *Executor) Snapshot(ctx context.Context, opts *SnapshotOptions) (*Snapsh
 	if o.MaxBytes < 0 {
 		return nil, fmt.Errorf("ipybox: SnapshotOptions.MaxBytes is %d; use a positive size, or 0 for no limit", o.MaxBytes)
 	}
-	limit := o.MaxBytes
-	if limit == 0 {
-		limit = -1
-	}
 	if err := e.acquire(ctx); err != nil {
 		return nil, err
 	}
 	defer e.release()
+	return e.snapshotLocked(ctx, o)
+}
+
+// savedSnapshot is what the last Snapshot left in Options.SnapshotDir: a
+// fork through a snapshot reuses it while no cell has run since (fresh),
+// copies no more than its bytes, and otherwise saves anew within the last
+// Snapshot's MaxBytes. Guarded by Executor.sem.
+type savedSnapshot struct {
+	fresh bool
+	bytes int64
+	max   int64
+}
+
+// snapshotLocked is Snapshot; the caller holds e.sem.
+func (e *Executor) snapshotLocked(ctx context.Context, o SnapshotOptions) (*SnapshotReport, error) {
+	e.saved = savedSnapshot{max: o.MaxBytes}
+	limit := o.MaxBytes
+	if limit == 0 {
+		limit = -1
+	}
 	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).save(%s, %d)\n", pyruntime.Quote(e.kernelPath(e.snapshotDir)), limit)
 	res, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 	if err != nil {
@@ -167,6 +184,7 @@ func (e *Executor) Snapshot(ctx context.Context, opts *SnapshotOptions) (*Snapsh
 		safefs.Empty(e.snapshotDir)
 		return nil, &SnapshotError{Op: "save", Reason: "the snapshot folder was emptied: " + err.Error()}
 	}
+	e.saved = savedSnapshot{fresh: true, bytes: size, max: o.MaxBytes}
 	return &SnapshotReport{
 		Saved: r.Saved, SavedCount: r.SavedCount, Imports: r.Imports,
 		Unsaved: notSaved(r.Unsaved), UnsavedCount: r.UnsavedCount,

@@ -190,6 +190,11 @@ func (f *kernelFactory) newExecutor(ctx context.Context, t *tenant, attach strin
 	// The audit log names the principal; with several, the answers it
 	// remembers apply to it alone.
 	o.Principal, o.Tenant = t.principal, t.multi
+	if t.multi {
+		// The other tenants' kernels write the rest of the workspace:
+		// no host process of this tenant starts or loads code there.
+		o.KernelWritable = []string{t.s.workspace}
+	}
 	o.Sandbox = t.sandboxConfig()
 	o.Container = f.opts.Container
 	switch {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -79,6 +80,21 @@ func (s *Server) forkSessionTool(ctx context.Context, req *mcp.CallToolRequest, 
 		return nil, forkOut{}, err
 	}
 	defer done()
+	// The sessions and their kernel slots come first: a fork is a kernel,
+	// and none may start past the limits, even for as long as it takes
+	// to be refused.
+	ys, err := s.reserveForks(ctx, x, a.Count)
+	if err != nil {
+		return nil, forkOut{}, err
+	}
+	if s.forkSaves(ex) {
+		// Its forks restore this save, made within the session's and the
+		// workspace's snapshot budgets (Fork reuses it, as no cell runs).
+		if _, err := s.save(ctx, x, ex); err != nil {
+			s.dropForks(ys)
+			return nil, forkOut{}, fmt.Errorf("this session's kernel is copied through a snapshot of its namespace, and saving it failed: %w", err)
+		}
+	}
 	forks, err := ex.Fork(ctx, a.Count, func(_ int, o *ipybox.Options) error {
 		if ex.PackageDir() != "" {
 			o.PackageDir = filepath.Join(x.t.dir, ".ipybox", "packages", newFolderName())
@@ -89,61 +105,91 @@ func (s *Server) forkSessionTool(ctx context.Context, req *mcp.CallToolRequest, 
 		return nil
 	})
 	if err != nil {
+		s.dropForks(ys)
 		return nil, forkOut{}, err
 	}
 	var out forkOut
 	for i, f := range forks {
-		y, err := s.adoptFork(ctx, x, f)
-		if err != nil {
-			for _, g := range forks[i:] {
+		if err := s.attachFork(x, ys[i], f); err != nil {
+			for _, g := range forks[i+1:] {
 				s.factory.closeExecutor(g, false)
 			}
+			s.dropForks(ys[i+1:])
 			return nil, forkOut{}, fmt.Errorf("fork %d of %d: %w (the %d before it were made: %s)", i+1, len(forks), err, len(out.Sessions), strings.Join(out.Sessions, ", "))
 		}
-		out.Sessions = append(out.Sessions, y)
+		out.Sessions = append(out.Sessions, ys[i].handle)
 		out.Method = f.ForkInfo().Method
 	}
 	res := textResult("Made %d session(s) from %s (%s): %s. %s", len(out.Sessions), quote(a.Session), forks[0].ForkInfo().Note, strings.Join(out.Sessions, ", "), s.lifetime())
 	return res, out, nil
 }
 
-// adoptFork makes a session of x's principal around fork f, and returns
-// its handle: it holds a kernel slot, the session's lock and record, and
-// knows the registrations x knows.
-func (s *Server) adoptFork(ctx context.Context, x *session, f *ipybox.Executor) (string, error) {
-	y, err := s.createSession(x.principal)
-	if err != nil {
-		return "", err
-	}
-	fail := func(err error) (string, error) {
-		s.factory.closeExecutor(f, false)
-		y.close()
-		s.forget(y, false)
-		return "", err
-	}
-	if err := s.sessions.takeSlot(y); err != nil {
-		return fail(err)
-	}
-	if s.local() && s.durability.state != nil {
-		lf, err := s.durability.state.lock(ctx, y.key, lockWait)
+// forkSaves reports whether ex is forked through a snapshot (see
+// Executor.Fork): a sandboxed or container kernel, or any off Linux.
+func (s *Server) forkSaves(ex *ipybox.Executor) bool {
+	return ex.SnapshotDir() != "" && (s.factory.sandbox != nil || s.factory.opts.Container != nil || runtime.GOOS != "linux")
+}
+
+// reserveForks makes n sessions of x's principal for forks of x, each
+// holding a kernel slot and its lock in the state folder, or none and
+// the error of the limit that refused one.
+func (s *Server) reserveForks(ctx context.Context, x *session, n int) ([]*session, error) {
+	ys := make([]*session, 0, n)
+	for range n {
+		y, err := s.createSession(x.principal)
 		if err != nil {
-			return fail(err)
+			s.dropForks(ys)
+			return nil, err
 		}
-		y.startMu.Lock()
-		y.lockf = lf
-		y.startMu.Unlock()
+		ys = append(ys, y)
+		if err := s.sessions.takeSlot(y); err != nil {
+			s.dropForks(ys)
+			return nil, err
+		}
+		if s.local() && s.durability.state != nil {
+			lf, err := s.durability.state.lock(ctx, y.key, lockWait)
+			if err != nil {
+				s.dropForks(ys)
+				return nil, err
+			}
+			y.startMu.Lock()
+			y.lockf = lf
+			y.startMu.Unlock()
+		}
 	}
+	return ys, nil
+}
+
+// dropForks ends sessions of reserveForks that got no fork: their slots
+// go back (a session without a kernel does not return its own).
+func (s *Server) dropForks(ys []*session) {
+	for _, y := range ys {
+		s.sessions.releaseSlot(y)
+		y.close()
+	}
+}
+
+// attachFork makes fork f the kernel of y, a session of reserveForks: it
+// knows the registrations x knows, and its record is saved. On an error
+// f and y are ended.
+func (s *Server) attachFork(x, y *session, f *ipybox.Executor) error {
 	s.adopt(y, f)
 	x.t.mu.Lock()
 	maps.Copy(y.synced, x.synced)
 	x.t.mu.Unlock()
 	y.mu.Lock()
+	if y.closed {
+		y.mu.Unlock()
+		s.factory.closeExecutor(f, false)
+		s.dropForks([]*session{y})
+		return errSessionClosed
+	}
 	y.ex = f
 	y.owner = x.oauthOwner()
 	y.warnings = append(y.warnings, "[ipybox: "+f.ForkInfo().Note+"]")
 	y.mu.Unlock()
 	s.saveRecord(y)
-	return y.handle, nil
+	return nil
 }
 
 func (s *Server) rewindSessionTool(ctx context.Context, req *mcp.CallToolRequest, a rewindArgs) (*mcp.CallToolResult, rewindOut, error) {

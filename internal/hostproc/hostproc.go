@@ -59,6 +59,31 @@ var HomeVars = []string{"HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_H
 var CodeVars = []string{"NODE_OPTIONS", "BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT", "PERL5OPT", "RUBYOPT",
 	"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "ZDOTDIR", "PYTHONBREAKPOINT"}
 
+// CodeFamilies are the prefixes (matched without regard to case) of the
+// variables through which interpreters, package managers and the C
+// library load code: PYTHONPYCACHEPREFIX (a mirror tree of bytecode that
+// Python reads for every import), GIT_CONFIG_GLOBAL (a config whose
+// core.fsmonitor git runs), GCONV_PATH and OPENSSL_CONF (shared objects
+// loaded by iconv and OpenSSL), NODE_COMPILE_CACHE, GEM_HOME, PERLLIB...
+// No list of names covers them all, so a variable of one of these
+// families whose value names a path in a folder of writable is dropped,
+// as CodeVars are; the same value in a variable of no family (a data
+// file of the server, MEMORY_FILE_PATH=<ws>/memory.json) is the
+// server's data, and stays.
+var CodeFamilies = []string{"PYTHON", "NODE_", "NPM_CONFIG_", "PERL", "RUBY", "GEM_", "BUNDLE_", "LD_", "GCONV_", "OPENSSL_",
+	"GIT_", "UV_", "PIP_", "JAVA", "_JAVA", "JDK_", "DENO_", "BUN_", "LUA_", "TCL", "R_LIBS", "PHP", "COMPOSER_", "CARGO_",
+	"RUSTUP_", "DOTNET_", "GOPATH", "GOFLAGS", "GOENV", "GOROOT", "GOCACHE", "GOMODCACHE", "GOTOOLCHAIN", "PKG_CONFIG"}
+
+// codeFamily reports whether k is a variable of CodeFamilies.
+func codeFamily(k string) bool {
+	for _, p := range CodeFamilies {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
 var (
 	dirMu sync.Mutex
 	dirs  = map[string]string{} // root -> the folder made there
@@ -280,16 +305,16 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
 // writable, or below a folder another user can put entries in (HOME=/tmp:
-// npx's cache and the upward searches from it), and the CodeVars that
-// name a file in a folder of writable, and sets HOME to Home when it was
-// one of them, or is not a folder (a cache variable dropped here then has
-// a home to fall back to).
+// npx's cache and the upward searches from it), and the CodeVars and
+// variables of CodeFamilies that name a path in a folder of writable,
+// and sets HOME to Home when it was one of them, or is not a folder (a
+// cache variable dropped here then has a home to fall back to).
 func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, error) {
 	out := cmd.Env[:0:0]
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
+		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || (isVar(CodeVars, k) || codeFamily(k)) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
@@ -386,7 +411,7 @@ func Home() (string, error) {
 // WritableError is Prepare's refusal: a host process would start in, or
 // run a program from, a folder that kernel code can write.
 type WritableError struct {
-	What   string // "working folder", "program" or "script"
+	What   string // "working folder", "program", "script" or "argument"
 	Path   string
 	Folder string // the writable folder Path lies in
 }
@@ -412,3 +437,187 @@ func Env(keys []string, extra ...string) []string {
 // ignore it, and the private working folder covers them). Only for
 // processes that import nothing beside their own script.
 const PythonSafePath = "PYTHONSAFEPATH=1"
+
+// ArgInside reports an argument of a host program (args, without the
+// program) through which kernel code could change what it runs, and the
+// folder of writable it lies in; "", "" when none. A word of an argument
+// (split as CodeVars' values are, so that --require=F and file:///F are
+// seen) that names a path in a folder of writable, links resolved
+// (relative ones from dir), or spelt inside one, counts where the program
+// takes it as its code (codeAt): an interpreter's script and what its
+// options load before it (python3 <ws>/srv.py puts <ws> first on
+// sys.path, node's require looks in <ws>/node_modules, python runs a
+// folder's __main__.py); a package runner's package and the folders of
+// its source options (npx <ws>/pkg, uvx --from <ws>/pkg, uv run
+// --directory <ws>); an unknown program's first operand that is not a
+// folder (tsx <ws>/srv.ts); the program a wrapper runs (env
+// <ws>/.venv/bin/python). Elsewhere it is the server's data (a file
+// server's root, a key file: the sandbox masks the files a config names
+// from kernels, and the guard keeps them and the folders above them).
+func ArgInside(program string, args []string, dir string, writable []string) (arg, folder string) {
+	kind := launcher(program)
+	code := kind == interpreter || kind == runner
+	first := kind == 0
+	prev := ""
+	for i, a := range args {
+		operand := !strings.HasPrefix(a, "-")
+		opt := prev
+		if !operand {
+			opt, _, _ = strings.Cut(a, "=")
+		}
+		script := first && operand && !bareOpt(prev)
+		wrapped := kind == wrapper && operand && (launcher(a) != 0 || strings.ContainsRune(a, filepath.Separator))
+		if f, d := wordsInside(a, dir, writable); f != "" && (code || script && !d || wrapped || kind == runner && sourceOpt(opt)) {
+			return a, f
+		}
+		if wrapped {
+			// env python3 <ws>/pkg: the rest is the wrapped program's.
+			return ArgInside(a, args[i+1:], dir, writable)
+		}
+		if script {
+			first = false
+		}
+		if code && operand && !codeAt(kind, a, prev, dir) {
+			code = false
+		}
+		prev = a
+	}
+	return "", ""
+}
+
+// wordsInside returns the folder of writable that a word of the argument
+// a names a path in (wordInside), "" when none, and whether that path is
+// a folder.
+func wordsInside(a, dir string, writable []string) (folder string, isFolder bool) {
+	for _, w := range argWords(a) {
+		p := w
+		if !filepath.IsAbs(p) {
+			if !strings.ContainsRune(p, filepath.Separator) || dir == "" {
+				continue
+			}
+			p = filepath.Join(dir, p)
+		}
+		if f := wordInside(p, writable); f != "" {
+			return f, isDir(p)
+		}
+	}
+	return "", false
+}
+
+// bareOpt reports an option that may take the next argument as its value
+// (-k, --key-file, not --key=V).
+func bareOpt(a string) bool { return strings.HasPrefix(a, "-") && !strings.Contains(a, "=") }
+
+// wordInside is Inside of p, or, when p's links lead out of every folder
+// of writable, the folder of writable p itself is spelt in: a link there
+// (<ws>/.venv/bin/python, a link to the system's interpreter) is kernel
+// code's to replace, and a venv's interpreter loads the venv's .pth
+// files.
+func wordInside(p string, writable []string) string {
+	if f := Inside(p, writable); f != "" {
+		return f
+	}
+	c := filepath.Clean(p)
+	for _, w := range writable {
+		if w == "" {
+			continue
+		}
+		for _, r := range []string{filepath.Clean(w), realPath(w)} {
+			if c == r || strings.HasPrefix(c, strings.TrimSuffix(r, string(filepath.Separator))+string(filepath.Separator)) {
+				return w
+			}
+		}
+	}
+	return ""
+}
+
+// Launcher kinds: programs that take their code from an argument.
+const (
+	interpreter = 1 + iota // its script, the first argument that names a file
+	runner                 // its package, the first argument that is not a path
+	wrapper                // runs the program its arguments name (env, timeout)
+)
+
+// codeAt reports whether the program of kind may still take its code
+// from an argument after a, which is not an option and follows prev.
+// It fails closed: an interpreter's script is the first argument that
+// names a regular file and is not the value of an option that loads one
+// (node -r F), or the value of -m, -c, -e or -p (a module or code); an
+// option's value that is no file (python3 -X dev, node --title t) keeps
+// the place open. A runner's package is the first argument that is
+// neither a path nor a subcommand (uv run, npm exec).
+func codeAt(kind int, a, prev, dir string) bool {
+	switch prev {
+	case "-m", "-c", "-e", "-p", "--eval", "--print":
+		return kind == runner
+	}
+	p := a
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	st, err := os.Stat(p)
+	if kind == interpreter {
+		return err != nil || !st.Mode().IsRegular() || loadOpt(prev)
+	}
+	switch a {
+	case "run", "exec", "x", "tool", "dlx", "tools":
+		return true
+	}
+	return err == nil || sourceOpt(prev)
+}
+
+// loadOpt reports an interpreter's option whose value is a file it
+// loads before its script.
+func loadOpt(o string) bool {
+	switch o {
+	case "-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file", "-I", "-M", "-x", "-jar", "-cp", "-classpath", "--class-path":
+		return true
+	}
+	return false
+}
+
+// sourceOpt reports a package runner's option whose value is where a
+// package or project comes from (uvx --from F, uv run --project F,
+// npx --package F, npm --prefix F): a folder there is code, wherever
+// it stands.
+func sourceOpt(o string) bool {
+	switch o {
+	case "--from", "--with", "--with-editable", "--with-requirements", "--project", "--directory", "--package", "-p",
+		"--prefix", "-C", "--cwd", "--dir", "--spec", "--config-file", "--env-file", "--find-links", "-f", "--index-url", "--editable", "-e":
+		return true
+	}
+	return false
+}
+
+// argWords splits an argument as codeInside does: at ':', so that a
+// URL's path is a word of its own whatever its scheme (file:///F,
+// git+file:///F: "///F" is F).
+func argWords(a string) []string {
+	return strings.FieldsFunc(a, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == ':' || r == '=' || r == ',' || r == '"' || r == '\''
+	})
+}
+
+// launcher returns the kind of program (by its base name): an
+// interpreter that runs a script or folder named by an argument (python,
+// pypy, node, bun, deno, the shells, ruby, perl, php, java), a package runner
+// (npx, uvx, uv, pipx, bunx, npm, pnpm, yarn), a wrapper that runs the
+// program named among its arguments (env, timeout, nice...), or 0.
+func launcher(program string) int {
+	b := strings.TrimSuffix(strings.ToLower(filepath.Base(program)), ".exe")
+	for _, p := range []string{"python", "pypy"} {
+		if strings.HasPrefix(b, p) {
+			return interpreter
+		}
+	}
+	switch b {
+	case "node", "nodejs", "bun", "deno", "sh", "bash", "dash", "zsh", "ksh", "ruby", "perl", "php", "java":
+		return interpreter
+	case "npx", "uvx", "uv", "pipx", "bunx", "npm", "pnpm", "yarn":
+		return runner
+	case "env", "timeout", "nice", "nohup", "stdbuf", "setsid", "ionice", "taskset", "chrt", "time", "sudo", "doas",
+		"xvfb-run", "unbuffer", "dumb-init", "tini", "firejail", "systemd-run", "prlimit", "flock", "chpst", "runuser":
+		return wrapper
+	}
+	return 0
+}

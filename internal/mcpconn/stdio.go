@@ -72,10 +72,15 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 	if cmd == host {
 		// It runs on the host, unwrapped: invariant 14.
 		dropped, err := hostproc.Prepare(cmd, m.opts.Writable)
+		if err == nil {
+			if a, w := hostproc.ArgInside(cmd.Path, cmd.Args[1:], cmd.Dir, m.opts.Writable); w != "" {
+				err = &hostproc.WritableError{What: "argument", Path: a, Folder: w}
+			}
+		}
 		if err != nil {
 			var we *hostproc.WritableError
 			if errors.As(err, &we) {
-				return nil, fmt.Errorf("MCP server %q: %w; set \"sandbox\": true in its config to run it sandboxed there, or give it a cwd, a program and a script outside that folder", name, err)
+				return nil, fmt.Errorf("MCP server %q: %w; set \"sandbox\": true in its config to run it sandboxed there, or give it a cwd, a program and files outside that folder", name, err)
 			}
 			return nil, fmt.Errorf("MCP server %q: %w", name, err)
 		}

@@ -141,6 +141,27 @@ func WriteFile(base, rel string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
+// OpenRegular opens the regular file rel beneath base for reading,
+// refusing links. It opens with O_NONBLOCK and checks what it opened: a
+// FIFO that kernel code put at rel (or swapped in after the caller listed
+// the folder) would otherwise hold the open until a writer comes, and a
+// device would be read.
+func OpenRegular(base, rel string) (*os.File, error) {
+	f, err := OpenFile(base, rel, os.O_RDONLY|nonBlock, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = &fs.PathError{Op: "open", Path: f.Name(), Err: fmt.Errorf("not a regular file (%s)", st.Mode().Type())}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // ReadFile reads rel beneath base, refusing links, and at most limit bytes
 // (limit <= 0 means no limit); a longer file is an error.
 func ReadFile(base, rel string, limit int64) ([]byte, error) {

@@ -70,7 +70,12 @@ func (g *Guard) Refusal(full string) string {
 	}
 	for _, p := range g.pol.Protected {
 		if under(full, p) {
-			return "the host's git configuration names " + p
+			return "the host's git configuration or a server's config names " + p
+		}
+		if under(p, full) {
+			// Moved away, the folder would take the path with it, and
+			// the path could be made anew.
+			return "it holds " + p + ", which the host's git configuration or a server's config names"
 		}
 	}
 	// The repositories that hold full, and what their configs name.

@@ -11,8 +11,10 @@ type Policy struct {
 	// Workspace is the root where hostpaths' Root entries (ipybox's
 	// state, the home directory's files) apply. It is one of Roots.
 	Workspace string `json:"workspace"`
-	// Protected are more absolute paths that may not change: what the
-	// host's own git configuration names (a global core.hooksPath).
+	// Protected are more absolute paths that may not change, nor the
+	// folders above them (below a root): what the host's own git
+	// configuration names (a global core.hooksPath), and the files that
+	// MCP server configs name.
 	Protected []string `json:"protected,omitempty"`
 	// Open are folders below a root where the list does not hold: the
 	// shared virtualenv, for the approved install_package helper only.

@@ -50,8 +50,10 @@ type Protection struct {
 	// Masks are files to hide behind an empty one; MaskDirs folders to
 	// replace with an empty, unlistable one.
 	Masks, MaskDirs []string
-	// Protected are more paths that may not change: what the host's git
-	// configuration names inside the workspace.
+	// Protected are more paths that may not change, nor the folders
+	// above them: what the host's git configuration names inside the
+	// workspace, and the files and folders that server configs name
+	// (masked, and read by host servers).
 	Protected []string
 	// GitRelative are paths relative to every repository's working tree
 	// that may not change (a global core.hooksPath given relative).
@@ -119,6 +121,7 @@ func Protect(in Input) (*Protection, error) {
 	m, md := secretsBelow(ws, log)
 	p.Masks = appendNew(p.Masks, m...)
 	p.MaskDirs = appendNew(p.MaskDirs, md...)
+	var named []string
 	if in.Secrets != nil {
 		for _, f := range in.Secrets() {
 			// A link is resolved: a mount on it would land on its target.
@@ -130,8 +133,10 @@ func Protect(in Input) (*Protection, error) {
 			case err != nil:
 			case fi.Mode().IsRegular():
 				p.Masks = appendNew(p.Masks, t)
+				named = append(named, t)
 			case fi.IsDir():
 				p.MaskDirs = appendNew(p.MaskDirs, t)
+				named = append(named, t)
 			}
 		}
 	}
@@ -141,6 +146,11 @@ func Protect(in Input) (*Protection, error) {
 	}
 	p.Masks = appendNew(p.Masks, links...)
 	p.Protected, p.GitRelative = hostGit(ws, in.Home)
+	// A mask hides a file, but the folders above it stay the kernel's: it
+	// moved one away and made the path anew, and the host server read the
+	// kernel's file where its config names its key or its config. The
+	// guard keeps the path, and every folder above it, as it is.
+	p.Protected = appendNew(p.Protected, named...)
 	return p, nil
 }
 
