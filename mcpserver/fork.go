@@ -143,6 +143,7 @@ func (s *Server) adoptFork(ctx context.Context, x *session, f *ipybox.Executor) 
 	y.warnings = append(y.warnings, "[ipybox: "+f.ForkInfo().Note+"]")
 	y.mu.Unlock()
 	s.saveRecord(y)
+	s.ui.forked(y, x)
 	return y.handle, nil
 }
 

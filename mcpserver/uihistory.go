@@ -1,0 +1,366 @@
+package mcpserver
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/safefs"
+)
+
+// The history of each session's cells, for the web page and for
+// export_notebook: recorded where cells run (startCell), and bounded per
+// session, since kernel code chooses how much it prints:
+//   - at most maxUICells cells and maxUIBytes bytes (code, text, images)
+//     per session: past either, the oldest finished cells are dropped;
+//   - a cell keeps at most maxUICellText bytes of text; the rest is
+//     counted (the tool result and the spill file keep the whole output);
+//   - an image is kept up to maxUIImage bytes, HTML and SVG up to
+//     maxUIMarkup.
+const (
+	maxUICells    = 1000
+	maxUIBytes    = 16 << 20
+	maxUICellText = 256 << 10
+	maxUIImage    = 2 << 20
+	maxUIMarkup   = 1 << 20
+	maxUICode     = 64 << 10
+)
+
+// uiHistory is one session's cells. Its mu is a leaf lock.
+type uiHistory struct {
+	u *uiState
+	x *session
+
+	mu      sync.Mutex
+	cells   []*uiCell
+	bytes   int
+	seq     int
+	dropped int    // cells dropped to stay within the bounds
+	from    string // the id of the session it was forked from
+}
+
+// uiCell is one cell of a history. Its fields are guarded by its
+// history's mu.
+type uiCell struct {
+	h         *uiHistory
+	ID        string
+	N         int
+	Code      string
+	Start     time.Time
+	End       time.Time
+	State     string // running, ok, error
+	Count     int
+	Items     []*uiItem
+	text      int
+	Truncated int64
+	approvals map[*ipybox.ApprovalRequest]*uiItem
+}
+
+// uiItem is one output of a cell: text of a stream, a result, an error,
+// an image, HTML or SVG, or an approval with its state.
+type uiItem struct {
+	Kind  string   `json:"kind"` // stdout stderr result display error image html svg approval note
+	Text  string   `json:"text,omitempty"`
+	Mime  string   `json:"mime,omitempty"`
+	Data  string   `json:"data,omitempty"` // an image's base64
+	Name  string   `json:"name,omitempty"` // an error's class
+	Trace []string `json:"trace,omitempty"`
+	// An approval's id (for the answer), its state and who decided.
+	ID    string `json:"id,omitempty"`
+	State string `json:"state,omitempty"`
+	By    string `json:"by,omitempty"`
+}
+
+func (it *uiItem) size() int {
+	n := len(it.Text) + len(it.Data) + len(it.Name) + 64
+	for _, l := range it.Trace {
+		n += len(l)
+	}
+	return n
+}
+
+// history returns x's history, made at its first cell. Nil when the page
+// is off.
+func (u *uiState) history(x *session) *uiHistory {
+	if u == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	h := u.hist[x]
+	if h == nil {
+		h = &uiHistory{u: u, x: x}
+		u.hist[x] = h
+	}
+	return h
+}
+
+// forget drops x's history: the session ended.
+func (u *uiState) forget(x *session) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	_, had := u.hist[x]
+	delete(u.hist, x)
+	u.mu.Unlock()
+	if had {
+		u.publish(x.principal, uiEvent{T: "sessions"})
+	}
+}
+
+// cellStart records a cell that starts in x. It returns nil when the page
+// is off; every method of a nil *uiCell does nothing.
+func (u *uiState) cellStart(x *session, id, code string) *uiCell {
+	h := u.history(x)
+	if h == nil {
+		return nil
+	}
+	if len(code) > maxUICode {
+		code = code[:maxUICode] + "\n# ... (ipybox: the rest of the cell's code is not kept for the page)"
+	}
+	h.mu.Lock()
+	h.seq++
+	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
+	h.cells = append(h.cells, c)
+	h.bytes += len(code) + 128
+	h.trimLocked()
+	ev := uiEvent{T: "cell", S: x.id, C: id, Cell: c.viewLocked()}
+	h.mu.Unlock()
+	u.publish(x.principal, ev)
+	return c
+}
+
+// trimLocked drops the oldest finished cells past the bounds. Called with
+// h.mu held.
+func (h *uiHistory) trimLocked() {
+	for len(h.cells) > 1 && (len(h.cells) > maxUICells || h.bytes > maxUIBytes) {
+		i := 0
+		for i < len(h.cells)-1 && h.cells[i].State == "running" {
+			i++
+		}
+		c := h.cells[i]
+		h.bytes -= len(c.Code) + 128
+		for _, it := range c.Items {
+			h.bytes -= it.size()
+		}
+		h.cells = append(h.cells[:i:i], h.cells[i+1:]...)
+		h.dropped++
+	}
+}
+
+// add appends an item to the cell, or, for text of the stream of its last
+// item, extends that one; it publishes the change.
+func (c *uiCell) add(it *uiItem) {
+	if c == nil {
+		return
+	}
+	h := c.h
+	h.mu.Lock()
+	if it.Kind == "stdout" || it.Kind == "stderr" {
+		room := maxUICellText - c.text
+		if room <= 0 {
+			c.Truncated += int64(len(it.Text))
+			h.mu.Unlock()
+			return
+		}
+		if len(it.Text) > room {
+			c.Truncated += int64(len(it.Text) - room)
+			it.Text = it.Text[:room]
+		}
+		c.text += len(it.Text)
+		if n := len(c.Items); n > 0 && c.Items[n-1].Kind == it.Kind {
+			c.Items[n-1].Text += it.Text
+			h.bytes += len(it.Text)
+			ev := uiEvent{T: "append", S: h.x.id, C: c.ID, I: n - 1, Text: pageText(it.Text)}
+			h.trimLocked()
+			h.mu.Unlock()
+			h.u.publish(h.x.principal, ev)
+			return
+		}
+	}
+	c.Items = append(c.Items, it)
+	h.bytes += it.size()
+	ev := uiEvent{T: "item", S: h.x.id, C: c.ID, I: len(c.Items) - 1, Item: it.view()}
+	h.trimLocked()
+	h.mu.Unlock()
+	h.u.publish(h.x.principal, ev)
+}
+
+// output records a chunk of a stream.
+func (c *uiCell) output(o *ipybox.Output) {
+	if c == nil || o.Text == "" {
+		return
+	}
+	kind := "stdout"
+	if o.Stream == "stderr" {
+		kind = "stderr"
+	}
+	c.add(&uiItem{Kind: kind, Text: o.Text})
+}
+
+// display records a rich output: its images (read from the files the
+// executor saved them to, without following links), its HTML, and its
+// text.
+func (c *uiCell) display(d *ipybox.Display, base []string) {
+	if c == nil {
+		return
+	}
+	shown := false
+	for _, p := range d.Images {
+		if it := readImage(p, base); it != nil {
+			c.add(it)
+			shown = true
+		}
+	}
+	if html, ok := d.Data["text/html"].(string); ok && html != "" && len(html) <= maxUIMarkup {
+		c.add(&uiItem{Kind: "html", Text: html})
+		shown = true
+	}
+	switch {
+	case d.Result && d.Text != "":
+		c.add(&uiItem{Kind: "result", Text: d.Text})
+	case !shown && d.Text != "":
+		c.add(&uiItem{Kind: "display", Text: d.Text})
+	}
+}
+
+// readImage reads an image file beneath one of the folders base, refusing
+// links: kernel code can write there.
+func readImage(p string, base []string) *uiItem {
+	mime := map[string]string{".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}[strings.ToLower(filepath.Ext(p))]
+	if mime == "" {
+		return nil
+	}
+	for _, b := range base {
+		rel, err := filepath.Rel(b, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+			continue
+		}
+		limit := int64(maxUIImage)
+		if mime == "image/svg+xml" {
+			limit = maxUIMarkup
+		}
+		data, err := safefs.ReadFile(b, rel, limit)
+		if err != nil {
+			return &uiItem{Kind: "note", Text: fmt.Sprintf("[image %s not shown: %v]", filepath.Base(p), err)}
+		}
+		if mime == "image/svg+xml" {
+			return &uiItem{Kind: "svg", Text: string(data)}
+		}
+		return &uiItem{Kind: "image", Mime: mime, Data: base64.StdEncoding.EncodeToString(data)}
+	}
+	return nil
+}
+
+// approval records a tool call or shell command that asks for approval.
+func (c *uiCell) approval(r *ipybox.ApprovalRequest, id, message string) {
+	if c == nil {
+		return
+	}
+	it := &uiItem{Kind: "approval", ID: id, Text: message, State: "pending"}
+	c.h.mu.Lock()
+	c.approvals[r] = it
+	c.h.mu.Unlock()
+	c.add(it)
+	c.h.u.publish(c.h.x.principal, uiEvent{T: "approvals"})
+}
+
+// decided records how r was decided, and by whom.
+func (c *uiCell) decided(r *ipybox.ApprovalRequest, a ipybox.Answer) {
+	if c == nil {
+		return
+	}
+	h := c.h
+	h.mu.Lock()
+	it := c.approvals[r]
+	if it == nil {
+		h.mu.Unlock()
+		return
+	}
+	delete(c.approvals, r)
+	it.State = "refused"
+	if a.Accept {
+		it.State = "allowed"
+	}
+	if a.Remember != "" && a.Remember != ipybox.RememberOnce {
+		it.State += " (" + string(a.Remember) + ")"
+	}
+	it.By = a.By
+	if a.Channel != "" {
+		it.By += " through " + a.Channel
+	}
+	idx := -1
+	for i, x := range c.Items {
+		if x == it {
+			idx = i
+		}
+	}
+	ev := uiEvent{T: "item", S: h.x.id, C: c.ID, I: idx, Item: it.view()}
+	h.mu.Unlock()
+	if idx >= 0 {
+		h.u.publish(h.x.principal, ev)
+	}
+	h.u.publish(h.x.principal, uiEvent{T: "approvals"})
+}
+
+// end records the cell's end.
+func (c *uiCell) end(res *ipybox.Result, err error) {
+	if c == nil {
+		return
+	}
+	var pe *ipybox.PythonError
+	switch {
+	case errors.As(err, &pe):
+		c.add(&uiItem{Kind: "error", Name: pe.Name, Text: pe.Value, Trace: pe.Traceback})
+	case err != nil:
+		c.add(&uiItem{Kind: "error", Name: "ipybox", Text: err.Error()})
+	}
+	h := c.h
+	h.mu.Lock()
+	c.End = time.Now()
+	c.State = "ok"
+	if err != nil {
+		c.State = "error"
+	}
+	if res != nil {
+		c.Count = res.ExecutionCount
+	}
+	for r, it := range c.approvals {
+		if it.State == "pending" {
+			it.State = "not answered"
+		}
+		delete(c.approvals, r)
+	}
+	ev := uiEvent{T: "end", S: h.x.id, C: c.ID, Cell: c.viewLocked()}
+	h.mu.Unlock()
+	h.u.publish(h.x.principal, ev)
+}
+
+// forked records that y was forked from x.
+func (u *uiState) forked(y, x *session) {
+	h := u.history(y)
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.from = x.id
+	h.mu.Unlock()
+	u.publish(y.principal, uiEvent{T: "sessions"})
+}
+
+// imageBases are the folders a session's images are read beneath: the
+// principal's images folder, and its workspace (never another
+// principal's).
+func (s *Server) imageBases(x *session) []string {
+	var out []string
+	if d := x.t.imagesDir(); d != "" {
+		out = append(out, d)
+	}
+	return append(out, x.t.dir)
+}
