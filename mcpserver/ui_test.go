@@ -7,8 +7,11 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ipybox/ipybox"
 )
 
 // uiTokens are the principals of the page's tests.
@@ -245,4 +248,44 @@ func mustStatus(t *testing.T, url string) int {
 	}
 	res.Body.Close()
 	return res.StatusCode
+}
+
+// TestUIHistoryBounded: kernel code that prints without end, or runs
+// cell after cell, holds at most maxUICells cells and maxUIBytes bytes of
+// its session's history; a cell keeps maxUICellText bytes of text and
+// counts the rest; the page reads it in pages of at most 100 cells.
+func TestUIHistoryBounded(t *testing.T) {
+	u := newUIState(nil, "")
+	x := &session{id: "sess", principal: "p"}
+	line := strings.Repeat("x", 1000) + "\n"
+	for i := range 1500 {
+		c := u.cellStart(x, "cell_"+strconv.Itoa(i), "print('x')")
+		for range 40 {
+			c.output(&ipybox.Output{Stream: "stdout", Text: line})
+		}
+		c.add(&uiItem{Kind: "image", Mime: "image/png", Data: strings.Repeat("A", 100<<10)})
+		c.end(&ipybox.Result{ExecutionCount: i + 1}, nil)
+	}
+	big := u.cellStart(x, "cell_big", "print('y')")
+	for range 400 {
+		big.output(&ipybox.Output{Stream: "stderr", Text: line})
+	}
+	h := u.history(x)
+	h.mu.Lock()
+	n, bytes, dropped, last := len(h.cells), h.bytes, h.dropped, h.cells[len(h.cells)-1]
+	var sum int
+	for _, c := range h.cells {
+		sum += len(c.Code) + 128
+		for _, it := range c.Items {
+			sum += it.size()
+		}
+	}
+	h.mu.Unlock()
+	if n > maxUICells || bytes > maxUIBytes || sum != bytes || dropped != 1501-n {
+		t.Errorf("history: %d cells, %d bytes (counted %d), %d dropped; want at most %d cells and %d bytes", n, bytes, sum, dropped, maxUICells, maxUIBytes)
+	}
+	if last.text != maxUICellText || last.Truncated != int64(400*len(line)-maxUICellText) {
+		t.Errorf("the big cell kept %d bytes and counted %d past them", last.text, last.Truncated)
+	}
+	t.Logf("history of 1501 cells: kept %d cells in %d bytes", n, bytes)
 }

@@ -35,15 +35,27 @@ type uiSub struct {
 
 const uiSubQueue = 1024
 
-// publish sends ev to the principal's open streams.
-func (u *uiState) publish(principal string, ev uiEvent) {
+// watched reports whether a page of the principal has its event stream
+// open: events are made only then (the history is kept either way, for
+// export_notebook).
+func (u *uiState) watched(principal string) bool {
 	if u == nil {
-		return
+		return false
 	}
 	u.mu.Lock()
-	n := len(u.subs)
-	u.mu.Unlock()
-	if n == 0 {
+	defer u.mu.Unlock()
+	for sub := range u.subs {
+		if sub.principal == principal {
+			return true
+		}
+	}
+	return false
+}
+
+// publish sends ev to the principal's open streams. An empty ev (made
+// while nobody watched) is not sent.
+func (u *uiState) publish(principal string, ev uiEvent) {
+	if u == nil || ev.T == "" {
 		return
 	}
 	b, err := json.Marshal(ev)

@@ -130,7 +130,10 @@ func (u *uiState) cellStart(x *session, id, code string) *uiCell {
 	h.cells = append(h.cells, c)
 	h.bytes += len(code) + 128
 	h.trimLocked()
-	ev := uiEvent{T: "cell", S: x.id, C: id, Cell: c.viewLocked()}
+	var ev uiEvent
+	if u.watched(x.principal) {
+		ev = uiEvent{T: "cell", S: x.id, C: id, Cell: c.viewLocked()}
+	}
 	h.mu.Unlock()
 	u.publish(x.principal, ev)
 	return c
@@ -177,7 +180,10 @@ func (c *uiCell) add(it *uiItem) {
 		if n := len(c.Items); n > 0 && c.Items[n-1].Kind == it.Kind {
 			c.Items[n-1].Text += it.Text
 			h.bytes += len(it.Text)
-			ev := uiEvent{T: "append", S: h.x.id, C: c.ID, I: n - 1, Text: pageText(it.Text)}
+			var ev uiEvent
+			if h.u.watched(h.x.principal) {
+				ev = uiEvent{T: "append", S: h.x.id, C: c.ID, I: n - 1, Text: pageText(it.Text)}
+			}
 			h.trimLocked()
 			h.mu.Unlock()
 			h.u.publish(h.x.principal, ev)
@@ -186,7 +192,10 @@ func (c *uiCell) add(it *uiItem) {
 	}
 	c.Items = append(c.Items, it)
 	h.bytes += it.size()
-	ev := uiEvent{T: "item", S: h.x.id, C: c.ID, I: len(c.Items) - 1, Item: it.view()}
+	var ev uiEvent
+	if h.u.watched(h.x.principal) {
+		ev = uiEvent{T: "item", S: h.x.id, C: c.ID, I: len(c.Items) - 1, Item: it.view()}
+	}
 	h.trimLocked()
 	h.mu.Unlock()
 	h.u.publish(h.x.principal, ev)
@@ -337,7 +346,10 @@ func (c *uiCell) end(res *ipybox.Result, err error) {
 		}
 		delete(c.approvals, r)
 	}
-	ev := uiEvent{T: "end", S: h.x.id, C: c.ID, Cell: c.viewLocked()}
+	var ev uiEvent
+	if h.u.watched(h.x.principal) {
+		ev = uiEvent{T: "end", S: h.x.id, C: c.ID, Cell: c.viewLocked()}
+	}
 	h.mu.Unlock()
 	h.u.publish(h.x.principal, ev)
 }
