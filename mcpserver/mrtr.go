@@ -146,7 +146,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
 		id: newCellID(),
 	}
-	c.ui = s.ui.cellStart(x, c.id, a.Code)
+	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
 	s.runs.addCell(x, c)
 	att := c.attach(ctx, req)
 	timeout := time.Duration(a.Timeout * float64(time.Second))

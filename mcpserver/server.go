@@ -330,7 +330,7 @@ const defaultPoolMax = 4
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.sessions.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
 //	s.durability.budget.mu (alone)
-//	s.ui.mu, h.mu of a session's history (each a leaf; see ui.go)
+//	c.mu → h.mu of a session's history → s.ui.mu (a leaf; see ui.go)
 //
 // (x is a session, c a cell run, store the handle table, t a tenant.)
 // s.sessions.mu, x.mu, store.mu, s.runs.mu and a cell's locks guard

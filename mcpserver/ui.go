@@ -48,6 +48,9 @@ type uiState struct {
 	logins map[[32]byte]*uiLogin
 	hist   map[*session]*uiHistory
 	subs   map[*uiSub]struct{}
+	// auditIDs maps the audit log's session names (an executor's
+	// SessionID) to the sessions of hist.
+	auditIDs map[string]*session
 }
 
 // uiLogin is one browser's sign-in.
@@ -78,7 +81,7 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 	"frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 func newUIState(s *Server, auditLog string) *uiState {
-	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}}
+	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, auditIDs: map[string]*session{}}
 }
 
 // uiHandler serves the page and its API under /ui/.

@@ -286,6 +286,10 @@ func TestUIApprove(t *testing.T) {
 	if len(audit.Rows) != 1 || !strings.Contains(audit.Rows[0].Command, "refused-cmd") {
 		t.Errorf("filtered audit rows: %+v", audit.Rows)
 	}
+	pa.getJSON("/ui/api/audit?session="+p.Session, &audit)
+	if len(audit.Rows) != 2 || audit.Rows[0].PageSession != p.Session {
+		t.Errorf("audit rows of the page's session %s: %+v", p.Session, audit.Rows)
+	}
 	pb.getJSON("/ui/api/audit", &audit)
 	if len(audit.Rows) != 0 {
 		t.Errorf("bob's audit rows: %+v", audit.Rows)
@@ -294,6 +298,7 @@ func TestUIApprove(t *testing.T) {
 
 type auditRow struct {
 	Decision, By, Command, Session, Tool string
+	PageSession                          string `json:"page_session"`
 }
 
 // uiPolicy is an approval policy without rules, with its audit log,

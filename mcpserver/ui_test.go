@@ -259,14 +259,14 @@ func TestUIHistoryBounded(t *testing.T) {
 	x := &session{id: "sess", principal: "p"}
 	line := strings.Repeat("x", 1000) + "\n"
 	for i := range 1500 {
-		c := u.cellStart(x, "cell_"+strconv.Itoa(i), "print('x')")
+		c := u.cellStart(x, "cell_"+strconv.Itoa(i), "print('x')", "")
 		for range 40 {
 			c.output(&ipybox.Output{Stream: "stdout", Text: line})
 		}
 		c.add(&uiItem{Kind: "image", Mime: "image/png", Data: strings.Repeat("A", 100<<10)})
 		c.end(&ipybox.Result{ExecutionCount: i + 1}, nil)
 	}
-	big := u.cellStart(x, "cell_big", "print('y')")
+	big := u.cellStart(x, "cell_big", "print('y')", "")
 	for range 400 {
 		big.output(&ipybox.Output{Stream: "stderr", Text: line})
 	}

@@ -254,36 +254,51 @@ func (t *runTable) cellByID(p, id string) *cellRun {
 	return nil
 }
 
+// uiAuditRow is an audit row as the page shows it: its text escaped,
+// with the page's name of its session.
+type uiAuditRow struct {
+	policy.Entry
+	PageSession string `json:"page_session,omitempty"`
+}
+
 // uiAudit answers principal p's rows of the audit log, newest first,
-// filtered by session, tool (or command) and decision: at most 500.
+// filtered by session (the page's name or the log's), tool (or command)
+// and decision: at most 500.
 func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 	if s.ui.auditLog == "" {
-		uiJSON(w, map[string]any{"rows": []policy.Entry{}, "note": "this server keeps no audit log (no --approval-policy or --approval-log)"})
+		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": "this server keeps no audit log (no --approval-policy or --approval-log)"})
 		return
 	}
 	entries, _, err := policy.ReadLog(s.ui.auditLog)
 	if err != nil {
-		uiJSON(w, map[string]any{"rows": []policy.Entry{}, "note": pageText(err.Error())})
+		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": pageText(err.Error())})
 		return
 	}
+	s.ui.mu.Lock()
+	names := map[string]string{}
+	for k, x := range s.ui.auditIDs {
+		names[k] = x.id
+	}
+	s.ui.mu.Unlock()
 	q := r.URL.Query()
 	sess, tool, decision := q.Get("session"), q.Get("tool"), q.Get("decision")
-	rows := []policy.Entry{}
+	rows := []uiAuditRow{}
 	for i := len(entries) - 1; i >= 0 && len(rows) < 500; i-- {
 		e := entries[i]
 		if !samePrincipal(e.Principal, l.principal) {
 			continue
 		}
 		what := e.Server + "." + e.Tool + " " + e.Command
-		if sess != "" && !strings.Contains(e.Session, sess) || tool != "" && !strings.Contains(what, tool) || decision != "" && e.Decision != decision {
+		page := names[e.Session]
+		if sess != "" && !strings.Contains(e.Session, sess) && !strings.Contains(page, sess) || tool != "" && !strings.Contains(what, tool) || decision != "" && e.Decision != decision {
 			continue
 		}
-		e.Command, e.Tool, e.Server, e.Reason = pageText(e.Command), pageText(e.Tool), pageText(e.Server), pageText(e.Reason)
+		e.Command, e.Tool, e.Server, e.Reason, e.By, e.Channel = pageText(e.Command), pageText(e.Tool), pageText(e.Server), pageText(e.Reason), pageText(e.By), pageText(e.Channel)
 		e.Args = nil
 		if e.ArgsNote == "" {
 			e.ArgsNote = pageText(string(entries[i].Args))
 		}
-		rows = append(rows, e)
+		rows = append(rows, uiAuditRow{Entry: e, PageSession: page})
 	}
 	uiJSON(w, map[string]any{"rows": rows})
 }

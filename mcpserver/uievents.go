@@ -18,6 +18,7 @@ type uiEvent struct {
 	T    string      `json:"t"`
 	S    string      `json:"s,omitempty"` // the session's id
 	C    string      `json:"c,omitempty"` // the cell's id
+	V    int         `json:"v,omitempty"` // the cell's change count after this one
 	I    int         `json:"i,omitempty"`
 	Text string      `json:"text,omitempty"`
 	Item *uiItem     `json:"item,omitempty"`
@@ -148,11 +149,12 @@ type uiCellView struct {
 	Count     int       `json:"count,omitempty"`
 	Items     []*uiItem `json:"items"`
 	Truncated int64     `json:"truncated,omitempty"`
+	V         int       `json:"v"`
 }
 
 // viewLocked is c as the page gets it. Called with its history's mu held.
 func (c *uiCell) viewLocked() *uiCellView {
-	v := &uiCellView{ID: c.ID, N: c.N, Code: pageText(c.Code), Start: c.Start, End: c.End, State: c.State, Count: c.Count, Truncated: c.Truncated}
+	v := &uiCellView{ID: c.ID, N: c.N, Code: pageText(c.Code), Start: c.Start, End: c.End, State: c.State, Count: c.Count, Truncated: c.Truncated, V: c.V}
 	v.Items = make([]*uiItem, len(c.Items))
 	for i, it := range c.Items {
 		v.Items[i] = it.view()

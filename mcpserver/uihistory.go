@@ -31,7 +31,9 @@ const (
 	maxUICode     = 64 << 10
 )
 
-// uiHistory is one session's cells. Its mu is a leaf lock.
+// uiHistory is one session's cells. Its mu is taken before uiState.mu,
+// never after: a cell's events are published under it, so that a page
+// gets them in the order of their change counts (uiCell.V).
 type uiHistory struct {
 	u *uiState
 	x *session
@@ -58,6 +60,10 @@ type uiCell struct {
 	Items     []*uiItem
 	text      int
 	Truncated int64
+	// V counts the cell's changes: each event of the cell carries the
+	// count after it, so that the page applies only what its snapshot
+	// (uiCellView.V) lacks.
+	V         int
 	approvals map[*ipybox.ApprovalRequest]*uiItem
 }
 
@@ -108,6 +114,11 @@ func (u *uiState) forget(x *session) {
 	u.mu.Lock()
 	_, had := u.hist[x]
 	delete(u.hist, x)
+	for k, y := range u.auditIDs {
+		if y == x {
+			delete(u.auditIDs, k)
+		}
+	}
 	u.mu.Unlock()
 	if had {
 		u.publish(x.principal, uiEvent{T: "sessions"})
@@ -116,26 +127,31 @@ func (u *uiState) forget(x *session) {
 
 // cellStart records a cell that starts in x. It returns nil when the page
 // is off; every method of a nil *uiCell does nothing.
-func (u *uiState) cellStart(x *session, id, code string) *uiCell {
+// auditID is the session's name in the audit log (its executor's
+// SessionID).
+func (u *uiState) cellStart(x *session, id, code, auditID string) *uiCell {
 	h := u.history(x)
 	if h == nil {
 		return nil
+	}
+	if auditID != "" {
+		u.mu.Lock()
+		u.auditIDs[auditID] = x
+		u.mu.Unlock()
 	}
 	if len(code) > maxUICode {
 		code = code[:maxUICode] + "\n# ... (ipybox: the rest of the cell's code is not kept for the page)"
 	}
 	h.mu.Lock()
 	h.seq++
-	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
+	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", V: 1, approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
 	h.cells = append(h.cells, c)
 	h.bytes += len(code) + 128
 	h.trimLocked()
-	var ev uiEvent
 	if u.watched(x.principal) {
-		ev = uiEvent{T: "cell", S: x.id, C: id, Cell: c.viewLocked()}
+		u.publish(x.principal, uiEvent{T: "cell", S: x.id, C: id, V: c.V, Cell: c.viewLocked()})
 	}
 	h.mu.Unlock()
-	u.publish(x.principal, ev)
 	return c
 }
 
@@ -178,27 +194,25 @@ func (c *uiCell) add(it *uiItem) {
 		}
 		c.text += len(it.Text)
 		if n := len(c.Items); n > 0 && c.Items[n-1].Kind == it.Kind {
+			c.V++
 			c.Items[n-1].Text += it.Text
 			h.bytes += len(it.Text)
-			var ev uiEvent
 			if h.u.watched(h.x.principal) {
-				ev = uiEvent{T: "append", S: h.x.id, C: c.ID, I: n - 1, Text: pageText(it.Text)}
+				h.u.publish(h.x.principal, uiEvent{T: "append", S: h.x.id, C: c.ID, V: c.V, I: n - 1, Text: pageText(it.Text)})
 			}
 			h.trimLocked()
 			h.mu.Unlock()
-			h.u.publish(h.x.principal, ev)
 			return
 		}
 	}
 	c.Items = append(c.Items, it)
+	c.V++
 	h.bytes += it.size()
-	var ev uiEvent
 	if h.u.watched(h.x.principal) {
-		ev = uiEvent{T: "item", S: h.x.id, C: c.ID, I: len(c.Items) - 1, Item: it.view()}
+		h.u.publish(h.x.principal, uiEvent{T: "item", S: h.x.id, C: c.ID, V: c.V, I: len(c.Items) - 1, Item: it.view()})
 	}
 	h.trimLocked()
 	h.mu.Unlock()
-	h.u.publish(h.x.principal, ev)
 }
 
 // output records a chunk of a stream.
@@ -310,11 +324,11 @@ func (c *uiCell) decided(r *ipybox.ApprovalRequest, a ipybox.Answer) {
 			idx = i
 		}
 	}
-	ev := uiEvent{T: "item", S: h.x.id, C: c.ID, I: idx, Item: it.view()}
-	h.mu.Unlock()
+	c.V++
 	if idx >= 0 {
-		h.u.publish(h.x.principal, ev)
+		h.u.publish(h.x.principal, uiEvent{T: "item", S: h.x.id, C: c.ID, V: c.V, I: idx, Item: it.view()})
 	}
+	h.mu.Unlock()
 	h.u.publish(h.x.principal, uiEvent{T: "approvals"})
 }
 
@@ -333,6 +347,7 @@ func (c *uiCell) end(res *ipybox.Result, err error) {
 	h := c.h
 	h.mu.Lock()
 	c.End = time.Now()
+	c.V++
 	c.State = "ok"
 	if err != nil {
 		c.State = "error"
@@ -346,12 +361,10 @@ func (c *uiCell) end(res *ipybox.Result, err error) {
 		}
 		delete(c.approvals, r)
 	}
-	var ev uiEvent
 	if h.u.watched(h.x.principal) {
-		ev = uiEvent{T: "end", S: h.x.id, C: c.ID, Cell: c.viewLocked()}
+		h.u.publish(h.x.principal, uiEvent{T: "end", S: h.x.id, C: c.ID, V: c.V, Cell: c.viewLocked()})
 	}
 	h.mu.Unlock()
-	h.u.publish(h.x.principal, ev)
 }
 
 // forked records that y was forked from x.

@@ -6,7 +6,10 @@
 // whose sandbox allows nothing: no script, no form, no navigation.
 'use strict';
 
-const state = { csrf: '', principal: '', session: '', cells: new Map(), oldest: 0, view: 'sessions', events: null };
+// ver holds each shown cell's change count: an event is applied only if
+// it is newer than what is shown. While the cells load, events of the
+// session wait in held and are applied after the snapshot.
+const state = { csrf: '', principal: '', session: '', cells: new Map(), ver: new Map(), loading: false, held: [], oldest: 0, view: 'sessions', events: null };
 
 function $(id) { return document.getElementById(id); }
 
@@ -86,22 +89,21 @@ function connect() {
 
 function onEvent(ev) {
   switch (ev.t) {
-    case 'sessions': loadSessions(); break;
-    case 'approvals': loadInbox(); loadSessions(); break;
-    case 'cell':
-      if (ev.s !== state.session) { loadSessions(); break; }
-      addCell(ev.cell, false);
-      break;
-    case 'end':
-      if (ev.s === state.session) addCell(ev.cell, false);
-      loadSessions();
-      break;
-    case 'item':
-      if (ev.s === state.session) setItem(ev.c, ev.i, ev.item);
-      break;
-    case 'append':
-      if (ev.s === state.session) appendText(ev.c, ev.i, ev.text);
-      break;
+    case 'sessions': loadSessions(); return;
+    case 'approvals': loadInbox(); loadSessions(); return;
+  }
+  if (ev.s !== state.session) {
+    if (ev.t === 'cell' || ev.t === 'end') loadSessions();
+    return;
+  }
+  if (state.loading) { state.held.push(ev); return; }
+  if (ev.v <= (state.ver.get(ev.c) || 0)) return;
+  state.ver.set(ev.c, ev.v);
+  switch (ev.t) {
+    case 'cell': addCell(ev.cell, false); break;
+    case 'end': addCell(ev.cell, false); loadSessions(); break;
+    case 'item': setItem(ev.c, ev.i, ev.item); break;
+    case 'append': appendText(ev.c, ev.i, ev.text); break;
   }
 }
 
@@ -134,13 +136,24 @@ function selectSession(id) {
 }
 
 async function loadCells(id) {
-  const r = await api('/ui/api/cells?session=' + encodeURIComponent(id));
+  state.loading = true;
+  state.held = [];
+  let r;
+  try {
+    r = await api('/ui/api/cells?session=' + encodeURIComponent(id));
+  } finally {
+    state.loading = false;
+  }
   if (id !== state.session) return;
   state.cells.clear();
+  state.ver.clear();
   $('cells').replaceChildren();
   state.oldest = 0;
   for (const c of r.cells) addCell(c, false);
   $('older').hidden = !r.more;
+  const held = state.held;
+  state.held = [];
+  for (const ev of held) onEvent(ev);
 }
 
 async function loadOlder() {
@@ -165,6 +178,7 @@ function addCell(c, atTop) {
   else if (atTop) $('cells').prepend(box);
   else $('cells').append(box);
   state.cells.set(c.id, box);
+  if (c.v > (state.ver.get(c.id) || 0)) state.ver.set(c.id, c.v);
   if (!state.oldest || c.n < state.oldest) state.oldest = c.n;
 }
 
@@ -269,7 +283,8 @@ async function loadAudit(ev) {
     const tr = el('tr');
     const call = e.kind === 'shell' ? e.command : e.server + '.' + e.tool + ' ' + (e.args_note || '');
     const by = e.by + (e.channel ? ' through ' + e.channel : '');
-    for (const v of [new Date(e.time).toLocaleString(), e.session || '', call, e.decision, by, e.reason || '']) {
+    const sess = e.page_session ? e.page_session + ' (' + e.session + ')' : (e.session || '');
+    for (const v of [new Date(e.time).toLocaleString(), sess, call, e.decision, by, e.reason || '']) {
       const td = el('td');
       td.append(el('pre', '', v));
       tr.append(td);
@@ -293,6 +308,12 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('older').addEventListener('click', loadOlder);
   $('signout').addEventListener('click', signOut);
   const r = await fetch('/ui/api/me', { credentials: 'same-origin' });
-  if (r.ok) start(await r.json());
-  else showSignIn();
+  if (r.ok) {
+    start(await r.json());
+    await loadSessions();
+  } else {
+    showSignIn();
+  }
+  // The first view is shown (the browser test reads this mark).
+  performance.mark('ipybox-first-view');
 });
