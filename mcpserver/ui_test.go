@@ -275,7 +275,7 @@ func TestUIHistoryBounded(t *testing.T) {
 	n, bytes, dropped, last := len(h.cells), h.bytes, h.dropped, h.cells[len(h.cells)-1]
 	var sum int
 	for _, c := range h.cells {
-		sum += len(c.Code) + 128
+		sum += len(c.Code) + len(c.ID) + uiCellCost
 		for _, it := range c.Items {
 			sum += it.size()
 		}

@@ -26,15 +26,20 @@ type uiEvent struct {
 }
 
 // uiSub is one open event stream of a principal's page. Its queue is
-// bounded: a page that does not keep up loses its stream (closed), and
-// reloads what it shows when it reconnects.
+// bounded in events and in bytes (an event may carry an image): a page
+// that does not keep up loses its stream (closed), and reloads what it
+// shows when it reconnects.
 type uiSub struct {
 	principal string
 	ch        chan []byte
 	closed    bool // guarded by uiState.mu
+	queued    int  // bytes in ch, guarded by uiState.mu
 }
 
-const uiSubQueue = 1024
+const (
+	uiSubQueue     = 1024
+	maxUISubQueued = 16 << 20
+)
 
 // watched reports whether a page of the principal has its event stream
 // open: events are made only then (the history is kept either way, for
@@ -69,13 +74,17 @@ func (u *uiState) publish(principal string, ev uiEvent) {
 		if sub.principal != principal || sub.closed {
 			continue
 		}
-		select {
-		case sub.ch <- b:
-		default:
-			sub.closed = true
-			close(sub.ch)
-			delete(u.subs, sub)
+		if sub.queued+len(b) <= maxUISubQueued {
+			select {
+			case sub.ch <- b:
+				sub.queued += len(b)
+				continue
+			default:
+			}
 		}
+		sub.closed = true
+		close(sub.ch)
+		delete(u.subs, sub)
 	}
 }
 
@@ -119,6 +128,9 @@ func (s *Server) uiEvents(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 			if !ok {
 				return
 			}
+			s.ui.mu.Lock()
+			sub.queued -= len(b)
+			s.ui.mu.Unlock()
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			fl.Flush()
 		case <-ping.C:

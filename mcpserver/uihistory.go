@@ -16,10 +16,13 @@ import (
 // The history of each session's cells, for the web page and for
 // export_notebook: recorded where cells run (startCell), and bounded per
 // session, since kernel code chooses how much it prints:
-//   - at most maxUICells cells and maxUIBytes bytes (code, text, images)
-//     per session: past either, the oldest finished cells are dropped;
-//   - a cell keeps at most maxUICellText bytes of text; the rest is
-//     counted (the tool result and the spill file keep the whole output);
+//   - at most maxUICells cells and maxUIBytes bytes (code, text, images,
+//     and the cost of each cell and item) per session: past either, the
+//     oldest finished cells are dropped;
+//   - a cell keeps at most maxUICellBytes bytes, of which at most
+//     maxUICellText bytes of text; the rest is counted (the tool result
+//     and the spill file keep the whole output), so that the cell that
+//     runs, which is never dropped, is bounded too;
 //   - an image is kept up to maxUIImage bytes, HTML and SVG up to
 //     maxUIMarkup.
 const (
@@ -29,6 +32,14 @@ const (
 	maxUIImage    = 2 << 20
 	maxUIMarkup   = 1 << 20
 	maxUICode     = 64 << 10
+	// maxUICellBytes bounds one cell; with maxUIBytes it bounds a session:
+	// its finished cells, and the one that prints.
+	maxUICellBytes = 8 << 20
+	// uiCellCost and uiItemCost are what a cell and an item hold beside
+	// their strings (structs, map, slice slots, allocation rounding):
+	// TestUIHistoryMemory checks that the count covers the heap.
+	uiCellCost = 512
+	uiItemCost = 192
 )
 
 // uiHistory is one session's cells. Its mu is taken before uiState.mu,
@@ -59,6 +70,7 @@ type uiCell struct {
 	Count     int
 	Items     []*uiItem
 	text      int
+	bytes     int // what the cell holds, as counted in its history's bytes
 	Truncated int64
 	// V counts the cell's changes: each event of the cell carries the
 	// count after it, so that the page applies only what its snapshot
@@ -83,9 +95,9 @@ type uiItem struct {
 }
 
 func (it *uiItem) size() int {
-	n := len(it.Text) + len(it.Data) + len(it.Name) + 64
+	n := len(it.Text) + len(it.Data) + len(it.Name) + len(it.Mime) + len(it.ID) + len(it.State) + len(it.By) + uiItemCost
 	for _, l := range it.Trace {
-		n += len(l)
+		n += len(l) + 16
 	}
 	return n
 }
@@ -144,9 +156,10 @@ func (u *uiState) cellStart(x *session, id, code, auditID string) *uiCell {
 	}
 	h.mu.Lock()
 	h.seq++
-	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", V: 1, approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
+	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", V: 1, bytes: len(code) + len(id) + uiCellCost,
+		approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
 	h.cells = append(h.cells, c)
-	h.bytes += len(code) + 128
+	h.bytes += c.bytes
 	h.trimLocked()
 	if u.watched(x.principal) {
 		u.publish(x.principal, uiEvent{T: "cell", S: x.id, C: id, V: c.V, Cell: c.viewLocked()})
@@ -163,29 +176,27 @@ func (h *uiHistory) trimLocked() {
 		for i < len(h.cells)-1 && h.cells[i].State == "running" {
 			i++
 		}
-		c := h.cells[i]
-		h.bytes -= len(c.Code) + 128
-		for _, it := range c.Items {
-			h.bytes -= it.size()
-		}
+		h.bytes -= h.cells[i].bytes
 		h.cells = append(h.cells[:i:i], h.cells[i+1:]...)
 		h.dropped++
 	}
 }
 
 // add appends an item to the cell, or, for text of the stream of its last
-// item, extends that one; it publishes the change.
+// item, extends that one; it publishes the change. Past the cell's
+// bounds, the item (or the text past them) is only counted.
 func (c *uiCell) add(it *uiItem) {
 	if c == nil {
 		return
 	}
 	h := c.h
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	cost, last := it.size(), -1
 	if it.Kind == "stdout" || it.Kind == "stderr" {
-		room := maxUICellText - c.text
+		room := min(maxUICellText-c.text, maxUICellBytes-c.bytes-uiItemCost)
 		if room <= 0 {
 			c.Truncated += int64(len(it.Text))
-			h.mu.Unlock()
 			return
 		}
 		if len(it.Text) > room {
@@ -193,26 +204,34 @@ func (c *uiCell) add(it *uiItem) {
 			it.Text = it.Text[:room]
 		}
 		c.text += len(it.Text)
+		cost = it.size()
 		if n := len(c.Items); n > 0 && c.Items[n-1].Kind == it.Kind {
-			c.V++
-			c.Items[n-1].Text += it.Text
-			h.bytes += len(it.Text)
-			if h.u.watched(h.x.principal) {
-				h.u.publish(h.x.principal, uiEvent{T: "append", S: h.x.id, C: c.ID, V: c.V, I: n - 1, Text: pageText(it.Text)})
-			}
-			h.trimLocked()
-			h.mu.Unlock()
-			return
+			last, cost = n-1, len(it.Text)
 		}
+	} else if c.bytes+cost > maxUICellBytes {
+		c.Truncated += int64(len(it.Text) + len(it.Data))
+		return
 	}
-	c.Items = append(c.Items, it)
 	c.V++
-	h.bytes += it.size()
-	if h.u.watched(h.x.principal) {
-		h.u.publish(h.x.principal, uiEvent{T: "item", S: h.x.id, C: c.ID, V: c.V, I: len(c.Items) - 1, Item: it.view()})
+	c.bytes += cost
+	h.bytes += cost
+	ev := uiEvent{T: "append", S: h.x.id, C: c.ID, V: c.V, I: last}
+	if last >= 0 {
+		c.Items[last].Text += it.Text
+	} else {
+		c.Items = append(c.Items, it)
+		ev.T, ev.I = "item", len(c.Items)-1
 	}
 	h.trimLocked()
-	h.mu.Unlock()
+	if !h.u.watched(h.x.principal) {
+		return
+	}
+	if ev.T == "item" {
+		ev.Item = it.view()
+	} else {
+		ev.Text = pageText(it.Text)
+	}
+	h.u.publish(h.x.principal, ev)
 }
 
 // output records a chunk of a stream.
