@@ -155,9 +155,11 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	keep := max(64<<10, 8*a.MaxOutputChars)
 	sp := newSpill(x.t.dir, keep, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	x.begin()
+	s.ui.changed(x)
 	s.wg.Add()
 	go func() {
 		defer s.wg.Done()
+		defer s.ui.changed(x) // after x.end: the page shows the session idle
 		defer x.end()
 		defer cancel()
 		var res *ipybox.Result

@@ -386,6 +386,14 @@ func (c *uiCell) end(res *ipybox.Result, err error) {
 	h.mu.Unlock()
 }
 
+// changed tells x's pages that its state changed (a cell began or
+// ended): they load the list of sessions again.
+func (u *uiState) changed(x *session) {
+	if u.watched(x.principal) {
+		u.publish(x.principal, uiEvent{T: "sessions"})
+	}
+}
+
 // forked records that y was forked from x.
 func (u *uiState) forked(y, x *session) {
 	h := u.history(y)

@@ -92,16 +92,15 @@ function onEvent(ev) {
     case 'sessions': loadSessions(); return;
     case 'approvals': loadInbox(); loadSessions(); return;
   }
-  if (ev.s !== state.session) {
-    if (ev.t === 'cell' || ev.t === 'end') loadSessions();
-    return;
-  }
+  // (A cell that starts or ends changes its session's state and count:
+  // the server sends 'sessions' after it.)
+  if (ev.s !== state.session) return;
   if (state.loading) { state.held.push(ev); return; }
   if (ev.v <= (state.ver.get(ev.c) || 0)) return;
   state.ver.set(ev.c, ev.v);
   switch (ev.t) {
     case 'cell': addCell(ev.cell, false); break;
-    case 'end': addCell(ev.cell, false); loadSessions(); break;
+    case 'end': addCell(ev.cell, false); break;
     case 'item': setItem(ev.c, ev.i, ev.item); break;
     case 'append': appendText(ev.c, ev.i, ev.text); break;
   }
