@@ -284,6 +284,7 @@ func uiRunAsync(t *testing.T, cs *mcp.ClientSession, code string) <-chan string 
 // sandboxed without scripts, the text is shown escaped.
 func uiKernelMarkup(t *testing.T, br *browser, alice *mcp.ClientSession) {
 	t.Helper()
+	br.do(map[string]any{"cmd": "tab", "who": "alice", "name": "sessions"}, nil)
 	br.do(map[string]any{"cmd": "listen", "who": "alice"}, nil)
 	uiRun(t, alice, `from IPython.display import HTML, display
 display(HTML('<b>markup</b><script>parent.postMessage("script ran", "*"); parent.document.title = "pwned"</script>'
@@ -294,12 +295,18 @@ print("evil\u202egnp.exe \x1b[2Khidden")`)
 	uiRun(t, alice, "print('after the markup')")
 	br.do(map[string]any{"cmd": "waitfor", "who": "alice", "selector": "#cells", "text": "after the markup"}, nil)
 	var f struct {
-		Sandboxes, Messages []string
-		Title, Cells        string
+		Sandboxes, Messages, Rendered []string
+		Title, Cells                  string
 	}
 	br.do(map[string]any{"cmd": "frames", "who": "alice"}, &f)
+	br.do(map[string]any{"cmd": "shot", "who": "alice", "name": "ui-kernel-markup"}, nil)
 	if len(f.Sandboxes) == 0 || slices.ContainsFunc(f.Sandboxes, func(s string) bool { return s != "" }) {
 		t.Errorf("markup frames' sandboxes: %q, want each empty (no scripts)", f.Sandboxes)
+	}
+	t.Logf("markup frames: sandbox %q, rendered %q", f.Sandboxes, f.Rendered)
+	// The frame did render the markup: no script ran although it was read.
+	if !slices.ContainsFunc(f.Rendered, func(s string) bool { return strings.Contains(s, "<b>markup</b>") }) {
+		t.Errorf("markup frames rendered %q, want the <b>markup</b> of the display", f.Rendered)
 	}
 	if len(f.Messages) != 0 || strings.Contains(f.Title, "pwned") {
 		t.Errorf("kernel markup ran script in the page: messages %q, title %q", f.Messages, f.Title)

@@ -146,16 +146,26 @@ const commands = {
     });
     return {};
   },
-  // The markup frames of the page, the messages posted to it, its title,
-  // and the text of its cells.
+  // The markup frames of the page (their sandbox, and what they
+  // rendered), the messages posted to it, its title, and the text of its
+  // cells.
   async frames({ who }) {
     const p = await page(who);
-    return await p.evaluate(() => ({
+    const rendered = [];
+    for (const f of p.frames()) {
+      if (f === p.mainFrame()) continue;
+      try {
+        rendered.push(await f.evaluate(() => document.body.innerHTML));
+      } catch (e) {
+        rendered.push('(' + f.url() + ': ' + String(e).slice(0, 200) + ')');
+      }
+    }
+    return { rendered, ...await p.evaluate(() => ({
       sandboxes: Array.from(document.querySelectorAll('#cells iframe')).map((f) => f.getAttribute('sandbox')),
       messages: window.__messages || [],
       title: document.title,
       cells: document.querySelector('#cells').textContent,
-    }));
+    })) };
   },
   // What the page shows its principal: sessions, pending approvals, and
   // the answer of the API to another principal's session.
