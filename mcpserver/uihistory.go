@@ -92,10 +92,30 @@ type uiItem struct {
 	ID    string `json:"id,omitempty"`
 	State string `json:"state,omitempty"`
 	By    string `json:"by,omitempty"`
+	// buf holds a stream's text once it is extended: Text is its String.
+	buf *strings.Builder
+}
+
+// extend appends text to a stream item, in a buffer that grows by
+// doubling (a cell of many small writes costs linear time, not
+// quadratic), and returns how much more the item holds.
+func (it *uiItem) extend(text string) int {
+	before := it.size()
+	if it.buf == nil {
+		it.buf = &strings.Builder{}
+		it.buf.WriteString(it.Text)
+	}
+	it.buf.WriteString(text)
+	it.Text = it.buf.String()
+	return it.size() - before
 }
 
 func (it *uiItem) size() int {
-	n := len(it.Text) + len(it.Data) + len(it.Name) + len(it.Mime) + len(it.ID) + len(it.State) + len(it.By) + uiItemCost
+	text := len(it.Text)
+	if it.buf != nil {
+		text = it.buf.Cap()
+	}
+	n := text + len(it.Data) + len(it.Name) + len(it.Mime) + len(it.ID) + len(it.State) + len(it.By) + uiItemCost
 	for _, l := range it.Trace {
 		n += len(l) + 16
 	}
@@ -201,27 +221,27 @@ func (c *uiCell) add(it *uiItem) {
 		}
 		if len(it.Text) > room {
 			c.Truncated += int64(len(it.Text) - room)
-			it.Text = it.Text[:room]
+			it.Text = strings.Clone(it.Text[:room]) // not the whole chunk
 		}
 		c.text += len(it.Text)
 		cost = it.size()
 		if n := len(c.Items); n > 0 && c.Items[n-1].Kind == it.Kind {
-			last, cost = n-1, len(it.Text)
+			last = n - 1
 		}
 	} else if c.bytes+cost > maxUICellBytes {
 		c.Truncated += int64(len(it.Text) + len(it.Data))
 		return
 	}
 	c.V++
-	c.bytes += cost
-	h.bytes += cost
 	ev := uiEvent{T: "append", S: h.x.id, C: c.ID, V: c.V, I: last}
 	if last >= 0 {
-		c.Items[last].Text += it.Text
+		cost = c.Items[last].extend(it.Text)
 	} else {
 		c.Items = append(c.Items, it)
 		ev.T, ev.I = "item", len(c.Items)-1
 	}
+	c.bytes += cost
+	h.bytes += cost
 	h.trimLocked()
 	if !h.u.watched(h.x.principal) {
 		return

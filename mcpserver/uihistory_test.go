@@ -15,8 +15,8 @@ import (
 // holds at most maxUIBytes of finished cells and maxUICellBytes of the
 // cell that runs, measured on the heap (not only as counted): many cells
 // with text and images, a running cell that alternates one-byte chunks of
-// stdout and stderr (an item each) and shows large images, and many small
-// cells of many items.
+// stdout and stderr (an item each) and shows large images, one that
+// writes a byte at a time, and many small cells of many items.
 func TestUIHistoryMemory(t *testing.T) {
 	line := strings.Repeat("x", 1000) + "\n"
 	cases := []struct {
@@ -40,6 +40,12 @@ func TestUIHistoryMemory(t *testing.T) {
 			}
 			for range 20 {
 				c.add(&uiItem{Kind: "image", Mime: "image/png", Data: strings.Repeat("B", maxUIImage)})
+			}
+		}},
+		{"one running cell of one-byte writes", func(u *uiState, x *session) {
+			c := u.cellStart(x, "cell_run", "while True: print(end='y', flush=True)", "")
+			for range maxUICellText + 1000 {
+				c.output(&ipybox.Output{Stream: "stdout", Text: "y"})
 			}
 		}},
 		{"finished cells, then a running one", func(u *uiState, x *session) {
@@ -79,6 +85,11 @@ func TestUIHistoryMemory(t *testing.T) {
 			// noise: it is what the bounds apply to.
 			if grew > int64(counted)+int64(counted)/16+1<<20 {
 				t.Errorf("the heap grew %.1f MiB, more than the %.1f MiB counted: raise uiItemCost or uiCellCost", mib(grew), mib(int64(counted)))
+			}
+			// Appending to a stream is linear: 256 Ki one-byte writes
+			// took seconds when each copied the text so far.
+			if took > 10*time.Second {
+				t.Errorf("filling took %v", took)
 			}
 			runtime.KeepAlive(u)
 		})
