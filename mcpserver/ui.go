@@ -62,10 +62,11 @@ type uiLogin struct {
 
 const (
 	uiCookie = "ipybox_ui"
-	// uiLoginTTL is how long a sign-in lasts; maxUILogins bounds them (the
-	// oldest goes first).
+	// uiLoginTTL is how long a sign-in lasts; maxUILogins bounds a
+	// principal's (its oldest goes first: one principal's sign-ins never
+	// push out another's).
 	uiLoginTTL  = 12 * time.Hour
-	maxUILogins = 256
+	maxUILogins = 32
 	// maxUIBody bounds a request body of the page's API.
 	maxUIBody = 64 << 10
 )
@@ -206,13 +207,21 @@ func (u *uiState) newLogin(p string) (string, *uiLogin) {
 			delete(u.logins, k)
 		}
 	}
-	for len(u.logins) >= maxUILogins {
+	for {
 		var oldest [32]byte
 		var at time.Time
+		n := 0
 		for k, o := range u.logins {
+			if o.principal != p {
+				continue
+			}
+			n++
 			if at.IsZero() || o.expires.Before(at) {
 				oldest, at = k, o.expires
 			}
+		}
+		if n < maxUILogins {
+			break
 		}
 		delete(u.logins, oldest)
 	}

@@ -157,6 +157,29 @@ func TestUISignIn(t *testing.T) {
 	}
 }
 
+// TestUISignInsPerPrincipal: a principal that signs in again and again
+// pushes out its own oldest sign-ins, never another principal's.
+func TestUISignInsPerPrincipal(t *testing.T) {
+	_, base := uiServer(t, nil)
+	alice := newUIClient(t, base)
+	alice.signIn(uiTokens["alice"])
+	// More than the bound of all sign-ins this replaced (256).
+	bobs := make([]*uiClient, max(300, 3*maxUILogins))
+	for i := range bobs {
+		bobs[i] = newUIClient(t, base)
+		bobs[i].signIn(uiTokens["bob"])
+	}
+	if code := alice.getJSON("/ui/api/me", nil); code != 200 {
+		t.Errorf("alice after %d sign-ins of bob: %d, want 200", len(bobs), code)
+	}
+	if code := bobs[0].getJSON("/ui/api/me", nil); code != 401 {
+		t.Errorf("bob's first sign-in after %d more: %d, want 401 (pushed out)", len(bobs)-1, code)
+	}
+	if code := bobs[len(bobs)-1].getJSON("/ui/api/me", nil); code != 200 {
+		t.Errorf("bob's last sign-in: %d, want 200", code)
+	}
+}
+
 // TestUICrossSite is the attack of a page of another site in the user's
 // browser: a cross-origin or origin-less POST (CSRF), a POST without the
 // CSRF token, a cross-site fetch, and a request through a rebound DNS
