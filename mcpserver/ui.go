@@ -25,7 +25,11 @@ import (
 //   - A browser signs in by POSTing a bearer token of Options.HTTP (never
 //     in a URL); it gets an HttpOnly, SameSite=Strict cookie that names a
 //     sign-in of that token's principal, and a CSRF token that every
-//     POST carries in a header.
+//     request carries in a header (GETs that cannot, the event stream and
+//     the notebook link, in the query). The CSRF token is handed out at
+//     sign-in only, and the page keeps it in its origin's localStorage:
+//     cookies do not isolate ports, so a server on another loopback port
+//     that the person's browser visits gets the cookie, but not the token.
 //   - A page of another site (CSRF, DNS rebinding): every request's Host
 //     must be a loopback name on a loopback listener, every POST's Origin
 //     must be this server's, and Sec-Fetch-Site must not say cross-site.
@@ -254,8 +258,8 @@ func (u *uiState) login(r *http.Request) (*uiLogin, [32]byte, bool) {
 // errNotSignedIn answers a request without a current sign-in.
 var errNotSignedIn = errors.New("not signed in: sign in with the server's bearer token")
 
-// uiAuthed wraps an API handler: it needs a current sign-in, and a POST
-// needs the sign-in's CSRF token in X-CSRF-Token.
+// uiAuthed wraps an API handler: it needs a current sign-in and its CSRF
+// token, in X-CSRF-Token (or, for a GET, the csrf query parameter).
 func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		l, _, ok := s.ui.login(r)
@@ -263,7 +267,11 @@ func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) 
 			http.Error(w, errNotSignedIn.Error(), http.StatusUnauthorized)
 			return
 		}
-		if r.Method != http.MethodGet && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-CSRF-Token")), []byte(l.csrf)) != 1 {
+		got := r.Header.Get("X-CSRF-Token")
+		if got == "" && r.Method == http.MethodGet {
+			got = r.URL.Query().Get("csrf")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(l.csrf)) != 1 {
 			http.Error(w, "missing or wrong X-CSRF-Token", http.StatusForbidden)
 			return
 		}
@@ -282,7 +290,8 @@ func (s *Server) uiSignOut(w http.ResponseWriter, r *http.Request, _ *uiLogin) {
 }
 
 func (s *Server) uiMe(w http.ResponseWriter, r *http.Request, l *uiLogin) {
-	uiJSON(w, map[string]any{"principal": l.principal, "csrf": l.csrf, "audit": s.ui.auditLog != ""})
+	// Not the CSRF token: the page has it from its sign-in.
+	uiJSON(w, map[string]any{"principal": l.principal, "audit": s.ui.auditLog != ""})
 }
 
 // uiJSON writes v as the JSON answer.

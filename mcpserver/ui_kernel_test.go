@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,7 @@ const tinyPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9
 func (c *uiClient) events() <-chan uiEvent {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/ui/api/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/ui/api/events?csrf="+url.QueryEscape(c.csrf), nil)
 	res, err := c.hc.Do(req)
 	if err != nil || res.StatusCode != 200 {
 		cancel()

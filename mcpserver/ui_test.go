@@ -54,9 +54,9 @@ func (c *uiClient) do(method, path, body string, h map[string]string) (int, stri
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	req.Header.Set("X-CSRF-Token", c.csrf)
 	if method != http.MethodGet {
 		req.Header.Set("Origin", c.base)
-		req.Header.Set("X-CSRF-Token", c.csrf)
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range h {
@@ -177,6 +177,36 @@ func TestUISignInsPerPrincipal(t *testing.T) {
 	}
 	if code := bobs[len(bobs)-1].getJSON("/ui/api/me", nil); code != 200 {
 		t.Errorf("bob's last sign-in: %d, want 200", code)
+	}
+}
+
+// TestUIStolenCookie is the attack of a server on another port of the
+// same host, which a browser sends the page's cookie to (cookies do not
+// isolate ports): with the cookie alone, no read and no answer works,
+// and nothing hands it the CSRF token.
+func TestUIStolenCookie(t *testing.T) {
+	_, base := uiServer(t, nil)
+	alice := newUIClient(t, base)
+	alice.signIn(uiTokens["alice"])
+	thief := newUIClient(t, base)
+	thief.hc.Jar = alice.hc.Jar // the cookie, not the CSRF token
+	for _, path := range []string{"/ui/api/me", "/ui/api/sessions", "/ui/api/approvals", "/ui/api/audit", "/ui/api/events",
+		"/ui/api/cells?session=x", "/ui/api/notebook?session=x", "/ui/api/me?csrf=", "/ui/api/me?csrf=guess"} {
+		if code, body := thief.do("GET", path, "", nil); code != 403 || strings.Contains(body, alice.csrf) {
+			t.Errorf("GET %s with the cookie alone: %d %s, want 403", path, code, body)
+		}
+	}
+	for _, path := range []string{"/ui/api/answer", "/ui/api/signout"} {
+		if code, _ := thief.do("POST", path, `{"id":"x/y","answer":"allow"}`, nil); code != 403 {
+			t.Errorf("POST %s with the cookie alone: %d, want 403", path, code)
+		}
+	}
+	// The signed-in page's own reads do not return the token either.
+	if code, body := alice.do("GET", "/ui/api/me", "", nil); code != 200 || strings.Contains(body, alice.csrf) {
+		t.Errorf("me: %d %s, want 200 without the CSRF token", code, body)
+	}
+	if code, _ := alice.do("GET", "/ui/api/sessions?csrf="+alice.csrf, "", map[string]string{"X-CSRF-Token": ""}); code != 200 {
+		t.Errorf("a GET with the token in its query: %d, want 200", code)
 	}
 }
 

