@@ -11,6 +11,11 @@
 // session wait in held and are applied after the snapshot.
 const state = { csrf: '', principal: '', session: '', cells: new Map(), ver: new Map(), loading: false, held: [], oldest: 0, view: 'sessions', events: null };
 
+// csrfKey names the CSRF token in localStorage, which is per origin (so
+// per port): a page of another port of this host gets the cookie, never
+// the token.
+const csrfKey = 'ipybox-csrf';
+
 function $(id) { return document.getElementById(id); }
 
 function el(tag, cls, text) {
@@ -27,6 +32,9 @@ async function api(path, opts) {
     init.body = JSON.stringify(opts.body);
     init.headers['Content-Type'] = 'application/json';
   }
+  // Another tab's sign-in replaces the cookie and the token: use the
+  // newest.
+  state.csrf = localStorage.getItem(csrfKey) || state.csrf;
   init.headers['X-CSRF-Token'] = state.csrf;
   const r = await fetch(path, init);
   if (r.status === 401) { showSignIn(); throw new Error('not signed in'); }
@@ -53,14 +61,10 @@ async function signIn(ev) {
   $('token').value = '';
   if (!r.ok) { $('signin-error').textContent = (await r.text()).trim(); return; }
   const me = await r.json();
-  // Kept per origin (so per port): a page of another port of this host
-  // gets the cookie, never this.
   localStorage.setItem(csrfKey, me.csrf);
   state.csrf = me.csrf;
   start(me);
 }
-
-const csrfKey = 'ipybox-csrf';
 
 function start(me) {
   state.principal = me.principal;
@@ -90,6 +94,17 @@ function connect() {
   // A reconnect may have missed events: load what is shown again.
   es.onopen = () => { loadSessions(); loadInbox(); if (state.session) loadCells(state.session); };
   es.onmessage = (m) => onEvent(JSON.parse(m.data));
+  // Refused (another tab signed in anew, or the sign-in ended): the
+  // browser gives up on the stream; try again with the newest token.
+  es.onerror = () => {
+    if (es.readyState === EventSource.CLOSED && state.events === es) {
+      state.events = null;
+      setTimeout(async () => {
+        state.csrf = localStorage.getItem(csrfKey) || '';
+        try { await api('/ui/api/me'); connect(); } catch (e) { /* api showed the sign-in */ }
+      }, 1000);
+    }
+  };
 }
 
 function onEvent(ev) {
