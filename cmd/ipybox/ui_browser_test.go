@@ -174,6 +174,15 @@ for i in range(20):
 	uiKernelMarkup(t, br, alice)
 	uiHostilePage(t, br, alice, base)
 
+	// A second tab signs in anew (a new cookie and CSRF token): the first
+	// tab goes on with the newest, its session list follows the next cell.
+	br.do(map[string]any{"cmd": "open", "who": "alice", "as": "alice-tab2"}, nil)
+	br.do(map[string]any{"cmd": "resignin", "who": "alice-tab2", "token": tokens["alice"]}, nil)
+	br.do(map[string]any{"cmd": "tab", "who": "alice", "name": "sessions"}, nil)
+	uiRun(t, alice, "print('after a second sign-in')")
+	br.do(map[string]any{"cmd": "waitfor", "who": "alice", "selector": "#cells", "text": "after a second sign-in"}, nil)
+	br.do(map[string]any{"cmd": "waitfor", "who": "alice", "selector": "#sessions", "text": "8 cell(s)"}, nil)
+
 	// Bob signs in: nothing of Alice's.
 	var aliceState struct{ Sessions []struct{ ID string } }
 	br.do(map[string]any{"cmd": "state", "who": "alice"}, &aliceState)

@@ -25,6 +25,25 @@ async function page(who) {
 }
 
 const commands = {
+  // Opens another tab of who's browser, as the driver's page named as.
+  async open({ who, as }) {
+    const p = await page(who);
+    pages[as] = await p.context().newPage();
+    return {};
+  },
+  // Signs in anew in a tab whose browser is signed in already (its
+  // stored token forgotten, as after clearing the site's storage).
+  async resignin({ who, token }) {
+    const p = await page(who);
+    await p.goto(base + '/ui/');
+    await p.evaluate(() => localStorage.removeItem('ipybox-csrf'));
+    await p.reload();
+    await p.waitForSelector('#signin-form', { state: 'visible' });
+    await p.fill('#token', token);
+    await p.click('#signin-form button[type=submit]');
+    await p.waitForSelector('#nav', { state: 'visible' });
+    return {};
+  },
   // First view: the page's own mark (app.js), in ms since navigation
   // start, 5 times each: the sign-in form shown; then, signed in, the
   // session list. The browser has opened a page of this server before
