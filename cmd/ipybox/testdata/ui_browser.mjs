@@ -31,6 +31,16 @@ const commands = {
     pages[as] = await p.context().newPage();
     return {};
   },
+  // Signs in, measuring nothing.
+  async login({ who, token }) {
+    const p = await page(who);
+    await p.goto(base + '/ui/');
+    await p.waitForSelector('#signin-form', { state: 'visible' });
+    await p.fill('#token', token);
+    await p.click('#signin-form button[type=submit]');
+    await p.waitForSelector('#nav', { state: 'visible' });
+    return {};
+  },
   // Signs in anew in a tab whose browser is signed in already (its
   // stored token forgotten, as after clearing the site's storage).
   async resignin({ who, token }) {
@@ -78,6 +88,26 @@ const commands = {
       signed.push(await mark());
     }
     return { first, signed, anchor };
+  },
+  // Loads the page (signed in) and returns, in ms since navigation start,
+  // when its newest cells are shown (at least n), and how many.
+  async cellsview({ who, n }) {
+    const p = await page(who);
+    await p.goto(base + '/ui/');
+    await p.waitForFunction((n) => document.querySelectorAll('#cells > *').length >= n, n, { timeout: 60000 });
+    return { at: await p.evaluate(() => performance.now()), cells: await p.evaluate(() => document.querySelectorAll('#cells > *').length) };
+  },
+  // Clicks "Show older cells" and returns how long until more cells show,
+  // and how many there are then.
+  async older({ who }) {
+    const p = await page(who);
+    const before = await p.evaluate(() => document.querySelectorAll('#cells > *').length);
+    const t0 = await p.evaluate(() => performance.now());
+    await p.click('#older');
+    await p.waitForFunction((b) => document.querySelectorAll('#cells > *').length > b, before, { timeout: 60000 });
+    const t1 = await p.evaluate(() => performance.now());
+    return { ms: t1 - t0, cells: await p.evaluate(() => document.querySelectorAll('#cells > *').length),
+      images: await p.evaluate(() => document.querySelectorAll('#cells img.out-img').length) };
   },
   // Records when each line "T=<ms>" first shows on the page.
   async watch({ who }) {
