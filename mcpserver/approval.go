@@ -54,30 +54,28 @@ func (s *Server) toolAllowed(server, tool string) bool {
 	return false
 }
 
-// answerItself answers what the server decides without asking the client:
+// selfAnswer is what the server decides without asking anyone:
 // --approval auto, --allow-tool, and a client that cannot be asked
-// (canElicit false). An ask rule of the approval policy asks whatever the
-// mode, and whatever --allow-tool says: ask comes before allow. It
-// reports whether it answered.
-func (s *Server) answerItself(r *ipybox.ApprovalRequest, canElicit bool) bool {
+// (canElicit false; with the web page, it is asked instead). An ask rule
+// of the approval policy asks whatever the mode, and whatever
+// --allow-tool says: ask comes before allow. It reports whether it
+// decided.
+func (s *Server) selfAnswer(r *ipybox.ApprovalRequest, canElicit bool) (ipybox.Answer, bool) {
 	if s.opts.Approvals.Mode != ApprovalElicit && !r.RuleAsks() {
-		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"})
-		return true
+		return ipybox.Answer{Accept: true, By: "default", Channel: "--approval auto"}, true
 	}
 	if r.Kind == "tool" && !r.RuleAsks() && s.toolAllowed(r.Server, r.Tool) {
-		r.Answer(ipybox.Answer{Accept: true, By: "default", Channel: "--allow-tool"})
-		return true
+		return ipybox.Answer{Accept: true, By: "default", Channel: "--allow-tool"}, true
 	}
 	if !canElicit {
 		why := "ipybox mcp runs with --approval elicit, but this MCP client does not support elicitation, so it cannot be asked and the call is rejected; " +
-			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto"
+			"use a client with elicitation, or start ipybox mcp with --allow-tool SERVER.TOOL or --approval auto (or --ui, and answer on its web page)"
 		if s.opts.Approvals.Mode != ApprovalElicit {
 			why = "an ask rule of the approval policy asks about this call, but this MCP client does not support elicitation, so the call is rejected (" + r.Why + ")"
 		}
-		r.Answer(ipybox.Answer{Reason: why, By: "default", Channel: elicitChannel})
-		return true
+		return ipybox.Answer{Reason: why, By: "default", Channel: elicitChannel}, true
 	}
-	return false
+	return ipybox.Answer{}, false
 }
 
 // question is the elicitation that asks the client about r, and the form
@@ -94,26 +92,37 @@ func (s *Server) question(r *ipybox.ApprovalRequest) (*mcp.ElicitParams, *approv
 	}, form
 }
 
-// settle answers r with the client's reply to its question.
-func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult, client string) {
+// settle answers r with the client's reply to its question, and returns
+// the answer.
+func settle(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult, client string) (ipybox.Answer, error) {
+	channel := elicitChannel
+	if client != "" {
+		// The client names itself: a claim, quoted as it came.
+		channel += " (the client says it is " + strconv.QuoteToASCII(clipText(client, 80)) + ")"
+	}
+	return settleAs(r, form, res, "person", channel, "")
+}
+
+// settleAs answers r with a reply to its form, as by (the audit's "by")
+// through channel, and returns the answer. An error wrapping
+// ipybox.ErrNotPending says another channel answered first.
+func settleAs(r *ipybox.ApprovalRequest, form *approvalForm, res *mcp.ElicitResult, by, channel, person string) (ipybox.Answer, error) {
 	a := form.answer(res)
 	if res.Action == "decline" {
 		a.Reason = declineReason(res)
 	}
-	a.By, a.Channel = "person", elicitChannel
-	if client != "" {
-		// The client names itself: a claim, quoted as it came.
-		a.Channel += " (the client says it is " + strconv.QuoteToASCII(clipText(client, 80)) + ")"
-	}
-	if err := r.Answer(a); errors.Is(err, ipybox.ErrCannotRemember) {
+	a.By, a.Channel, a.Person = by, channel, person
+	err := r.Answer(a)
+	if errors.Is(err, ipybox.ErrCannotRemember) {
 		// A widened rule that does not match the call: this answer
 		// counts once, and the refusal says why nothing was remembered.
 		a.Remember, a.Rules = ipybox.RememberOnce, nil
 		if !a.Accept {
 			a.Reason += "; not remembered: " + err.Error()
 		}
-		r.Answer(a)
+		err = r.Answer(a)
 	}
+	return a, err
 }
 
 // failAsk answers r when asking the client failed.

@@ -189,6 +189,7 @@ func (s *Server) attachFork(x, y *session, f *ipybox.Executor) error {
 	y.warnings = append(y.warnings, "[ipybox: "+f.ForkInfo().Note+"]")
 	y.mu.Unlock()
 	s.saveRecord(y)
+	s.ui.forked(y, x)
 	return nil
 }
 

@@ -118,6 +118,11 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.HTTP.NoAuth {
 		return serve
 	}
+	ui := http.NotFoundHandler()
+	if s.opts.HTTP.UI {
+		// The page signs in with a cookie, not the bearer header.
+		ui = s.uiHandler()
+	}
 	// RequireBearerToken puts the principal where the go-sdk passes it to
 	// every request (RequestExtra.TokenInfo), and where its transport
 	// sessions check that each request of one comes from the same
@@ -130,6 +135,10 @@ func (s *Server) Handler() http.Handler {
 		return &auth.TokenInfo{UserID: p}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(serve)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.HTTP.UI && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+			ui.ServeHTTP(w, r)
+			return
+		}
 		if _, ok := s.bearerPrincipal(r.Header.Values("Authorization")); !ok {
 			unauthorized(w, len(r.Header.Values("Authorization")) > 0)
 			return

@@ -51,6 +51,7 @@ type cellRun struct {
 	start     time.Time
 	cancel    context.CancelFunc // ends the cell
 	id        string             // names it in results (cells.go)
+	ui        *uiCell            // its history for the web page (nil: none)
 
 	// outMu orders output: the pump's deliveries, and a request's
 	// attachment (which first sends what was printed while none waited).
@@ -109,6 +110,8 @@ type ask struct {
 	r        *ipybox.ApprovalRequest
 	question *mcp.ElicitParams
 	form     *approvalForm
+	// webOnly: the client cannot be asked; only the web page answers.
+	webOnly bool
 }
 
 // maxBacklog bounds the output that is kept, as progress to send, while
@@ -147,6 +150,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
 		id: newCellID(),
 	}
+	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
 	s.runs.addCell(x, c)
 	att := c.attach(ctx, req)
 	timeout := time.Duration(a.Timeout * float64(time.Second))
@@ -161,9 +165,11 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	}
 	sp := newSpill(x.t.dir, inMemory, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
 	x.begin()
+	s.ui.changed(x)
 	s.wg.Add()
 	go func() {
 		defer s.wg.Done()
+		defer s.ui.changed(x) // after x.end: the page shows the session idle
 		defer x.end()
 		defer cancel()
 		var res *ipybox.Result
@@ -176,7 +182,10 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 			switch e := ev.(type) {
 			case *ipybox.Output:
 				sp.write(e.Text)
+				c.ui.output(e)
 				c.output(e)
+			case *ipybox.Display:
+				c.ui.display(e, s.imageBases(x))
 			case *ipybox.ApprovalRequest:
 				c.approval(e)
 			case *ipybox.Result:
@@ -191,6 +200,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		// acknowledges a commit after its fsync.
 		s.afterCell(x, ex, cellErr)
 		x.checkpointWait(x.ctx)
+		c.ui.end(res, cellErr)
 		c.finish(res, cellErr, sp.finish())
 	}()
 	return c, att
@@ -292,13 +302,19 @@ func (c *cellRun) changedLocked() {
 }
 
 // approval answers what the server can answer itself (--approval auto,
-// --allow-tool, a client that cannot be asked; see answerItself), and
+// --allow-tool, a client that cannot be asked; see selfAnswer), and
 // puts the rest to the client.
 func (c *cellRun) approval(r *ipybox.ApprovalRequest) {
 	c.mu.Lock()
 	canElicit := c.canElicit
 	c.mu.Unlock()
-	if c.s.answerItself(r, canElicit) {
+	// With the web page, a client that cannot be asked leaves the
+	// question to the page.
+	webOnly := !canElicit && c.s.opts.HTTP.UI
+	if a, ok := c.s.selfAnswer(r, canElicit || webOnly); ok {
+		c.ui.approval(r, "", approvalMessage(r))
+		r.Answer(a)
+		c.ui.decided(r, a)
 		return
 	}
 	q, form := c.s.question(r)
@@ -308,7 +324,9 @@ func (c *cellRun) approval(r *ipybox.ApprovalRequest) {
 		r.Deadline = time.Now().Add(elicitTimeout)
 	}
 	c.nasks++
-	c.asks = append(c.asks, &ask{id: fmt.Sprintf("approval-%d", c.nasks), r: r, question: q, form: form})
+	a := &ask{id: fmt.Sprintf("approval-%d", c.nasks), r: r, question: q, form: form, webOnly: webOnly}
+	c.asks = append(c.asks, a)
+	c.ui.approval(r, c.id+"/"+a.id, q.Message)
 	c.changedLocked()
 }
 
@@ -395,10 +413,12 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			c.detach(att)
 			s.runs.forgetCell(c)
 			return c.result(), nil
-		case len(asks) > 0:
+		case clientAsks(asks) > 0:
 			reqs := mcp.InputRequestMap{}
 			for _, a := range asks {
-				reqs[a.id] = a.question
+				if !a.webOnly {
+					reqs[a.id] = a.question
+				}
 			}
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
@@ -465,6 +485,18 @@ func (c *cellRun) waitEnd(ctx context.Context) {
 	}
 }
 
+// clientAsks counts the asks the client is asked (not the web page's
+// alone).
+func clientAsks(asks []*ask) int {
+	n := 0
+	for _, a := range asks {
+		if !a.webOnly {
+			n++
+		}
+	}
+	return n
+}
+
 // waitDone waits at most d for the cell's end, and reports whether it
 // came.
 func (c *cellRun) waitDone(d time.Duration) bool {
@@ -516,12 +548,14 @@ func (s *Server) resumeCell(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		resp, ok := req.Params.InputResponses[a.id]
 		er, isElicit := resp.(*mcp.ElicitResult)
 		switch {
-		case failed != nil:
+		case failed != nil && !a.webOnly:
 			failAsk(a.r, failed)
-		case !ok || !isElicit || er == nil:
+			c.ui.decided(a.r, ipybox.Answer{By: "default", Channel: elicitChannel})
+		case a.webOnly || !ok || !isElicit || er == nil:
 			keep = append(keep, a) // asked again
 		default:
-			settle(a.r, a.form, er, client)
+			ans, _ := settle(a.r, a.form, er, client)
+			c.ui.decided(a.r, ans)
 		}
 	}
 	c.asks = keep

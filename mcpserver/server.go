@@ -194,6 +194,11 @@ type HTTPOptions struct {
 	// loopback address only (see CheckHTTPAddr). False means a token is
 	// required.
 	NoAuth bool
+	// UI serves the web page (docs/ui.md) at /ui/ of Handler: each
+	// principal, signed in with its bearer token, watches its sessions'
+	// cells, answers their approvals, reads its audit rows and exports
+	// notebooks. It needs a token (not NoAuth). False serves no page.
+	UI bool
 	// SessionIdleTimeout ends an HTTP transport session of a 2025-11-25
 	// client, with its implicit session, that received no call for this
 	// long. (Stdio ends with its process; a session of create_session
@@ -295,6 +300,10 @@ type ApprovalOptions struct {
 	// an answer for the session or always. The caller closes it after the
 	// Server. Nil means no rules and no audit log.
 	Policy *ipybox.ApprovalPolicy
+	// AuditLog is the file of Policy's audit log, whose rows the web page
+	// (HTTP.UI) shows each principal (its own). Empty means the page shows
+	// none.
+	AuditLog string
 	// Timeout bounds the wait for one approval (an elicitation),
 	// in cells without a timeout of their own; a cell's remaining time
 	// bounds it otherwise. Zero means defaultApprovalTimeout.
@@ -328,6 +337,7 @@ const defaultPoolMax = 4
 //	t.venvMu, t.zygMu, t.readyMu (each alone)
 //	s.sessions.mu, store.mu → s.tenantMu (a leaf: nothing is taken under it)
 //	s.durability.budget.mu (alone)
+//	c.mu → h.mu of a session's history → s.ui.mu (a leaf; see ui.go)
 //
 // (x is a session, c a cell run, store the handle table, t a tenant.)
 // s.sessions.mu, x.mu, store.mu, s.runs.mu and a cell's locks guard
@@ -379,6 +389,9 @@ type Server struct {
 	runs *runTable
 	// tasks are the tasks of the Tasks extension (tasks.go).
 	tasks *taskTable
+	// ui is the cells' history (uihistory.go), for export_notebook and
+	// the web page of Options.HTTP.UI (ui.go).
+	ui *uiState
 
 	closeMu   sync.Mutex // makes Close wait for a concurrent Close
 	closeDone bool
@@ -435,6 +448,10 @@ func New(opts *Options) (*Server, error) {
 		tasks:     newTaskTable(),
 		tenants:   map[string]*tenant{},
 	}
+	if o.HTTP.UI && o.HTTP.NoAuth {
+		return nil, errors.New("Options.HTTP.UI needs a bearer token to sign in with; it cannot be served with Options.HTTP.NoAuth")
+	}
+	s.ui = newUIState(s, o.Approvals.AuditLog)
 	s.factory = newKernelFactory(&s.opts, log)
 	if s.tokens, err = principalTokens(o.HTTP.AuthToken, o.HTTP.Principals); err != nil {
 		return nil, fmt.Errorf("principals: %w", err)

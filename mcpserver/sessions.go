@@ -115,6 +115,7 @@ func (s *Server) createSession(p string) (*session, error) {
 func (s *Server) forget(x *session, keep bool) {
 	s.sessions.forget(x, keep)
 	s.runs.dropRuns(x)
+	s.ui.forget(x)
 }
 
 // startReaper starts, once, the goroutine that hibernates sessions idle

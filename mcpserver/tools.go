@@ -113,6 +113,7 @@ func (s *Server) addTools() {
 	s.addSessionTools()
 	s.addClientTools()
 	s.addForkTools()
+	s.addExportTool()
 }
 
 // addCellTools adds the tools of a session's kernel: execute_ipython_cell,

@@ -60,7 +60,7 @@ func TestToolsGolden(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,fork_session,install_package,interrupt,list_sessions,register_mcp_server,reset,rewind_session,upload_file" {
+	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,export_notebook,fork_session,install_package,interrupt,list_sessions,register_mcp_server,reset,rewind_session,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 }

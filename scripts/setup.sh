@@ -41,6 +41,8 @@ pkgs=(
   nodejs npm               # the MCP reference servers used by the tests
   docker.io debootstrap    # the container backend, and its image's Debian base
   prometheus               # the observability test's scraper of ipybox mcp --metrics-addr
+  chromium                 # the web page's browser test (driven by playwright-core, tools/npm)
+  python3-nbformat         # the notebook export's validator
 )
 if ((demo)); then
   pkgs=(python3-ipykernel python3-matplotlib python3-pydantic python3-numpy bubblewrap nodejs npm)

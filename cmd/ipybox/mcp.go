@@ -62,6 +62,7 @@ type mcpFlags struct {
 	policy                     policyFlags
 	telemetry                  telemetryFlags
 	httpAddr, authToken        string
+	ui                         bool
 	authTokenFile              string
 	principals                 map[string]string // from --auth-token-file
 	noAuth                     bool
@@ -126,6 +127,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	if opts.Approvals.Policy != nil {
 		defer opts.Approvals.Policy.Close() // after the server's Close, deferred below
+		// The web page shows its rows.
+		_, opts.Approvals.AuditLog, _ = f.policy.paths()
 	}
 	tp, flush, err := f.telemetry.tracing(ctx, env, log)
 	if err != nil {
@@ -221,6 +224,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	f.policy.register(fs)
 	f.telemetry.register(fs, true)
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on `HOST:PORT` (e.g. 127.0.0.1:8080) instead of stdio")
+	fs.BoolVar(&f.ui, "ui", false, "with --http, also serve a web page at /ui/ where each principal, signed in with its token, watches its sessions' cells, answers their approvals, reads its audit rows and downloads notebooks")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the bearer token HTTP clients must send from `FILE`, or NAME:TOKEN lines, one principal each, whose sessions the others cannot see (default $IPYBOX_MCP_AUTH_TOKEN, else a generated one written to a private file whose path is printed)")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without a bearer token (loopback addresses only): any local user or unsandboxed kernel code could then open a session and approve its own calls")
 	fs.StringVar(&f.authToken, "auth-token", "", "refused: a `TOKEN` on the command line is visible to every local user; use --auth-token-file")
@@ -268,6 +272,12 @@ func (f *mcpFlags) auth(env *cliEnv) error {
 		if f.authToken == "" {
 			f.authToken, f.generatedToken = newToken(), true
 		}
+	}
+	switch {
+	case f.ui && f.httpAddr == "":
+		return errors.New("--ui needs --http: the page is served beside /mcp")
+	case f.ui && f.noAuth:
+		return errors.New("--ui needs a token to sign in with; drop --no-auth")
 	}
 	if f.httpAddr != "" {
 		if err := mcpserver.CheckHTTPAddr(f.httpAddr, f.noAuth); err != nil {
@@ -351,6 +361,9 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	h := srv.Handler() // one handler: it holds the sessions
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
+	if f.ui {
+		mux.Handle("/ui/", h)
+	}
 	// Everything else, the OAuth endpoints that clients probe after a
 	// 401 among them, is not found, with the reason and the fix.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -358,6 +371,9 @@ func serveHTTP(ctx context.Context, env *cliEnv, srv *mcpserver.Server, f *mcpFl
 	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(env.stderr, "ipybox mcp: serving streamable HTTP at http://%s/mcp (workspace %s)\n", ln.Addr(), srv.Workspace())
+	if f.ui {
+		fmt.Fprintf(env.stderr, "ipybox mcp: serving the web page at http://%s/ui/ (sign in with the bearer token)\n", ln.Addr())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }() // bound: errc is buffered
 	select {
@@ -429,6 +445,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			AuthToken:          f.authToken,
 			Principals:         f.principals,
 			NoAuth:             f.noAuth,
+			UI:                 f.ui,
 			SessionIdleTimeout: f.idle,
 		},
 		Sessions: mcpserver.SessionOptions{

@@ -210,7 +210,7 @@ func checkInspectorOutput(t *testing.T, list, callOut string) {
 	for _, tool := range l.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,fork_session,install_package,interrupt,list_sessions,register_mcp_server,reset,rewind_session,upload_file" {
+	if strings.Join(names, ",") != "close_session,collect_cell,create_session,download_file,execute_ipython_cell,export_notebook,fork_session,install_package,interrupt,list_sessions,register_mcp_server,reset,rewind_session,upload_file" {
 		t.Errorf("tools = %v", names)
 	}
 	if err := json.Unmarshal([]byte(callOut), &c); err != nil {
