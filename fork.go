@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
@@ -273,8 +274,16 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer l.done()
-	return forkKernel(ctx, l.src.k, spec, false)
+	p, err := forkKernel(ctx, l.src.k, spec, false)
+	if err != nil {
+		return nil, err // not a nil *lifelined in an interface
+	}
+	return p, nil
 }
+
+// forkNewApp makes the copy start a new kernel app, as it does for an
+// ipykernel it cannot rebind (tests only: export_test.go).
+var forkNewApp atomic.Bool
 
 // forkMIME is the display a fork cell reports the new kernel's pid in.
 const forkMIME = "application/x-ipybox-fork+json"
@@ -282,8 +291,12 @@ const forkMIME = "application/x-ipybox-fork+json"
 // forkKernel asks the kernel k to fork itself into a kernel for spec, and
 // adopts the fork. The fork gets a lifeline of its own, a pipe of this
 // process that it opens by its /proc path: it dies with this process, and
-// not with its source. The caller serialises cells of k.
-func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (kernel.Process, error) {
+// not with its source. It sets itself up on spec's connection, running
+// spec's init code itself (it is kernel.Prepared). With wait (a kept
+// boundary), it keeps the source's random state, and binds its
+// connection but serves it only once a line comes down its lifeline
+// (wakeLauncher). The caller serialises cells of k.
+func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (*lifelined, error) {
 	if len(spec.Args) < 2 || spec.Args[0] != "-c" {
 		return nil, errors.New("fork: the spec does not launch ipykernel")
 	}
@@ -292,14 +305,22 @@ func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait b
 		return nil, fmt.Errorf("fork: lifeline: %w", err)
 	}
 	req, _ := json.Marshal(map[string]any{
-		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait,
+		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait, "keep_random": wait,
+		"init":     spec.InitCode,
 		"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.Fd()),
+		"new_app":  forkNewApp.Load(),
 	})
 	code := fmt.Sprintf("__import__('ipybox_runtime._fork', fromlist=['_']).request(%s)\n", pyruntime.Quote(string(req)))
 	res, err := k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 	pid := 0
 	if err == nil {
 		pid, err = forkPid(res)
+	}
+	if err == nil && res.Restarted != nil {
+		// The kernel had died, and the fork cell ran in a fresh one: a
+		// copy of that holds none of the source's names, and the death is
+		// the caller's to report (a kept boundary's cell reports it).
+		err = fmt.Errorf("the kernel had died before the fork cell: %w", res.Restarted)
 	}
 	var p kernel.HostProcess
 	if err == nil {
@@ -333,12 +354,20 @@ func forkPid(res *kernel.Result) (int, error) {
 }
 
 // lifelined is an adopted fork with the pipe whose end it watches: Kill
-// closes the pipe too, so the fork ends even if the signal missed it.
+// closes the pipe too, so the fork ends even if the signal missed it. It
+// is kernel.Prepared: it runs ipybox's init code itself, and a kept
+// boundary binds a connection of its own (conn, in a folder that remove
+// deletes at Kill).
 type lifelined struct {
 	kernel.HostProcess
-	r, w *os.File
-	once sync.Once
+	r, w   *os.File
+	once   sync.Once
+	conn   *jupyter.ConnectionInfo
+	remove func()
 }
+
+// Connection implements kernel.Prepared.
+func (l *lifelined) Connection() *jupyter.ConnectionInfo { return l.conn }
 
 // Kill implements kernel.Process.
 func (l *lifelined) Kill(ctx context.Context) error {
@@ -346,6 +375,9 @@ func (l *lifelined) Kill(ctx context.Context) error {
 	l.once.Do(func() {
 		l.w.Close()
 		l.r.Close()
+		if l.remove != nil {
+			l.remove()
+		}
 	})
 	return err
 }

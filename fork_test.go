@@ -53,9 +53,12 @@ func waitGone(t *testing.T, pid int) {
 // other.
 func TestForkProcess(t *testing.T) {
 	testenv.NeedsPython(t)
-	for _, name := range []string{"direct", "zygote"} {
+	for _, name := range []string{"direct", "zygote", "new app"} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
+			if name == "new app" {
+				ipybox.ForkNewApp(t)
+			}
 			o := &ipybox.Options{WorkDir: t.TempDir()}
 			if name == "zygote" {
 				z, err := ipybox.NewZygote(ctx, "", nil)
@@ -87,6 +90,21 @@ func TestForkProcess(t *testing.T) {
 			// its globals, and __main__ is the namespace.
 			if got := frun(t, f, "def g():\n    return k + len(xs)\nimport sys\nprint(g(), sys.modules['__main__'].__dict__ is globals())"); got != "10 True" {
 				t.Fatalf("fork's new function: %q", got)
+			}
+			// A cell's value shows through the shell's display hook; ipybox's
+			// init ran once more in the fork, and its hooks are not doubled.
+			res, err := f.Execute(ctx, "class H:\n    def _repr_html_(self):\n        return '<b>h</b>'\nH()", nil)
+			if err != nil || len(res.Displays) != 1 || !res.Displays[0].Result || res.Displays[0].Data["text/html"] != "<b>h</b>" {
+				t.Fatalf("fork's cell value: %v, %+v", err, res)
+			}
+			if got := frun(t, f, "print(sum(cb.__name__ == '_ipybox_restore_cwd' for cb in get_ipython().events.callbacks['post_run_cell']))"); got != "1" {
+				t.Fatalf("the fork has %s cwd hooks, want 1", got)
+			}
+			// The app's log handler wrote to the source's stderr copy:
+			// in the copy that descriptor is /dev/null, not a channel that
+			// took its number.
+			if got := frun(t, f, "get_ipython().kernel.log.error('IPKernel ' * 64)\nprint('alive')"); got != "alive" {
+				t.Fatalf("fork after a log line: %q", got)
 			}
 			// The source's names are the user's (a snapshot saves them,
 			// %who lists them), not start-up names of the fork's app.
@@ -143,8 +161,17 @@ func TestForkProcess(t *testing.T) {
 // go; the boundaries' processes end with Close.
 func TestRewind(t *testing.T) {
 	testenv.NeedsPython(t)
+	t.Run("rebind", testRewind)
+	t.Run("new app", func(t *testing.T) {
+		ipybox.ForkNewApp(t)
+		testRewind(t)
+	})
+}
+
+func testRewind(t *testing.T) {
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 3})
+	ws := t.TempDir()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, RewindDepth: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +207,7 @@ func TestRewind(t *testing.T) {
 	if got := frun(t, ex, "print(xs)"); got != "[1, 2]" {
 		t.Fatalf("after rewinding 2: %q", got)
 	}
-	pids := checkpointPids(t)
+	pids := checkpointPids(t, ws)
 	if len(pids) == 0 {
 		t.Fatal("no kept boundary found")
 	}
@@ -193,15 +220,20 @@ func TestRewind(t *testing.T) {
 }
 
 // checkpointPids lists this user's processes whose parent is not this
-// test and that lead their group with the kernel's interpreter: the kept
-// boundaries and forks (for the leak checks).
-func checkpointPids(t *testing.T) []int {
+// test and that lead their group with the kernel's interpreter in the
+// workspace ws: the kept boundaries and forks (for the leak checks). The
+// machine is shared: a kernel of another test or user is not one of them.
+func checkpointPids(t *testing.T, ws string) []int {
 	t.Helper()
+	ws, _ = filepath.EvalSymlinks(ws)
 	var out []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err != nil || cwd != ws {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
