@@ -53,13 +53,17 @@ func waitGone(t *testing.T, pid int) {
 // other.
 func TestForkProcess(t *testing.T) {
 	testenv.NeedsPython(t)
-	for _, name := range []string{"direct", "zygote", "new app"} {
+	for _, name := range []string{"direct", "zygote", "new app", "ipykernel 7"} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			if name == "new app" {
 				ipybox.ForkNewApp(t)
 			}
 			o := &ipybox.Options{WorkDir: t.TempDir()}
+			if name == "ipykernel 7" {
+				// PyPI's stack: the rebind knows ipykernel 7's app too.
+				o.Python, _ = testenv.PyPIPython(t)
+			}
 			if name == "zygote" {
 				z, err := ipybox.NewZygote(ctx, "", nil)
 				if err != nil {
@@ -119,6 +123,18 @@ func TestForkProcess(t *testing.T) {
 			if got := frun(t, f, "print(xs, f(6))"); got != "[1, 2, 3, 4] 6" {
 				t.Fatalf("fork sees %q", got)
 			}
+			// The fork's channels are its own: a new ZeroMQ context and new
+			// heartbeat, iopub and control threads, running; a rebound
+			// fork keeps its source's shell (a new app makes a new one).
+			chans := "from ipykernel.kernelapp import IPKernelApp as A\na = A.instance()\n" +
+				"print(id(get_ipython()), id(a.context), id(a.heartbeat), a.heartbeat.is_alive(), a.iopub_thread.thread.is_alive(), a.control_thread.is_alive())"
+			cs, cf := strings.Fields(frun(t, src, chans)), strings.Fields(frun(t, f, chans))
+			if len(cs) != 6 || len(cf) != 6 || cs[1] == cf[1] || cs[2] == cf[2] || cf[3]+cf[4]+cf[5] != "TrueTrueTrue" {
+				t.Fatalf("the fork's channels: source %v, fork %v", cs, cf)
+			}
+			if rebound := name != "new app"; (cs[0] == cf[0]) != rebound {
+				t.Fatalf("the fork's shell: source %s, fork %s (rebound %v)", cs[0], cf[0], rebound)
+			}
 			tokS := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
 			tokF := frun(t, f, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
 			if tokS == tokF || tokF == "" {
@@ -161,17 +177,21 @@ func TestForkProcess(t *testing.T) {
 // go; the boundaries' processes end with Close.
 func TestRewind(t *testing.T) {
 	testenv.NeedsPython(t)
-	t.Run("rebind", testRewind)
+	t.Run("rebind", func(t *testing.T) { testRewind(t, "") })
 	t.Run("new app", func(t *testing.T) {
 		ipybox.ForkNewApp(t)
-		testRewind(t)
+		testRewind(t, "")
+	})
+	t.Run("ipykernel 7", func(t *testing.T) {
+		py, _ := testenv.PyPIPython(t)
+		testRewind(t, py)
 	})
 }
 
-func testRewind(t *testing.T) {
+func testRewind(t *testing.T, python string) {
 	ctx := context.Background()
 	ws := t.TempDir()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, RewindDepth: 3})
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, RewindDepth: 3, Python: python})
 	if err != nil {
 		t.Fatal(err)
 	}
