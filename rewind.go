@@ -34,11 +34,7 @@ type checkpoint struct {
 	at   time.Time
 }
 
-func (c *checkpoint) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c.proc.Kill(ctx)
-}
+func (c *checkpoint) drop() { c.proc.drop() }
 
 // RewindReport says what a Rewind brought back.
 type RewindReport struct {
@@ -70,8 +66,11 @@ func (e *Executor) checkpointBefore(ctx context.Context, code string) (died *ker
 	spec, info, remove, err := e.k.PrepareSpec()
 	var p *lifelined
 	if err == nil {
-		if p, err = forkKernel(ctx, e.k, spec, true); err != nil {
+		var ps []*lifelined
+		if ps, err = forkKernels(ctx, e.k, []*kernel.Spec{spec}, true); err != nil {
 			remove()
+		} else {
+			p = ps[0]
 		}
 	}
 	if err != nil {
