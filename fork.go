@@ -9,11 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
@@ -125,28 +123,29 @@ func siblingDir(dir string) string {
 	return filepath.Join(filepath.Dir(dir), "fork-"+jupyter.NewID()[:16])
 }
 
-// forkProcess starts the forks at once; one fork cell in the source's
-// kernel makes all their copies (forkBatch). The caller holds e.sem; it is
-// released as soon as that cell has run, so that the source's next cell
-// waits for the copies only, not for their kernels to start.
+// forkProcess starts the forks at once; their fork cells take turns in the
+// source's kernel. The caller holds e.sem; it is released as soon as the
+// last fork cell has run, so that the source's next cell waits for the
+// forks' copies only, not for their kernels to start.
 func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executor, error) {
+	var cellMu sync.Mutex
 	var once sync.Once
 	release := func() { once.Do(e.release) }
 	defer release()
-	b := &forkBatch{k: e.k, left: len(opts), done: release}
+	left := len(opts)
+	cellDone := func() { // called with cellMu held
+		if left--; left == 0 {
+			release()
+		}
+	}
 	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
 		o.Python = e.k.Python()
-		l := &forkLauncher{batch: b}
 		f, err := start(ctx, o, func(next kernel.Launcher) kernel.Launcher {
 			if next == nil {
 				next = kernel.DirectLauncher{}
 			}
-			l.next = next
-			return l
+			return &forkLauncher{src: e, mu: &cellMu, done: cellDone, next: next}
 		})
-		if !l.used {
-			b.leave(ctx) // it failed before its kernel's start
-		}
 		if err != nil {
 			return nil, err
 		}
@@ -256,12 +255,14 @@ func copyBeneath(from, to, name string) error {
 }
 
 // forkLauncher starts a fork's first kernel by forking the source's live
-// kernel, in its batch's fork cell; a restart of the fork (a death, Reset)
-// starts a fresh kernel with next, as any restart does.
+// kernel; a restart of the fork (a death, Reset) starts a fresh kernel with
+// next, as any restart does.
 type forkLauncher struct {
-	batch *forkBatch
-	next  kernel.Launcher
-	used  bool
+	src  *Executor
+	mu   *sync.Mutex // one fork cell at a time in the source's kernel
+	done func()      // after the fork cell, with mu held
+	next kernel.Launcher
+	used bool
 }
 
 // Start implements kernel.Launcher.
@@ -270,110 +271,14 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 		return l.next.Start(ctx, spec)
 	}
 	l.used = true
-	p, err := l.batch.submit(ctx, spec)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.done()
+	p, err := forkKernel(ctx, l.src.k, spec, false)
 	if err != nil {
 		return nil, err // not a nil *lifelined in an interface
 	}
 	return p, nil
-}
-
-// forkBatch gathers the forks of one Fork call, so that one fork cell in
-// the source's kernel makes every copy: one round trip and one pause of
-// the source, not one per fork. Each fork's start either submits its Spec
-// (its launcher's first Start) or leaves (it failed before); whichever of
-// them completes the count runs the cell for every Spec submitted.
-type forkBatch struct {
-	k    *kernel.Kernel
-	done func() // after the cell
-	mu   sync.Mutex
-	left int // forks that have neither submitted nor left
-	subs []*forkSub
-}
-
-// forkSub is one fork's place in its batch.
-type forkSub struct {
-	spec *kernel.Spec
-	res  chan forkResult // buffered: the runner never waits
-	gone bool            // its waiter gave up; guarded by forkBatch.mu
-}
-
-type forkResult struct {
-	p   *lifelined
-	err error
-}
-
-// submit adds spec to the batch and returns its copy once the batch's
-// cell has run (or ctx ends).
-func (b *forkBatch) submit(ctx context.Context, spec *kernel.Spec) (*lifelined, error) {
-	s := &forkSub{spec: spec, res: make(chan forkResult, 1)}
-	b.mu.Lock()
-	b.subs = append(b.subs, s)
-	b.left--
-	last := b.left == 0
-	b.mu.Unlock()
-	if last {
-		b.run(ctx)
-	}
-	select {
-	case r := <-s.res:
-		return r.p, r.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	s.gone = true // a copy made from now on is ended by the runner
-	b.mu.Unlock()
-	select {
-	case r := <-s.res: // made before: this waiter ends it
-		if r.p != nil {
-			r.p.drop()
-		}
-	default:
-	}
-	return nil, fmt.Errorf("fork: waiting for the other forks' starts: %w", context.Cause(ctx))
-}
-
-// leave takes a fork that will not submit out of the count.
-func (b *forkBatch) leave(ctx context.Context) {
-	b.mu.Lock()
-	b.left--
-	last := b.left == 0
-	b.mu.Unlock()
-	if last {
-		b.run(ctx)
-	}
-}
-
-// run runs the fork cell for every Spec submitted and hands out the
-// copies. It is called once, by the fork that completed the count.
-func (b *forkBatch) run(ctx context.Context) {
-	b.mu.Lock()
-	subs := b.subs
-	b.mu.Unlock()
-	var ps []*lifelined
-	var err error
-	if len(subs) > 0 {
-		specs := make([]*kernel.Spec, len(subs))
-		for i, s := range subs {
-			specs[i] = s.spec
-		}
-		ps, err = forkKernels(ctx, b.k, specs, false)
-	}
-	b.done()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i, s := range subs {
-		r := forkResult{err: err}
-		if err == nil {
-			r.p = ps[i]
-		}
-		if s.gone {
-			if r.p != nil {
-				r.p.drop()
-			}
-			continue
-		}
-		s.res <- r
-	}
 }
 
 // forkNewApp makes the copy start a new kernel app, as it does for an
@@ -383,87 +288,69 @@ var forkNewApp atomic.Bool
 // forkMIME is the display a fork cell reports the new kernel's pid in.
 const forkMIME = "application/x-ipybox-fork+json"
 
-// forkKernels asks the kernel k to fork itself into one kernel per spec,
-// in one cell, and adopts the forks. Each fork gets a lifeline of its
-// own, a pipe of this process that it opens by its /proc path: it dies
-// with this process, and not with its source. It sets itself up on its
-// spec's connection, running the spec's init code itself (it is
-// kernel.Prepared). With wait (a kept boundary), it keeps the source's
-// random state, and binds its connection but serves it only once a line
-// comes down its lifeline (wakeLauncher). The caller serialises cells of
-// k. On an error no fork is left running.
-func forkKernels(ctx context.Context, k *kernel.Kernel, specs []*kernel.Spec, wait bool) ([]*lifelined, error) {
-	out := make([]*lifelined, 0, len(specs))
-	fail := func(err error) ([]*lifelined, error) {
-		for _, p := range out {
-			p.drop() // a fork that started dies at its lifeline's end
-		}
-		return nil, fmt.Errorf("fork: %w", err) // the kernel's own error: a caller in this package looks for *kernel.DiedError
+// forkKernel asks the kernel k to fork itself into a kernel for spec, and
+// adopts the fork. The fork gets a lifeline of its own, a pipe of this
+// process that it opens by its /proc path: it dies with this process, and
+// not with its source. It sets itself up on spec's connection, running
+// spec's init code itself (it is kernel.Prepared). With wait (a kept
+// boundary), it keeps the source's random state, and binds its
+// connection but serves it only once a line comes down its lifeline
+// (wakeLauncher). The caller serialises cells of k.
+func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (*lifelined, error) {
+	if len(spec.Args) < 2 || spec.Args[0] != "-c" {
+		return nil, errors.New("fork: the spec does not launch ipykernel")
 	}
-	reqs := make([]map[string]any, len(specs))
-	for i, spec := range specs {
-		if len(spec.Args) < 2 || spec.Args[0] != "-c" {
-			return fail(errors.New("the spec does not launch ipykernel"))
-		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			return fail(fmt.Errorf("lifeline: %w", err))
-		}
-		out = append(out, &lifelined{r: r, w: w})
-		reqs[i] = map[string]any{
-			"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait, "keep_random": wait,
-			"init":     spec.InitCode,
-			"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.Fd()),
-			"new_app":  forkNewApp.Load(),
-		}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("fork: lifeline: %w", err)
 	}
-	req, _ := json.Marshal(map[string]any{"batch": reqs})
+	req, _ := json.Marshal(map[string]any{
+		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait, "keep_random": wait,
+		"init":     spec.InitCode,
+		"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.Fd()),
+		"new_app":  forkNewApp.Load(),
+	})
 	code := fmt.Sprintf("__import__('ipybox_runtime._fork', fromlist=['_']).request(%s)\n", pyruntime.Quote(string(req)))
 	res, err := k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
-	if err != nil {
-		return fail(err)
+	pid := 0
+	if err == nil {
+		pid, err = forkPid(res)
 	}
-	pids, err := forkPids(res, len(specs))
-	if err != nil {
-		return fail(err)
-	}
-	if res.Restarted != nil {
+	if err == nil && res.Restarted != nil {
 		// The kernel had died, and the fork cell ran in a fresh one: a
 		// copy of that holds none of the source's names, and the death is
 		// the caller's to report (a kept boundary's cell reports it).
-		return fail(fmt.Errorf("the kernel had died before the fork cell: %w", res.Restarted))
+		err = fmt.Errorf("the kernel had died before the fork cell: %w", res.Restarted)
 	}
-	for i, pid := range pids {
-		if out[i].HostProcess, err = kernel.Adopt(pid); err != nil {
-			return fail(err)
-		}
+	var p kernel.HostProcess
+	if err == nil {
+		p, err = kernel.Adopt(pid)
 	}
-	return out, nil
+	if err != nil {
+		w.Close() // a fork that started dies at its lifeline's end
+		r.Close()
+		return nil, fmt.Errorf("fork: %w", err) // the kernel's own error: a caller in this package looks for *kernel.DiedError
+	}
+	return &lifelined{HostProcess: p, r: r, w: w}, nil
 }
 
-// forkPids reads the fork cell's report: n pids.
-func forkPids(res *kernel.Result, n int) ([]int, error) {
+// forkPid reads the fork cell's report.
+func forkPid(res *kernel.Result) (int, error) {
 	for _, d := range res.Displays {
 		raw, ok := d.Data[forkMIME]
 		if !ok {
 			continue
 		}
 		var rep struct {
-			Pids []int `json:"pids"`
+			Pid int `json:"pid"`
 		}
 		b, _ := json.Marshal(raw)
-		err := json.Unmarshal(b, &rep)
-		seen := map[int]bool{}
-		if err != nil || len(rep.Pids) != n || slices.ContainsFunc(rep.Pids, func(p int) bool {
-			dup := seen[p]
-			seen[p] = true
-			return p <= 0 || dup
-		}) {
-			return nil, fmt.Errorf("the kernel's fork report %s is malformed (want %d distinct pids)", b, n)
+		if err := json.Unmarshal(b, &rep); err != nil || rep.Pid <= 0 {
+			return 0, fmt.Errorf("the kernel's fork report %s is malformed", b)
 		}
-		return rep.Pids, nil
+		return rep.Pid, nil
 	}
-	return nil, errors.New("the kernel sent no fork report (is ipybox_runtime importable in it?)")
+	return 0, errors.New("the kernel sent no fork report (is ipybox_runtime importable in it?)")
 }
 
 // lifelined is an adopted fork with the pipe whose end it watches: Kill
@@ -484,10 +371,7 @@ func (l *lifelined) Connection() *jupyter.ConnectionInfo { return l.conn }
 
 // Kill implements kernel.Process.
 func (l *lifelined) Kill(ctx context.Context) error {
-	var err error
-	if l.HostProcess != nil { // nil until adopted
-		err = l.HostProcess.Kill(ctx)
-	}
+	err := l.HostProcess.Kill(ctx)
 	l.once.Do(func() {
 		l.w.Close()
 		l.r.Close()
@@ -496,11 +380,4 @@ func (l *lifelined) Kill(ctx context.Context) error {
 		}
 	})
 	return err
-}
-
-// drop ends a fork that nobody will run: Kill, bounded.
-func (l *lifelined) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	l.Kill(ctx)
 }

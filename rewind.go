@@ -34,7 +34,11 @@ type checkpoint struct {
 	at   time.Time
 }
 
-func (c *checkpoint) drop() { c.proc.drop() }
+func (c *checkpoint) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.proc.Kill(ctx)
+}
 
 // RewindReport says what a Rewind brought back.
 type RewindReport struct {
@@ -66,11 +70,8 @@ func (e *Executor) checkpointBefore(ctx context.Context, code string) (died *ker
 	spec, info, remove, err := e.k.PrepareSpec()
 	var p *lifelined
 	if err == nil {
-		var ps []*lifelined
-		if ps, err = forkKernels(ctx, e.k, []*kernel.Spec{spec}, true); err != nil {
+		if p, err = forkKernel(ctx, e.k, spec, true); err != nil {
 			remove()
-		} else {
-			p = ps[0]
 		}
 	}
 	if err != nil {

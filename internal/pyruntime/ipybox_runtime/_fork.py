@@ -1,12 +1,11 @@
 """Fork of a live kernel (Executor.Fork), done by the kernel itself.
 
 fork(req) runs in a silent cell of the source kernel, on its main thread,
-between cells. It forks once per copy asked for (req["batch"], or req
-itself; a thread of the source reaps each copy when it ends), makes each
-copy lead a process group of its own, and publishes their pids as a
-display of REPORT_MIME without waiting for them. Each copy becomes a
-kernel on the connection file that its request names, with the source's
-user namespace:
+between cells. It forks once (a thread of the source reaps the copy when
+it ends), makes the copy lead a process group of its own, and publishes
+its pid as a display of REPORT_MIME without waiting for it. The copy
+becomes a kernel on the connection file that req names, with the
+source's user namespace:
 
 - only the calling thread survives a fork: ipykernel's iopub, heartbeat
   and control threads, and ZeroMQ's I/O threads, are gone. Their objects
@@ -53,47 +52,37 @@ def _publish(report):
 
 
 def fork(req):
-    """One copy per request of req["batch"] (or of req itself), made one
-    after the other in this one cell: N forks cost one round trip and one
-    pause of the source, not N."""
-    reqs = req.get("batch") or [req]
     # Not the guard of RequireShellEscape (kernel_init.py): this fork is
     # ipybox's own.
-    do_fork = getattr(os.fork, "__ipybox_orig__", os.fork)
-    pids = []
-    for r in reqs:
-        pid = do_fork()
-        if pid == 0:
-            try:
-                os.setpgid(0, 0)
-                if r.get("wait"):
-                    _checkpoint(r)
-                else:
-                    _become(r, _lifeline_fd(r))
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                os._exit(1)
-        # The copy leads a process group of its own, so that nothing aimed
-        # at this kernel's group reaches it, and the host, which checks
-        # that what it adopts leads its group, can adopt it at once. Both
-        # sides set it (the shell's way): the report does not wait for the
-        # copy to run.
+    pid = getattr(os.fork, "__ipybox_orig__", os.fork)()
+    if pid == 0:
         try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass  # it has died already: the host finds no such process
-        pids.append(pid)
-    # One fork per copy, not two (a fork of a large kernel costs
-    # milliseconds per GiB): each copy stays this kernel's child, reaped by
-    # a thread here, so that it never lingers as a zombie.
+            os.setpgid(0, 0)
+            if req.get("wait"):
+                _checkpoint(req)
+            else:
+                _become(req, _lifeline_fd(req))
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    # The copy leads a process group of its own, so that nothing aimed at
+    # this kernel's group reaches it, and the host, which checks that
+    # what it adopts leads its group, can adopt it at once. Both sides set
+    # it (the shell's way): the report does not wait for the copy to run.
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # it has died already: the host finds no such process
+    # One fork, not two (a fork of a large kernel costs milliseconds per
+    # GiB): the copy stays this kernel's child, reaped by a thread here,
+    # so that it never lingers as a zombie.
     import threading
 
-    for pid in pids:
-        threading.Thread(target=_reap, args=(pid,), name="ipybox-fork-reaper", daemon=True).start()
-    _publish({"pid": pids[0], "pids": pids})
+    threading.Thread(target=_reap, args=(pid,), name="ipybox-fork-reaper", daemon=True).start()
+    _publish({"pid": pid})
 
 
 def _reap(pid):
