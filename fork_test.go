@@ -534,3 +534,42 @@ func TestRewindReportsDeath(t *testing.T) {
 		}
 	}
 }
+
+// TestForkInterrupt: a rebound fork and a rewound kernel take an interrupt
+// (a cell past its deadline) as any kernel does, and keep their state: the
+// signal handling is the source app's, set up again in the copy.
+func TestForkInterrupt(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	for _, name := range []string{"fork", "rewind"} {
+		t.Run(name, func(t *testing.T) {
+			src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			frun(t, src, "x = 41")
+			k := src
+			if name == "fork" {
+				forks, err := src.Fork(ctx, 1, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				k = forks[0]
+				defer k.Close()
+			} else {
+				frun(t, src, "x = 0")
+				if _, err := src.Rewind(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := k.Execute(ctx, "import time\nwhile True: time.sleep(0.01)", &ipybox.ExecOptions{Timeout: time.Second})
+			if err == nil || res == nil || res.Restarted != nil {
+				t.Fatalf("a cell past its deadline: %v, %+v", err, res)
+			}
+			if got := frun(t, k, "print(x + 1)"); got != "42" {
+				t.Fatalf("after the interrupt: %q", got)
+			}
+		})
+	}
+}
