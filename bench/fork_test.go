@@ -26,7 +26,7 @@ import (
 // the anchors: a cold start to its first result, and Snapshot + Restore
 // of the same namespace into a fresh kernel. BenchmarkRewind: one cell of
 // a 100 MiB namespace undone, to the next result (p50 of 5), beside a
-// cold start. Both report the load average (load-1m) they ran at.
+// cold start and an undo by Snapshot before the cell and Restore after. Both report the load average (load-1m) they ran at.
 
 const gibNamespace = `import numpy as np, os
 arrs = [np.ones((128 << 20) // 8) for _ in range(8)]
@@ -211,17 +211,37 @@ func BenchmarkRewind(b *testing.B) {
 			rw = append(rw, ms(time.Since(t)))
 		}
 		ex.Close()
-		ex, err = ipybox.Start(ctx, &ipybox.Options{WorkDir: b.TempDir()})
+		ws := b.TempDir()
+		ex, err = ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, SnapshotDir: filepath.Join(ws, ".ipybox", "snapshots", "rewind")})
 		if err != nil {
 			b.Fatal(err)
 		}
 		fcell(b, ex, "import numpy as np, os\narrs = [np.ones((10 << 20) // 8) for _ in range(10)]")
+		var snap, restore []float64
 		for range 5 {
 			t := time.Now()
 			fcell(b, ex, "x = 1")
 			plain = append(plain, ms(time.Since(t)))
 		}
+		// Anchor: undo by snapshot, a Snapshot before the cell and a
+		// Restore after it, to the next result.
+		for range 3 {
+			t := time.Now()
+			if _, err := ex.Snapshot(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+			snap = append(snap, ms(time.Since(t)))
+			fcell(b, ex, "x = 1")
+			t = time.Now()
+			if _, err := ex.Restore(ctx); err != nil {
+				b.Fatal(err)
+			}
+			fcell(b, ex, "pass")
+			restore = append(restore, ms(time.Since(t)))
+		}
 		ex.Close()
+		b.ReportMetric(p50(snap), "anchor-snapshot-p50-ms")
+		b.ReportMetric(p50(restore), "anchor-restore-to-next-result-p50-ms")
 		b.ReportMetric(p50(rw), "rewind-1-cell-to-next-result-p50-ms")
 		b.ReportMetric(p50(with), "cell-keeping-a-boundary-p50-ms")
 		b.ReportMetric(p50(plain), "cell-without-rewind-p50-ms")
