@@ -573,3 +573,34 @@ func TestForkInterrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestForkReportsFailure: a copy that cannot become a kernel (here ipybox's
+// init raises in a fork; a kept boundary's bind raises) makes the start
+// fail with the copy's own error, not only "process exited".
+func TestForkReportsFailure(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, "import ipybox_runtime._fork as F\ndef broken(*a):\n    raise RuntimeError('init-broke-here')\nF._run_init = broken")
+	_, err = src.Fork(ctx, 1, nil)
+	if err == nil || !strings.Contains(err.Error(), "init-broke-here") {
+		t.Fatalf("a fork whose init raised: %v", err)
+	}
+	// The boundary fails once adopted (a copy that dies at once is not
+	// adopted, and its cell is not undoable).
+	frun(t, src, "def slow(*a):\n    import time\n    time.sleep(2)\n    broken()\nF._bind = slow")
+	frun(t, src, "x = 1") // kept a boundary, which fails
+	_, err = src.Rewind(ctx, 1)
+	if err == nil || !strings.Contains(err.Error(), "init-broke-here") {
+		t.Fatalf("a rewind to a boundary that failed: %v", err)
+	}
+	// The session goes on in a fresh kernel, and says so.
+	res, err := src.Execute(ctx, "print('x' in globals())", nil)
+	if err != nil || strings.TrimSpace(res.Text) != "False" {
+		t.Fatalf("after the failed rewind: %v, %+v", err, res)
+	}
+}

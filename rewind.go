@@ -155,6 +155,7 @@ func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error)
 		c.drop()
 	}
 	if err := e.k.RestartWith(ctx, &wakeLauncher{cp: cp}); err != nil {
+		err = cp.proc.failed(err)
 		cp.drop()
 		return nil, fmt.Errorf("ipybox: rewind: %w", executorErr(err))
 	}

@@ -63,9 +63,7 @@ def fork(req):
             else:
                 _become(req, _lifeline_fd(req))
         except BaseException:
-            import traceback
-
-            traceback.print_exc()
+            _report_failure(req)
         finally:
             os._exit(1)
     # The copy leads a process group of its own, so that nothing aimed at
@@ -83,6 +81,25 @@ def fork(req):
 
     threading.Thread(target=_reap, args=(pid,), name="ipybox-fork-reaper", daemon=True).start()
     _publish({"pid": pid})
+
+
+def _report_failure(req):
+    """Why the copy could not become a kernel, to the host (req["report"],
+    a pipe of the host by its /proc path): the traceback's last lines, in
+    one write. Its standard streams are /dev/null by now."""
+    import traceback
+
+    text = traceback.format_exc()
+    try:
+        fd = os.open(req["report"], os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (KeyError, OSError):
+        return
+    try:
+        os.write(fd, "\n".join(text.strip().splitlines()[-5:]).encode("utf-8", "replace")[-2000:])
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _reap(pid):
