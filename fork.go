@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipybox/ipybox/internal/defaults"
 	"github.com/ipybox/ipybox/internal/jupyter"
@@ -141,13 +142,18 @@ func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executo
 	}
 	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
 		o.Python = e.k.Python()
+		l := &forkLauncher{src: e, mu: &cellMu, done: cellDone}
 		f, err := start(ctx, o, func(next kernel.Launcher) kernel.Launcher {
 			if next == nil {
 				next = kernel.DirectLauncher{}
 			}
-			return &forkLauncher{src: e, mu: &cellMu, done: cellDone, next: next}
+			l.next = next
+			return l
 		})
 		if err != nil {
+			if l.proc != nil {
+				err = l.proc.failed(err)
+			}
 			return nil, err
 		}
 		f.forked = &ForkInfo{Source: e.session, Method: forkProcess}
@@ -299,6 +305,7 @@ type forkLauncher struct {
 	done func()      // after the fork cell, with mu held
 	next kernel.Launcher
 	used bool
+	proc *lifelined // the copy it made, if it made one
 }
 
 // Start implements kernel.Launcher.
@@ -310,8 +317,17 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer l.done()
-	return forkKernel(ctx, l.src.k, spec, false)
+	p, err := forkKernel(ctx, l.src.k, spec, false)
+	if err != nil {
+		return nil, err // not a nil *lifelined in an interface
+	}
+	l.proc = p
+	return p, nil
 }
+
+// forkNewApp makes the copy start a new kernel app, as it does for an
+// ipykernel it cannot rebind (tests only: export_test.go).
+var forkNewApp atomic.Bool
 
 // forkMIME is the display a fork cell reports the new kernel's pid in.
 const forkMIME = "application/x-ipybox-fork+json"
@@ -319,18 +335,25 @@ const forkMIME = "application/x-ipybox-fork+json"
 // forkKernel asks the kernel k to fork itself into a kernel for spec, and
 // adopts the fork. The fork gets a lifeline of its own, a pipe of this
 // process that it opens by its /proc path: it dies with this process, and
-// not with its source. The caller serialises cells of k.
-func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (kernel.Process, error) {
+// not with its source. It sets itself up on spec's connection, running
+// spec's init code itself (it is kernel.Prepared). With wait (a kept
+// boundary), it keeps the source's random state, and binds its
+// connection but serves it only once a line comes down its lifeline
+// (wakeLauncher). The caller serialises cells of k.
+func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait bool) (*lifelined, error) {
 	if len(spec.Args) < 2 || spec.Args[0] != "-c" {
 		return nil, errors.New("fork: the spec does not launch ipykernel")
 	}
-	r, w, err := os.Pipe()
+	l, err := newLifelined()
 	if err != nil {
 		return nil, fmt.Errorf("fork: lifeline: %w", err)
 	}
 	req, _ := json.Marshal(map[string]any{
-		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait,
-		"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), r.Fd()),
+		"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "wait": wait, "keep_random": wait,
+		"init":     spec.InitCode,
+		"lifeline": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.r.Fd()),
+		"report":   fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), l.repW.Fd()),
+		"new_app":  forkNewApp.Load(),
 	})
 	code := fmt.Sprintf("__import__('ipybox_runtime._fork', fromlist=['_']).request(%s)\n", pyruntime.Quote(string(req)))
 	res, err := k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
@@ -338,16 +361,22 @@ func forkKernel(ctx context.Context, k *kernel.Kernel, spec *kernel.Spec, wait b
 	if err == nil {
 		pid, err = forkPid(res)
 	}
+	if err == nil && res.Restarted != nil {
+		// The kernel had died, and the fork cell ran in a fresh one: a
+		// copy of that holds none of the source's names, and the death is
+		// the caller's to report (a kept boundary's cell reports it).
+		err = fmt.Errorf("the kernel had died before the fork cell: %w", res.Restarted)
+	}
 	var p kernel.HostProcess
 	if err == nil {
 		p, err = kernel.Adopt(pid)
 	}
 	if err != nil {
-		w.Close() // a fork that started dies at its lifeline's end
-		r.Close()
+		l.closePipes()                          // a fork that started dies at its lifeline's end
 		return nil, fmt.Errorf("fork: %w", err) // the kernel's own error: a caller in this package looks for *kernel.DiedError
 	}
-	return &lifelined{HostProcess: p, r: r, w: w}, nil
+	l.HostProcess = p
+	return l, nil
 }
 
 // forkPid reads the fork cell's report.
@@ -370,19 +399,88 @@ func forkPid(res *kernel.Result) (int, error) {
 }
 
 // lifelined is an adopted fork with the pipe whose end it watches: Kill
-// closes the pipe too, so the fork ends even if the signal missed it.
+// closes the pipe too, so the fork ends even if the signal missed it. It
+// is kernel.Prepared: it runs ipybox's init code itself, and a kept
+// boundary binds a connection of its own (conn, in a folder that remove
+// deletes at Kill).
 type lifelined struct {
 	kernel.HostProcess
 	r, w *os.File
+	rep  *os.File // where the copy writes why it failed to become a kernel
+	repW *os.File // its other end, which the copy opens by its /proc path
 	once sync.Once
+	conn *jupyter.ConnectionInfo
+
+	repMu   sync.Mutex
+	repRead bool
+	repText string
+	remove  func()
 }
+
+// newLifelined makes the pipes of a fork to come: its lifeline and its
+// failure report.
+func newLifelined() (*lifelined, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	rep, repW, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, err
+	}
+	return &lifelined{r: r, w: w, rep: rep, repW: repW}, nil
+}
+
+func (l *lifelined) closePipes() {
+	l.w.Close()
+	l.r.Close()
+	l.rep.Close()
+	l.repW.Close()
+}
+
+// maxForkReport bounds what a copy's failure report adds to an error.
+const maxForkReport = 2000
+
+// failed adds to err, a failed start of the copy, what the copy reported
+// if it failed to become a kernel (its traceback's last lines), so that
+// the error says why and not only that the connection or process was
+// lost. The report is written before the copy exits, so it is there by
+// the time its start fails.
+func (l *lifelined) failed(err error) error {
+	if msg := l.report(); msg != "" {
+		return fmt.Errorf("%w; the copy failed: %s", err, msg)
+	}
+	return err
+}
+
+// report reads the copy's failure report, once (Kill reads it before it
+// closes the pipe): "" if it wrote none.
+func (l *lifelined) report() string {
+	l.repMu.Lock()
+	defer l.repMu.Unlock()
+	if !l.repRead {
+		l.repRead = true
+		buf := make([]byte, maxForkReport)
+		n := readNow(l.rep, buf)
+		l.repText = strings.Join(strings.Fields(strings.ToValidUTF8(string(buf[:n]), "?")), " ")
+	}
+	return l.repText
+}
+
+// Connection implements kernel.Prepared.
+func (l *lifelined) Connection() *jupyter.ConnectionInfo { return l.conn }
 
 // Kill implements kernel.Process.
 func (l *lifelined) Kill(ctx context.Context) error {
 	err := l.HostProcess.Kill(ctx)
 	l.once.Do(func() {
-		l.w.Close()
-		l.r.Close()
+		l.report()
+		l.closePipes()
+		if l.remove != nil {
+			l.remove()
+		}
 	})
 	return err
 }

@@ -53,10 +53,17 @@ func waitGone(t *testing.T, pid int) {
 // other.
 func TestForkProcess(t *testing.T) {
 	testenv.NeedsPython(t)
-	for _, name := range []string{"direct", "zygote"} {
+	for _, name := range []string{"direct", "zygote", "new app", "ipykernel 7"} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
+			if name == "new app" {
+				ipybox.ForkNewApp(t)
+			}
 			o := &ipybox.Options{WorkDir: t.TempDir()}
+			if name == "ipykernel 7" {
+				// PyPI's stack: the rebind knows ipykernel 7's app too.
+				o.Python, _ = testenv.PyPIPython(t)
+			}
 			if name == "zygote" {
 				z, err := ipybox.NewZygote(ctx, "", nil)
 				if err != nil {
@@ -88,6 +95,21 @@ func TestForkProcess(t *testing.T) {
 			if got := frun(t, f, "def g():\n    return k + len(xs)\nimport sys\nprint(g(), sys.modules['__main__'].__dict__ is globals())"); got != "10 True" {
 				t.Fatalf("fork's new function: %q", got)
 			}
+			// A cell's value shows through the shell's display hook; ipybox's
+			// init ran once more in the fork, and its hooks are not doubled.
+			res, err := f.Execute(ctx, "class H:\n    def _repr_html_(self):\n        return '<b>h</b>'\nH()", nil)
+			if err != nil || len(res.Displays) != 1 || !res.Displays[0].Result || res.Displays[0].Data["text/html"] != "<b>h</b>" {
+				t.Fatalf("fork's cell value: %v, %+v", err, res)
+			}
+			if got := frun(t, f, "print(sum(cb.__name__ == '_ipybox_restore_cwd' for cb in get_ipython().events.callbacks['post_run_cell']))"); got != "1" {
+				t.Fatalf("the fork has %s cwd hooks, want 1", got)
+			}
+			// The app's log handler wrote to the source's stderr copy:
+			// in the copy that descriptor is /dev/null, not a channel that
+			// took its number.
+			if got := frun(t, f, "get_ipython().kernel.log.error('IPKernel ' * 64)\nprint('alive')"); got != "alive" {
+				t.Fatalf("fork after a log line: %q", got)
+			}
 			// The source's names are the user's (a snapshot saves them,
 			// %who lists them), not start-up names of the fork's app.
 			if got := frun(t, f, "print('xs' in get_ipython().run_line_magic('who_ls', ''))"); got != "True" {
@@ -100,6 +122,18 @@ func TestForkProcess(t *testing.T) {
 			frun(t, src, "del k")
 			if got := frun(t, f, "print(xs, f(6))"); got != "[1, 2, 3, 4] 6" {
 				t.Fatalf("fork sees %q", got)
+			}
+			// The fork's channels are its own: a new ZeroMQ context and new
+			// heartbeat, iopub and control threads, running; a rebound
+			// fork keeps its source's shell (a new app makes a new one).
+			chans := "from ipykernel.kernelapp import IPKernelApp as A\na = A.instance()\n" +
+				"print(id(get_ipython()), id(a.context), id(a.heartbeat), a.heartbeat.is_alive(), a.iopub_thread.thread.is_alive(), a.control_thread.is_alive())"
+			cs, cf := strings.Fields(frun(t, src, chans)), strings.Fields(frun(t, f, chans))
+			if len(cs) != 6 || len(cf) != 6 || cs[1] == cf[1] || cs[2] == cf[2] || cf[3]+cf[4]+cf[5] != "TrueTrueTrue" {
+				t.Fatalf("the fork's channels: source %v, fork %v", cs, cf)
+			}
+			if rebound := name != "new app"; (cs[0] == cf[0]) != rebound {
+				t.Fatalf("the fork's shell: source %s, fork %s (rebound %v)", cs[0], cf[0], rebound)
 			}
 			tokS := frun(t, src, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
 			tokF := frun(t, f, "print(os.environ['IPYBOX_TOOL_TOKEN'])")
@@ -143,8 +177,21 @@ func TestForkProcess(t *testing.T) {
 // go; the boundaries' processes end with Close.
 func TestRewind(t *testing.T) {
 	testenv.NeedsPython(t)
+	t.Run("rebind", func(t *testing.T) { testRewind(t, "") })
+	t.Run("new app", func(t *testing.T) {
+		ipybox.ForkNewApp(t)
+		testRewind(t, "")
+	})
+	t.Run("ipykernel 7", func(t *testing.T) {
+		py, _ := testenv.PyPIPython(t)
+		testRewind(t, py)
+	})
+}
+
+func testRewind(t *testing.T, python string) {
 	ctx := context.Background()
-	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 3})
+	ws := t.TempDir()
+	ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, RewindDepth: 3, Python: python})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +227,7 @@ func TestRewind(t *testing.T) {
 	if got := frun(t, ex, "print(xs)"); got != "[1, 2]" {
 		t.Fatalf("after rewinding 2: %q", got)
 	}
-	pids := checkpointPids(t)
+	pids := checkpointPids(t, ws)
 	if len(pids) == 0 {
 		t.Fatal("no kept boundary found")
 	}
@@ -193,15 +240,20 @@ func TestRewind(t *testing.T) {
 }
 
 // checkpointPids lists this user's processes whose parent is not this
-// test and that lead their group with the kernel's interpreter: the kept
-// boundaries and forks (for the leak checks).
-func checkpointPids(t *testing.T) []int {
+// test and that lead their group with the kernel's interpreter in the
+// workspace ws: the kept boundaries and forks (for the leak checks). The
+// machine is shared: a kernel of another test or user is not one of them.
+func checkpointPids(t *testing.T, ws string) []int {
 	t.Helper()
+	ws, _ = filepath.EvalSymlinks(ws)
 	var out []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err != nil || cwd != ws {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
@@ -480,5 +532,75 @@ func TestRewindReportsDeath(t *testing.T) {
 		if res.Restarted == nil {
 			t.Fatalf("wait=%v: the kernel's death was not reported: %+v", wait, res)
 		}
+	}
+}
+
+// TestForkInterrupt: a rebound fork and a rewound kernel take an interrupt
+// (a cell past its deadline) as any kernel does, and keep their state: the
+// signal handling is the source app's, set up again in the copy.
+func TestForkInterrupt(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	for _, name := range []string{"fork", "rewind"} {
+		t.Run(name, func(t *testing.T) {
+			src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			frun(t, src, "x = 41")
+			k := src
+			if name == "fork" {
+				forks, err := src.Fork(ctx, 1, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				k = forks[0]
+				defer k.Close()
+			} else {
+				frun(t, src, "x = 0")
+				if _, err := src.Rewind(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := k.Execute(ctx, "import time\nwhile True: time.sleep(0.01)", &ipybox.ExecOptions{Timeout: time.Second})
+			if err == nil || res == nil || res.Restarted != nil {
+				t.Fatalf("a cell past its deadline: %v, %+v", err, res)
+			}
+			if got := frun(t, k, "print(x + 1)"); got != "42" {
+				t.Fatalf("after the interrupt: %q", got)
+			}
+		})
+	}
+}
+
+// TestForkReportsFailure: a copy that cannot become a kernel (here ipybox's
+// init raises in a fork; a kept boundary's bind raises) makes the start
+// fail with the copy's own error, not only "process exited".
+func TestForkReportsFailure(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir(), RewindDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, "import ipybox_runtime._fork as F\ndef broken(*a):\n    raise RuntimeError('init-broke-here')\nF._run_init = broken")
+	_, err = src.Fork(ctx, 1, nil)
+	if err == nil || !strings.Contains(err.Error(), "init-broke-here") {
+		t.Fatalf("a fork whose init raised: %v", err)
+	}
+	// The boundary fails once adopted (a copy that dies at once is not
+	// adopted, and its cell is not undoable).
+	frun(t, src, "def slow(*a):\n    import time\n    time.sleep(2)\n    broken()\nF._bind = slow")
+	frun(t, src, "x = 1") // kept a boundary, which fails
+	_, err = src.Rewind(ctx, 1)
+	if err == nil || !strings.Contains(err.Error(), "init-broke-here") {
+		t.Fatalf("a rewind to a boundary that failed: %v", err)
+	}
+	// The session goes on in a fresh kernel, and says so.
+	res, err := src.Execute(ctx, "print('x' in globals())", nil)
+	if err != nil || strings.TrimSpace(res.Text) != "False" {
+		t.Fatalf("after the failed rewind: %v, %+v", err, res)
 	}
 }

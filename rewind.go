@@ -2,7 +2,6 @@ package ipybox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -68,19 +67,26 @@ func (e *Executor) checkpointBefore(ctx context.Context, code string) (died *ker
 		// cell first would restart it and take the report.
 		return nil
 	}
-	p, err := forkKernel(ctx, e.k, &kernel.Spec{Args: []string{"-c", ""}}, true)
+	spec, info, remove, err := e.k.PrepareSpec()
+	var p *lifelined
+	if err == nil {
+		if p, err = forkKernel(ctx, e.k, spec, true); err != nil {
+			remove()
+		}
+	}
 	if err != nil {
 		e.log.Warn("rewind: keeping the cell boundary failed; this cell cannot be undone", "err", err)
 		errors.As(err, &died)
 		return died
 	}
+	p.conn, p.remove = info, remove
 	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
 	if len(first) > 80 {
 		first = first[:80] + "..."
 	}
 	r := &e.rewind
 	r.mu.Lock()
-	r.points = append(r.points, &checkpoint{proc: p.(*lifelined), cell: first, at: time.Now()})
+	r.points = append(r.points, &checkpoint{proc: p, cell: first, at: time.Now()})
 	var old []*checkpoint
 	if n := len(r.points) - depth; n > 0 {
 		old = append(old, r.points[:n]...)
@@ -154,6 +160,7 @@ func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error)
 		c.drop()
 	}
 	if err := e.k.RestartWith(ctx, &wakeLauncher{cp: cp}); err != nil {
+		err = cp.proc.failed(err)
 		cp.drop()
 		return nil, fmt.Errorf("ipybox: rewind: %w", executorErr(err))
 	}
@@ -164,14 +171,14 @@ func (e *Executor) Rewind(ctx context.Context, cells int) (*RewindReport, error)
 	return rep, nil
 }
 
-// wakeLauncher starts a kernel by waking a kept boundary: the request goes
-// down its lifeline as one JSON line.
+// wakeLauncher starts a kernel by waking a kept boundary, a kernel already
+// bound to a connection of its own (kernel.Prepared): a line down its
+// lifeline, and the kernel package connects to it.
 type wakeLauncher struct{ cp *checkpoint }
 
 // Start implements kernel.Launcher.
 func (l *wakeLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Process, error) {
-	req, _ := json.Marshal(map[string]any{"argv": spec.Args[2:], "env": spec.Env, "cwd": spec.Dir, "keep_random": true})
-	if _, err := l.cp.proc.w.Write(append(req, '\n')); err != nil {
+	if _, err := l.cp.proc.w.Write([]byte("\n")); err != nil {
 		return nil, fmt.Errorf("wake the kept boundary: %w", err)
 	}
 	return l.cp.proc, nil

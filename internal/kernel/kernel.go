@@ -158,6 +158,9 @@ type Kernel struct {
 	obs     *telemetry.Kernel
 	spawned bool
 
+	// prepared counts PrepareSpec's connection folders.
+	prepared atomic.Int64
+
 	// oneShot, when set, starts the next process in place of
 	// Options.Launcher, once (RestartWith); guarded by startMu.
 	oneShot Launcher
@@ -400,6 +403,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 		Stdout: stderr, Stderr: stderr,
 		RunDir:    k.runDir,
 		SocketDir: socketDir,
+		InitCode:  k.opts.InitCode,
 	}
 	launcher := k.opts.Launcher
 	if k.oneShot != nil {
@@ -408,6 +412,10 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	proc, err := launcher.Start(ctx, spec)
 	if err != nil {
 		return nil, err
+	}
+	prep, prepared := proc.(Prepared)
+	if prepared && prep.Connection() != nil {
+		info = prep.Connection()
 	}
 	in := newInstance(k, proc)
 	k.wg.Add()
@@ -453,7 +461,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 	stderr.Forget() // the start-up banner explains no later death
 	k.wg.Add()
 	go in.heartbeat()
-	if k.opts.InitCode != "" {
+	if k.opts.InitCode != "" && !prepared {
 		if _, err := in.execute(ctx, k.opts.InitCode, &ExecOptions{Silent: true}); err != nil {
 			k.abandon(in)
 			return nil, fmt.Errorf("kernel init code failed: %w", err)

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/ipybox/ipybox/internal/defaults"
+	"github.com/ipybox/ipybox/internal/jupyter"
 	"github.com/ipybox/ipybox/internal/lifeline"
 )
 
@@ -41,6 +42,22 @@ type Spec struct {
 	// Stdout and Stderr receive the process's own output (not cell output,
 	// which travels over iopub). Nil discards.
 	Stdout, Stderr io.Writer
+	// InitCode is Options.InitCode, which the kernel package runs once the
+	// process is ready, unless the process is Prepared (it ran it itself).
+	InitCode string
+}
+
+// Prepared is implemented by a Process that is a copy of a live kernel
+// (ipybox's forks and kept cell boundaries) and sets itself up: it ran
+// Spec.InitCode itself, so the start does not send it (a round trip, and a
+// compile, off a fork's first result), and it may be bound already to a
+// connection of its own (Kernel.PrepareSpec), which the start then dials
+// instead of the Spec's.
+type Prepared interface {
+	Process
+	// Connection is the connection the process binds; nil means the
+	// Spec's.
+	Connection() *jupyter.ConnectionInfo
 }
 
 // Process is a started kernel process as a Launcher returns it. Each

@@ -33,6 +33,11 @@ def setup(config):
                     return
                 print(f"[ipybox] cwd reset to {workdir}")
 
+        # One hook: a forked kernel keeps its source's shell and runs this
+        # again (ipybox_runtime._fork).
+        for cb in list(ip.events.callbacks.get("post_run_cell", [])):
+            if getattr(cb, "__name__", "") == "_ipybox_restore_cwd":
+                ip.events.unregister("post_run_cell", cb)
         ip.events.register("post_run_cell", _ipybox_restore_cwd)
 
     for p in reversed(config.get("sys_path") or []):
