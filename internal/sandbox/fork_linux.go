@@ -107,14 +107,14 @@ func forkedProgram(c *initConfig, ctl *os.File) (int, func() int, error) {
 	}
 	reports := make(chan forkReport, 2)
 	go readReports(report, reports) // lifetime: the report socket (C's life)
-	pid, err := forkHandshake(c, setup, reports)
+	pid, early, err := forkHandshake(c, setup, reports)
 	if err != nil {
 		if pid > 0 {
 			syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		return 0, nil, err
 	}
-	return pid, func() int { return waitForked(reports) }, nil
+	return pid, func() int { return waitForked(early, reports) }, nil
 }
 
 // forkReport is one message of C's report socket; eof: it closed.
@@ -143,7 +143,7 @@ func readReports(f *os.File, out chan<- forkReport) {
 // forkHandshake receives the kernel's hello, sends its setup, and serves
 // the guard on the listener it returns. It returns the kernel's pid in
 // the sandbox (and a pid with an error when the kernel is to be killed).
-func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (int, error) {
+func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (int, *forkReport, error) {
 	type msg struct {
 		data []byte
 		pid  int
@@ -166,48 +166,58 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 		return ch
 	}
 	timeout := time.After(forkTimeout)
+	var early *forkReport
 	await := func() (msg, error) {
+		got := recv()
+		var m msg
 		select {
-		case m := <-recv():
-			if m.err != nil || len(m.data) == 0 {
-				return m, fmt.Errorf("the forked kernel closed its socket (%v)", m.err)
-			}
-			return m, nil
+		case m = <-got:
 		case r := <-reports:
 			if r.Error != "" {
 				return msg{}, errors.New(r.Error)
 			}
-			return msg{}, errors.New("the fork server's child exited before the kernel started")
+			// The kernel exited (a program that ends at once), or C died;
+			// what it said last tells which.
+			early = &r
+			select {
+			case m = <-got:
+			case <-time.After(time.Second):
+				return msg{}, errors.New("the forked kernel exited before it started")
+			}
 		case <-timeout:
 			return msg{}, fmt.Errorf("no forked kernel after %v", forkTimeout)
 		}
+		if m.err != nil || len(m.data) == 0 {
+			return m, fmt.Errorf("the forked kernel closed its socket (%v)", m.err)
+		}
+		return m, nil
 	}
 	hello, err := await()
 	closeFDs(hello.fds)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	pid := hello.pid
 	if pid <= 1 {
-		return 0, fmt.Errorf("the forked kernel's hello carries no credentials")
+		return 0, nil, fmt.Errorf("the forked kernel's hello carries no credentials")
 	}
 	rulesets, err := forkRulesets(c)
 	if err != nil {
-		return pid, err
+		return pid, nil, err
 	}
 	defer closeFDs(rulesets)
 	js, err := forkSetupOf(c)
 	if err != nil {
-		return pid, err
+		return pid, nil, err
 	}
 	rights := unix.UnixRights(append([]int{0, 1, 2}, rulesets...)...)
 	if err := unix.Sendmsg(int(setup.Fd()), js, rights, nil, 0); err != nil {
-		return pid, fmt.Errorf("send the kernel its setup: %w", err)
+		return pid, nil, fmt.Errorf("send the kernel its setup: %w", err)
 	}
 	res, err := await()
 	if err != nil {
 		closeFDs(res.fds)
-		return pid, err
+		return pid, nil, err
 	}
 	var r struct {
 		OK    int    `json:"ok"`
@@ -215,18 +225,18 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 	}
 	if json.Unmarshal(res.data, &r); r.OK != 1 {
 		closeFDs(res.fds)
-		return pid, fmt.Errorf("forked kernel: %s", r.Error)
+		return pid, nil, fmt.Errorf("forked kernel: %s", r.Error)
 	}
 	if c.Guard != nil {
 		if len(res.fds) != 1 {
 			closeFDs(res.fds)
-			return pid, errors.New("forked kernel: no guard listener")
+			return pid, nil, errors.New("forked kernel: no guard listener")
 		}
 		serveGuard(res.fds[0], c.Guard)
 	} else {
 		closeFDs(res.fds)
 	}
-	return pid, nil
+	return pid, early, nil
 }
 
 // serveGuard serves the workspace guard on a forked kernel's listener,
@@ -298,7 +308,7 @@ func forkSetupOf(c *initConfig) ([]byte, error) {
 
 // waitForked waits for the forked kernel's exit report while reaping the
 // orphans that the init inherits, and returns the init's exit code.
-func waitForked(reports <-chan forkReport) int {
+func waitForked(early *forkReport, reports <-chan forkReport) int {
 	chld := make(chan os.Signal, 8)
 	signal.Notify(chld, syscall.SIGCHLD)
 	reap := func() {
@@ -310,21 +320,23 @@ func waitForked(reports <-chan forkReport) int {
 		}
 	}
 	reap()
-	for {
+	r := early
+	for r == nil {
 		select {
 		case <-chld:
 			reap()
-		case r := <-reports: // lifetime: the kernel (C reports its exit, or dies with the fork server)
-			if r.Exit == nil {
-				return 128 + int(syscall.SIGKILL)
-			}
-			ws := syscall.WaitStatus(*r.Exit)
-			if ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ws.ExitStatus()
+		case rep := <-reports: // lifetime: the kernel (C reports its exit, or dies with the fork server)
+			r = &rep
 		}
 	}
+	if r.Exit == nil {
+		return 128 + int(syscall.SIGKILL)
+	}
+	ws := syscall.WaitStatus(*r.Exit)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }
 
 func parseOOB(oob []byte) (pid int, fds []int) {

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,4 +78,33 @@ except OSError as e:
 		}
 	}
 	_ = testenv.NeedsPython
+}
+
+// nsPeers returns the host's processes that share a pid namespace, other
+// than the host's own, with one of procs, and are not in procs: a forked
+// kernel is in its sandbox's pid namespace without descending from bwrap
+// on the host.
+func nsPeers(procs []testenv.Proc) []testenv.Proc {
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	known := map[int]bool{}
+	spaces := map[string]bool{}
+	for _, p := range procs {
+		known[p.Pid] = true
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.Pid)); err == nil && ns != self {
+			spaces[ns] = true
+		}
+	}
+	var out []testenv.Proc
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || known[pid] {
+			continue
+		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && spaces[ns] {
+			cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			out = append(out, testenv.Proc{Pid: pid, Cmdline: string(cl)})
+		}
+	}
+	return out
 }

@@ -38,6 +38,7 @@ def _ipybox_sandbox_child(setup):
         os.dup2(fds[i], i)
         os.close(fds[i])
     rulesets = fds[3:]
+    _ipybox_set_cmdline(c["argv"])
     try:
         os.chdir(c["dir"])
     except OSError as e:
@@ -121,3 +122,18 @@ def _ipybox_sandbox_child(setup):
     except Exception:
         pass
     os._exit(status & 0xFF)
+
+# Shows argv as the process's command line (/proc/PID/cmdline, ps), as an
+# exec of it would, in the bytes that held the fork server's own (its
+# script: long enough for a kernel's arguments; longer ones are cut).
+def _ipybox_set_cmdline(argv):
+    import ctypes
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, IndexError, ValueError):
+        return
+    data = b"\0".join(a.encode("utf-8", "surrogateescape") for a in argv)[: end - start - 1]
+    ctypes.memset(start, 0, end - start)
+    ctypes.memmove(start, data, len(data))
