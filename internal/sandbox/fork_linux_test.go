@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -107,4 +108,187 @@ func nsPeers(procs []testenv.Proc) []testenv.Proc {
 		}
 	}
 	return out
+}
+
+// TestAttackForkSeam attacks what forking adds: kernel code of one forked
+// sandbox tries to reach its sibling (another session's sandbox, forked
+// from the same fork server), the fork server, and what it may have
+// inherited from either (memory, descriptors, environment).
+func TestAttackForkSeam(t *testing.T) {
+	needSandbox(t)
+	if testing.Short() {
+		t.Skip("tier 3")
+	}
+	secret := "sibling-secret-" + randHex(16)
+	a := newForkSbx(t, nil, nil)
+	outA := newLineWatcher("ready")
+	pa := a.startEnv(t, []string{"SIBLING_SECRET=" + secret}, outA, python, "-c", `
+import os, time
+token = os.environ["SIBLING_SECRET"]
+kept = [token * 3]
+print("ready", os.getpid(), flush=True)
+time.sleep(120)
+`)
+	// The secret travels in A's environment, as a session's token does.
+	outA.wait(t)
+
+	b := newForkSbx(t, nil, nil)
+	out := b.py(t, attemptPrelude+`
+import signal, re
+secret = `+strconv.Quote(secret)+`.encode()
+def procs():
+    return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+attempt("see-only-self-and-init", lambda: (_ for _ in ()).throw(OSError(0, "sees %r" % procs())) if procs() != [1, os.getpid()] else "ok")
+def kill_all():
+    try:
+        os.kill(-1, signal.SIGKILL)  # every process it may signal but itself and pid 1
+    except ProcessLookupError:
+        return "nobody to signal"
+    return "sent"
+attempt("kill-everything-visible", kill_all)
+def ptrace_init():
+    if libc.ptrace(16, 1, 0, 0) != 0:  # PTRACE_ATTACH to the init
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+    return "attached"
+attempt("ptrace-init", ptrace_init)
+def parent():
+    p = os.getppid()
+    if p not in (0, 1):
+        raise OSError(0, "a parent outside the sandbox is visible: %d" % p)
+    return p
+attempt("no-visible-parent", parent)
+def fds():
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append((int(fd), os.readlink("/proc/self/fd/" + fd)))
+        except OSError:
+            pass
+    extra = [f for f in out if f[0] > 2 and not f[1].startswith("/proc/")]
+    if extra:
+        raise OSError(0, "inherited descriptors %r" % extra)
+    return "none"
+attempt("no-inherited-descriptors", fds)
+def environ():
+    data = open("/proc/self/environ", "rb").read()
+    if secret in data or b"SIBLING_SECRET" in data:
+        raise OSError(0, "a sibling's environment is visible")
+    return "clean"
+attempt("no-sibling-environ", environ)
+def abstract_sockets():
+    names = [l.split()[-1] for l in open("/proc/net/unix").read().splitlines()[1:] if l.split()[-1].startswith("@")]
+    if names:
+        raise OSError(0, "abstract sockets visible: %r" % names)
+    return "none"
+attempt("no-abstract-sockets", abstract_sockets)
+`)
+	t.Log(out)
+	for _, w := range []string{
+		"see-only-self-and-init ALLOWED", "kill-everything-visible ALLOWED", "ptrace-init DENIED",
+		"no-visible-parent ALLOWED", "no-inherited-descriptors ALLOWED",
+		"no-sibling-environ ALLOWED", "no-abstract-sockets ALLOWED",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("want %q", w)
+		}
+	}
+	// The sibling and the fork server outlived the attack.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := pa.Wait(ctx)
+	if ctx.Err() == nil {
+		t.Errorf("the sibling kernel died during the attack: %v", err)
+	}
+	cancel()
+	// Nothing of A's session is in the memory of a kernel forked after it
+	// (kernel code reads its own memory at will), nor in the fork server's.
+	outC := newLineWatcher("ready")
+	c := newForkSbx(t, nil, nil)
+	pc := c.start(t, outC, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
+	outC.wait(t)
+	peers := nsPeers([]testenv.Proc{{Pid: pc.Pid()}})
+	peers = append(peers, nsPeers(testenv.Descendants(pc.Pid()))...)
+	scanned := 0
+	for _, p := range peers {
+		if !strings.Contains(p.Cmdline, "time.sleep(120)") {
+			continue
+		}
+		scanned++
+		if where := memHolds(t, p.Pid, secret); where != "" {
+			t.Errorf("a sibling's secret is in the memory of kernel %d at %s", p.Pid, where)
+		}
+	}
+	if scanned == 0 {
+		t.Errorf("no forked kernel found to scan among %v", peers)
+	}
+	// The control: the scan finds the secret where it is, in A.
+	control := 0
+	for _, p := range nsPeers([]testenv.Proc{{Pid: pa.Pid()}}) {
+		if memHolds(t, p.Pid, secret) != "" {
+			control++
+		}
+	}
+	for _, p := range nsPeers(testenv.Descendants(pa.Pid())) {
+		if memHolds(t, p.Pid, secret) != "" {
+			control++
+		}
+	}
+	if control == 0 {
+		t.Error("the memory scan does not find the secret in the kernel that holds it")
+	}
+	zy := findMarker(kernel.ZygoteMarker)
+	if len(zy) == 0 {
+		t.Error("no fork server process found to scan")
+	}
+	for _, pid := range zy {
+		if where := memHolds(t, pid, secret); where != "" {
+			t.Errorf("a session's secret is in the memory of fork server process %d at %s", pid, where)
+		}
+	}
+}
+
+// memHolds returns where pid's readable memory holds needle ("" nowhere).
+func memHolds(t *testing.T, pid int, needle string) string {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return ""
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Errorf("open the memory of %d: %v", pid, err)
+		return ""
+	}
+	defer mem.Close()
+	for _, l := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[1][0] != 'r' || len(f) > 5 && strings.HasPrefix(f[5], "[v") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		a, _ := strconv.ParseUint(lo, 16, 64)
+		b, _ := strconv.ParseUint(hi, 16, 64)
+		buf := make([]byte, b-a)
+		n, _ := mem.ReadAt(buf, int64(a))
+		if strings.Contains(string(buf[:n]), needle) {
+			return f[0] + " " + strings.Join(f[5:], " ")
+		}
+	}
+	return ""
+}
+
+// startEnv starts argv in the sandbox with extra environment variables.
+func (x *sbx) startEnv(t testing.TB, env []string, stdout io.Writer, argv ...string) kernel.HostProcess {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := x.Start(ctx, &kernel.Spec{
+		Path: argv[0], Args: argv[1:], Env: append(x.env(t), env...), Dir: x.ws, RunDir: x.run, Stdout: stdout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill(context.Background()) })
+	return p.(kernel.HostProcess)
 }
