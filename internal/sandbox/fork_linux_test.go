@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -291,4 +292,94 @@ func (x *sbx) startEnv(t testing.TB, env []string, stdout io.Writer, argv ...str
 	}
 	t.Cleanup(func() { p.Kill(context.Background()) })
 	return p.(kernel.HostProcess)
+}
+
+// TestForkedKernel: an ipykernel forked into its sandbox answers,
+// interrupts and restarts like a cold-started one.
+func TestForkedKernel(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	needSandbox(t)
+	z, err := kernel.NewSandboxZygote(context.Background(), python, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	cold := newSbx(t, nil, &Options{Zygote: noFork{}})
+	x := newSbx(t, nil, &Options{Workspace: cold.ws, Zygote: z})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(l kernel.Launcher) (*kernel.Kernel, time.Duration) {
+		t0 := time.Now()
+		k, err := kernel.Start(ctx, &kernel.Options{Python: python, Launcher: l, Dir: x.ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Execute(ctx, "pass", nil); err != nil {
+			k.Close()
+			t.Fatal(err)
+		}
+		return k, time.Since(t0)
+	}
+	var ct, ft time.Duration
+	for i := 0; i < 2; i++ {
+		c, t1 := start(cold.Sandbox)
+		c.Close()
+		f, t2 := start(x)
+		f.Close()
+		ct, ft = t1, t2
+	}
+	t.Logf("sandboxed start to first result: cold %v, forked %v (a log, not a check: the machine is shared)", ct, ft)
+
+	k, _ := start(x)
+	defer k.Close()
+	res, err := k.Execute(ctx, fmt.Sprintf(`
+import os, socket, sys
+print("cwd ok" if os.getcwd() == %q else "cwd " + os.getcwd())
+print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()))
+try:
+    open("/etc/shadow").read(); print("shadow readable")
+except OSError:
+    print("shadow denied")
+try:
+    socket.create_connection(("1.1.1.1", 443), timeout=2); print("network open")
+except OSError:
+    print("network closed")
+print("bytecode", sys.dont_write_bytecode)
+`, x.ws), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Text)
+	for _, w := range []string{"cwd ok", "shadow denied", "network closed"} {
+		if !strings.Contains(res.Text, w) {
+			t.Errorf("cell output %q, want %q", res.Text, w)
+		}
+	}
+	cctx, ccancel := context.WithTimeout(ctx, time.Second)
+	_, err = k.Execute(cctx, "import time; time.sleep(30)", nil)
+	ccancel()
+	if err == nil {
+		t.Fatal("a 30 s sleep finished within 1 s")
+	}
+	pid := k.Pid()
+	res, err = k.Execute(ctx, "print('alive')", nil)
+	if err != nil || !strings.Contains(res.Text, "alive") || k.Pid() != pid {
+		t.Errorf("after the interrupt: %v %v (pid %d, was %d): want the same kernel, alive", res, err, k.Pid(), pid)
+	}
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = k.Execute(ctx, "print('restarted')", nil)
+	if err != nil || !strings.Contains(res.Text, "restarted") {
+		t.Errorf("after a restart: %v %v", res, err)
+	}
+}
+
+// noFork is a Forker that forks nothing: a Sandbox with it starts every
+// kernel cold, whatever forkEnv says.
+type noFork struct{}
+
+func (noFork) Python() string { return "" }
+func (noFork) Join(context.Context, *kernel.JoinRequest) error {
+	return errors.New("noFork forks nothing")
 }
