@@ -161,7 +161,7 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 				m.data = buf[:n]
 				m.pid, m.fds = parseOOB(oob[:oobn])
 			}
-			ch <- m
+			ch <- m // bound: ch is buffered
 		}()
 		return ch
 	}
@@ -170,7 +170,7 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 	await := func() (msg, error) {
 		got := recv()
 		var m msg
-		select {
+		select { // bound: timeout is a timer case
 		case m = <-got:
 		case r := <-reports:
 			if r.Error != "" {
@@ -313,7 +313,7 @@ func waitForked(early *forkReport, reports <-chan forkReport) int {
 	signal.Notify(chld, syscall.SIGCHLD)
 	reap := func() {
 		for {
-			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil) // bound: WNOHANG
 			if pid <= 0 || err != nil {
 				return
 			}
@@ -322,10 +322,10 @@ func waitForked(early *forkReport, reports <-chan forkReport) int {
 	reap()
 	r := early
 	for r == nil {
-		select {
+		select { // lifetime: the kernel (C reports its exit, or dies with the fork server, and the socket closes)
 		case <-chld:
 			reap()
-		case rep := <-reports: // lifetime: the kernel (C reports its exit, or dies with the fork server)
+		case rep := <-reports:
 			r = &rep
 		}
 	}
@@ -392,12 +392,12 @@ func (s *Sandbox) joinFork(ctx context.Context, cmd *exec.Cmd, ctl *os.File, tai
 			r.line = string(buf[:n])
 			_, r.fds = parseOOB(oob[:oobn])
 		}
-		got <- r
+		got <- r // bound: got is buffered
 	}()
 	wait, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var r forkAsk
-	select {
+	select { // bound: wait has startTimeout
 	case r = <-got:
 	case <-wait.Done():
 		abortStartFork(cmd, ctl, got)
