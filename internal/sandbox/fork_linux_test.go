@@ -127,6 +127,7 @@ func TestAttackForkSeam(t *testing.T) {
 import os, time
 token = os.environ["SIBLING_SECRET"]
 kept = [token * 3]
+open("/tmp/sibling-file", "w").write(token)
 print("ready", os.getpid(), flush=True)
 time.sleep(120)
 `)
@@ -176,6 +177,11 @@ def environ():
         raise OSError(0, "a sibling's environment is visible")
     return "clean"
 attempt("no-sibling-environ", environ)
+def sibling_tmp():
+    if os.path.exists("/tmp/sibling-file"):
+        raise OSError(0, "a sibling's /tmp is visible")
+    return "private"
+attempt("no-sibling-tmp", sibling_tmp)
 def abstract_sockets():
     names = [l.split()[-1] for l in open("/proc/net/unix").read().splitlines()[1:] if l.split()[-1].startswith("@")]
     if names:
@@ -187,7 +193,7 @@ attempt("no-abstract-sockets", abstract_sockets)
 	for _, w := range []string{
 		"see-only-self-and-init ALLOWED", "kill-everything-visible ALLOWED", "ptrace-init DENIED",
 		"no-visible-parent ALLOWED", "no-inherited-descriptors ALLOWED",
-		"no-sibling-environ ALLOWED", "no-abstract-sockets ALLOWED",
+		"no-sibling-environ ALLOWED", "no-abstract-sockets ALLOWED", "no-sibling-tmp ALLOWED",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("want %q", w)
@@ -239,6 +245,24 @@ attempt("no-abstract-sockets", abstract_sockets)
 	zy := findMarker(kernel.ZygoteMarker)
 	if len(zy) == 0 {
 		t.Error("no fork server process found to scan")
+	}
+	// The fork server's children that stay outside the sandboxes (each
+	// kernel's parent) run as the sandbox's uid, with no capability.
+	outside := 0
+	for _, pid := range zy {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || os.Getuid() != 0 || !strings.Contains(string(st), "\nUid:\t"+strconv.Itoa(MappedID)) {
+			continue
+		}
+		outside++
+		for _, w := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"} {
+			if !strings.Contains(string(st), w) {
+				t.Errorf("fork server child %d: want %q in its status:\n%s", pid, w, st)
+			}
+		}
+	}
+	if os.Getuid() == 0 && outside == 0 {
+		t.Errorf("no fork server child found running as %d among %v", MappedID, zy)
 	}
 	for _, pid := range zy {
 		if where := memHolds(t, pid, secret); where != "" {
