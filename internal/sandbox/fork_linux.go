@@ -201,6 +201,12 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 	if pid <= 1 {
 		return 0, nil, fmt.Errorf("the forked kernel's hello carries no credentials")
 	}
+	// A socket that sends with SO_PASSCRED on and no address gets an
+	// abstract one (autobind), which the kernel would then see in its
+	// network namespace; the hello's credentials were all it was for.
+	if err := unix.SetsockoptInt(int(setup.Fd()), unix.SOL_SOCKET, unix.SO_PASSCRED, 0); err != nil {
+		return pid, nil, fmt.Errorf("fork socket: %w", err)
+	}
 	rulesets, err := forkRulesets(c)
 	if err != nil {
 		return pid, nil, err

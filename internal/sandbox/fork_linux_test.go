@@ -136,6 +136,13 @@ time.sleep(120)
 
 	b := newForkSbx(t, nil, nil)
 	out := b.py(t, attemptPrelude+`
+# First, before the init is done with the sockets it set the kernel up on.
+def abstract_sockets():
+    names = [l.split()[-1] for l in open("/proc/net/unix").read().splitlines()[1:] if l.split()[-1].startswith("@")]
+    if names:
+        raise OSError(0, "abstract sockets visible: %r" % names)
+    return "none"
+attempt("no-abstract-sockets", abstract_sockets)
 import signal, re
 secret = `+strconv.Quote(secret)+`.encode()
 def procs():
@@ -182,12 +189,6 @@ def sibling_tmp():
         raise OSError(0, "a sibling's /tmp is visible")
     return "private"
 attempt("no-sibling-tmp", sibling_tmp)
-def abstract_sockets():
-    names = [l.split()[-1] for l in open("/proc/net/unix").read().splitlines()[1:] if l.split()[-1].startswith("@")]
-    if names:
-        raise OSError(0, "abstract sockets visible: %r" % names)
-    return "none"
-attempt("no-abstract-sockets", abstract_sockets)
 `)
 	t.Log(out)
 	for _, w := range []string{
