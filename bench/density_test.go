@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -57,7 +60,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 	} {
 		for _, n := range counts {
 			args := append([]string{"--pool", "0", "--max-sessions", "-1"}, c.args...)
-			ms, pss, errs := densityOnce(b, bin, py, n, args)
+			ms, pss, kinds, errs := densityOnce(b, bin, py, n, args)
 			for _, e := range errs {
 				b.Errorf("%s N=%d: %s", c.name, n, e)
 			}
@@ -70,6 +73,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 			b.ReportMetric(per, fmt.Sprintf("%s-%d-PSS-MB", c.name, n))
 			fmt.Fprintf(&t, "%-40s %6d %10.0f %10.0f %7d %14.1f %12.0f\n",
 				"ipybox mcp --pool 0 "+strings.Join(c.args, " "), n, med, mx, len(errs), per, pss/1024)
+			fmt.Fprintf(&t, "%-40s %s\n", "", kinds)
 		}
 	}
 	b.Log(strings.TrimSuffix(t.String(), "\n"))
@@ -78,8 +82,8 @@ func BenchmarkSandboxDensity(b *testing.B) {
 // densityOnce starts a server with args, warms it with one session (then
 // closed), starts n sessions at once, waits for the tree to go idle, and
 // returns each session's time to its first result, the tree's PSS (kB),
-// and the failures.
-func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float64, pss float64, errs []string) {
+// the PSS per kind of process (procKind), and the failures.
+func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float64, pss float64, kinds string, errs []string) {
 	b.Helper()
 	ws := b.TempDir()
 	s := startMCP(b, bin, "127.0.0.1:0", ws, py, args...)
@@ -131,13 +135,41 @@ func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float
 	if !settle(s.pid(), 2*time.Minute) {
 		b.Logf("the server's processes did not go idle within two minutes; measuring anyway")
 	}
+	byKind := map[string][2]float64{} // kind: count, PSS kB
 	for _, p := range testenv.Descendants(s.pid()) {
-		pss += procKB(p.Pid, "smaps_rollup", "Pss:")
+		kb := procKB(p.Pid, "smaps_rollup", "Pss:")
+		pss += kb
+		k := byKind[procKind(p.Cmdline)]
+		byKind[procKind(p.Cmdline)] = [2]float64{k[0] + 1, k[1] + kb}
+	}
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
+		kinds += fmt.Sprintf("%s %.0fx %.1f MB; ", k, byKind[k][0], byKind[k][1]/1024)
 	}
 	if k := closeSessions(sessions); k > 0 {
 		errs = append(errs, fmt.Sprintf("%d session(s) did not close within 10s", k))
 	}
-	return ms, pss, errs
+	return ms, pss, strings.TrimSuffix(kinds, "; "), errs
+}
+
+// procKind names the part of the server's tree a process is, for the
+// density table's breakdown of PSS.
+func procKind(cmdline string) string {
+	argv0, _, _ := strings.Cut(cmdline, " ")
+	switch {
+	case strings.Contains(cmdline, kernel.ZygoteMarker):
+		// The fork server, and its forks: unsandboxed kernels, and each
+		// sandboxed kernel's parent outside its sandbox.
+		return "fork-server"
+	case strings.Contains(cmdline, "ipykernel"):
+		return "kernel"
+	case filepath.Base(argv0) == "bwrap" || strings.Contains(cmdline, " -- /run/ipybox-sandbox/init "):
+		return "bwrap" // run from a sealed copy, so its argv0 is not "bwrap"
+	case strings.Contains(cmdline, "__sandbox-init"):
+		return "init" // each sandbox's init (the ipybox binary)
+	case filepath.Base(argv0) == "ipybox":
+		return "ipybox" // the server's helpers
+	}
+	return filepath.Base(argv0)
 }
 
 // BenchmarkSandboxReset is Reset to the next result of a sandboxed

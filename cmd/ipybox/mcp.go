@@ -552,7 +552,7 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 		if f.python != "" {
 			return errors.New("--python names a host interpreter; a container runs its image's python3")
 		}
-		return nil
+		return f.checkSandboxZygote("a container runs its image's python3, started by Docker (docs/container.md, \"Forked kernels\")")
 	}
 	policy, explicit, err := f.sandbox.policy()
 	if err != nil {
@@ -566,6 +566,19 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 		}
 		o.Sandbox = nil // the default sandbox is for local kernels
 		o.ToolServerAddr = f.gateway.toolAddr
+		return f.checkSandboxZygote("gateway kernels start on the gateway")
+	}
+	if o.Sandbox == nil {
+		return f.checkSandboxZygote("--no-sandbox kernels come from the unsandboxed fork server already (--no-fork-server turns it off)")
+	}
+	return nil
+}
+
+// checkSandboxZygote refuses --sandbox-fork-server where kernels are not
+// sandboxed here; why says where they come from instead.
+func (f *mcpFlags) checkSandboxZygote(why string) error {
+	if f.sandboxZygote {
+		return fmt.Errorf("--sandbox-fork-server forks sandboxed kernels on this host, and %s: drop --sandbox-fork-server", why)
 	}
 	return nil
 }
