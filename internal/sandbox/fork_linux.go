@@ -225,24 +225,34 @@ func forkHandshake(c *initConfig, setup *os.File, reports <-chan forkReport) (in
 		closeFDs(res.fds)
 		return pid, nil, err
 	}
+	if err := forkReady(c, res.data, res.fds); err != nil {
+		return pid, nil, err
+	}
+	return pid, early, nil
+}
+
+// forkReady reads the forked kernel's last message (data, with the
+// descriptors fds it carried): "ok" with the guard's listener, which it
+// serves, or an error.
+func forkReady(c *initConfig, data []byte, fds []int) error {
 	var r struct {
 		OK    int    `json:"ok"`
 		Error string `json:"error"`
 	}
-	if json.Unmarshal(res.data, &r); r.OK != 1 {
-		closeFDs(res.fds)
-		return pid, nil, fmt.Errorf("forked kernel: %s", r.Error)
+	if json.Unmarshal(data, &r); r.OK != 1 {
+		closeFDs(fds)
+		return fmt.Errorf("forked kernel: %s", r.Error)
 	}
-	if c.Guard != nil {
-		if len(res.fds) != 1 {
-			closeFDs(res.fds)
-			return pid, nil, errors.New("forked kernel: no guard listener")
-		}
-		serveGuard(res.fds[0], c.Guard)
-	} else {
-		closeFDs(res.fds)
+	if c.Guard == nil {
+		closeFDs(fds)
+		return nil
 	}
-	return pid, early, nil
+	if len(fds) != 1 {
+		closeFDs(fds)
+		return errors.New("forked kernel: no guard listener")
+	}
+	serveGuard(fds[0], c.Guard)
+	return nil
 }
 
 // serveGuard serves the workspace guard on a forked kernel's listener,
