@@ -219,3 +219,46 @@ func BenchmarkSandboxReset(b *testing.B) {
 	b.Logf("Reset to the next result (median of %d): sandboxed cold %.0f ms (%.2fx restart_kernel), sandboxed forked %.0f ms (%.2fx), unsandboxed %.0f ms (%.2fx); restart_kernel %.0f ms (target < 50 ms)",
 		b.N, c, c/ar, f, f/ar, p, p/ar, ar)
 }
+
+// BenchmarkSandboxPass is the `pass` round trip of a sandboxed Executor,
+// its kernel started cold and forked (NewSandboxZygote), beside
+// unsandboxed ones (cold, and forked by NewZygote) and jupyter_client's
+// execute_interactive in the same run. Target (issue 38): at most 0.5x
+// jupyter_client.
+func BenchmarkSandboxPass(b *testing.B) {
+	py := testenv.NeedsPython(b)
+	testenv.NeedsTool(b, "bwrap")
+	ctx := context.Background()
+	z, err := ipybox.NewSandboxZygote(ctx, py, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer z.Close()
+	uz, err := ipybox.NewZygote(ctx, py, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer uz.Close()
+	n := max(b.N, 200)
+	measure := func(o *ipybox.Options) float64 {
+		o.Python, o.WorkDir = py, b.TempDir()
+		ex, err := ipybox.Start(ctx, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ex.Close()
+		return passP50(b, ctx, ex, n)
+	}
+	p := measure(&ipybox.Options{})
+	pf := measure(&ipybox.Options{Zygote: uz})
+	c := measure(&ipybox.Options{Sandbox: ipybox.DefaultSandbox()})
+	f := measure(&ipybox.Options{Sandbox: ipybox.DefaultSandbox(), Zygote: z})
+	a := anchor(b, "roundtrip", strconv.Itoa(n))["p50_ms"].(float64)
+	b.ReportMetric(c, "sandbox-cold-p50-ms")
+	b.ReportMetric(f, "sandbox-fork-p50-ms")
+	b.ReportMetric(p, "nosandbox-p50-ms")
+	b.ReportMetric(pf, "nosandbox-fork-p50-ms")
+	b.ReportMetric(a, "anchor-p50-ms")
+	b.Logf("pass round trip p50 (%d each): sandboxed cold %.2f ms (%.2fx jupyter_client), sandboxed forked %.2f ms (%.2fx), unsandboxed cold %.2f ms (%.2fx), unsandboxed forked %.2f ms (%.2fx); jupyter_client %.2f ms (target <= 0.5x)",
+		n, c, c/a, f, f/a, p, p/a, pf, pf/a, a)
+}
