@@ -38,10 +38,12 @@ import (
 // an exec'd program (filterOptions, landlockRuleset,
 // seccomp.SocketRuleset). G applies them in startRestricted's order and
 // returns the guard's listener, which the init serves; only then does
-// user code run. C stays outside the sandbox, G's parent, and reports
-// G's wait status on the report socket, which G closed first thing; C
-// dies with the fork server, and the init exits (ending the sandbox)
-// when the report socket closes without a status.
+// user code run. C exits once it has forked G, and G's parent is the
+// fork server (a child subreaper), outside the sandbox, which keeps the
+// report socket (G closed its copy first thing) and reports G's wait
+// status on it; C's error, if it fails to join, comes on it too. The
+// init exits (ending the sandbox) when the report socket closes without
+// a status: when the fork server dies.
 
 // forkTimeout bounds the init's wait for the forked kernel's messages.
 const forkTimeout = 30 * time.Second
@@ -106,7 +108,7 @@ func forkedProgram(c *initConfig, ctl *os.File) (int, func() int, error) {
 		return 0, nil, fmt.Errorf("ask for a fork: %w", err)
 	}
 	reports := make(chan forkReport, 2)
-	go readReports(report, reports) // lifetime: the report socket (C's life)
+	go readReports(report, reports) // lifetime: the report socket (G's life, or the fork server's)
 	pid, early, err := forkHandshake(c, setup, reports)
 	if err != nil {
 		if pid > 0 {
@@ -130,12 +132,12 @@ func readReports(f *os.File, out chan<- forkReport) {
 	for {
 		n, err := f.Read(buf)
 		if err != nil || n == 0 {
-			out <- forkReport{eof: true} // bound: buffered; C's error or exit came before, once
+			out <- forkReport{eof: true} // bound: buffered; C's error or G's exit came before, once
 			return
 		}
 		var r forkReport
 		if json.Unmarshal(buf[:n], &r) == nil && (r.Exit != nil || r.Error != "") {
-			out <- r // bound: buffered; C sends one error or one exit, then exits
+			out <- r // bound: buffered; C sends one error, or the fork server one exit, then closes
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,15 +28,30 @@ var testZygote struct {
 	err  error
 }
 
-// sandboxZygote returns the package's sandbox fork server for python.
-func sandboxZygote(t testing.TB) *kernel.Zygote {
-	t.Helper()
-	needSandbox(t)
+// With forkEnv, the package's fork server starts before the tests: its
+// goroutines (reading its output) are not a leak of the first test that
+// forks.
+func init() {
+	beforeTests = append(beforeTests, func() {
+		if forkedByDefault() {
+			startTestZygote()
+		}
+	})
+}
+
+func startTestZygote() {
 	testZygote.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		testZygote.z, testZygote.err = kernel.NewSandboxZygote(ctx, python, nil, nil)
 	})
+}
+
+// sandboxZygote returns the package's sandbox fork server for python.
+func sandboxZygote(t testing.TB) *kernel.Zygote {
+	t.Helper()
+	needSandbox(t)
+	startTestZygote()
 	if testZygote.err != nil {
 		t.Fatal(testZygote.err)
 	}
@@ -247,29 +263,49 @@ attempt("no-sibling-tmp", sibling_tmp)
 	if len(zy) == 0 {
 		t.Error("no fork server process found to scan")
 	}
-	// The fork server's children that stay outside the sandboxes (each
-	// kernel's parent) run as the sandbox's uid, with no capability.
-	outside := 0
+	// No process of the fork server stays outside the sandbox for a
+	// kernel: the child that joined the sandbox exited once it had forked
+	// the kernel, whose parent is now the fork server itself (a child
+	// subreaper), outside its pid namespace.
+	for _, p := range peers {
+		if !strings.Contains(p.Cmdline, "time.sleep(120)") {
+			continue
+		}
+		ppid := statusField(p.Pid, "PPid:")
+		if !slices.Contains(zy, ppid) || statusField(ppid, "PPid:") != os.Getpid() {
+			t.Errorf("kernel %d: its parent %d is not the fork server this test started (fork server processes: %v)", p.Pid, ppid, zy)
+		}
+	}
+	// A fork server process that runs as the sandbox's uid (a child on
+	// its way into a sandbox) has no capability.
 	for _, pid := range zy {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil || os.Getuid() != 0 || !strings.Contains(string(st), "\nUid:\t"+strconv.Itoa(MappedID)) {
 			continue
 		}
-		outside++
 		for _, w := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"} {
 			if !strings.Contains(string(st), w) {
 				t.Errorf("fork server child %d: want %q in its status:\n%s", pid, w, st)
 			}
 		}
 	}
-	if os.Getuid() == 0 && outside == 0 {
-		t.Errorf("no fork server child found running as %d among %v", MappedID, zy)
-	}
 	for _, pid := range zy {
 		if where := memHolds(t, pid, secret); where != "" {
 			t.Errorf("a session's secret is in the memory of fork server process %d at %s", pid, where)
 		}
 	}
+}
+
+// statusField is the number after field in /proc/pid/status (0: none).
+func statusField(pid int, field string) int {
+	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for l := range strings.Lines(string(st)) {
+		if v, ok := strings.CutPrefix(l, field); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // memHolds returns where pid's readable memory holds needle ("" nowhere).

@@ -8,10 +8,12 @@
 # memory holds nothing of its siblings. The child (C) leads its own
 # process group, dies with the fork server, drops its supplementary
 # groups, joins the namespaces, takes the sandbox's uid and gid, drops
-# every capability, and forks the kernel (G), which is born in the
-# sandbox's pid namespace; C stays outside only to report G's wait
-# status to the init, on the report socket, which G closes first thing.
-# G then gets everything of its session from the init (sbchild.py).
+# every capability, forks the kernel (G), which is born in the sandbox's
+# pid namespace, writes G's pid on a pipe to the fork server, and exits.
+# The fork server, a child subreaper, inherits G, keeps the init's report
+# socket (which G closes first thing), and reports G's wait status on it
+# when it reaps G. G then gets everything of its session from the init
+# (sbchild.py).
 #ipybox:include nocwd.py
 import os, sys, json, socket, signal, select, ctypes, random, struct
 #ipybox:include importguard.py
@@ -29,6 +31,8 @@ os.set_blocking(_wr, False)
 signal.set_wakeup_fd(_wr)
 signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+if _libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER: each C's G is ours once C exits
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 _base_path = list(sys.path)
 def _send(obj):
     try:
@@ -52,7 +56,7 @@ def _drop_caps():
     data = bytes(24)
     if _libc.capset(ctypes.c_char_p(hdr), ctypes.c_char_p(data)) != 0:
         raise OSError(ctypes.get_errno(), "capset")
-def _join(req, ns, setup, rep):
+def _join(req, ns, setup, rep, pw):
     # C: outside the sandbox's pid namespace, never runs user code.
     os.setpgid(0, 0)
     _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server
@@ -62,6 +66,10 @@ def _join(req, ns, setup, rep):
     for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(s, signal.SIG_DFL)
     _sock.close(); os.close(_rd); os.close(_wr)
+    for fd in _reports.values():
+        os.close(fd)
+    for fd in _pipes:
+        os.close(fd)
     try:
         if os.geteuid() == 0:
             os.setgroups([])
@@ -80,27 +88,53 @@ def _join(req, ns, setup, rep):
         os._exit(1)
     if pid == 0:
         os.close(rep)
+        os.close(pw)
         try:
             _ipybox_sandbox_child(setup)
         finally:
             os._exit(1)
-    os.close(setup)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            status = 9
-            break
-    _report(rep, {"exit": status})
+    os.write(pw, b"%d" % pid)
     os._exit(0)
-_kids = set()
+_kids = set()       # the Cs
+_reports = {}       # G's pid: the init's report socket
+_pipes = {}         # a C's pipe: the init's report socket, until C writes G's pid
+_early = {}         # G's pid: its wait status, when reaped before its C's pipe was read
+def _reaped(pid, status):
+    if pid in _kids:
+        _kids.discard(pid)
+        _send({"exit": pid, "status": status})
+        return
+    rep = _reports.pop(pid, None)
+    if rep is None:
+        _early[pid] = status
+        return
+    _report(rep, {"exit": status})
+    os.close(rep)
+def _piped(pr):
+    # C wrote G's pid, or exited without (it reported its error itself).
+    rep = _pipes.pop(pr)
+    try:
+        data = os.read(pr, 32)
+    except OSError:
+        data = b""
+    os.close(pr)
+    if not data:
+        os.close(rep)
+        return
+    g = int(data)
+    if g in _early:
+        _report(rep, {"exit": _early.pop(g)})
+        os.close(rep)
+    else:
+        _reports[g] = rep
 _send({"id": 0})
 while True:
+    # poll, not select: the pipes' descriptors may pass FD_SETSIZE.
+    _poll = select.poll()
+    for fd in [_sock.fileno(), _rd] + list(_pipes):
+        _poll.register(fd, select.POLLIN)
     try:
-        r, _, _ = select.select([_sock, _rd], [], [])
+        r = {fd for fd, _ in _poll.poll()}
     except InterruptedError:
         continue
     if _rd in r:
@@ -115,9 +149,11 @@ while True:
                 break
             if pid == 0:
                 break
-            _kids.discard(pid)
-            _send({"exit": pid, "status": status})
-    if _sock in r:
+            _reaped(pid, status)
+    for pr in r:
+        if pr in _pipes:
+            _piped(pr)
+    if _sock.fileno() in r:
         try:
             data, anc, _, _ = _sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 16))
         except InterruptedError:
@@ -144,17 +180,23 @@ while True:
             for f in fds: os.close(f)
             _send({"id": -1, "error": "bad request: %s" % e})
             continue
+        pr = pw = -1
         try:
+            pr, pw = os.pipe()
             pid = os.fork()
         except OSError as e:
-            for f in fds: os.close(f)
+            for f in fds + [pr, pw]:
+                if f >= 0: os.close(f)
             _send({"id": req["id"], "error": "fork: %s" % e})
             continue
         if pid == 0:
             try:
-                _join(req, fds[:n], fds[n], fds[n + 1])
+                os.close(pr)
+                _join(req, fds[:n], fds[n], fds[n + 1], pw)
             finally:
                 os._exit(1)
-        for f in fds: os.close(f)
+        os.close(pw)
+        for f in fds[:n + 1]: os.close(f)
+        _pipes[pr] = fds[n + 1]
         _kids.add(pid)
         _send({"id": req["id"], "pid": pid})
