@@ -53,9 +53,25 @@ const forkTimeout = 30 * time.Second
 var forkNamespaces = []string{"user", "mnt", "uts", "ipc", "net", "cgroup", "pid"}
 
 // filterOptions is the seccomp filter of the program c describes,
-// exec'd or forked.
+// exec'd (startRestricted) or forked (forkSetupOf).
 func filterOptions(c *initConfig) seccomp.Options {
 	return seccomp.Options{Confine: true, DenyUnix: c.DenyUnixSockets, Guard: c.Guard != nil}
+}
+
+// rlimitsOf are the resource limits of the program c describes, exec'd
+// (startRestricted) or forked (forkSetupOf).
+func rlimitsOf(c *initConfig) []seccomp.Rlimit {
+	var out []seccomp.Rlimit
+	if c.Memory > 0 {
+		out = append(out, seccomp.Rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(c.Memory)})
+	}
+	if c.Pids > 0 {
+		out = append(out, seccomp.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(c.Pids)})
+	}
+	if c.FileSize > 0 {
+		out = append(out, seccomp.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(c.FileSize)})
+	}
+	return out
 }
 
 // forkSetup is what the init sends a forked kernel.
@@ -312,14 +328,8 @@ func forkSetupOf(c *initConfig) ([]byte, error) {
 			st.PythonPath = filepath.SplitList(v)
 		}
 	}
-	if c.Memory > 0 {
-		st.Rlimits = append(st.Rlimits, [2]int64{unix.RLIMIT_DATA, c.Memory})
-	}
-	if c.Pids > 0 {
-		st.Rlimits = append(st.Rlimits, [2]int64{unix.RLIMIT_NPROC, int64(c.Pids)})
-	}
-	if c.FileSize > 0 {
-		st.Rlimits = append(st.Rlimits, [2]int64{unix.RLIMIT_FSIZE, c.FileSize})
+	for _, r := range rlimitsOf(c) {
+		st.Rlimits = append(st.Rlimits, [2]int64{int64(r.Resource), int64(r.Value)})
 	}
 	return json.Marshal(st)
 }

@@ -335,7 +335,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		}
 	}
 	o := seccomp.StartOptions{
-		Filter: seccomp.Options{Confine: true, DenyUnix: c.DenyUnixSockets, Guard: c.Guard != nil},
+		Filter: filterOptions(c),
 		Guard:  c.Guard,
 		Before: func() error {
 			if err := applyLandlock(c); err != nil {
@@ -345,15 +345,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		},
 		Log: func(msg string) { fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg) },
 	}
-	if c.Memory > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(c.Memory)})
-	}
-	if c.Pids > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(c.Pids)})
-	}
-	if c.FileSize > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(c.FileSize)})
-	}
+	o.Rlimits = rlimitsOf(c)
 	cmd := newCmd(path, c.Argv)
 	err := seccomp.Start(cmd, o)
 	if !errors.Is(err, seccomp.ErrNoTrace) {
