@@ -181,9 +181,11 @@ type Options struct {
 
 	// Zygote, when set, forks the kernel from this fork server (see
 	// NewZygote) instead of starting it cold: a restart or a new Executor
-	// then takes about a fifth of the time. It is used only without
-	// Sandbox: a sandboxed kernel never comes from it. Options.Python must
-	// be empty or the zygote's interpreter. Nil means cold starts.
+	// then takes about a fifth of the time. One from NewZygote is used
+	// only without Sandbox: a sandboxed kernel never comes from it. One
+	// from NewSandboxZygote is used only with Sandbox, and forks each
+	// kernel into a sandbox of its own. Options.Python must be empty or
+	// the zygote's interpreter. Nil means cold starts.
 	Zygote *Zygote
 
 	// Gateway, when set, runs the kernel on a Jupyter server (Jupyter
@@ -496,6 +498,8 @@ func checkOptions(ws string, o *Options) error {
 		return errors.New("ipybox: Options.ToolServerAddr is where a gateway kernel reaches the tool server; set Gateway too, or leave it empty")
 	case o.Gateway != nil && (o.Sandbox != nil || o.Zygote != nil || o.Container != nil):
 		return errors.New("ipybox: Options.Gateway runs the kernel on the gateway, and Sandbox, Container and Zygote apply to local kernels only; leave them nil with a gateway")
+	case o.Zygote != nil && o.Zygote.sandboxed && o.Sandbox == nil:
+		return errors.New("ipybox: Options.Zygote is a sandbox fork server (NewSandboxZygote), which forks kernels into sandboxes only; set Sandbox, or use NewZygote's")
 	case o.Container != nil && o.Sandbox != nil:
 		return errors.New("ipybox: Options.Container and Options.Sandbox exclude each other; the container is the boundary")
 	}
@@ -518,6 +522,12 @@ func (e *Executor) launcher(ctx context.Context, o *Options) (kernel.Launcher, s
 		o.Python = ""
 		return l, container.WorkspaceDir, nil
 	case o.Sandbox != nil:
+		if z := o.Zygote; z != nil && z.sandboxed {
+			if o.Python != "" && o.Python != z.z.Python() {
+				return nil, "", fmt.Errorf("ipybox: Options.Python %s is not the sandbox zygote's interpreter %s; leave it empty or start the zygote with it", o.Python, z.z.Python())
+			}
+			o.Python = z.z.Python()
+		}
 		l, err := e.startSandbox(ctx)
 		if err != nil {
 			return nil, "", fmt.Errorf("ipybox: %w", err)

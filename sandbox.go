@@ -177,13 +177,17 @@ func DefaultSandbox() *SandboxConfig { return sandboxConfigOf(sandbox.DefaultCon
 // fails: there is no fallback to running unsandboxed.
 func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 	tool := sandbox.Forward{Port: toolPort, Socket: filepath.Join(e.runDir, "tool.sock")}
-	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox.policy(), &sandbox.Options{
+	so := &sandbox.Options{
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: e.ownState(),
 
 		EgressDecided: e.egressDecided,
-	}, e.secretFiles)
+	}
+	if z := e.opts.Zygote; z != nil && z.sandboxed {
+		so.Zygote = z.z // forks each kernel into its own sandbox (NewSandboxZygote)
+	}
+	sb, err := newWorkspaceSandbox(e.workspace, e.opts.Sandbox.policy(), so, e.secretFiles)
 	if err != nil {
 		return nil, err
 	}

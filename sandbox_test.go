@@ -27,6 +27,11 @@ func startSandboxed(t *testing.T, opts *ipybox.Options) *ipybox.Executor {
 	if o.Sandbox == nil {
 		o.Sandbox = ipybox.DefaultSandbox()
 	}
+	if o.Zygote == nil && os.Getenv("IPYBOX_TEST_SANDBOX_FORK") == "1" {
+		// The suites against forked kernels (docs/sandbox.md, "Forked
+		// kernels"), unchanged otherwise.
+		o.Zygote = sandboxZygote(t, o.Python)
+	}
 	return start(t, &o)
 }
 

@@ -98,6 +98,7 @@ func BenchmarkMCPBurst(b *testing.B) {
 		{"sandbox-pool4", []string{"--pool", "4"}},
 		{"sandbox-pool20", []string{"--pool", "20"}}, // a pool the size of the burst
 		{"sandbox", nil}, // the default flags
+		{"sandbox-fork", []string{"--sandbox-fork-server"}}, // the opt-in of issue 38
 	} {
 		if !slices.Contains(c.args, "--no-sandbox") && bwrapErr != nil {
 			fmt.Fprintf(&t, "%-44s skipped: no bwrap\n", strings.Join(c.args, " "))

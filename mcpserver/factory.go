@@ -204,7 +204,9 @@ func (f *kernelFactory) newExecutor(ctx context.Context, t *tenant, attach strin
 		o.Gateway = &g
 		o.ToolServerAddr = f.opts.ToolServerAddr
 	case f.sandbox == nil && o.Container == nil:
-		o.Zygote = t.zygote(ctx, py)
+		o.Zygote = t.zygote(ctx, py, false)
+	case o.Sandbox != nil && o.Container == nil && f.opts.Sessions.SandboxZygote:
+		o.Zygote = t.zygote(ctx, py, true)
 	}
 	ex, err := ipybox.Start(ctx, &o)
 	if err != nil {

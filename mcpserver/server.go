@@ -244,6 +244,11 @@ type SessionOptions struct {
 	// forked from (a fifth of a cold start). False means it is used
 	// whenever the kernels are not sandboxed.
 	NoZygote bool
+	// SandboxZygote forks sandboxed kernels, each into a sandbox of its
+	// own, from a pre-imported Python (ipybox.NewSandboxZygote; an
+	// opt-in, see docs/sandbox.md, "Forked kernels"). False means every
+	// sandboxed kernel starts cold.
+	SandboxZygote bool
 }
 
 // DurabilityOptions say how sessions of create_session outlive their

@@ -231,13 +231,17 @@ func (t *tenant) make() error {
 // start cold, which still works). A fork server is a tenant's own: the
 // site-packages it imported at its start (.pth files included) are in
 // every kernel it forks.
-func (t *tenant) zygote(ctx context.Context, python string) *ipybox.Zygote {
+func (t *tenant) zygote(ctx context.Context, python string, sandboxed bool) *ipybox.Zygote {
 	t.zygMu.Lock()
 	defer t.zygMu.Unlock()
-	if t.zyg != nil || t.zygErr != nil || t.s.opts.Sessions.NoZygote {
+	if t.zyg != nil || t.zygErr != nil || t.s.opts.Sessions.NoZygote || sandboxed && !t.s.opts.Sessions.SandboxZygote {
 		return t.zyg
 	}
-	t.zyg, t.zygErr = ipybox.NewZygote(ctx, python, t.s.log)
+	if sandboxed {
+		t.zyg, t.zygErr = ipybox.NewSandboxZygote(ctx, python, t.s.log)
+	} else {
+		t.zyg, t.zygErr = ipybox.NewZygote(ctx, python, t.s.log)
+	}
 	if t.zygErr != nil {
 		t.s.log.Warn("the fork server did not start; kernels start cold", "principal", t.principal, "err", t.zygErr)
 	}

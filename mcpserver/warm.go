@@ -12,8 +12,10 @@ import (
 //   - unsandboxed, a fork server (a zygote: one Python process that has
 //     imported ipykernel and forks a kernel per start), so that starts,
 //     refills and resets take a fifth of the time. A sandboxed session
-//     never gets a forked kernel: kernels forked inside one sandbox would
-//     share its processes, files and sockets.
+//     never gets a kernel forked inside a shared sandbox (it would share
+//     its processes, files and sockets); with Sessions.SandboxZygote
+//     (opt-in) its kernel is forked into a sandbox of its own
+//     (ipybox.NewSandboxZygote).
 
 // warmExec is an Executor started in advance, with the registration
 // generations it loaded at its start.

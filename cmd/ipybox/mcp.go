@@ -72,6 +72,7 @@ type mcpFlags struct {
 	pool, poolMax, maxSessions int
 	maxPerPrincipal            int
 	noZygote                   bool
+	sandboxZygote              bool
 	shutdownGrace              time.Duration
 	sandbox                    sandboxFlags
 	container                  containerFlags
@@ -237,6 +238,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.IntVar(&f.maxSessions, "max-sessions", defaults.MaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
 	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
+	fs.BoolVar(&f.sandboxZygote, "sandbox-fork-server", false, "fork each sandboxed kernel into a sandbox of its own from a pre-imported Python instead of starting it cold (opt-in; docs/sandbox.md, \"Forked kernels\")")
 	f.gateway.register(fs)
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long sessions may take to hibernate (a session not saved by then comes back from its last checkpoint), and then HTTP requests to finish")
 	f.sandbox.register(fs, true)
@@ -455,6 +457,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			MaxSessions:             f.maxSessions,
 			MaxSessionsPerPrincipal: f.maxPerPrincipal,
 			NoZygote:                f.noZygote,
+			SandboxZygote:           f.sandboxZygote,
 		},
 	}
 	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
@@ -569,7 +572,7 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 		if f.python != "" {
 			return errors.New("--python names a host interpreter; a container runs its image's python3")
 		}
-		return nil
+		return f.checkSandboxZygote("a container runs its image's python3, started by Docker (docs/container.md, \"Forked kernels\")")
 	}
 	policy, explicit, err := f.sandbox.policy()
 	if err != nil {
@@ -583,6 +586,19 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 		}
 		o.Sandbox = nil // the default sandbox is for local kernels
 		o.ToolServerAddr = f.gateway.toolAddr
+		return f.checkSandboxZygote("gateway kernels start on the gateway")
+	}
+	if o.Sandbox == nil {
+		return f.checkSandboxZygote("--no-sandbox kernels come from the unsandboxed fork server already (--no-fork-server turns it off)")
+	}
+	return nil
+}
+
+// checkSandboxZygote refuses --sandbox-fork-server where kernels are not
+// sandboxed here; why says where they come from instead.
+func (f *mcpFlags) checkSandboxZygote(why string) error {
+	if f.sandboxZygote {
+		return fmt.Errorf("--sandbox-fork-server forks sandboxed kernels on this host, and %s: drop --sandbox-fork-server", why)
 	}
 	return nil
 }

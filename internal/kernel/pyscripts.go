@@ -20,6 +20,8 @@ var (
 	// zygoteScript is the fork server (py/zygote.py), marked so that
 	// process listings can tell it and its kernels.
 	zygoteScript = ZygoteMarker + "\n" + pyScript("zygote.py")
+	// sandboxZygoteScript is the sandbox fork server (py/sbzygote.py).
+	sandboxZygoteScript = ZygoteMarker + "\n" + pyScript("sbzygote.py")
 	// boundStreams is py/boundstreams.py, alone: a remote kernel gets it
 	// as init code, since its server, not launchShim, launched it.
 	boundStreams = pyScript("boundstreams.py")
@@ -56,4 +58,11 @@ func pyScript(name string) string {
 		}
 	}
 	return out.String()
+}
+
+// IsLaunch reports whether args (a Spec's, after the interpreter) are the
+// ones Start gives ipykernel: a sandbox fork server then launches the
+// kernel app itself, as the zygote does, instead of running the shim.
+func IsLaunch(args []string) bool {
+	return len(args) >= 2 && args[0] == "-c" && args[1] == launchShim
 }

@@ -46,6 +46,7 @@ type Zygote struct {
 	python string
 	env    []string
 	log    *slog.Logger
+	join   bool // a sandbox fork server (zygote_join_linux.go): Join only
 
 	// closed is closed by Close, so that a Start waiting on the zygote
 	// (its restart, up to zygoteStartTimeout, or a fork) gives up at once
@@ -138,6 +139,9 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	ctl, child := os.NewFile(uintptr(fds[0]), "zygote-ctl"), os.NewFile(uintptr(fds[1]), "zygote-ctl-child")
 	out := &linelog.Writer{Emit: func(line string) { z.log.Debug("zygote output", "line", line) }}
 	cmd := exec.Command(z.python, "-c", zygoteScript)
+	if z.join {
+		cmd = exec.Command(z.python, "-s", "-c", sandboxZygoteScript)
+	}
 	cmd.Env = z.env
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
@@ -243,6 +247,9 @@ func (p *zygoteProc) stop() {
 // Start implements Launcher: it forks a kernel for spec, which must run
 // this zygote's interpreter with ipykernel's launch arguments.
 func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
+	if z.join {
+		return nil, errors.New("fork server: a sandbox fork server forks kernels into sandboxes only (sandbox.Options.Zygote)")
+	}
 	if spec.Path != z.python {
 		return nil, fmt.Errorf("fork server: it runs %s, not %s", z.python, spec.Path)
 	}

@@ -26,3 +26,11 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) { retur
 
 // Close does nothing.
 func (z *Zygote) Close() error { return nil }
+
+// NewSandboxZygote fails on this system.
+func NewSandboxZygote(ctx context.Context, python string, env []string, log *slog.Logger) (*Zygote, error) {
+	return nil, errNoZygote
+}
+
+// Join fails on this system.
+func (z *Zygote) Join(ctx context.Context, req *JoinRequest) error { return errNoZygote }

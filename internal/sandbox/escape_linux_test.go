@@ -77,6 +77,7 @@ time.sleep(60)  # stay until killed
 	}
 	procs := testenv.Descendants(p.Pid())
 	procs = append(procs, testenv.Proc{Pid: p.Pid()})
+	procs = append(procs, nsPeers(procs)...) // a forked kernel (IPYBOX_TEST_SANDBOX_FORK)
 	seen := 0
 	for _, pr := range procs {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pr.Pid))

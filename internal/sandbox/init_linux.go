@@ -59,6 +59,11 @@ type initConfig struct {
 	// Guard is the workspace guard's policy; nil: no guard (the setuid
 	// rules of the filter hold all the same).
 	Guard *seccomp.Policy `json:"guard,omitempty"`
+	// Fork: the program is not exec'd but forked into the sandbox by the
+	// host's sandbox fork server (fork_linux.go); Kernel: its arguments
+	// launch ipykernel (kernel.IsLaunch).
+	Fork   bool `json:"fork,omitempty"`
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // exitInitFailed is the init's exit code when the program did not run.
@@ -226,18 +231,29 @@ func runInit(c *initConfig) int {
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	cmd, err := startRestricted(c)
-	if err != nil {
-		return fail("%v", err)
+	var pgid int
+	var wait func() int
+	if c.Fork {
+		pid, w, err := forkedProgram(c, ctl)
+		if err != nil {
+			return fail("%v", err)
+		}
+		pgid, wait = pid, w
+	} else {
+		cmd, err := startRestricted(c)
+		if err != nil {
+			return fail("%v", err)
+		}
+		pgid = cmd.Process.Pid
+		wait = func() int { return reapUntil(pgid, fail) }
 	}
 	if ctl != nil {
 		if _, err := ctl.Write([]byte("ok\n")); err != nil {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			cmd.Wait() // bound: its group was killed above
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			wait() // bound: its group was killed above
 			return exitInitFailed
 		}
 	}
-	pgid := cmd.Process.Pid
 	go func() {
 		for sig := range sigs { // lifetime: the init
 			syscall.Kill(-pgid, sig.(syscall.Signal))
@@ -259,10 +275,15 @@ func runInit(c *initConfig) int {
 			}
 		}()
 	}
-	// As pid 1, the init inherits every orphan: reap them all, and return
-	// the program's status when it exits. (Not cmd.Wait: the reaping
-	// loop would race with it.) Returning ends the pid namespace, and
-	// with it whatever the program left running.
+	return wait()
+}
+
+// reapUntil reaps every child of the init (as pid 1, it inherits every
+// orphan) until the program, pid, exits, and returns the init's exit code
+// for its status. (Not cmd.Wait: the reaping loop would race with it.)
+// Returning ends the pid namespace, and with it whatever the program left
+// running.
+func reapUntil(pgid int, fail func(string, ...any) int) int {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil) // lifetime: the program (pid 1 reaps until it exits)
@@ -314,7 +335,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		}
 	}
 	o := seccomp.StartOptions{
-		Filter: seccomp.Options{Confine: true, DenyUnix: c.DenyUnixSockets, Guard: c.Guard != nil},
+		Filter: filterOptions(c),
 		Guard:  c.Guard,
 		Before: func() error {
 			if err := applyLandlock(c); err != nil {
@@ -324,15 +345,7 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		},
 		Log: func(msg string) { fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg) },
 	}
-	if c.Memory > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_DATA, Value: uint64(c.Memory)})
-	}
-	if c.Pids > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(c.Pids)})
-	}
-	if c.FileSize > 0 {
-		o.Rlimits = append(o.Rlimits, seccomp.Rlimit{Resource: unix.RLIMIT_FSIZE, Value: uint64(c.FileSize)})
-	}
+	o.Rlimits = rlimitsOf(c)
 	cmd := newCmd(path, c.Argv)
 	err := seccomp.Start(cmd, o)
 	if !errors.Is(err, seccomp.ErrNoTrace) {

@@ -36,9 +36,25 @@ const (
 // running kernel allows: Landlock is a best-effort layer on top of the
 // mount namespace, so what the kernel lacks is skipped, not an error.
 func applyLandlock(c *initConfig) error {
+	fd, err := landlockRuleset(c)
+	if err != nil || fd < 0 {
+		return err
+	}
+	defer unix.Close(fd)
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); errno != 0 {
+		return fmt.Errorf("restrict self: %w", errno)
+	}
+	return nil
+}
+
+// landlockRuleset builds the ruleset that applyLandlock applies, and
+// returns its descriptor (-1 when c asks for nothing the kernel offers).
+// A forked kernel (fork_linux.go) gets the same descriptor and restricts
+// itself with it.
+func landlockRuleset(c *initConfig) (int, error) {
 	abi := landlockABI()
 	if abi < 1 || !c.Landlock && !c.RestrictUnixConnect && !c.ScopeAbstract {
-		return nil
+		return -1, nil
 	}
 	var handled uint64
 	if c.Landlock {
@@ -68,7 +84,7 @@ func applyLandlock(c *initConfig) error {
 		scoped |= unix.LANDLOCK_SCOPE_SIGNAL
 	}
 	if handled == 0 && scoped == 0 {
-		return nil
+		return -1, nil
 	}
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: handled, Scoped: scoped}
 	size := unsafe.Sizeof(attr.Handled_access_fs)
@@ -80,9 +96,14 @@ func applyLandlock(c *initConfig) error {
 	}
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
 	if errno != 0 {
-		return fmt.Errorf("create ruleset: %w", errno)
+		return -1, fmt.Errorf("create ruleset: %w", errno)
 	}
-	defer unix.Close(int(fd))
+	ok := false
+	defer func() {
+		if !ok {
+			unix.Close(int(fd))
+		}
+	}()
 	add := func(path string, access uint64) error {
 		access &= handled
 		if access == 0 {
@@ -111,24 +132,22 @@ func applyLandlock(c *initConfig) error {
 	if c.Landlock {
 		for _, p := range c.ReadOnly {
 			if err := add(p, llRead); err != nil {
-				return err
+				return -1, err
 			}
 		}
 		for _, p := range c.Writable {
 			if err := add(p, handled&^unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX); err != nil {
-				return err
+				return -1, err
 			}
 		}
 	}
 	if resolveUnix {
 		for _, p := range c.UnixConnect {
 			if err := add(p, unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX); err != nil {
-				return err
+				return -1, err
 			}
 		}
 	}
-	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
-		return fmt.Errorf("restrict self: %w", errno)
-	}
-	return nil
+	ok = true
+	return int(fd), nil
 }

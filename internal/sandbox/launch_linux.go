@@ -121,6 +121,10 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	}
 	ic := s.initConfig(v, exe, spec.Args, true)
 	ic.CtlFD = 5
+	fork := s.forks(path, exe)
+	if fork {
+		ic.Fork, ic.Kernel = true, kernel.IsLaunch(spec.Args)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -155,7 +159,11 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 		ctl.Close()
 		return nil, launchError{fmt.Errorf("sandbox: start bwrap: %w", err)}
 	}
-
+	if fork {
+		if err := s.joinFork(ctx, cmd, ctl, tail, path); err != nil {
+			return nil, err
+		}
+	}
 	if err := awaitReady(ctx, cmd, ctl, tail, path); err != nil {
 		return nil, err
 	}

@@ -18,8 +18,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(f())
 	}
+	for _, f := range beforeTests {
+		f()
+	}
 	os.Exit(m.Run())
 }
+
+// beforeTests run before the tests, outside any test's goroutine check
+// (linux tests register theirs in init functions).
+var beforeTests []func()
 
 // helperEnv selects a helper role for a re-executed test binary.
 const helperEnv = "IPYBOX_SANDBOX_TEST_HELPER"

@@ -131,6 +131,14 @@ type Options struct {
 	// allowed it or the reason for the refusal. Nil tells nobody.
 	EgressDecided func(target string, allowed bool, rule string)
 
+	// Zygote, when set, forks kernels into their sandboxes from a
+	// pre-imported Python instead of starting one cold in each
+	// (kernel.NewSandboxZygote; Linux; see fork_linux.go). Every sandbox
+	// is built as for a cold start, and the forked kernel gets every
+	// restriction an exec'd one gets. A Spec whose interpreter is not the
+	// Zygote's starts cold. Nil: every kernel starts cold.
+	Zygote Forker
+
 	// proxy holds the egress proxy's test hooks (this package's tests
 	// only). Nil means the real resolver and dialer, and the SSRF guard
 	// with no exception.
@@ -151,6 +159,7 @@ type Sandbox struct {
 	forwards   []Forward
 	proxyOpts  *egress.Options
 	secrets    func() []string
+	forker     Forker
 
 	privDir    string // host-only: proxy socket, mask file
 	maskFile   string
@@ -222,6 +231,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		py:        map[string]*pyInfo{},
 		mapped:    runsAsRoot(),
 		secrets:   o.Secrets,
+		forker:    o.Zygote,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -441,4 +451,12 @@ func (s *Sandbox) checkStart(ctx context.Context, spec *kernel.Spec) (string, er
 		return "", fmt.Errorf("sandbox: run directory %q: want an absolute path", spec.RunDir)
 	}
 	return filepath.Clean(spec.RunDir), nil
+}
+
+// Forker forks kernels into sandboxes: kernel.NewSandboxZygote's Zygote.
+type Forker interface {
+	// Python is the interpreter it forks; only a Spec whose Path is it is
+	// forked, others start cold.
+	Python() string
+	Join(ctx context.Context, req *kernel.JoinRequest) error
 }

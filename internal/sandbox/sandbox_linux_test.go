@@ -64,6 +64,9 @@ func newSbx(t testing.TB, cfg *Config, opts *Options) *sbx {
 	if o.Workspace == "" {
 		o.Workspace = t.TempDir()
 	}
+	if o.Zygote == nil && forkedByDefault() {
+		o.Zygote = sandboxZygote(t)
+	}
 	s, err := New(cfg, &o)
 	if err != nil {
 		t.Fatal(err)
