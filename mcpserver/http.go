@@ -76,12 +76,12 @@ func (s *Server) Handler() http.Handler {
 	sessions := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.opts.HTTP.SessionIdleTimeout,
 		Logger:              s.log,
-		MaxRequestBodyBytes: MaxRequest,
+		MaxRequestBodyBytes: maxRequest,
 	})
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		Logger:              s.log,
-		MaxRequestBodyBytes: MaxRequest,
+		MaxRequestBodyBytes: maxRequest,
 		// A client that goes away ends its call, and the cell with it,
 		// as a 2025-11-25 client's cancellation does.
 		PropagateRequestCancellation: true,
@@ -92,11 +92,11 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
-		if r.ContentLength > MaxRequest {
-			http.Error(w, fmt.Sprintf("request body of %d bytes: ipybox mcp reads requests of at most %d MiB", r.ContentLength, MaxRequest>>20), http.StatusRequestEntityTooLarge)
+		if r.ContentLength > maxRequest {
+			http.Error(w, fmt.Sprintf("request body of %d bytes: ipybox mcp reads requests of at most %d MiB", r.ContentLength, maxRequest>>20), http.StatusRequestEntityTooLarge)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxRequest)
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
 		if newProtocol(r) {
 			stateless.ServeHTTP(w, r)
 			return

@@ -10,13 +10,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MaxRequest is the longest JSON-RPC message the server reads over stdio
+// maxRequest is the longest JSON-RPC message the server reads over stdio
 // (16 MiB, the go-sdk's own bound), and the longest request body over
 // HTTP (a longer one gets 413).
-const MaxRequest = 16 << 20
+const maxRequest = 16 << 20
 
 // StdioTransport is the server's stdio transport: newline-delimited
-// JSON-RPC on stdin and stdout, with each message bounded by MaxRequest.
+// JSON-RPC on stdin and stdout, with each message bounded by maxRequest.
 // The go-sdk ends the connection, and with it the session and the kernel's
 // state, on a message over its bound; here, a longer message is read
 // through and dropped, and the client gets a JSON-RPC error for it (see
@@ -24,7 +24,7 @@ const MaxRequest = 16 << 20
 // before the connection ends (answerAll).
 func StdioTransport() mcp.Transport {
 	return answerAll{&mcp.IOTransport{
-		Reader:        io.NopCloser(limitRequests(os.Stdin, MaxRequest)),
+		Reader:        io.NopCloser(limitRequests(os.Stdin, maxRequest)),
 		Writer:        nopWriteCloser{os.Stdout},
 		MaxLineLength: -1, // limitRequests bounds every line
 	}}

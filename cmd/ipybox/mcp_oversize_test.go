@@ -11,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox/internal/testenv"
-	"github.com/ipybox/ipybox/mcpserver"
 )
 
 // TestMCPOversizedStdioRequest: a request over the stdio limit gets a
@@ -28,7 +27,7 @@ func TestMCPOversizedStdioRequest(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
-	huge := "s = '" + strings.Repeat("a", mcpserver.MaxRequest+1) + "'"
+	huge := "s = '" + strings.Repeat("a", 16<<20+1) + "'" // past the server's 16 MiB bound
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_ipython_cell", Arguments: map[string]any{"code": huge}})
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "16 MiB") {
 		t.Errorf("oversized request: err = %v, want one that says it was refused and names the limit", err)
