@@ -26,6 +26,9 @@ scripts/setup.sh --demo
 progress "set up; waiting for the build"
 wait "$build"
 progress "built bin/ipybox and bin/everything"
+# The kernel runs on the venv that set-up made (PyPI's ipykernel 7 stack).
+IPYBOX_PYTHON=$(scripts/pyvenv.sh pystack)/bin/python
+export IPYBOX_PYTHON
 ws=$(mktemp -d)
 trap 'rm -rf "$ws"' EXIT   # the build is over
 
@@ -34,7 +37,7 @@ bin/ipybox exec --workspace "$ws" \
   -c 'import math
 data = [math.sin(i / 5) for i in range(50)]
 print(f"computed {len(data)} points")' \
-  -c 'files = !ls /usr/lib/python3/dist-packages | head -3
+  -c 'files = !ls / | head -3
 print("a shell command from Python:", files)' \
   -c 'import matplotlib.pyplot as plt
 plt.plot(data)      # state from the first cell

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ipybox and its tests need on a Debian machine, skipping
 # whatever is already there. Safe to run again and again. With --demo,
-# only what scripts/demo.sh runs: the kernel's Python stack and bubblewrap
-# (the demo's MCP server is the Go MCP SDK's example, which it builds).
+# only what scripts/demo.sh runs: the kernel's Python stack (PyPI's pinned
+# venv) and bubblewrap (the demo's MCP server is the Go MCP SDK's example,
+# which the demo builds).
 #   - Debian packages: the kernel's Python stack, bubblewrap, node/npm,
 #     the wheel build's tools (scripts/wheels.sh), pipx and prometheus
 #   - npm test servers, pinned by tools/npm/package-lock.json
@@ -17,9 +18,10 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-# --demo: only what scripts/demo.sh runs (the kernel's Python stack and the
-# sandbox), for a first run of under three minutes; no node or npm (about
-# 390 Debian packages), no test tools, no PyPI venvs, no Docker image.
+# --demo: only what scripts/demo.sh runs (the kernel's Python stack, as
+# PyPI's pinned venv, and the sandbox), for a first run of under three
+# minutes; no node or npm (about 390 Debian packages), no test tools, no
+# other venv, no Docker image.
 demo=0
 case "${1:-}" in
   --demo) demo=1 ;;
@@ -44,7 +46,10 @@ pkgs=(
   prometheus               # the observability test's scraper of ipybox mcp --metrics-addr
 )
 if ((demo)); then
-  pkgs=(python3-ipykernel python3-matplotlib python3-pydantic python3-numpy bubblewrap)
+  # The kernel's stack comes from PyPI (the venv below): Debian's
+  # python3-matplotlib alone brings scipy, pythran, g++ and boost, some 200
+  # packages that took minutes to install.
+  pkgs=(python3-venv bubblewrap)
 fi
 # apt-get install, quiet but for a progress line per tenth of the download
 # and of the installation (apt's status lines), its output kept for a
@@ -100,6 +105,9 @@ if ((${#missing[@]})); then
 fi
 
 if ((demo)); then
+  # The kernel's Python stack for the demo: PyPI's, the venv the tests also
+  # run on (ipykernel 7, matplotlib, numpy, pydantic; pinned and hashed).
+  scripts/pyvenv.sh pystack >/dev/null
   say "ready for the demo"
   exit 0
 fi
