@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --demo: only what scripts/demo.sh runs (the kernel's Python stack, as
-# PyPI's pinned venv, and the sandbox), for a first run of under three
+# PyPI's pinned venv, and the sandbox), for a first run of about three
 # minutes; no node or npm (about 390 Debian packages), no test tools, no
 # other venv, no Docker image.
 demo=0
