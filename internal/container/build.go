@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 			}
 		}
 	}()
-	var last []string // the build's last lines, for a failure
+	var last []string // the build's last lines (up to 20), for a failure
 	err = c.Build(ctx, bytes.NewReader(tarball), tag, map[string]string{"BASE": base, "VERSION": version}, func(l string) {
 		if m := stepLine.FindStringSubmatch(l); m != nil {
 			mu.Lock()
@@ -98,7 +99,7 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 	close(done)
 	wg.Wait()
 	if err != nil {
-		return fmt.Errorf("container: building %s (the build's last lines: %q): %w; scripts/image.sh builds it from a checkout", tag, last, err)
+		return fmt.Errorf("container: building %s: %w; scripts/image.sh builds it from a checkout; the build's last lines:\n  %s", tag, err, strings.Join(last, "\n  "))
 	}
 	say("built " + tag)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -57,13 +58,13 @@ func readBuild(r io.Reader, line func(string)) error {
 			if i < 0 {
 				break
 			}
-			if l := strings.TrimRight(pending[:i], "\r"); l != "" {
+			if l := clean(pending[:i]); l != "" {
 				line(l)
 			}
 			pending = pending[i+1:]
 		}
-		if all && strings.TrimSpace(pending) != "" {
-			line(pending)
+		if all && clean(pending) != "" {
+			line(clean(pending))
 			pending = ""
 		}
 	}
@@ -86,6 +87,16 @@ func readBuild(r io.Reader, line func(string)) error {
 		pending += m.Stream
 		flush(false)
 	}
+}
+
+// ansi matches the terminal escapes the daemon colours a step's stderr
+// with.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+
+// clean is one line of the build's output without its escapes and
+// trailing space.
+func clean(s string) string {
+	return strings.TrimRight(ansi.ReplaceAllString(s, ""), " \t\r")
 }
 
 // ImageRemove removes the image tag (the tag only, when other tags share

@@ -21,6 +21,8 @@ func TestReadBuild(t *testing.T) {
 		{"cut short", `{"stream":"Step 1/1 : RUN sleep 9\n"}{"stream":"x`,
 			[]string{"Step 1/1 : RUN sleep 9"}, "reading the daemon's answer"},
 		{"no newline at the end", `{"stream":"last words"}`, []string{"last words"}, ""},
+		{"colours", `{"stream":"\u001b[91mE: \u001b[0m\u001b[91mUnable to locate package x\u001b[0m\n"}{"stream":"\u001b[0m\n"}`,
+			[]string{"E: Unable to locate package x"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
