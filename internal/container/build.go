@@ -61,10 +61,14 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 		return err
 	}
 	start := time.Now()
-	var mu sync.Mutex
+	var mu sync.Mutex // step, and one progress call at a time
 	step := "starting"
-	say := func(s string) { progress(fmt.Sprintf("%s (%d s)", s, int(time.Since(start).Seconds()))) }
+	say := func(s string) { // with mu held
+		progress(fmt.Sprintf("%s (%d s)", s, int(time.Since(start).Seconds())))
+	}
+	mu.Lock()
 	say("building " + tag + " FROM " + base)
+	mu.Unlock()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -78,9 +82,8 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 				return
 			case <-t.C:
 				mu.Lock()
-				s := step
+				say("still at " + step)
 				mu.Unlock()
-				say("still at " + s)
 			}
 		}
 	}()
@@ -89,8 +92,8 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 		if m := stepLine.FindStringSubmatch(l); m != nil {
 			mu.Lock()
 			step = m[1]
-			mu.Unlock()
 			say(truncate(l, 100))
+			mu.Unlock()
 		}
 		if last = append(last, l); len(last) > 20 {
 			last = last[1:]
