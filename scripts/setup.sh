@@ -20,8 +20,9 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --demo: only what scripts/demo.sh runs (the kernel's Python stack, as
 # PyPI's pinned venv, and the sandbox), for a first run of under three
-# minutes (103 s measured on a fresh two-core machine); no node or npm (about 390 Debian packages), no test tools, no
-# other venv, no Docker image.
+# minutes (103 s measured on a fresh two-core machine); no node or npm
+# (about 390 Debian packages), no test tools, no other venv, no Docker
+# image.
 demo=0
 case "${1:-}" in
   --demo) demo=1 ;;
