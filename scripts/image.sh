@@ -101,13 +101,24 @@ fi
 say "building $image ($tag)"
 start=$SECONDS
 release=$(sed -n 's/^const release = "\(.*\)"$/\1/p' cmd/ipybox/version.go) # the image's version (TestVersionsAgree)
-# One progress line per Dockerfile step (the legacy builder's "Step N/M").
+# One progress line per Dockerfile step (the legacy builder's "Step N/M"),
+# and one every 30 s of a long step (the go build, apt's few hundred
+# packages), so that no minute passes in silence.
 blog=$(mktemp)
 set +e
 DOCKER_BUILDKIT=0 docker build --build-arg BASE="$base" --build-arg GO_IMAGE="$goimg" --build-arg VERSION="${release:-devel}" --build-arg COMMIT="$commit" -t "$tag" "$ctx" 2>&1 |
-  tee "$blog" | while IFS= read -r line; do
-    case "$line" in Step\ *) say "${line:0:100} ($((SECONDS - start)) s)" ;; esac
-  done
+  tee "$blog" | {
+    step="starting"
+    while :; do
+      if IFS= read -r -t 30 line; then
+        case "$line" in Step\ *) step=${line:0:100}; say "$step ($((SECONDS - start)) s)" ;; esac
+      elif (($? > 128)); then
+        say "still at ${step%% :*} ($((SECONDS - start)) s)"
+      else
+        break
+      fi
+    done
+  }
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || { say "docker build failed:"; tail -20 "$blog" >&2; rm -f "$blog"; exit 1; }

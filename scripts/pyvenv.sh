@@ -48,8 +48,37 @@ say "making $dir from $req (pinned and hashed; a minute or two the first time)"
 start=$SECONDS
 rm -rf "$dir"
 "$base" -m venv "$dir"
-"$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  --require-hashes --no-deps --only-binary=:all: -r "$req" >&2
+# pip's own lines become a progress line per tenth of the packages
+# fetched, and one for the install; all of them are kept for a failure.
+total=$(grep -c '^[A-Za-z0-9]' "$req")
+log=$(mktemp)
+set +e
+"$dir/bin/python" -m pip install --progress-bar off --disable-pip-version-check --no-input \
+  --require-hashes --no-deps --only-binary=:all: -r "$req" 2>&1 | tee "$log" |
+  {
+    n=0 next=10
+    while IFS= read -r line; do
+      case "$line" in
+        Collecting\ *)
+          n=$((n + 1))
+          if ((n * 100 >= next * total)); then
+            say "$name: fetched $n of $total packages ($((SECONDS - start)) s)"
+            while ((n * 100 >= next * total)); do next=$((next + 10)); done
+          fi
+          ;;
+        Installing\ collected\ packages*) say "$name: installing $n packages ($((SECONDS - start)) s)" ;;
+      esac
+    done
+  }
+rc=${PIPESTATUS[0]}
+set -e
+if ((rc)); then
+  cat "$log" >&2
+  rm -f "$log"
+  say "pip install -r $req failed (exit $rc)"
+  exit "$rc"
+fi
+rm -f "$log"
 # The stamp comes last: a run cut short leaves none, and the next one
 # starts again.
 printf '%s' "$want" >"$stamp"

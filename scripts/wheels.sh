@@ -98,7 +98,8 @@ for t in "${targets[@]}"; do
   [ "$os" = windows ] && exe=ipybox.exe
   say "building the $target binary"
   mkdir -p "$tmp/bin/$os-$arch"
-  GOOS=$os GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/bin/$os-$arch/$exe" ./cmd/ipybox
+  # scripts/gobuild.sh: go build with a progress line per tenth of the packages.
+  GOOS=$os GOARCH=$arch CGO_ENABLED=0 scripts/gobuild.sh "wheels $target" -trimpath -ldflags "$ldflags" -o "$tmp/bin/$os-$arch/$exe" ./cmd/ipybox
 done
 
 # 2. The wheels' version is the one the Go build reports: `ipybox version`

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,7 +30,7 @@ type containerFlags struct {
 }
 
 func (f *containerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.tag, "container-tag", "", "run the kernel in a Docker container from `IMAGE` (default "+ipybox.DefaultContainerImage+" when another --container-* flag is given; built by scripts/image.sh, never pulled); the workspace is at "+container.WorkspaceDir)
+	fs.StringVar(&f.tag, "container-tag", "", "run the kernel in a Docker container from `IMAGE` (default "+ipybox.DefaultContainerImage+" when another --container-* flag is given; built from this binary on first use when missing, never pulled); the workspace is at "+container.WorkspaceDir)
 	fs.Var(&f.envVars, "container-env-var", "`KEY=VALUE` for the container's environment (repeatable; overrides --container-env-file)")
 	fs.StringVar(&f.envFile, "container-env-file", "", "`FILE` of KEY=VALUE lines (.env format) for the container's environment")
 	fs.Var(&f.binds, "container-bind", "`HOST:REL` mounts the host directory HOST (absolute or relative; created if missing) at /app/REL in the container (repeatable)")
@@ -107,8 +109,9 @@ func (f *containerFlags) config(s *sandboxFlags) (*ipybox.ContainerConfig, error
 
 // containerProbe checks, before kernels start in the background, that the
 // Docker daemon answers and has the image: otherwise the failure would
-// show only as retries in the log.
-func containerProbe(ctx context.Context, c *ipybox.ContainerConfig) error {
+// show only as retries in the log. With build set, a missing default
+// image is built (ensureImage); without, its absence is the error.
+func containerProbe(ctx context.Context, c *ipybox.ContainerConfig, build io.Writer) error {
 	img := c.Image
 	if img == "" {
 		img = ipybox.DefaultContainerImage
@@ -118,16 +121,36 @@ func containerProbe(ctx context.Context, c *ipybox.ContainerConfig) error {
 		return err
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := cl.Ping(ctx); err != nil {
+	if err := cl.Ping(pctx); err != nil {
 		return fmt.Errorf("docker is not available: %w; start dockerd (scripts/dockerd.sh) or set DOCKER_HOST", err)
 	}
-	if _, err := cl.ImageInspect(ctx, img); err != nil {
-		if errors.Is(err, docker.ErrNotFound) {
-			return fmt.Errorf("image %q is not on this host (ipybox never pulls); build it (scripts/image.sh builds %s) or docker pull it", img, ipybox.DefaultContainerImage)
-		}
+	_, err = cl.ImageInspect(pctx, img)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, docker.ErrNotFound):
 		return err
+	case build != nil && img == ipybox.DefaultContainerImage:
+		return buildDefaultImage(ctx, build)
+	case img == ipybox.DefaultContainerImage:
+		return fmt.Errorf("image %q is not on this host; ipybox builds it on the first use of --container-tag (scripts/image.sh builds it from a checkout)", img)
 	}
-	return nil
+	return fmt.Errorf("image %q is not on this host (ipybox never pulls); build it or docker pull it (ipybox builds %s itself on the first use of --container-tag)", img, ipybox.DefaultContainerImage)
+}
+
+// buildDefaultImage builds ipybox.DefaultContainerImage from the running
+// binary and the Dockerfile built into it (container.BuildImage), with a
+// progress line per step on w. Only the default image is built: any
+// other tag is the user's to build.
+func buildDefaultImage(ctx context.Context, w io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("the ipybox binary, for the image: %w", err)
+	}
+	fmt.Fprintf(w, "ipybox: the image %s is missing; building it once, from this binary and Debian's packages (minutes the first time)\n", ipybox.DefaultContainerImage)
+	return container.BuildImage(ctx, "", ipybox.DefaultContainerImage, exe, release, func(line string) {
+		fmt.Fprintf(w, "ipybox: image: %s\n", line)
+	})
 }

@@ -190,7 +190,7 @@ func dockerCheck(ctx context.Context) check {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := check{name: "docker"}
-	if err := containerProbe(ctx, &ipybox.ContainerConfig{}); err != nil {
+	if err := containerProbe(ctx, &ipybox.ContainerConfig{}, nil); err != nil {
 		c.detail = "needed only for --container-tag: " + err.Error()
 		return c
 	}

@@ -101,6 +101,13 @@ func runExec(ctx context.Context, env *cliEnv, args []string) int {
 	if err := f.checkLocal(ctx, env, plan); err != nil {
 		return fail(exitUsage, err)
 	}
+	if plan.container != nil {
+		// The daemon and the image, now; the default image is built on
+		// its first use.
+		if err := containerProbe(ctx, plan.container, env.stderr); err != nil {
+			return fail(exitFail, fmt.Errorf("--container-tag: %w", err))
+		}
+	}
 	ex, err := f.start(ctx, env, plan, log)
 	if err != nil {
 		return fail(exitFail, err)

@@ -318,7 +318,7 @@ func (f *mcpFlags) checkHost(ctx context.Context, env *cliEnv) (int, error) {
 // default sandbox falls back to none, and says so.
 func (f *mcpFlags) probeBackend(ctx context.Context, env *cliEnv, opts *mcpserver.Options) (int, error) {
 	if opts.Container != nil {
-		if err := containerProbe(ctx, opts.Container); err != nil {
+		if err := containerProbe(ctx, opts.Container, env.stderr); err != nil {
 			return exitFail, fmt.Errorf("--container-tag: %w", err)
 		}
 		// Whether the kernels' user can write the workspace, now, not as

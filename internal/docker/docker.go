@@ -169,7 +169,8 @@ func (c *Client) Ping(ctx context.Context) error {
 type Image struct {
 	ID     string
 	Config struct {
-		User string
+		User   string
+		Labels map[string]string
 	}
 }
 

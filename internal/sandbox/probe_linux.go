@@ -200,7 +200,8 @@ func namespaceFix(msg string) string {
 	}
 	if len(fixes) == 0 {
 		fixes = append(fixes, "user and network namespaces must be available to this user; inside a container, allow "+
-			"them (for example docker --security-opt seccomp=unconfined --security-opt apparmor=unconfined), "+
+			"them (for example docker --security-opt seccomp=unconfined --security-opt apparmor=unconfined "+
+			"--security-opt systempaths=unconfined: the last because docker's masked /proc paths keep bwrap from mounting a /proc), "+
 			"or run ipybox on the host")
 	}
 	return strings.Join(fixes, "; ")
