@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/trusted"
 	"github.com/ipybox/ipybox/mcpserver"
@@ -109,12 +110,17 @@ func newToken() string {
 }
 
 // writeTokenFile writes a generated token where only this user can read
-// it: $XDG_RUNTIME_DIR/ipybox, or ~/.local/state/ipybox, in a 0700
+// it: $XDG_RUNTIME_DIR/ipybox, or ~/.local/state/ipybox (in the image,
+// /ipybox/run-UID, which nothing the server starts can read), in a 0700
 // directory, as a 0600 file named after the address. No link is followed.
 // It returns the file's path.
 func writeTokenFile(getenv func(string) string, addr net.Addr, token string) (string, error) {
 	base, rel := "", ""
-	if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+	if getenv(imageEnv) == "1" {
+		// In the image, $XDG_RUNTIME_DIR is open to kernels, and a token
+		// would let their code call the server as its client.
+		base, rel = hostproc.ImagePrivate, fmt.Sprintf("run-%d", os.Geteuid())
+	} else if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
 		if fi, err := os.Stat(x); err == nil && fi.IsDir() {
 			base, rel = x, "ipybox"
 		}

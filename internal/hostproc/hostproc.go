@@ -126,6 +126,28 @@ func DirOutside(writable []string) (string, error) {
 // lies (docs/container.md).
 var inImage = os.Getenv("IPYBOX_IN_IMAGE") == "1"
 
+// ImagePrivate is, in the image, the folder of the server's own files:
+// its config folder (XDG_CONFIG_HOME is /ipybox/config there: the
+// approval policy, its audit log, the remembered answers, the OAuth
+// sign-ins of its MCP servers) and, there, every --state-dir and
+// generated token outside the workspace. The Dockerfile makes it (1777,
+// as /tmp, since the server runs as any --user); the server makes its
+// own 0700 folders in it. What the server starts can neither read nor
+// write it (ImageDomain with scope), nor rename or replace it: nothing
+// they start may change "/" itself.
+const ImagePrivate = "/ipybox"
+
+// OutsideImagePrivate, in the image, refuses a folder or file of the
+// server's own (what: the flag that names it) that lies outside
+// ImagePrivate: every other folder but the system's is open to what the
+// server starts, to read and to write. Outside the image it returns nil.
+func OutsideImagePrivate(what, path string) error {
+	if !inImage || Inside(path, []string{ImagePrivate}) != "" {
+		return nil
+	}
+	return fmt.Errorf("%s %s: in the ipybox image, kernels can read and write every folder but the system's and %s; put it under %s (a volume at %s/state, say)", what, path, ImagePrivate, ImagePrivate, ImagePrivate)
+}
+
 // dirRoots lists the parents that Dir may use, in order.
 func dirRoots() []string {
 	var roots []string
@@ -280,7 +302,8 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
 // writable, or below a folder another user can put entries in (HOME=/tmp:
-// npx's cache and the upward searches from it), and the CodeVars that
+// npx's cache and the upward searches from it), or, in the image, in
+// ImagePrivate (XDG_CONFIG_HOME there: unreadable to what the server starts), and the CodeVars that
 // name a file in a folder of writable, and sets HOME to Home when it was
 // one of them, or is not a folder (a cache variable dropped here then has
 // a home to fall back to).
@@ -289,7 +312,7 @@ func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, e
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
+		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v) || inImage && homeInside(v, []string{ImagePrivate})) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
