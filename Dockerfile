@@ -3,8 +3,8 @@
 #
 #   docker run -i --rm --user "$(id -u):$(id -g)" -v "$PWD":/app/workspace ipybox   # MCP over stdio
 #   docker run --rm --user "$(id -u):$(id -g)" -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
-#     -v "$PWD/token":/run/token:ro ipybox \
-#     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /run/token
+#     -v "$PWD/token":/ipybox/token:ro ipybox \
+#     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /ipybox/token
 #
 # --user: the server and its kernels run as the owner of the workspace
 # (and of the token file), whatever its uid, so that they can write it.
