@@ -53,8 +53,9 @@ RUN apt-get update -qq && \
 # any other (HOME is /tmp, which every uid can write). The container
 # backend runs kernels as the calling user's uid (or, under root, the
 # workspace owner's or the mapped id) whatever the image says.
-# /ipybox holds the server's own files (its config folder: the approval
-# policy and log, remembered answers, OAuth sign-ins): 1777, as /tmp, so
+# /ipybox holds the server's own files (its config folder, /ipybox/config
+# in the image: the approval policy and log, remembered answers, OAuth
+# sign-ins; not an ENV, which a container backend's kernels would get): 1777, as /tmp, so
 # that any --user makes its 0700 folders there. Nothing the server starts
 # may read or write it (Landlock, docs/container.md).
 RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp ipybox && \
@@ -63,7 +64,7 @@ RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp ipybox && \
 COPY --from=build /out/ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace
-ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1 XDG_CONFIG_HOME=/ipybox/config
+ENV LANG=C.UTF-8 HOME=/tmp IPYBOX_IN_IMAGE=1
 # The private folder of the host processes ipybox starts, made 0700 by
 # ipybox at its start as the ipybox user or root (/app is writable to
 # them); under another --user, in $HOME/.cache (/tmp), which the image

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,27 +15,16 @@ import (
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
-// imageConfigDir returns the server's config folder in img, as its
-// environment makes it: $XDG_CONFIG_HOME/ipybox, else $HOME/.config/ipybox.
+// imageConfigDir returns the server's config folder in img, as ipybox
+// there reports it (the policy's folder, which `approvals rules` names).
 func imageConfigDir(t *testing.T, img string) string {
 	t.Helper()
-	out, err := exec.Command("docker", "image", "inspect", "-f", "{{json .Config.Env}}", img).Output()
-	if err != nil {
-		t.Fatalf("docker image inspect %s: %v", img, err)
+	out, err := exec.Command("docker", "run", "--rm", "--user", "1234:1234", img, "approvals", "rules").Output()
+	policy, _, ok := strings.Cut(string(out), ": ")
+	if err != nil || !ok || !strings.HasSuffix(policy, "/approvals.policy") {
+		t.Fatalf("ipybox approvals rules in %s (%v): %q; want the policy's path first", img, err, out)
 	}
-	var env []string
-	if err := json.Unmarshal(out, &env); err != nil {
-		t.Fatalf("the image's environment %s: %v", out, err)
-	}
-	vars := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
-	if x := vars["XDG_CONFIG_HOME"]; x != "" {
-		return filepath.Join(x, "ipybox")
-	}
-	return filepath.Join(vars["HOME"], ".config", "ipybox")
+	return filepath.Dir(policy)
 }
 
 // serverFilesCell is kernel code that goes after the server's own files:
