@@ -27,7 +27,7 @@ func imageChecks(getenv func(string) string) (checks []check, ok bool) {
 	)
 	if cfg, err := os.UserConfigDir(); err == nil && hostproc.Inside(cfg, []string{hostproc.ImagePrivate}) == "" {
 		checks = append(checks, check{name: "protection", detail: fmt.Sprintf(
-			"the config folder %s/ipybox (the approval policy and log, OAuth sign-ins) is outside %s: kernels can read and write it; leave XDG_CONFIG_HOME as the image sets it", cfg, hostproc.ImagePrivate)})
+			"the config folder %s/ipybox (the approval policy and log, OAuth sign-ins) is outside %s: kernels can read and write it; leave XDG_CONFIG_HOME unset (ipybox then uses %s/config)", cfg, hostproc.ImagePrivate, hostproc.ImagePrivate)})
 	}
 	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	scoped := errno == 0 && int(abi) >= 6
