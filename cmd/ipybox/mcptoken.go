@@ -56,6 +56,12 @@ func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if env.getenv(imageEnv) == "1" && hostproc.Inside(abs, []string{hostproc.ImagePrivate}) == "" && env.stderr != nil {
+		// Kernels there share this uid: they read the file, and call this
+		// server over loopback as its client.
+		fmt.Fprintf(env.stderr, "ipybox mcp: warning: --auth-token-file %s is outside %s, where kernel code in this container can read it and call this server as a client; mount it under %s instead (-v FILE:%s/token:ro)\n",
+			path, hostproc.ImagePrivate, hostproc.ImagePrivate, hostproc.ImagePrivate)
+	}
 	if warn != "" && env.stderr != nil {
 		fmt.Fprintf(env.stderr, "ipybox mcp: warning: %s\n", warn)
 	}
