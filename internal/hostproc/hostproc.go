@@ -302,8 +302,7 @@ func Prepare(cmd *exec.Cmd, writable []string) (dropped []string, err error) {
 
 // cleanHomes drops the HomeVars of cmd.Env that lie in a folder of
 // writable, or below a folder another user can put entries in (HOME=/tmp:
-// npx's cache and the upward searches from it), or, in the image, in
-// ImagePrivate (XDG_CONFIG_HOME there: unreadable to what the server starts), and the CodeVars that
+// npx's cache and the upward searches from it), and the CodeVars that
 // name a file in a folder of writable, and sets HOME to Home when it was
 // one of them, or is not a folder (a cache variable dropped here then has
 // a home to fall back to).
@@ -312,7 +311,7 @@ func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, e
 	home := false
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
-		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v) || inImage && homeInside(v, []string{ImagePrivate})) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
+		if isVar(HomeVars, k) && (homeInside(v, writable) || homeShared(v)) || k == "HOME" && !isDir(v) || isVar(CodeVars, k) && codeInside(v, writable) {
 			dropped = append(dropped, kv)
 			home = home || k == "HOME"
 			continue
@@ -331,8 +330,12 @@ func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, e
 }
 
 // homeInside reports whether an entry of the list v is in a folder of
-// writable.
+// writable, or, in the image, in ImagePrivate (ipybox's XDG_CONFIG_HOME
+// there, which nothing the server starts may read).
 func homeInside(v string, writable []string) bool {
+	if inImage {
+		writable = append(writable[:len(writable):len(writable)], ImagePrivate)
+	}
 	for _, e := range filepath.SplitList(v) {
 		if e != "" && filepath.IsAbs(e) && Inside(e, writable) != "" {
 			return true
