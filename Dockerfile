@@ -3,8 +3,8 @@
 #
 #   docker run -i --rm --user "$(id -u):$(id -g)" -v "$PWD":/app/workspace ipybox   # MCP over stdio
 #   docker run --rm --user "$(id -u):$(id -g)" -p 127.0.0.1:8080:8080 -v "$PWD":/app/workspace \
-#     -v "$PWD/token":/run/token:ro ipybox \
-#     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /run/token
+#     -v "$PWD/token":/ipybox/token:ro ipybox \
+#     mcp --workspace /app/workspace --no-sandbox --http 0.0.0.0:8080 --auth-token-file /ipybox/token
 #
 # --user: the server and its kernels run as the owner of the workspace
 # (and of the token file), whatever its uid, so that they can write it.
@@ -53,8 +53,14 @@ RUN apt-get update -qq && \
 # any other (HOME is /tmp, which every uid can write). The container
 # backend runs kernels as the calling user's uid (or, under root, the
 # workspace owner's or the mapped id) whatever the image says.
+# /ipybox holds the server's own files (its config folder, /ipybox/config
+# in the image: the approval policy and log, remembered answers, OAuth
+# sign-ins; not an ENV, which a container backend's kernels would get): 1777, as /tmp, so
+# that any --user makes its 0700 folders there. Nothing the server starts
+# may read or write it (Landlock, docs/container.md).
 RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp ipybox && \
-    mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace
+    mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace && \
+    mkdir -m 1777 /ipybox
 COPY --from=build /out/ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/flock"
 	"github.com/ipybox/ipybox/internal/gateway"
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/policy"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/trusted"
@@ -244,6 +245,12 @@ func openStateDir(workspace, dir string) (*stateDir, error) {
 	sessions := filepath.Join(workspace, ".ipybox", "sessions")
 	if real := policy.RealPath(abs); under(real, workspace) && !under(real, sessions) {
 		return nil, fmt.Errorf("Options.Durability.StateDir %s is in the workspace, where kernel code can write; choose a folder outside it, or leave it empty for .ipybox/sessions", abs)
+	}
+	// In the image, kernels run unsandboxed: a state folder outside the
+	// workspace is theirs too unless it is in the server's private folder.
+	// (The default, .ipybox/sessions, is as open to them as the workspace.)
+	if err := hostproc.OutsideImagePrivate("Options.Durability.StateDir", abs); err != nil && !under(policy.RealPath(abs), sessions) {
+		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("Options.Durability.StateDir: %w", err)

@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/hostproc"
 )
 
 // imageChecks are the doctor's lines in the ipybox image (getenv(imageEnv)
@@ -23,6 +25,10 @@ func imageChecks(getenv func(string) string) (checks []check, ok bool) {
 		check{name: "protection", ok: caps == 0, detail: fmt.Sprintf("no capabilities (effective and permitted %016x)", caps)},
 		check{name: "protection", ok: nnp == 1, detail: "no-new-privileges: no setuid program of the image raises a kernel"},
 	)
+	if cfg, err := os.UserConfigDir(); err == nil && hostproc.Inside(cfg, []string{hostproc.ImagePrivate}) == "" {
+		checks = append(checks, check{name: "protection", detail: fmt.Sprintf(
+			"the config folder %s/ipybox (the approval policy and log, OAuth sign-ins) is outside %s: kernels can read and write it; leave XDG_CONFIG_HOME unset (ipybox then uses %s/config)", cfg, hostproc.ImagePrivate, hostproc.ImagePrivate)})
+	}
 	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	scoped := errno == 0 && int(abi) >= 6
 	if uid != 0 {
@@ -30,7 +36,7 @@ func imageChecks(getenv func(string) string) (checks []check, ok bool) {
 			detail: fmt.Sprintf("the image's files belong to root, not to uid %d: kernels cannot replace /usr/local/bin/ipybox or write /etc", uid)})
 		if !scoped {
 			checks = append(checks, check{name: "protection", detail: fmt.Sprintf(
-				"no Landlock signal scoping (ABI 6, Linux 6.12; here %d): kernel code, and what it plants in the workspace's .ipybox (the venv, the registry), can signal the server", int(abi))})
+				"no Landlock signal scoping (ABI 6, Linux 6.12; here %d): kernel code, and what it plants in the workspace's .ipybox (the venv, the registry), can signal the server and read and write its own files (%s)", int(abi), hostproc.ImagePrivate)})
 			return checks, true
 		}
 	}
@@ -51,5 +57,5 @@ func imageChecks(getenv func(string) string) (checks []check, ok bool) {
 // startedConfined is the doctor's line for hostproc.Confine.
 func startedConfined(abi int) check {
 	return check{name: "protection", ok: true, detail: fmt.Sprintf(
-		"every process the server starts (kernels, the fork server, stdio MCP servers, pip and venv helpers) starts in a Landlock domain of its own (ABI %d) before its first instruction: what kernel code plants in the workspace's .ipybox (a .pth, bin/python, the registry) runs no freer than kernel code, and signals neither the server nor other sessions", abi)}
+		"every process the server starts (kernels, the fork server, stdio MCP servers, pip and venv helpers) starts in a Landlock domain of its own (ABI %d) before its first instruction: what kernel code plants in the workspace's .ipybox (a .pth, bin/python, the registry) runs no freer than kernel code, and signals neither the server nor other sessions; none of them reads or writes %s, the server's own files (its config folder: the approval policy and log, remembered answers, OAuth sign-ins; a --state-dir outside the workspace)", abi, hostproc.ImagePrivate)}
 }

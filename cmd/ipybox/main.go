@@ -70,6 +70,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "ipybox: %v\n", err)
 		os.Exit(exitFail)
 	}
+	imageConfigHome(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, exit: os.Exit}, os.Args[1:])
 	stop()

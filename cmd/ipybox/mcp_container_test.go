@@ -408,16 +408,16 @@ func TestImageServesHTTP(t *testing.T) {
 	if owner != 1000 {
 		// Without --user, the image's uid 1000 may not read the token: it
 		// says so at once, with the option that fixes it.
-		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
-			"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token").CombinedOutput()
-		want := fmt.Sprintf("ipybox mcp: --auth-token-file /run/token: this process (uid 1000) may not read it (it belongs to %d:%d); run the container as its owner: add --user %d:%d to the docker run command\n", owner, owner, owner, owner)
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/ipybox/token:ro", img,
+			"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/ipybox/token").CombinedOutput()
+		want := fmt.Sprintf("ipybox mcp: --auth-token-file /ipybox/token: this process (uid 1000) may not read it (it belongs to %d:%d); run the container as its owner: add --user %d:%d to the docker run command\n", owner, owner, owner, owner)
 		if err == nil || string(out) != want {
 			t.Errorf("without --user: %v\n%s\nwant:\n%s", err, out, want)
 		}
 	}
 	run := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name, "--user", fmt.Sprintf("%d:%d", owner, owner), "-p", "127.0.0.1::8080",
-		"-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/run/token:ro", img,
-		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/run/token")
+		"-v", ws+":/app/workspace", "-v", filepath.Join(tokDir, "token")+":/ipybox/token:ro", img,
+		"mcp", "--workspace", "/app/workspace", "--no-sandbox", "--http", "0.0.0.0:8080", "--auth-token-file", "/ipybox/token")
 	stderr, _ := run.StderrPipe()
 	logs := &lockedBuffer{}
 	if err := run.Start(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/safefs"
 	"github.com/ipybox/ipybox/internal/trusted"
 	"github.com/ipybox/ipybox/mcpserver"
@@ -54,6 +55,12 @@ func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if env.getenv(imageEnv) == "1" && hostproc.Inside(abs, []string{hostproc.ImagePrivate}) == "" && env.stderr != nil {
+		// Kernels there share this uid: they read the file, and call this
+		// server over loopback as its client.
+		fmt.Fprintf(env.stderr, "ipybox mcp: warning: --auth-token-file %s is outside %s, where kernel code in this container can read it and call this server as a client; mount it under %s instead (-v FILE:%s/token:ro)\n",
+			path, hostproc.ImagePrivate, hostproc.ImagePrivate, hostproc.ImagePrivate)
 	}
 	if warn != "" && env.stderr != nil {
 		fmt.Fprintf(env.stderr, "ipybox mcp: warning: %s\n", warn)
@@ -109,12 +116,17 @@ func newToken() string {
 }
 
 // writeTokenFile writes a generated token where only this user can read
-// it: $XDG_RUNTIME_DIR/ipybox, or ~/.local/state/ipybox, in a 0700
+// it: $XDG_RUNTIME_DIR/ipybox, or ~/.local/state/ipybox (in the image,
+// /ipybox/run-UID, which nothing the server starts can read), in a 0700
 // directory, as a 0600 file named after the address. No link is followed.
 // It returns the file's path.
 func writeTokenFile(getenv func(string) string, addr net.Addr, token string) (string, error) {
 	base, rel := "", ""
-	if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+	if getenv(imageEnv) == "1" {
+		// In the image, $XDG_RUNTIME_DIR is open to kernels, and a token
+		// would let their code call the server as its client.
+		base, rel = hostproc.ImagePrivate, fmt.Sprintf("run-%d", os.Geteuid())
+	} else if x := getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
 		if fi, err := os.Stat(x); err == nil && fi.IsDir() {
 			base, rel = x, "ipybox"
 		}

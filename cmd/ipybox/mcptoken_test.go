@@ -40,3 +40,26 @@ func TestReadTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFileOutsideImagePrivate: in the image, a token file outside
+// /ipybox is one kernel code reads (it shares the server's uid), and
+// then calls the server as its client: ipybox says so at start.
+func TestTokenFileOutsideImagePrivate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(p, []byte(strings.Repeat("a", 32)+"\n"), 0o600)
+	for _, inImage := range []bool{false, true} {
+		var stderr strings.Builder
+		env := &cliEnv{stderr: &stderr, getenv: func(k string) string {
+			if k == imageEnv && inImage {
+				return "1"
+			}
+			return ""
+		}}
+		if _, err := readTokenFile(env, p); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(stderr.String(), "outside /ipybox, where kernel code in this container can read it"); got != inImage {
+			t.Errorf("in the image %v: stderr %q; want the warning %v", inImage, stderr.String(), inImage)
+		}
+	}
+}

@@ -96,13 +96,20 @@ const landlockScopes = 1<<0 | 1<<1
 
 var errNoScope = errors.New("this kernel lacks Landlock's signal scoping (ABI 6, Linux 6.12)")
 
+// landlockRead are the Landlock rights that read a file system: a file's
+// content and a folder's entries.
+const landlockRead = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+
 // ImageDomain puts the calling thread (and what it execs) in a Landlock
 // domain in which the image's system folders (/usr, /etc, /bin, /sbin,
 // /lib*, /var but /var/tmp, /opt, /boot, /root) are read-only; every
 // other top-level folder (the workspace's /app, /tmp, /run, volumes) stays
-// writable. With scope, the domain also keeps signals and abstract unix
-// sockets inside it. Without Landlock ABI 6 it does nothing, and returns
-// errNoScope when scope was asked. The caller locks its thread.
+// writable. With scope (what the server starts), the domain also keeps
+// signals and abstract unix sockets inside it, and ImagePrivate, the
+// server's own files, is neither readable nor writable: reads are allowed
+// by top-level entry, all but that one, so "/" itself cannot be listed.
+// Without Landlock ABI 6 it does nothing, and returns errNoScope when
+// scope was asked. The caller locks its thread.
 func ImageDomain(scope bool) error {
 	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 || int(abi) < 6 {
@@ -113,6 +120,7 @@ func ImageDomain(scope bool) error {
 	}
 	attr := unix.LandlockRulesetAttr{Handled_access_fs: landlockWrite}
 	if scope {
+		attr.Handled_access_fs |= landlockRead
 		attr.Scoped = landlockScopes
 	}
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
@@ -120,26 +128,13 @@ func ImageDomain(scope bool) error {
 		return fmt.Errorf("create a ruleset: %v", errno)
 	}
 	defer unix.Close(int(fd))
-	ents, err := os.ReadDir("/")
+	rules, err := imageRules(scope)
 	if err != nil {
 		return err
 	}
-	allowed := []string{"/var/tmp"}
-	for _, e := range ents {
-		if e.IsDir() && !slices.Contains(imageSystem, e.Name()) { // IsDir: not a link to usr/lib and the like
-			allowed = append(allowed, "/"+e.Name())
-		}
-	}
-	for _, p := range allowed {
-		d, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		rule := unix.LandlockPathBeneathAttr{Allowed_access: landlockWrite, Parent_fd: int32(d)}
-		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		unix.Close(d)
-		if errno != 0 {
-			return fmt.Errorf("allow writes under %s: %v", p, errno)
+	for _, r := range rules {
+		if err := addRule(int(fd), r.path, r.access); err != nil {
+			return err
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
@@ -147,6 +142,65 @@ func ImageDomain(scope bool) error {
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
 		return fmt.Errorf("restrict this process: %v", errno)
+	}
+	return nil
+}
+
+type imageRule struct {
+	path   string
+	access uint64
+}
+
+// imageRules lists ImageDomain's rules: writes under every top-level
+// folder but the system's (and /var/tmp); with scope, reads under every
+// top-level entry but ImagePrivate. A link at the top (/bin -> usr/bin)
+// gets no rule: what it points to has its own.
+func imageRules(scope bool) ([]imageRule, error) {
+	ents, err := os.ReadDir("/")
+	if err != nil {
+		return nil, err
+	}
+	rules := []imageRule{{"/var/tmp", landlockWrite}}
+	for _, e := range ents {
+		p := "/" + e.Name()
+		var access uint64
+		switch {
+		case scope && p == ImagePrivate:
+			continue
+		case e.IsDir():
+			if !slices.Contains(imageSystem, e.Name()) {
+				access = landlockWrite
+			}
+			if scope {
+				access |= landlockRead
+			}
+		case e.Type().IsRegular() && scope: // /.dockerenv
+			access = unix.LANDLOCK_ACCESS_FS_READ_FILE
+		}
+		if access != 0 {
+			rules = append(rules, imageRule{p, access})
+		}
+	}
+	return rules, nil
+}
+
+// addRule allows access beneath path (not followed if it is a link); a
+// path that is gone is skipped.
+func addRule(ruleset int, path string, access uint64) error {
+	flags := unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	d, err := unix.Open(path, flags, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(d)
+	var st unix.Stat_t
+	if unix.Fstat(d, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil
+	}
+	rule := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(d)}
+	_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(ruleset), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
+	if errno != 0 {
+		return fmt.Errorf("allow %#x under %s: %v", access, path, errno)
 	}
 	return nil
 }

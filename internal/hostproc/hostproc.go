@@ -151,6 +151,28 @@ func DirOutside(writable []string) (string, error) {
 // lies (docs/container.md).
 var inImage = os.Getenv("IPYBOX_IN_IMAGE") == "1"
 
+// ImagePrivate is, in the image, the folder of the server's own files:
+// its config folder (XDG_CONFIG_HOME is /ipybox/config there: the
+// approval policy, its audit log, the remembered answers, the OAuth
+// sign-ins of its MCP servers) and, there, every --state-dir and
+// generated token outside the workspace. The Dockerfile makes it (1777,
+// as /tmp, since the server runs as any --user); the server makes its
+// own 0700 folders in it. What the server starts can neither read nor
+// write it (ImageDomain with scope), nor rename or replace it: nothing
+// they start may change "/" itself.
+const ImagePrivate = "/ipybox"
+
+// OutsideImagePrivate, in the image, refuses a folder or file of the
+// server's own (what: the flag that names it) that lies outside
+// ImagePrivate: every other folder but the system's is open to what the
+// server starts, to read and to write. Outside the image it returns nil.
+func OutsideImagePrivate(what, path string) error {
+	if !inImage || Inside(path, []string{ImagePrivate}) != "" {
+		return nil
+	}
+	return fmt.Errorf("%s %s: in the ipybox image, kernels can read and write every folder but the system's and %s; put it under %s (a volume at %s/state, say)", what, path, ImagePrivate, ImagePrivate, ImagePrivate)
+}
+
 // dirRoots lists the parents that Dir may use, in order.
 func dirRoots() []string {
 	var roots []string
@@ -333,8 +355,12 @@ func cleanHomes(cmd *exec.Cmd, writable []string, dropped []string) ([]string, e
 }
 
 // homeInside reports whether an entry of the list v is in a folder of
-// writable.
+// writable, or, in the image, in ImagePrivate (ipybox's XDG_CONFIG_HOME
+// there, which nothing the server starts may read).
 func homeInside(v string, writable []string) bool {
+	if inImage {
+		writable = append(writable[:len(writable):len(writable)], ImagePrivate)
+	}
 	for _, e := range filepath.SplitList(v) {
 		if e != "" && filepath.IsAbs(e) && Inside(e, writable) != "" {
 			return true

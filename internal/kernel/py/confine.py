@@ -21,12 +21,19 @@ def _ipybox_confine():
     if abi < 6:
         raise SystemExit("ipybox: this kernel runs as root in the ipybox image and must be confined by Landlock with signal scoping (ABI 6, Linux 6.12), which this system lacks (ABI %d); run the container as the workspace's owner instead (docker run --user UID:GID)" % abi)
     write = (1 << 1) | sum(1 << b for b in range(4, 13)) | (1 << 13) | (1 << 14)
+    system = {"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "opt", "var", "root"}
+    try:
+        allowed = ["/var/tmp"] + ["/" + n for n in os.listdir("/") if n not in system]
+    except PermissionError:
+        # The domain the server starts every process in (hostproc's
+        # ImageDomain) hides "/" from listing, and already keeps the system
+        # folders read-only and the server's /ipybox out of reach: this
+        # domain then only scopes, to this kernel.
+        write, allowed = 0, []
     attr = ctypes.create_string_buffer(struct.pack("=QQQ", write, 0, 3), 24)  # scoped: abstract sockets, signals
     fd = libc.syscall(create, attr, ctypes.c_size_t(24), ctypes.c_uint32(0))
     if fd < 0:
         raise SystemExit("ipybox: landlock_create_ruleset: errno %d" % ctypes.get_errno())
-    system = {"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "opt", "var", "root"}
-    allowed = ["/var/tmp"] + ["/" + n for n in os.listdir("/") if n not in system]
     for p in allowed:
         if os.path.islink(p) or not os.path.isdir(p):
             continue  # a link to /usr/lib and the like: not what it names
