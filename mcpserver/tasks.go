@@ -64,6 +64,10 @@ const (
 	taskKeep = 30 * time.Minute
 	// maxTasks bounds the tasks a principal keeps, running or finished.
 	maxTasks = 64
+	// taskQuick is how long a call waits for its cell before it answers
+	// with a task: a cell that ends sooner, with no approval asked, is
+	// answered as without the extension.
+	taskQuick = 2 * time.Second
 	// taskPoll is the polling interval suggested to clients.
 	taskPoll = 2 * time.Second
 )
@@ -96,10 +100,13 @@ type taskTable struct {
 	// max and keep are maxTasks and taskKeep (tests shorten them).
 	max  int
 	keep time.Duration
+	// quick is how long a call waits for its cell before it becomes a
+	// task (taskQuick; the conformance fixtures' test sets 0).
+	quick time.Duration
 }
 
 func newTaskTable() *taskTable {
-	return &taskTable{tasks: map[string]*task{}, max: maxTasks, keep: taskKeep}
+	return &taskTable{tasks: map[string]*task{}, max: maxTasks, keep: taskKeep, quick: taskQuick}
 }
 
 // expiresLocked is when t is dropped. Called with mu held.
@@ -158,6 +165,13 @@ func (tt *taskTable) reserve(p string, timeout time.Duration) (*task, error) {
 	t := &task{id: "task_" + strings.ToLower(rand.Text()), principal: p, created: now, timeout: timeout, updated: now, lastStatus: "working"}
 	tt.tasks[t.id] = t
 	return t, nil
+}
+
+// drop forgets t, a reservation that became no task.
+func (tt *taskTable) drop(t *task) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	delete(tt.tasks, t.id)
 }
 
 // start gives t its cell; tasks/get finds it from now on.
@@ -223,13 +237,24 @@ func declaresTasks(ss *mcp.ServerSession, meta mcp.Meta) bool {
 
 // startTask starts x's cell (start, which has a timeout) as a task, and
 // leaves the task in slot: the middleware answers the call with its
-// handle.
-func (s *Server) startTask(slot *taskSlot, x *session, timeout time.Duration, start func() (*cellRun, *attachment)) error {
+// handle. A cell that ends within the quick window (taskTable.quick) with
+// no approval asked is no task: slot stays empty, and the caller answers
+// with the cell's result (the extension lets the server choose; clients
+// that declare it by default, as the MCP Inspector does, would otherwise
+// get a handle for print(1)).
+func (s *Server) startTask(slot *taskSlot, x *session, timeout time.Duration, start func() (*cellRun, *attachment)) (*cellRun, *attachment, error) {
 	t, err := s.tasks.reserve(x.principal, timeout)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	s.tasks.mu.Lock()
+	quick := s.tasks.quick
+	s.tasks.mu.Unlock()
 	c, att := start()
+	if c.settles(quick) {
+		s.tasks.drop(t)
+		return c, att, nil
+	}
 	// The call ends now; the cell runs on without it.
 	c.detach(att)
 	c.mu.Lock()
@@ -238,7 +263,34 @@ func (s *Server) startTask(slot *taskSlot, x *session, timeout time.Duration, st
 	s.tasks.start(t, c)
 	slot.t = t
 	s.log.Info("task started", "task", t.id, "cell", c.id, "session", x.id, "principal", x.principal)
-	return nil
+	return c, nil, nil
+}
+
+// settles waits at most d for the cell's end, and reports whether it
+// ended with no approval asked: an approval (or d) ends the wait, so that
+// a task's client gets it as input_required.
+func (c *cellRun) settles(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		done, asked, changed := c.done, c.nasks > 0, c.changed
+		c.mu.Unlock()
+		switch {
+		case asked:
+			return false
+		case done:
+			return true
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return false
+		}
+	}
 }
 
 // taskWire is a Task (SEP-2663) as it goes on the wire, with its

@@ -67,7 +67,7 @@ func TestTasksConformanceFixtures(t *testing.T) {
 	if _, err := os.Stat(conf); err != nil {
 		testenv.Missing(t, "%s not installed; run scripts/setup.sh", conf)
 	}
-	srv := newServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Mode: ApprovalElicit}, HTTP: HTTPOptions{NoAuth: true}})
+	srv := noQuick(newServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Mode: ApprovalElicit}, HTTP: HTTPOptions{NoAuth: true}}))
 	srv.mcp.AddReceivingMiddleware(fixtureCells(srv))
 	mcp.AddTool(srv.mcp, &mcp.Tool{Name: "greet", InputSchema: schema(`{"type": "object", "properties": {"name": {"type": "string"}}}`)},
 		func(_ context.Context, _ *mcp.CallToolRequest, a struct {

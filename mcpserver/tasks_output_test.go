@@ -39,7 +39,7 @@ func checkSpill(t *testing.T, c *taskClient, h, text string, n int) {
 // message was clipped to 4000 bytes, past the file's name.)
 func TestTaskOutputNeverDropped(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	srv := noQuick(newServer(t, &Options{Workspace: sharedWorkspace(t)}))
 	c := httpTaskClient(t, serveHTTP(t, srv), testToken, withTasks())
 	var out struct{ Session string }
 	b, _ := json.Marshal(c.tool("create_session", map[string]any{})["structuredContent"])
@@ -102,7 +102,7 @@ func TestTaskOutputNeverDropped(t *testing.T) {
 // session ended with the connection, and the cell with it.)
 func TestTaskOutlivesItsConnection(t *testing.T) {
 	testenv.CheckGoroutines(t)
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	srv := noQuick(newServer(t, &Options{Workspace: sharedWorkspace(t)}))
 	a := stdioTaskClient(t, srv, withTasks())
 	// The kernel starts with the first cell; the task's cell then runs
 	// for a few seconds.

@@ -42,6 +42,16 @@ type taskClient struct {
 }
 
 // withTasks is client capabilities that declare the Tasks extension.
+// noQuick makes every cell of srv's tasks clients a task, however short:
+// by default a cell that ends within the quick window is answered plainly
+// (TestTaskQuickWindow).
+func noQuick(srv *Server) *Server {
+	srv.tasks.mu.Lock()
+	srv.tasks.quick = 0
+	srv.tasks.mu.Unlock()
+	return srv
+}
+
 func withTasks() map[string]any {
 	return map[string]any{"elicitation": map[string]any{}, "extensions": map[string]any{tasksExtension: map[string]any{}}}
 }
@@ -290,7 +300,7 @@ func TestTasks(t *testing.T) {
 	testenv.CheckGoroutines(t)
 	for _, transport := range []string{"http", "stdio"} {
 		t.Run(transport, func(t *testing.T) {
-			srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+			srv := noQuick(newServer(t, &Options{Workspace: sharedWorkspace(t)}))
 			var c, plain *taskClient
 			h := ""
 			if transport == "http" {
@@ -464,7 +474,7 @@ func TestTasksApprovalAsInputRequired(t *testing.T) {
 func TestAttackOtherPrincipalsTasks(t *testing.T) {
 	t.Parallel()
 	const aliceTok, bobTok = "alice-token-0123456789", "bob-token-0123456789"
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t), HTTP: HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}}})
+	srv := noQuick(newServer(t, &Options{Workspace: sharedWorkspace(t), HTTP: HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok}}}))
 	url := serveHTTP(t, srv)
 	alice := httpTaskClient(t, url, aliceTok, withTasks())
 	bob := httpTaskClient(t, url, bobTok, withTasks())
@@ -522,7 +532,7 @@ func TestAttackOtherPrincipalsTasks(t *testing.T) {
 // ttlMs says, then forgotten.
 func TestTasksExpire(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	srv := noQuick(newServer(t, &Options{Workspace: sharedWorkspace(t)}))
 	srv.tasks.mu.Lock()
 	srv.tasks.keep = 2 * time.Second
 	srv.tasks.mu.Unlock()
@@ -540,5 +550,30 @@ func TestTasksExpire(t *testing.T) {
 	}
 	if n := srv.tasks.count(); n != 0 {
 		t.Errorf("%d tasks kept after their ttl", n)
+	}
+}
+
+// TestTaskQuickWindow: a client that declares the extension (as the MCP
+// Inspector does by default, in every request) gets a cell that ends
+// within the quick window as a plain result, with no task kept; a longer
+// one as a task whose result comes through tasks/get (an approval asked
+// within the window makes a task at once: TestTasksApprovalAsInputRequired).
+func TestTaskQuickWindow(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	srv.tasks.mu.Lock()
+	srv.tasks.quick = time.Second
+	srv.tasks.mu.Unlock()
+	c := stdioTaskClient(t, srv, withTasks())
+	res := c.tool("execute_ipython_cell", map[string]any{"code": "print(6 * 7)"})
+	if res["taskId"] != nil || res["resultType"] == "task" || resultText(res) != "42" {
+		t.Errorf("a quick cell of a declaring client: %v, want the plain result 42", res)
+	}
+	if n := srv.tasks.count(); n != 0 {
+		t.Errorf("%d tasks kept for a quick cell", n)
+	}
+	id := c.newTask("", "import time\ntime.sleep(3)\nprint('slow')")
+	if done := c.await(id); done["status"] != "completed" || !strings.Contains(resultText(done["result"]), "slow") {
+		t.Errorf("a slow cell's task: %v", done)
 	}
 }

@@ -438,11 +438,16 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 	x.checkpointWait(ctx)
 	if slot := taskSlotOf(ctx); slot != nil {
 		// The client declared the Tasks extension (tasks.go).
-		err := s.startTask(slot, x, time.Duration(a.Timeout*float64(time.Second)), func() (*cellRun, *attachment) {
+		c, att, err := s.startTask(slot, x, time.Duration(a.Timeout*float64(time.Second)), func() (*cellRun, *attachment) {
 			return s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
 		})
 		if err != nil {
 			return nil, nil, err
+		}
+		if slot.t == nil {
+			// It ended within the task table's quick window: the plain result.
+			res, err := s.awaitFor(ctx, c, att, 0, a.Session)
+			return res, nil, err
 		}
 		return textResult("task %s", slot.t.id), nil, nil
 	}
