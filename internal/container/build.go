@@ -100,7 +100,7 @@ func BuildImage(ctx context.Context, host, tag, binary, version string, progress
 		}
 	})
 	close(done)
-	wg.Wait()
+	wg.Wait() // bound: the ticker goroutine returns at done, closed above
 	if err != nil {
 		return fmt.Errorf("container: building %s: %w; scripts/image.sh builds it from a checkout; the build's last lines:\n  %s", tag, err, strings.Join(last, "\n  "))
 	}

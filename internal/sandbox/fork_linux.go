@@ -495,18 +495,7 @@ type forkAsk struct {
 // abortStartFork is abortStart for a start that waits for the init's
 // request for a fork.
 func abortStartFork(cmd *exec.Cmd, ctl *os.File, got <-chan forkAsk) {
-	shutdownCtl(ctl)
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait() // bound: killed after abortGrace; WaitDelay
-		close(exited)
-	}()
-	select {
-	case <-exited:
-	case <-time.After(abortGrace):
-		cmd.Process.Kill()
-		<-exited // bound: killed above; WaitDelay
-	}
+	shutdownAndReap(cmd, ctl)
 	r := <-got // bound: at once: the socket is shut down
 	closeFDs(r.fds)
 	ctl.Close()

@@ -63,6 +63,14 @@ func shutdownCtl(f *os.File) {
 // Killing bwrap at once could orphan its child in the middle of the
 // set-up, where it waits for bwrap forever, holding the control socket.
 func abortStart(cmd *exec.Cmd, ctl *os.File, ready <-chan string) {
+	shutdownAndReap(cmd, ctl)
+	<-ready // bound: at once: the socket is shut down
+	ctl.Close()
+}
+
+// shutdownAndReap shuts the control socket down and waits for bwrap's
+// end, killing it after abortGrace (abortStart, abortStartFork).
+func shutdownAndReap(cmd *exec.Cmd, ctl *os.File) {
 	shutdownCtl(ctl)
 	exited := make(chan struct{})
 	go func() {
@@ -75,8 +83,6 @@ func abortStart(cmd *exec.Cmd, ctl *os.File, ready <-chan string) {
 		cmd.Process.Kill()
 		<-exited // bound: killed above; WaitDelay
 	}
-	<-ready // bound: at once: the socket is shut down
-	ctl.Close()
 }
 
 // process is a sandboxed process: bwrap, and inside, the init (pid 1) and
