@@ -85,6 +85,11 @@ type zygoteReply struct {
 // kernel then gets its own environment from its Spec. A nil logger
 // discards the zygote's own output.
 func NewZygote(ctx context.Context, python string, env []string, log *slog.Logger) (*Zygote, error) {
+	return newZygote(ctx, python, env, log, false)
+}
+
+// newZygote is NewZygote, and NewSandboxZygote with join.
+func newZygote(ctx context.Context, python string, env []string, log *slog.Logger, join bool) (*Zygote, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -96,7 +101,7 @@ func NewZygote(ctx context.Context, python string, env []string, log *slog.Logge
 		k := &Kernel{python: python}
 		env = k.env()
 	}
-	z := &Zygote{python: python, env: env, log: log, closed: make(chan struct{})}
+	z := &Zygote{python: python, env: env, log: log, join: join, closed: make(chan struct{})}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if _, err := z.proc(ctx); err != nil {

@@ -21,24 +21,7 @@ import (
 // and env (nil: PATH, HOME, LANG), which forked kernels see in
 // /proc/self/environ, so env must hold nothing secret.
 func NewSandboxZygote(ctx context.Context, python string, env []string, log *slog.Logger) (*Zygote, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	python, err := FindPython(ctx, python)
-	if err != nil {
-		return nil, err
-	}
-	if env == nil {
-		k := &Kernel{python: python}
-		env = k.env()
-	}
-	z := &Zygote{python: python, env: env, log: log, join: true, closed: make(chan struct{})}
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if _, err := z.proc(ctx); err != nil {
-		return nil, err
-	}
-	return z, nil
+	return newZygote(ctx, python, env, log, true)
 }
 
 // Join forks a child that joins the sandbox req names and forks the
