@@ -10,26 +10,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
-	"github.com/ipybox/ipybox/internal/testenv"
 )
-
-// sandboxZygote starts a sandbox fork server for python (empty: the tests'
-// interpreter) that the test's cleanup closes after its Executors.
-func sandboxZygote(t *testing.T, python string) *ipybox.Zygote {
-	t.Helper()
-	testenv.NeedsTool(t, "bwrap")
-	if python == "" {
-		python = testenv.NeedsPython(t)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	z, err := ipybox.NewSandboxZygote(ctx, python, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { z.Close() })
-	return z
-}
 
 // TestSandboxForkedExecutor: an Executor whose sandboxed kernels are
 // forked (NewSandboxZygote) runs cells, tool-server calls and resets in a

@@ -268,3 +268,21 @@ def sh(cmd):
 		}
 	}
 }
+
+// sandboxZygote starts a sandbox fork server for python (empty: the tests'
+// interpreter) that the test's cleanup closes after its Executors.
+func sandboxZygote(t *testing.T, python string) *ipybox.Zygote {
+	t.Helper()
+	testenv.NeedsTool(t, "bwrap")
+	if python == "" {
+		python = testenv.NeedsPython(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	z, err := ipybox.NewSandboxZygote(ctx, python, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	return z
+}

@@ -81,8 +81,10 @@ trap 'rm -rf "$ctx"' EXIT
 # Only what the build reads (the binary's Go sources, the Python files it
 # embeds, the module files, the Dockerfile): an edit to docs or tests does
 # not rebuild the image.
-git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' '*.py' \
-  ':(glob)internal/pyruntime/**' ':(exclude)*_test.go' ':(exclude)tools/**' ':(exclude)bench/**' \
+# Every file a go:embed names must be here (the web page's assets, the
+# first-use Dockerfile): a missing one fails the image's go build.
+git ls-files -z --cached --others --exclude-standard -- go.mod go.sum Dockerfile '*.go' '*.py' '*.Dockerfile' \
+  ':(glob)internal/pyruntime/**' ':(glob)mcpserver/ui/**' ':(exclude)*_test.go' ':(exclude)tools/**' ':(exclude)bench/**' \
   ':(exclude)python/**' ':(exclude)examples/**' \
   ':(exclude,glob)**/testdata/**' |
   xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -C "$ctx" -x
