@@ -52,6 +52,13 @@ type uiState struct {
 	logins map[[32]byte]*uiLogin
 	hist   map[*session]*uiHistory
 	subs   map[*uiSub]struct{}
+	// bytes is what each principal's histories hold (uiHistory.bytes,
+	// summed): at most maxUIPrincipalBytes, past which its oldest
+	// finished cells go (uihistory.go).
+	bytes map[string]int
+	// subSeq numbers the event streams, so that a principal's oldest
+	// is known (uievents.go).
+	subSeq uint64
 	// auditIDs maps the audit log's session names (an executor's
 	// SessionID) to the sessions of hist.
 	auditIDs map[string]*session
@@ -86,7 +93,7 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 	"frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 func newUIState(s *Server, auditLog string) *uiState {
-	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, auditIDs: map[string]*session{}}
+	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, bytes: map[string]int{}, auditIDs: map[string]*session{}}
 }
 
 // uiHandler serves the page and its API under /ui/.

@@ -32,13 +32,17 @@ type uiEvent struct {
 type uiSub struct {
 	principal string
 	ch        chan []byte
-	closed    bool // guarded by uiState.mu
-	queued    int  // bytes in ch, guarded by uiState.mu
+	seq       uint64 // its place among the streams: the oldest goes first
+	closed    bool   // guarded by uiState.mu
+	queued    int    // bytes in ch, guarded by uiState.mu
 }
 
 const (
 	uiSubQueue     = 1024
 	maxUISubQueued = 16 << 20
+	// maxUISubs bounds a principal's open streams (a page opens one per
+	// tab): a new one closes its oldest.
+	maxUISubs = 8
 )
 
 // watched reports whether a page of the principal has its event stream
@@ -88,11 +92,34 @@ func (u *uiState) publish(principal string, ev uiEvent) {
 	}
 }
 
+// subscribe opens a stream of the principal's events; past maxUISubs
+// streams of the principal, its oldest closes, so that a client that
+// opens streams and reads none pins at most maxUISubs queues.
 func (u *uiState) subscribe(principal string) *uiSub {
-	sub := &uiSub{principal: principal, ch: make(chan []byte, uiSubQueue)}
 	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.subSeq++
+	sub := &uiSub{principal: principal, seq: u.subSeq, ch: make(chan []byte, uiSubQueue)}
+	for {
+		var oldest *uiSub
+		n := 0
+		for s := range u.subs {
+			if s.principal != principal {
+				continue
+			}
+			n++
+			if oldest == nil || s.seq < oldest.seq {
+				oldest = s
+			}
+		}
+		if n < maxUISubs {
+			break
+		}
+		oldest.closed = true
+		close(oldest.ch)
+		delete(u.subs, oldest)
+	}
 	u.subs[sub] = struct{}{}
-	u.mu.Unlock()
 	return sub
 }
 

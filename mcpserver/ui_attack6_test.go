@@ -1,0 +1,109 @@
+package mcpserver
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// principalHistoryBytes sums what p's histories count, and what u counts
+// for p.
+func principalHistoryBytes(u *uiState, p string) (sum, counted int) {
+	for _, h := range u.histories(p) {
+		h.mu.Lock()
+		sum += h.bytes
+		h.mu.Unlock()
+	}
+	u.mu.Lock()
+	counted = u.bytes[p]
+	u.mu.Unlock()
+	return sum, counted
+}
+
+// TestAttackUIHistoryManySessions: a principal's kernel code fills many
+// sessions' histories, each to its own bound (16 MiB). A session that
+// hibernates gives back its kernel but keeps its history, and a token may
+// hold 256 sessions: 4 GiB kept for the page. The principal's histories
+// are bounded together; past the bound its oldest finished cells go,
+// whichever session they are in, and never another principal's.
+func TestAttackUIHistoryManySessions(t *testing.T) {
+	u := newUIState(nil, "")
+	img := strings.Repeat("I", maxUIImage)
+	fill := func(x *session, n int) {
+		for i := range n {
+			c := u.cellStart(x, x.id+"_cell_"+strconv.Itoa(i), "show()", "")
+			for range 3 {
+				c.add(&uiItem{Kind: "image", Mime: "image/png", Data: img})
+			}
+			c.end(nil, nil)
+		}
+	}
+	// Bob's one session, filled first: Alice's flood must not touch it.
+	bob := &session{id: "bob_s", principal: "bob"}
+	fill(bob, 2)
+	bobBytes, _ := principalHistoryBytes(u, "bob")
+	var alice []*session
+	for k := range 3 * maxUIPrincipalBytes / maxUIBytes {
+		x := &session{id: "alice_s" + strconv.Itoa(k), principal: "alice"}
+		alice = append(alice, x)
+		fill(x, 3) // about 18 MiB asked, 16 MiB kept per session
+		sum, counted := principalHistoryBytes(u, "alice")
+		if sum > maxUIPrincipalBytes+maxUICellBytes || sum != counted {
+			t.Fatalf("after %d sessions alice's histories hold %.1f MiB (counted %.1f MiB); want at most %d MiB and the count exact",
+				k+1, mib(int64(sum)), mib(int64(counted)), (maxUIPrincipalBytes+maxUICellBytes)>>20)
+		}
+	}
+	if got, _ := principalHistoryBytes(u, "bob"); got != bobBytes {
+		t.Errorf("bob's history went from %d to %d bytes while alice flooded hers", bobBytes, got)
+	}
+	// The newest session keeps its cells; the oldest lost theirs.
+	newest, oldest := u.history(alice[len(alice)-1]), u.history(alice[0])
+	newest.mu.Lock()
+	n := len(newest.cells)
+	newest.mu.Unlock()
+	oldest.mu.Lock()
+	d := oldest.dropped
+	oldest.mu.Unlock()
+	if n == 0 || d == 0 {
+		t.Errorf("newest session keeps %d cells, oldest dropped %d; want the oldest cells dropped first", n, d)
+	}
+	// A session's end gives its bytes back.
+	for _, x := range alice {
+		u.forget(x)
+	}
+	if sum, counted := principalHistoryBytes(u, "alice"); sum != 0 || counted != 0 {
+		t.Errorf("after every session ended alice holds %d bytes, counted %d; want 0", sum, counted)
+	}
+}
+
+// TestAttackUIStreamFlood: a client opens event stream after event
+// stream and reads none; each pins up to 16 MiB of events. A principal's
+// open streams are bounded: a new one closes its oldest, never another
+// principal's.
+func TestAttackUIStreamFlood(t *testing.T) {
+	u := newUIState(nil, "")
+	bob := u.subscribe("bob")
+	t.Cleanup(func() { u.unsubscribe(bob) })
+	var subs []*uiSub
+	for range 10 * maxUISubs {
+		subs = append(subs, u.subscribe("alice"))
+	}
+	t.Cleanup(func() {
+		for _, s := range subs {
+			u.unsubscribe(s)
+		}
+	})
+	u.mu.Lock()
+	open := 0
+	for s := range u.subs {
+		if s.principal == "alice" {
+			open++
+		}
+	}
+	firstClosed, lastOpen, bobOpen := subs[0].closed, !subs[len(subs)-1].closed, !bob.closed
+	u.mu.Unlock()
+	if open > maxUISubs || !firstClosed || !lastOpen || !bobOpen {
+		t.Errorf("alice has %d streams open (want at most %d), first closed %v, newest open %v, bob's open %v",
+			open, maxUISubs, firstClosed, lastOpen, bobOpen)
+	}
+}
