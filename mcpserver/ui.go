@@ -215,7 +215,7 @@ func (u *uiState) newLogin(p string) (string, *uiLogin) {
 	now := time.Now()
 	for k, o := range u.logins {
 		if now.After(o.expires) {
-			delete(u.logins, k)
+			u.endLoginLocked(k)
 		}
 	}
 	for {
@@ -234,7 +234,7 @@ func (u *uiState) newLogin(p string) (string, *uiLogin) {
 		if n < maxUILogins {
 			break
 		}
-		delete(u.logins, oldest)
+		u.endLoginLocked(oldest)
 	}
 	u.logins[sha256.Sum256([]byte(id))] = l
 	return id, l
@@ -289,7 +289,7 @@ func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) 
 func (s *Server) uiSignOut(w http.ResponseWriter, r *http.Request, _ *uiLogin) {
 	if _, k, _ := s.ui.login(r); k != ([32]byte{}) {
 		s.ui.mu.Lock()
-		delete(s.ui.logins, k)
+		s.ui.endLoginLocked(k)
 		s.ui.mu.Unlock()
 	}
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})

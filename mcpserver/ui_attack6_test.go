@@ -1,9 +1,13 @@
 package mcpserver
 
 import (
+	"io"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // principalHistoryBytes sums what p's histories count, and what u counts
@@ -105,5 +109,78 @@ func TestAttackUIStreamFlood(t *testing.T) {
 	if open > maxUISubs || !firstClosed || !lastOpen || !bobOpen {
 		t.Errorf("alice has %d streams open (want at most %d), first closed %v, newest open %v, bob's open %v",
 			open, maxUISubs, firstClosed, lastOpen, bobOpen)
+	}
+}
+
+// TestAttackUIStreamOutlivesSignIn: an event stream opened with a sign-in
+// went on after it ended (signed out, pushed out by newer sign-ins, or
+// expired): whoever held the cookie and the CSRF token once kept reading
+// the principal's cells, approvals and outputs for as long as it kept the
+// connection. A stream ends with its sign-in.
+func TestAttackUIStreamOutlivesSignIn(t *testing.T) {
+	srv, base := uiServer(t, nil)
+	open := func(c *uiClient) <-chan error {
+		req, _ := http.NewRequest("GET", base+"/ui/api/events?csrf="+url.QueryEscape(c.csrf), nil)
+		res, err := c.hc.Do(req)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("events: %v %v", res, err)
+		}
+		ended := make(chan error, 1)
+		go func() {
+			defer res.Body.Close()
+			_, err := io.Copy(io.Discard, res.Body)
+			ended <- err
+		}()
+		t.Cleanup(func() { res.Body.Close() })
+		return ended
+	}
+	waitEnd := func(name string, ended <-chan error) {
+		t.Helper()
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: the stream still runs 10 s after its sign-in ended", name)
+		}
+	}
+	bob := newUIClient(t, base)
+	bob.signIn(uiTokens["bob"])
+	bobEnded := open(bob)
+
+	// Signed out.
+	a := newUIClient(t, base)
+	a.signIn(uiTokens["alice"])
+	ended := open(a)
+	if code, _ := a.do("POST", "/ui/api/signout", "", nil); code != 204 {
+		t.Fatalf("sign-out: %d", code)
+	}
+	waitEnd("signed out", ended)
+
+	// Pushed out by newer sign-ins of the same principal.
+	a = newUIClient(t, base)
+	a.signIn(uiTokens["alice"])
+	ended = open(a)
+	for range maxUILogins {
+		newUIClient(t, base).signIn(uiTokens["alice"])
+	}
+	waitEnd("pushed out", ended)
+
+	// Expired (its time is set back; the next sign-in sweeps it).
+	a = newUIClient(t, base)
+	a.signIn(uiTokens["alice"])
+	ended = open(a)
+	srv.ui.mu.Lock()
+	for _, l := range srv.ui.logins {
+		if l.csrf == a.csrf {
+			l.expires = time.Now().Add(-time.Second)
+		}
+	}
+	srv.ui.mu.Unlock()
+	newUIClient(t, base).signIn(uiTokens["alice"])
+	waitEnd("expired", ended)
+
+	select {
+	case err := <-bobEnded:
+		t.Errorf("bob's stream ended with alice's sign-ins: %v", err)
+	default:
 	}
 }

@@ -33,8 +33,11 @@ type uiSub struct {
 	principal string
 	ch        chan []byte
 	seq       uint64 // its place among the streams: the oldest goes first
-	closed    bool   // guarded by uiState.mu
-	queued    int    // bytes in ch, guarded by uiState.mu
+	// login is the sign-in it was opened with (its cookie's digest): the
+	// stream ends with it (endLoginLocked). Zero for none (tests).
+	login  [32]byte
+	closed bool // guarded by uiState.mu
+	queued int  // bytes in ch, guarded by uiState.mu
 }
 
 const (
@@ -96,10 +99,21 @@ func (u *uiState) publish(principal string, ev uiEvent) {
 // streams of the principal, its oldest closes, so that a client that
 // opens streams and reads none pins at most maxUISubs queues.
 func (u *uiState) subscribe(principal string) *uiSub {
+	return u.subscribeLogin(principal, [32]byte{})
+}
+
+// subscribeLogin is subscribe for the sign-in login: the stream ends with
+// it, and is closed at once if it ended already.
+func (u *uiState) subscribeLogin(principal string, login [32]byte) *uiSub {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.subSeq++
-	sub := &uiSub{principal: principal, seq: u.subSeq, ch: make(chan []byte, uiSubQueue)}
+	sub := &uiSub{principal: principal, seq: u.subSeq, login: login, ch: make(chan []byte, uiSubQueue)}
+	if l := u.logins[login]; login != ([32]byte{}) && (l == nil || time.Now().After(l.expires)) {
+		sub.closed = true
+		close(sub.ch)
+		return sub
+	}
 	for {
 		var oldest *uiSub
 		n := 0
@@ -123,6 +137,20 @@ func (u *uiState) subscribe(principal string) *uiSub {
 	return sub
 }
 
+// endLoginLocked ends the sign-in k (signed out, pushed out, or
+// expired), and the event streams opened with it: a stream is read with
+// the sign-in it was opened with, no longer. Called with mu held.
+func (u *uiState) endLoginLocked(k [32]byte) {
+	delete(u.logins, k)
+	for sub := range u.subs {
+		if sub.login == k && !sub.closed {
+			sub.closed = true
+			close(sub.ch)
+			delete(u.subs, sub)
+		}
+	}
+}
+
 func (u *uiState) unsubscribe(sub *uiSub) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -141,7 +169,8 @@ func (s *Server) uiEvents(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	sub := s.ui.subscribe(l.principal)
+	_, k, _ := s.ui.login(r)
+	sub := s.ui.subscribeLogin(l.principal, k)
 	defer s.ui.unsubscribe(sub)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -161,6 +190,11 @@ func (s *Server) uiEvents(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			fl.Flush()
 		case <-ping.C:
+			// A sign-in that expired ends its streams here (one that
+			// ends otherwise closes them: endLoginLocked).
+			if _, _, ok := s.ui.login(r); !ok {
+				return
+			}
 			fmt.Fprint(w, ": ping\n\n")
 			fl.Flush()
 		case <-r.Context().Done():
