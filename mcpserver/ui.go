@@ -246,20 +246,47 @@ func randToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// login returns the sign-in r's cookie names, if it is current.
+// login returns the sign-in of r's cookies, if one is current: the one
+// its CSRF token (csrfOf) belongs to, else the first current one (whose
+// token then does not match: uiAuthed refuses it). A request may carry
+// several cookies of the name: a server on another loopback port can set
+// cookies for this host (cookies do not isolate ports) with a longer
+// path, which the browser sends first; taking the first would lock the
+// page out.
 func (u *uiState) login(r *http.Request) (*uiLogin, [32]byte, bool) {
-	c, err := r.Cookie(uiCookie)
-	if err != nil || c.Value == "" {
-		return nil, [32]byte{}, false
-	}
-	k := sha256.Sum256([]byte(c.Value))
+	csrf := csrfOf(r)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	l := u.logins[k]
-	if l == nil || time.Now().After(l.expires) {
-		return nil, k, false
+	var first *uiLogin
+	var firstK [32]byte
+	now := time.Now()
+	for _, c := range r.CookiesNamed(uiCookie) {
+		if c.Value == "" {
+			continue
+		}
+		k := sha256.Sum256([]byte(c.Value))
+		l := u.logins[k]
+		if l == nil || now.After(l.expires) {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(csrf), []byte(l.csrf)) == 1 {
+			return l, k, true
+		}
+		if first == nil {
+			first, firstK = l, k
+		}
 	}
-	return l, k, true
+	return first, firstK, first != nil
+}
+
+// csrfOf is the CSRF token r carries: in X-CSRF-Token, or, for a GET,
+// in the csrf query parameter.
+func csrfOf(r *http.Request) string {
+	got := r.Header.Get("X-CSRF-Token")
+	if got == "" && r.Method == http.MethodGet {
+		got = r.URL.Query().Get("csrf")
+	}
+	return got
 }
 
 // errNotSignedIn answers a request without a current sign-in.
@@ -274,11 +301,7 @@ func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) 
 			http.Error(w, errNotSignedIn.Error(), http.StatusUnauthorized)
 			return
 		}
-		got := r.Header.Get("X-CSRF-Token")
-		if got == "" && r.Method == http.MethodGet {
-			got = r.URL.Query().Get("csrf")
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(l.csrf)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(csrfOf(r)), []byte(l.csrf)) != 1 {
 			http.Error(w, "missing or wrong X-CSRF-Token", http.StatusForbidden)
 			return
 		}

@@ -184,3 +184,58 @@ func TestAttackUIStreamOutlivesSignIn(t *testing.T) {
 	default:
 	}
 }
+
+// TestAttackUITossedCookie: a server on another loopback port that the
+// person's browser visits may set cookies for 127.0.0.1 (cookies do not
+// isolate ports), with a longer path, which the browser then sends first:
+// a junk one, or one of its own principal's sign-ins. The page went on
+// reading the first cookie only, and was locked out (401 or 403, signing
+// in again did not help). The page's sign-in is the cookie that its CSRF
+// token belongs to, wherever it is in the header; and a tossed cookie of
+// another principal never makes the request that principal's.
+func TestAttackUITossedCookie(t *testing.T) {
+	_, base := uiServer(t, nil)
+	cookieOf := func(c *uiClient) string {
+		u, _ := url.Parse(base + "/ui/api/")
+		for _, k := range c.hc.Jar.Cookies(u) {
+			if k.Name == uiCookie {
+				return k.Value
+			}
+		}
+		t.Fatal("no cookie")
+		return ""
+	}
+	alice := newUIClient(t, base)
+	alice.signIn(uiTokens["alice"])
+	bob := newUIClient(t, base)
+	bob.signIn(uiTokens["bob"])
+	aliceCookie, bobCookie := cookieOf(alice), cookieOf(bob)
+	raw := newUIClient(t, base) // no jar cookies: the header is set by hand
+	for name, header := range map[string]string{
+		"junk first":         "ipybox_ui=junk; ipybox_ui=" + aliceCookie,
+		"empty first":        "ipybox_ui=; ipybox_ui=" + aliceCookie,
+		"bob's first":        "ipybox_ui=" + bobCookie + "; ipybox_ui=" + aliceCookie,
+		"bob's and junk":     "ipybox_ui=" + bobCookie + "; ipybox_ui=junk; ipybox_ui=" + aliceCookie,
+		"alice's then bob's": "ipybox_ui=" + aliceCookie + "; ipybox_ui=" + bobCookie,
+	} {
+		raw.csrf = alice.csrf
+		code, body := raw.do("GET", "/ui/api/me", "", map[string]string{"Cookie": header})
+		if code != 200 || !strings.Contains(body, `"principal":"alice"`) {
+			t.Errorf("%s: %d %s; want alice's sign-in", name, code, strings.TrimSpace(body))
+		}
+		// Bob's CSRF token with Alice's cookie and his: his, never hers.
+		raw.csrf = bob.csrf
+		if code, body := raw.do("GET", "/ui/api/me", "", map[string]string{"Cookie": header}); strings.Contains(body, `"alice"`) {
+			t.Errorf("%s with bob's token: %d %s; alice's sign-in answered bob's CSRF token", name, code, body)
+		}
+	}
+	// Only cookies that are not current: not signed in.
+	raw.csrf = alice.csrf
+	if code, _ := raw.do("GET", "/ui/api/me", "", map[string]string{"Cookie": "ipybox_ui=junk; ipybox_ui=junk2"}); code != 401 {
+		t.Errorf("junk cookies only: %d, want 401", code)
+	}
+	// A current sign-in of bob's, with alice's token: refused (403).
+	if code, _ := raw.do("GET", "/ui/api/me", "", map[string]string{"Cookie": "ipybox_ui=" + bobCookie}); code != 403 {
+		t.Errorf("bob's cookie with alice's CSRF token: %d, want 403", code)
+	}
+}
