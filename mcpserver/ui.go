@@ -59,6 +59,8 @@ type uiState struct {
 	// subSeq numbers the event streams, so that a principal's oldest
 	// is known (uievents.go).
 	subSeq uint64
+	// auditSem bounds the audit reads at once (uiAuditReads).
+	auditSem chan struct{}
 	// auditIDs maps the audit log's session names (an executor's
 	// SessionID) to the sessions of hist.
 	auditIDs map[string]*session
@@ -93,7 +95,8 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 	"frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 func newUIState(s *Server, auditLog string) *uiState {
-	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, bytes: map[string]int{}, auditIDs: map[string]*session{}}
+	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, bytes: map[string]int{}, auditIDs: map[string]*session{},
+		auditSem: make(chan struct{}, uiAuditReads)}
 }
 
 // uiHandler serves the page and its API under /ui/.

@@ -1,11 +1,18 @@
 package mcpserver
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -237,5 +244,81 @@ func TestAttackUITossedCookie(t *testing.T) {
 	// A current sign-in of bob's, with alice's token: refused (403).
 	if code, _ := raw.do("GET", "/ui/api/me", "", map[string]string{"Cookie": "ipybox_ui=" + bobCookie}); code != 403 {
 		t.Errorf("bob's cookie with alice's CSRF token: %d, want 403", code)
+	}
+}
+
+// TestAttackUIAuditFlood: the audit log is shared by every principal and
+// grows to 128 MiB (64 MiB and its rotated file), which kernel code fills
+// as fast as its calls are denied. Each read of the page's audit view
+// parsed the whole log into memory, so a few reads at once, of any
+// principal, held several times the log. A read keeps only the rows it
+// answers (at most 500), however long the log.
+func TestAttackUIAuditFlood(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "approvals.jsonl")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	args := `{"q":"` + strings.Repeat("a", 4000) + `"}`
+	for i := range 24 << 20 / 4200 {
+		who := "bob"
+		if i%1000 == 0 {
+			who = "alice"
+		}
+		fmt.Fprintf(w, `{"time":"2026-12-07T10:00:00Z","session":"s%d","principal":%q,"kind":"tool","server":"srv","tool":"t","args":%s,"decision":"deny","by":"rule"}`+"\n", i, who, args)
+	}
+	w.Flush()
+	f.Close()
+	_, base := uiServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{AuditLog: logPath}})
+	a := newUIClient(t, base)
+	a.signIn(uiTokens["alice"])
+	var out struct{ Rows []uiAuditRow }
+	if code := a.getJSON("/ui/api/audit", &out); code != 200 || len(out.Rows) == 0 || len(out.Rows) > 500 {
+		t.Fatalf("audit: %d, %d rows", code, len(out.Rows))
+	}
+	for _, r := range out.Rows {
+		if r.Principal != "alice" {
+			t.Fatalf("alice's audit view has a row of %q", r.Principal)
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapInuse
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			c := newUIClient(t, base)
+			c.signIn(uiTokens["alice"])
+			c.getJSON("/ui/api/audit", nil)
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	grew := int64(peak.Load()) - int64(before)
+	t.Logf("6 audit reads of a %d MiB log at once: the heap grew by %.1f MiB at its peak", 24, mib(grew))
+	if grew > 32<<20 {
+		t.Errorf("6 audit reads of a 24 MiB log at once grew the heap by %.1f MiB; want each read to keep only its rows", mib(grew))
 	}
 }

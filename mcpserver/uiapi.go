@@ -261,17 +261,26 @@ type uiAuditRow struct {
 	PageSession string `json:"page_session,omitempty"`
 }
 
+// maxUIAuditRows bounds the rows of an audit answer, and uiAuditReads the
+// audit reads at once (each scans the log, up to 128 MiB, keeping only
+// its rows: TestAttackUIAuditFlood).
+const (
+	maxUIAuditRows = 500
+	uiAuditReads   = 2
+)
+
 // uiAudit answers principal p's rows of the audit log, newest first,
 // filtered by session (the page's name or the log's), tool (or command)
-// and decision: at most 500.
+// and decision: at most maxUIAuditRows.
 func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 	if s.ui.auditLog == "" {
 		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": "this server keeps no audit log (no --approval-policy or --approval-log)"})
 		return
 	}
-	entries, _, err := policy.ReadLog(s.ui.auditLog)
-	if err != nil {
-		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": pageText(err.Error())})
+	select {
+	case s.ui.auditSem <- struct{}{}:
+		defer func() { <-s.ui.auditSem }()
+	case <-r.Context().Done():
 		return
 	}
 	s.ui.mu.Lock()
@@ -282,23 +291,39 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 	s.ui.mu.Unlock()
 	q := r.URL.Query()
 	sess, tool, decision := q.Get("session"), q.Get("tool"), q.Get("decision")
-	rows := []uiAuditRow{}
-	for i := len(entries) - 1; i >= 0 && len(rows) < 500; i-- {
-		e := entries[i]
+	// The newest maxUIAuditRows matching rows, in a ring.
+	ring := make([]policy.Entry, 0, 16)
+	next := 0
+	_, err := policy.ScanLog(s.ui.auditLog, func(e *policy.Entry) {
 		if !samePrincipal(e.Principal, l.principal) {
-			continue
+			return
 		}
 		what := e.Server + "." + e.Tool + " " + e.Command
 		page := names[e.Session]
 		if sess != "" && !strings.Contains(e.Session, sess) && !strings.Contains(page, sess) || tool != "" && !strings.Contains(what, tool) || decision != "" && e.Decision != decision {
-			continue
+			return
 		}
+		if len(ring) < maxUIAuditRows {
+			ring = append(ring, *e)
+			return
+		}
+		ring[next] = *e
+		next = (next + 1) % maxUIAuditRows
+	})
+	if err != nil {
+		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": pageText(err.Error())})
+		return
+	}
+	rows := make([]uiAuditRow, 0, len(ring))
+	for i := range ring {
+		e := ring[(next+len(ring)-1-i)%len(ring)]
+		args := e.Args
 		e.Command, e.Tool, e.Server, e.Reason, e.By, e.Channel = pageText(e.Command), pageText(e.Tool), pageText(e.Server), pageText(e.Reason), pageText(e.By), pageText(e.Channel)
 		e.Args = nil
 		if e.ArgsNote == "" {
-			e.ArgsNote = pageText(string(entries[i].Args))
+			e.ArgsNote = pageText(string(args))
 		}
-		rows = append(rows, uiAuditRow{Entry: e, PageSession: page})
+		rows = append(rows, uiAuditRow{Entry: e, PageSession: names[e.Session]})
 	}
 	uiJSON(w, map[string]any{"rows": rows})
 }
