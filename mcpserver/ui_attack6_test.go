@@ -322,3 +322,35 @@ func TestAttackUIAuditFlood(t *testing.T) {
 		t.Errorf("6 audit reads of a 24 MiB log at once grew the heap by %.1f MiB; want each read to keep only its rows", mib(grew))
 	}
 }
+
+// TestAttackUIHistoryAfterEnd: a session's history is dropped at its end,
+// but a call that had found the session just before (export_notebook, or
+// a cell that starts as the session closes) made it anew, for good: the
+// ended session stayed in the page's list and in memory, and its bytes
+// in its principal's count. A client that races close_session with
+// export_notebook piles them up. An ended session's history is never made
+// again.
+func TestAttackUIHistoryAfterEnd(t *testing.T) {
+	u := newUIState(nil, "")
+	img := strings.Repeat("I", 1<<20)
+	for i := range 50 {
+		x := &session{id: "s" + strconv.Itoa(i), principal: "alice"}
+		c := u.cellStart(x, "cell_a", "1", "")
+		c.end(nil, nil)
+		u.forget(x)
+		// Late: export_notebook's lookup, and a cell that starts.
+		u.history(x).notebook()
+		late := u.cellStart(x, "cell_b", "2", "")
+		late.add(&uiItem{Kind: "image", Mime: "image/png", Data: img})
+		late.end(nil, nil)
+	}
+	u.mu.Lock()
+	kept, counted := len(u.hist), u.bytes["alice"]
+	u.mu.Unlock()
+	if kept != 0 || counted != 0 {
+		t.Errorf("after 50 sessions ended: %d histories kept, %d bytes counted; want none", kept, counted)
+	}
+	if got := u.histories("alice"); len(got) != 0 {
+		t.Errorf("the page lists %d ended sessions", len(got))
+	}
+}

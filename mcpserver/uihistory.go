@@ -128,8 +128,8 @@ func (it *uiItem) size() int {
 	return n
 }
 
-// history returns x's history, made at its first cell. Nil when the page
-// is off.
+// history returns x's history, made at its first cell (for a session
+// that ended, an empty one that is not kept). Nil when the page is off.
 func (u *uiState) history(x *session) *uiHistory {
 	if u == nil {
 		return nil
@@ -137,6 +137,11 @@ func (u *uiState) history(x *session) *uiHistory {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	h := u.hist[x]
+	if h == nil && x.uiGone {
+		// Ended: a call that found it just before gets an empty
+		// history that nothing keeps or counts.
+		return &uiHistory{u: u, x: x, gone: true}
+	}
 	if h == nil {
 		h = &uiHistory{u: u, x: x}
 		u.hist[x] = h
@@ -152,6 +157,7 @@ func (u *uiState) forget(x *session) {
 	u.mu.Lock()
 	h, had := u.hist[x]
 	delete(u.hist, x)
+	x.uiGone = true
 	for k, y := range u.auditIDs {
 		if y == x {
 			delete(u.auditIDs, k)
