@@ -59,8 +59,11 @@ type uiState struct {
 	// subSeq numbers the event streams, so that a principal's oldest
 	// is known (uievents.go).
 	subSeq uint64
-	// auditSem bounds the audit reads at once (uiAuditReads).
-	auditSem chan struct{}
+	// reads holds each principal's turns of heavy reads (readTurn);
+	// readDeadline bounds the write of their answers (uiReadDeadline;
+	// tests shorten it).
+	reads        map[string]chan struct{}
+	readDeadline time.Duration
 	// auditIDs maps the audit log's session names (an executor's
 	// SessionID) to the sessions of hist.
 	auditIDs map[string]*session
@@ -96,7 +99,7 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 
 func newUIState(s *Server, auditLog string) *uiState {
 	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, bytes: map[string]int{}, auditIDs: map[string]*session{},
-		auditSem: make(chan struct{}, uiAuditReads)}
+		reads: map[string]chan struct{}{}, readDeadline: uiReadDeadline}
 }
 
 // uiHandler serves the page and its API under /ui/.

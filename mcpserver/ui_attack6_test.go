@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ipybox/ipybox"
 )
 
 // principalHistoryBytes sums what p's histories count, and what u counts
@@ -352,5 +355,91 @@ func TestAttackUIHistoryAfterEnd(t *testing.T) {
 	}
 	if got := u.histories("alice"); len(got) != 0 {
 		t.Errorf("the page lists %d ended sessions", len(got))
+	}
+}
+
+// TestAttackUIReadFlood: a client of the page asks for a full session's
+// notebook and its cells again and again, at once, and reads none of the
+// answers: each answer was built whole (the session's history copied,
+// its text escaped, the notebook's lines split, and encoded) and held
+// while its write waited on the client, with no end. A principal's heavy
+// reads (cells, notebook, audit) run two at a time, and a read's write
+// has a deadline: the others wait their turn, holding nothing.
+func TestAttackUIReadFlood(t *testing.T) {
+	srv, base := uiServer(t, nil)
+	x := &session{id: "sess_flood", principal: "alice", created: time.Now()}
+	line := strings.Repeat("z", 999) + "\n"
+	for i := range 60 {
+		c := srv.ui.cellStart(x, "cell_"+strconv.Itoa(i), "print('z')", "")
+		for range 250 {
+			c.output(&ipybox.Output{Stream: "stdout", Text: line})
+		}
+		c.end(nil, nil)
+	}
+	t.Cleanup(func() { srv.ui.forget(x) })
+	a := newUIClient(t, base)
+	a.signIn(uiTokens["alice"])
+	u, _ := url.Parse(base + "/ui/api/")
+	var cookie string
+	for _, k := range a.hc.Jar.Cookies(u) {
+		if k.Name == uiCookie {
+			cookie = k.Value
+		}
+	}
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	srv.ui.mu.Lock()
+	srv.ui.readDeadline = time.Second
+	srv.ui.mu.Unlock()
+	before := live()
+	host := strings.TrimPrefix(base, "http://")
+	for i := range 12 {
+		path := "/ui/api/notebook?session=sess_flood"
+		if i%2 == 1 {
+			path = "/ui/api/cells?session=sess_flood&limit=100"
+		}
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.(*net.TCPConn).SetReadBuffer(4096)
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nCookie: %s=%s\r\nX-CSRF-Token: %s\r\n\r\n", path, host, uiCookie, cookie, a.csrf)
+	}
+	// The heap once the server has built what it builds: grown by less
+	// than 1 MiB over a second.
+	var peak uint64
+	for deadline, still := time.Now().Add(30*time.Second), 0; time.Now().Before(deadline) && still < 4; {
+		time.Sleep(250 * time.Millisecond)
+		n := live()
+		if n > peak+1<<20 {
+			peak, still = n, 0
+		} else {
+			still++
+		}
+	}
+	grew := int64(peak) - int64(before)
+	t.Logf("12 reads that read nothing, of a session of %.1f MiB: the heap holds %.1f MiB more", 60*250*1000/float64(1<<20), mib(grew))
+	if grew > 160<<20 {
+		t.Errorf("12 reads that read nothing hold %.1f MiB of a 14 MiB session; want a principal's reads to take turns", mib(grew))
+	}
+	// The reads that hold the turns and are not read are cut at the
+	// deadline (a second here): alice's own next read gets its turn.
+	for i := range 12 {
+		if code, _ := a.do("GET", "/ui/api/cells?session=sess_flood&limit=1", "", nil); code == 200 {
+			break
+		} else if i == 11 {
+			t.Errorf("alice's read after the stuck ones: %d", code)
+		}
+	}
+	// Another principal's read does not wait for alice's.
+	b := newUIClient(t, base)
+	b.signIn(uiTokens["bob"])
+	if code, _ := b.do("GET", "/ui/api/cells?session=x", "", nil); code != 404 {
+		t.Errorf("bob's read while alice's wait: %d, want 404", code)
 	}
 }

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"cmp"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -94,6 +95,11 @@ func (s *Server) uiCells(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 		http.Error(w, "unknown session", http.StatusNotFound)
 		return
 	}
+	done, ok := s.uiTurn(w, r, l)
+	if !ok {
+		return
+	}
+	defer done()
 	before, _ := strconv.Atoi(r.URL.Query().Get("before"))
 	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	if limit <= 0 || limit > 100 {
@@ -261,13 +267,53 @@ type uiAuditRow struct {
 	PageSession string `json:"page_session,omitempty"`
 }
 
-// maxUIAuditRows bounds the rows of an audit answer, and uiAuditReads the
-// audit reads at once (each scans the log, up to 128 MiB, keeping only
-// its rows: TestAttackUIAuditFlood).
-const (
-	maxUIAuditRows = 500
-	uiAuditReads   = 2
-)
+// maxUIAuditRows bounds the rows of an audit answer.
+const maxUIAuditRows = 500
+
+// uiReadTurns is how many heavy reads (a session's cells, its notebook,
+// the audit log) of one principal run at once: each copies up to a
+// session's history (16 MiB) or scans the audit log, so that a client
+// that asks for them again and again, at once, holds a few copies, not
+// one a request (TestAttackUIReadFlood, TestAttackUIAuditFlood). The
+// others wait their turn; another principal's never wait for them.
+const uiReadTurns = 2
+
+// readTurn waits for a turn of principal p's heavy reads, or for ctx's
+// end; it returns the function that gives the turn back.
+func (u *uiState) readTurn(ctx context.Context, p string) (func(), error) {
+	u.mu.Lock()
+	turns := u.reads[p]
+	if turns == nil {
+		turns = make(chan struct{}, uiReadTurns)
+		u.reads[p] = turns
+	}
+	u.mu.Unlock()
+	select {
+	case turns <- struct{}{}:
+		return func() { <-turns }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// uiReadDeadline bounds the write of a heavy read's answer: a client
+// that does not read it gives its turn back then.
+const uiReadDeadline = time.Minute
+
+// uiTurn is readTurn for a request of the page, whose answer must then be
+// written within the read deadline: false when the request ended while it
+// waited.
+func (s *Server) uiTurn(w http.ResponseWriter, r *http.Request, l *uiLogin) (func(), bool) {
+	done, err := s.ui.readTurn(r.Context(), l.principal)
+	if err != nil {
+		return nil, false
+	}
+	s.ui.mu.Lock()
+	d := s.ui.readDeadline
+	s.ui.mu.Unlock()
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+	return done, true
+}
 
 // uiAudit answers principal p's rows of the audit log, newest first,
 // filtered by session (the page's name or the log's), tool (or command)
@@ -277,12 +323,11 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": "this server keeps no audit log (no --approval-policy or --approval-log)"})
 		return
 	}
-	select {
-	case s.ui.auditSem <- struct{}{}:
-		defer func() { <-s.ui.auditSem }()
-	case <-r.Context().Done():
+	done, ok := s.uiTurn(w, r, l)
+	if !ok {
 		return
 	}
+	defer done()
 	s.ui.mu.Lock()
 	names := map[string]string{}
 	for k, x := range s.ui.auditIDs {
