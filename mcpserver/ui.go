@@ -85,6 +85,9 @@ const (
 	maxUILogins = 32
 	// maxUIBody bounds a request body of the page's API.
 	maxUIBody = 64 << 10
+	// maxUICookies is how many cookies of the page's name a request's
+	// are read of (login).
+	maxUICookies = 8
 )
 
 //go:embed ui
@@ -266,7 +269,10 @@ func (u *uiState) login(r *http.Request) (*uiLogin, [32]byte, bool) {
 	var first *uiLogin
 	var firstK [32]byte
 	now := time.Now()
-	for _, c := range r.CookiesNamed(uiCookie) {
+	cookies := r.CookiesNamed(uiCookie)
+	// A few are enough for tossed ones (each costs a hash under mu).
+	cookies = cookies[:min(len(cookies), maxUICookies)]
+	for _, c := range cookies {
 		if c.Value == "" {
 			continue
 		}
