@@ -27,6 +27,9 @@ type session struct {
 	key       [32]byte // the handle's SHA-256
 	id        string
 	principal string
+	// uiGone is set when the page's state forgot the session (its end):
+	// its history is never made again. Guarded by uiState.mu.
+	uiGone bool
 	// t is the principal's tenant (tenant.go): its folder, registry and
 	// virtualenv.
 	t *tenant

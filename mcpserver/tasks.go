@@ -64,6 +64,10 @@ const (
 	taskKeep = 30 * time.Minute
 	// maxTasks bounds the tasks a principal keeps, running or finished.
 	maxTasks = 64
+	// maxTaskBytes bounds what a principal's finished tasks keep of their
+	// cells' output (a cell keeps up to 8 times its max_output_chars of
+	// text, and 64 tasks of 10,000,000 would keep 5 GB for 30 minutes).
+	maxTaskBytes = 128 << 20
 	// taskQuick is how long a call waits for its cell before it answers
 	// with a task: a cell that ends sooner, with no approval asked, is
 	// answered as without the extension.
@@ -97,16 +101,18 @@ type task struct {
 type taskTable struct {
 	mu    sync.Mutex
 	tasks map[string]*task
-	// max and keep are maxTasks and taskKeep (tests shorten them).
-	max  int
-	keep time.Duration
+	// max, maxBytes and keep are maxTasks, maxTaskBytes and taskKeep
+	// (tests shorten them).
+	max      int
+	maxBytes int
+	keep     time.Duration
 	// quick is how long a call waits for its cell before it becomes a
 	// task (taskQuick; the conformance fixtures' test sets 0).
 	quick time.Duration
 }
 
 func newTaskTable() *taskTable {
-	return &taskTable{tasks: map[string]*task{}, max: maxTasks, keep: taskKeep, quick: taskQuick}
+	return &taskTable{tasks: map[string]*task{}, max: maxTasks, maxBytes: maxTaskBytes, keep: taskKeep, quick: taskQuick}
 }
 
 // expiresLocked is when t is dropped. Called with mu held.
@@ -142,25 +148,65 @@ func errTooManyTasks(n, running int, keep time.Duration) error {
 		"wait for those to expire, cancel running ones (tasks/cancel), or call without the tasks extension", n, running, keep)
 }
 
+// errTaskBytes is the answer to a call that would make a principal's task
+// while its finished tasks keep more than maxTaskBytes.
+func errTaskBytes(held, limit int, keep time.Duration) error {
+	return fmt.Errorf("this code did not run: your finished tasks keep %.1f MiB of results, past the %d MiB ipybox mcp keeps for one token; "+
+		"a finished task is kept for %v after its end: wait for those to expire, print less or pass a smaller max_output_chars, "+
+		"or call without the tasks extension", float64(held)/(1<<20), limit>>20, keep)
+}
+
+// keptBytes reports whether c (nil while its task is made) is done, and
+// then what it keeps of its output: its text and its displays.
+func (c *cellRun) keptBytes() (int, bool) {
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done {
+		return 0, false
+	}
+	n := 0
+	if r := c.res; r != nil {
+		n += len(r.Text)
+		for _, d := range r.Displays {
+			n += len(d.Text)
+			for _, v := range d.Data {
+				if s, ok := v.(string); ok {
+					n += len(s)
+				}
+			}
+		}
+	}
+	return n, true
+}
+
 // reserve makes a task for principal p, for a cell to start with timeout,
-// or fails when p has maxTasks.
+// or fails when p has maxTasks, or its finished tasks keep more than
+// maxTaskBytes.
 func (tt *taskTable) reserve(p string, timeout time.Duration) (*task, error) {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	now := time.Now()
 	tt.sweepLocked(now)
-	n, running := 0, 0
+	n, running, held := 0, 0, 0
 	for _, t := range tt.tasks {
 		if t.principal != p {
 			continue
 		}
 		n++
-		if t.c == nil || !t.c.isDone() {
+		if b, done := t.c.keptBytes(); done {
+			held += b
+		} else {
 			running++
 		}
 	}
 	if n >= tt.max {
 		return nil, errTooManyTasks(n, running, tt.keep)
+	}
+	if held > tt.maxBytes {
+		return nil, errTaskBytes(held, tt.maxBytes, tt.keep)
 	}
 	t := &task{id: "task_" + strings.ToLower(rand.Text()), principal: p, created: now, timeout: timeout, updated: now, lastStatus: "working"}
 	tt.tasks[t.id] = t

@@ -52,6 +52,18 @@ type uiState struct {
 	logins map[[32]byte]*uiLogin
 	hist   map[*session]*uiHistory
 	subs   map[*uiSub]struct{}
+	// bytes is what each principal's histories hold (uiHistory.bytes,
+	// summed): at most maxUIPrincipalBytes, past which its oldest
+	// finished cells go (uihistory.go).
+	bytes map[string]int
+	// subSeq numbers the event streams, so that a principal's oldest
+	// is known (uievents.go).
+	subSeq uint64
+	// reads holds each principal's turns of heavy reads (readTurn);
+	// readDeadline bounds the write of their answers (uiReadDeadline;
+	// tests shorten it).
+	reads        map[string]chan struct{}
+	readDeadline time.Duration
 	// auditIDs maps the audit log's session names (an executor's
 	// SessionID) to the sessions of hist.
 	auditIDs map[string]*session
@@ -73,6 +85,9 @@ const (
 	maxUILogins = 32
 	// maxUIBody bounds a request body of the page's API.
 	maxUIBody = 64 << 10
+	// maxUICookies is how many cookies of the page's name a request's
+	// are read of (login).
+	maxUICookies = 8
 )
 
 //go:embed ui
@@ -86,7 +101,8 @@ const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 
 	"frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 func newUIState(s *Server, auditLog string) *uiState {
-	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, auditIDs: map[string]*session{}}
+	return &uiState{s: s, auditLog: auditLog, logins: map[[32]byte]*uiLogin{}, hist: map[*session]*uiHistory{}, subs: map[*uiSub]struct{}{}, bytes: map[string]int{}, auditIDs: map[string]*session{},
+		reads: map[string]chan struct{}{}, readDeadline: uiReadDeadline}
 }
 
 // uiHandler serves the page and its API under /ui/.
@@ -208,7 +224,7 @@ func (u *uiState) newLogin(p string) (string, *uiLogin) {
 	now := time.Now()
 	for k, o := range u.logins {
 		if now.After(o.expires) {
-			delete(u.logins, k)
+			u.endLoginLocked(k)
 		}
 	}
 	for {
@@ -227,7 +243,7 @@ func (u *uiState) newLogin(p string) (string, *uiLogin) {
 		if n < maxUILogins {
 			break
 		}
-		delete(u.logins, oldest)
+		u.endLoginLocked(oldest)
 	}
 	u.logins[sha256.Sum256([]byte(id))] = l
 	return id, l
@@ -239,20 +255,50 @@ func randToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// login returns the sign-in r's cookie names, if it is current.
+// login returns the sign-in of r's cookies, if one is current: the one
+// its CSRF token (csrfOf) belongs to, else the first current one (whose
+// token then does not match: uiAuthed refuses it). A request may carry
+// several cookies of the name: a server on another loopback port can set
+// cookies for this host (cookies do not isolate ports) with a longer
+// path, which the browser sends first; taking the first would lock the
+// page out.
 func (u *uiState) login(r *http.Request) (*uiLogin, [32]byte, bool) {
-	c, err := r.Cookie(uiCookie)
-	if err != nil || c.Value == "" {
-		return nil, [32]byte{}, false
-	}
-	k := sha256.Sum256([]byte(c.Value))
+	csrf := csrfOf(r)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	l := u.logins[k]
-	if l == nil || time.Now().After(l.expires) {
-		return nil, k, false
+	var first *uiLogin
+	var firstK [32]byte
+	now := time.Now()
+	cookies := r.CookiesNamed(uiCookie)
+	// A few are enough for tossed ones (each costs a hash under mu).
+	cookies = cookies[:min(len(cookies), maxUICookies)]
+	for _, c := range cookies {
+		if c.Value == "" {
+			continue
+		}
+		k := sha256.Sum256([]byte(c.Value))
+		l := u.logins[k]
+		if l == nil || now.After(l.expires) {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(csrf), []byte(l.csrf)) == 1 {
+			return l, k, true
+		}
+		if first == nil {
+			first, firstK = l, k
+		}
 	}
-	return l, k, true
+	return first, firstK, first != nil
+}
+
+// csrfOf is the CSRF token r carries: in X-CSRF-Token, or, for a GET,
+// in the csrf query parameter.
+func csrfOf(r *http.Request) string {
+	got := r.Header.Get("X-CSRF-Token")
+	if got == "" && r.Method == http.MethodGet {
+		got = r.URL.Query().Get("csrf")
+	}
+	return got
 }
 
 // errNotSignedIn answers a request without a current sign-in.
@@ -267,11 +313,7 @@ func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) 
 			http.Error(w, errNotSignedIn.Error(), http.StatusUnauthorized)
 			return
 		}
-		got := r.Header.Get("X-CSRF-Token")
-		if got == "" && r.Method == http.MethodGet {
-			got = r.URL.Query().Get("csrf")
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(l.csrf)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(csrfOf(r)), []byte(l.csrf)) != 1 {
 			http.Error(w, "missing or wrong X-CSRF-Token", http.StatusForbidden)
 			return
 		}
@@ -282,7 +324,7 @@ func (s *Server) uiAuthed(h func(http.ResponseWriter, *http.Request, *uiLogin)) 
 func (s *Server) uiSignOut(w http.ResponseWriter, r *http.Request, _ *uiLogin) {
 	if _, k, _ := s.ui.login(r); k != ([32]byte{}) {
 		s.ui.mu.Lock()
-		delete(s.ui.logins, k)
+		s.ui.endLoginLocked(k)
 		s.ui.mu.Unlock()
 	}
 	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: "", Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"cmp"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -94,6 +95,11 @@ func (s *Server) uiCells(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 		http.Error(w, "unknown session", http.StatusNotFound)
 		return
 	}
+	done, ok := s.uiTurn(w, r, l)
+	if !ok {
+		return
+	}
+	defer done()
 	before, _ := strconv.Atoi(r.URL.Query().Get("before"))
 	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	if limit <= 0 || limit > 100 {
@@ -261,19 +267,67 @@ type uiAuditRow struct {
 	PageSession string `json:"page_session,omitempty"`
 }
 
+// maxUIAuditRows bounds the rows of an audit answer.
+const maxUIAuditRows = 500
+
+// uiReadTurns is how many heavy reads (a session's cells, its notebook,
+// the audit log) of one principal run at once: each copies up to a
+// session's history (16 MiB) or scans the audit log, so that a client
+// that asks for them again and again, at once, holds a few copies, not
+// one a request (TestAttackUIReadFlood, TestAttackUIAuditFlood). The
+// others wait their turn; another principal's never wait for them.
+const uiReadTurns = 2
+
+// readTurn waits for a turn of principal p's heavy reads, or for ctx's
+// end; it returns the function that gives the turn back.
+func (u *uiState) readTurn(ctx context.Context, p string) (func(), error) {
+	u.mu.Lock()
+	turns := u.reads[p]
+	if turns == nil {
+		turns = make(chan struct{}, uiReadTurns)
+		u.reads[p] = turns
+	}
+	u.mu.Unlock()
+	select {
+	case turns <- struct{}{}:
+		return func() { <-turns }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// uiReadDeadline bounds the write of a heavy read's answer: a client
+// that does not read it gives its turn back then.
+const uiReadDeadline = time.Minute
+
+// uiTurn is readTurn for a request of the page, whose answer must then be
+// written within the read deadline: false when the request ended while it
+// waited.
+func (s *Server) uiTurn(w http.ResponseWriter, r *http.Request, l *uiLogin) (func(), bool) {
+	done, err := s.ui.readTurn(r.Context(), l.principal)
+	if err != nil {
+		return nil, false
+	}
+	s.ui.mu.Lock()
+	d := s.ui.readDeadline
+	s.ui.mu.Unlock()
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+	return done, true
+}
+
 // uiAudit answers principal p's rows of the audit log, newest first,
 // filtered by session (the page's name or the log's), tool (or command)
-// and decision: at most 500.
+// and decision: at most maxUIAuditRows.
 func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 	if s.ui.auditLog == "" {
 		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": "this server keeps no audit log (no --approval-policy or --approval-log)"})
 		return
 	}
-	entries, _, err := policy.ReadLog(s.ui.auditLog)
-	if err != nil {
-		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": pageText(err.Error())})
+	done, ok := s.uiTurn(w, r, l)
+	if !ok {
 		return
 	}
+	defer done()
 	s.ui.mu.Lock()
 	names := map[string]string{}
 	for k, x := range s.ui.auditIDs {
@@ -282,23 +336,39 @@ func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 	s.ui.mu.Unlock()
 	q := r.URL.Query()
 	sess, tool, decision := q.Get("session"), q.Get("tool"), q.Get("decision")
-	rows := []uiAuditRow{}
-	for i := len(entries) - 1; i >= 0 && len(rows) < 500; i-- {
-		e := entries[i]
+	// The newest maxUIAuditRows matching rows, in a ring.
+	ring := make([]policy.Entry, 0, 16)
+	next := 0
+	_, err := policy.ScanLog(s.ui.auditLog, func(e *policy.Entry) {
 		if !samePrincipal(e.Principal, l.principal) {
-			continue
+			return
 		}
 		what := e.Server + "." + e.Tool + " " + e.Command
 		page := names[e.Session]
 		if sess != "" && !strings.Contains(e.Session, sess) && !strings.Contains(page, sess) || tool != "" && !strings.Contains(what, tool) || decision != "" && e.Decision != decision {
-			continue
+			return
 		}
+		if len(ring) < maxUIAuditRows {
+			ring = append(ring, *e)
+			return
+		}
+		ring[next] = *e
+		next = (next + 1) % maxUIAuditRows
+	})
+	if err != nil {
+		uiJSON(w, map[string]any{"rows": []uiAuditRow{}, "note": pageText(err.Error())})
+		return
+	}
+	rows := make([]uiAuditRow, 0, len(ring))
+	for i := range ring {
+		e := ring[(next+len(ring)-1-i)%len(ring)]
+		args := e.Args
 		e.Command, e.Tool, e.Server, e.Reason, e.By, e.Channel = pageText(e.Command), pageText(e.Tool), pageText(e.Server), pageText(e.Reason), pageText(e.By), pageText(e.Channel)
 		e.Args = nil
 		if e.ArgsNote == "" {
-			e.ArgsNote = pageText(string(entries[i].Args))
+			e.ArgsNote = pageText(string(args))
 		}
-		rows = append(rows, uiAuditRow{Entry: e, PageSession: page})
+		rows = append(rows, uiAuditRow{Entry: e, PageSession: names[e.Session]})
 	}
 	uiJSON(w, map[string]any{"rows": rows})
 }

@@ -32,13 +32,20 @@ type uiEvent struct {
 type uiSub struct {
 	principal string
 	ch        chan []byte
-	closed    bool // guarded by uiState.mu
-	queued    int  // bytes in ch, guarded by uiState.mu
+	seq       uint64 // its place among the streams: the oldest goes first
+	// login is the sign-in it was opened with (its cookie's digest): the
+	// stream ends with it (endLoginLocked). Zero for none (tests).
+	login  [32]byte
+	closed bool // guarded by uiState.mu
+	queued int  // bytes in ch, guarded by uiState.mu
 }
 
 const (
 	uiSubQueue     = 1024
 	maxUISubQueued = 16 << 20
+	// maxUISubs bounds a principal's open streams (a page opens one per
+	// tab): a new one closes its oldest.
+	maxUISubs = 8
 )
 
 // watched reports whether a page of the principal has its event stream
@@ -88,12 +95,60 @@ func (u *uiState) publish(principal string, ev uiEvent) {
 	}
 }
 
+// subscribe opens a stream of the principal's events; past maxUISubs
+// streams of the principal, its oldest closes, so that a client that
+// opens streams and reads none pins at most maxUISubs queues.
 func (u *uiState) subscribe(principal string) *uiSub {
-	sub := &uiSub{principal: principal, ch: make(chan []byte, uiSubQueue)}
+	return u.subscribeLogin(principal, [32]byte{})
+}
+
+// subscribeLogin is subscribe for the sign-in login: the stream ends with
+// it, and is closed at once if it ended already.
+func (u *uiState) subscribeLogin(principal string, login [32]byte) *uiSub {
 	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.subSeq++
+	sub := &uiSub{principal: principal, seq: u.subSeq, login: login, ch: make(chan []byte, uiSubQueue)}
+	if l := u.logins[login]; login != ([32]byte{}) && (l == nil || time.Now().After(l.expires)) {
+		sub.closed = true
+		close(sub.ch)
+		return sub
+	}
+	for {
+		var oldest *uiSub
+		n := 0
+		for s := range u.subs {
+			if s.principal != principal {
+				continue
+			}
+			n++
+			if oldest == nil || s.seq < oldest.seq {
+				oldest = s
+			}
+		}
+		if n < maxUISubs {
+			break
+		}
+		oldest.closed = true
+		close(oldest.ch)
+		delete(u.subs, oldest)
+	}
 	u.subs[sub] = struct{}{}
-	u.mu.Unlock()
 	return sub
+}
+
+// endLoginLocked ends the sign-in k (signed out, pushed out, or
+// expired), and the event streams opened with it: a stream is read with
+// the sign-in it was opened with, no longer. Called with mu held.
+func (u *uiState) endLoginLocked(k [32]byte) {
+	delete(u.logins, k)
+	for sub := range u.subs {
+		if sub.login == k && !sub.closed {
+			sub.closed = true
+			close(sub.ch)
+			delete(u.subs, sub)
+		}
+	}
 }
 
 func (u *uiState) unsubscribe(sub *uiSub) {
@@ -114,7 +169,8 @@ func (s *Server) uiEvents(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	sub := s.ui.subscribe(l.principal)
+	_, k, _ := s.ui.login(r)
+	sub := s.ui.subscribeLogin(l.principal, k)
 	defer s.ui.unsubscribe(sub)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -134,6 +190,11 @@ func (s *Server) uiEvents(w http.ResponseWriter, r *http.Request, l *uiLogin) {
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			fl.Flush()
 		case <-ping.C:
+			// A sign-in that expired ends its streams here (one that
+			// ends otherwise closes them: endLoginLocked).
+			if _, _, ok := s.ui.login(r); !ok {
+				return
+			}
 			fmt.Fprint(w, ": ping\n\n")
 			fl.Flush()
 		case <-r.Context().Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,12 +27,16 @@ import (
 //   - an image is kept up to maxUIImage bytes, HTML and SVG up to
 //     maxUIMarkup.
 const (
-	maxUICells    = 1000
-	maxUIBytes    = 16 << 20
-	maxUICellText = 256 << 10
-	maxUIImage    = 2 << 20
-	maxUIMarkup   = 1 << 20
-	maxUICode     = 64 << 10
+	maxUICells = 1000
+	// maxUIPrincipalBytes bounds a principal's histories together: a
+	// hibernated session keeps its history but holds no kernel, and a
+	// token may hold maxHandlesPerPrincipal sessions.
+	maxUIPrincipalBytes = 64 << 20
+	maxUIBytes          = 16 << 20
+	maxUICellText       = 256 << 10
+	maxUIImage          = 2 << 20
+	maxUIMarkup         = 1 << 20
+	maxUICode           = 64 << 10
 	// maxUICellBytes bounds one cell; with maxUIBytes it bounds a session:
 	// its finished cells, and the one that prints.
 	maxUICellBytes = 8 << 20
@@ -55,6 +60,7 @@ type uiHistory struct {
 	seq     int
 	dropped int    // cells dropped to stay within the bounds
 	from    string // the id of the session it was forked from
+	gone    bool   // forgotten: its bytes no longer count
 }
 
 // uiCell is one cell of a history. Its fields are guarded by its
@@ -122,8 +128,8 @@ func (it *uiItem) size() int {
 	return n
 }
 
-// history returns x's history, made at its first cell. Nil when the page
-// is off.
+// history returns x's history, made at its first cell (for a session
+// that ended, an empty one that is not kept). Nil when the page is off.
 func (u *uiState) history(x *session) *uiHistory {
 	if u == nil {
 		return nil
@@ -131,6 +137,11 @@ func (u *uiState) history(x *session) *uiHistory {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	h := u.hist[x]
+	if h == nil && x.uiGone {
+		// Ended: a call that found it just before gets an empty
+		// history that nothing keeps or counts.
+		return &uiHistory{u: u, x: x, gone: true}
+	}
 	if h == nil {
 		h = &uiHistory{u: u, x: x}
 		u.hist[x] = h
@@ -144,8 +155,9 @@ func (u *uiState) forget(x *session) {
 		return
 	}
 	u.mu.Lock()
-	_, had := u.hist[x]
+	h, had := u.hist[x]
 	delete(u.hist, x)
+	x.uiGone = true
 	for k, y := range u.auditIDs {
 		if y == x {
 			delete(u.auditIDs, k)
@@ -153,6 +165,13 @@ func (u *uiState) forget(x *session) {
 	}
 	u.mu.Unlock()
 	if had {
+		// Its bytes leave the principal's count; a cell that still
+		// ends in it counts no more (gone).
+		h.mu.Lock()
+		h.gone = true
+		n := h.bytes
+		h.mu.Unlock()
+		u.count(x.principal, -n)
 		u.publish(x.principal, uiEvent{T: "sessions"})
 	}
 }
@@ -179,13 +198,96 @@ func (u *uiState) cellStart(x *session, id, code, auditID string) *uiCell {
 	c := &uiCell{h: h, ID: id, N: h.seq, Code: code, Start: time.Now(), State: "running", V: 1, bytes: len(code) + len(id) + uiCellCost,
 		approvals: map[*ipybox.ApprovalRequest]*uiItem{}}
 	h.cells = append(h.cells, c)
-	h.bytes += c.bytes
+	over := h.growLocked(c.bytes)
 	h.trimLocked()
 	if u.watched(x.principal) {
 		u.publish(x.principal, uiEvent{T: "cell", S: x.id, C: id, V: c.V, Cell: c.viewLocked()})
 	}
 	h.mu.Unlock()
+	if over {
+		u.trimPrincipal(x.principal)
+	}
 	return c
+}
+
+// growLocked adds d bytes to h and to its principal's count, and reports
+// whether the principal holds more than maxUIPrincipalBytes. Called with
+// h.mu held.
+func (h *uiHistory) growLocked(d int) bool {
+	h.bytes += d
+	if h.gone {
+		return false
+	}
+	return h.u.count(h.x.principal, d) > maxUIPrincipalBytes
+}
+
+// count adds d to what principal p's histories hold, and returns the sum.
+func (u *uiState) count(p string, d int) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := u.bytes[p] + d
+	if n <= 0 {
+		delete(u.bytes, p)
+		return 0
+	}
+	u.bytes[p] = n
+	return n
+}
+
+// trimPrincipal drops principal p's oldest finished cells, whichever of
+// its sessions they are in, until its histories hold at most
+// maxUIPrincipalBytes (its running cells, one a session, are never
+// dropped: each is bounded by maxUICellBytes). It takes one history's mu
+// at a time.
+func (u *uiState) trimPrincipal(p string) {
+	for {
+		u.mu.Lock()
+		over := u.bytes[p] > maxUIPrincipalBytes
+		u.mu.Unlock()
+		if !over {
+			return
+		}
+		var victim *uiHistory
+		var at time.Time
+		for _, h := range u.histories(p) {
+			h.mu.Lock()
+			if c := h.oldestFinishedLocked(); c != nil && (victim == nil || c.Start.Before(at)) {
+				victim, at = h, c.Start
+			}
+			h.mu.Unlock()
+		}
+		if victim == nil {
+			return
+		}
+		victim.mu.Lock()
+		if c := victim.oldestFinishedLocked(); c != nil {
+			victim.dropLocked(c)
+		}
+		victim.mu.Unlock()
+	}
+}
+
+// oldestFinishedLocked returns h's oldest cell that is not running, or
+// nil. Called with h.mu held.
+func (h *uiHistory) oldestFinishedLocked() *uiCell {
+	for _, c := range h.cells {
+		if c.State != "running" {
+			return c
+		}
+	}
+	return nil
+}
+
+// dropLocked drops cell c from h, and counts it dropped. Called with h.mu
+// held.
+func (h *uiHistory) dropLocked(c *uiCell) {
+	i := slices.Index(h.cells, c)
+	if i < 0 {
+		return
+	}
+	h.growLocked(-c.bytes)
+	h.cells = append(h.cells[:i:i], h.cells[i+1:]...)
+	h.dropped++
 }
 
 // trimLocked drops the oldest finished cells past the bounds. Called with
@@ -196,9 +298,7 @@ func (h *uiHistory) trimLocked() {
 		for i < len(h.cells)-1 && h.cells[i].State == "running" {
 			i++
 		}
-		h.bytes -= h.cells[i].bytes
-		h.cells = append(h.cells[:i:i], h.cells[i+1:]...)
-		h.dropped++
+		h.dropLocked(h.cells[i])
 	}
 }
 
@@ -211,13 +311,23 @@ func (c *uiCell) add(it *uiItem) {
 	}
 	h := c.h
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	over := c.addLocked(it)
+	h.mu.Unlock()
+	if over {
+		h.u.trimPrincipal(h.x.principal)
+	}
+}
+
+// addLocked is add with c's history's mu held; it reports whether the
+// principal's histories hold more than maxUIPrincipalBytes.
+func (c *uiCell) addLocked(it *uiItem) bool {
+	h := c.h
 	cost, last := it.size(), -1
 	if it.Kind == "stdout" || it.Kind == "stderr" {
 		room := min(maxUICellText-c.text, maxUICellBytes-c.bytes-uiItemCost)
 		if room <= 0 {
 			c.Truncated += int64(len(it.Text))
-			return
+			return false
 		}
 		if len(it.Text) > room {
 			c.Truncated += int64(len(it.Text) - room)
@@ -230,7 +340,7 @@ func (c *uiCell) add(it *uiItem) {
 		}
 	} else if c.bytes+cost > maxUICellBytes {
 		c.Truncated += int64(len(it.Text) + len(it.Data))
-		return
+		return false
 	}
 	c.V++
 	ev := uiEvent{T: "append", S: h.x.id, C: c.ID, V: c.V, I: last}
@@ -241,10 +351,10 @@ func (c *uiCell) add(it *uiItem) {
 		ev.T, ev.I = "item", len(c.Items)-1
 	}
 	c.bytes += cost
-	h.bytes += cost
+	over := h.growLocked(cost)
 	h.trimLocked()
 	if !h.u.watched(h.x.principal) {
-		return
+		return over
 	}
 	if ev.T == "item" {
 		ev.Item = it.view()
@@ -252,6 +362,7 @@ func (c *uiCell) add(it *uiItem) {
 		ev.Text = pageText(it.Text)
 	}
 	h.u.publish(h.x.principal, ev)
+	return over
 }
 
 // output records a chunk of a stream.

@@ -110,6 +110,11 @@ func (s *Server) uiNotebook(w http.ResponseWriter, r *http.Request, l *uiLogin) 
 		http.Error(w, "unknown session", http.StatusNotFound)
 		return
 	}
+	done, ok := s.uiTurn(w, r, l)
+	if !ok {
+		return
+	}
+	defer done()
 	w.Header().Set("Content-Type", "application/x-ipynb+json")
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="ipybox-%s.ipynb"`, h.x.id))
 	json.NewEncoder(w).Encode(h.notebook())
@@ -140,6 +145,11 @@ func (s *Server) exportNotebookTool(ctx context.Context, req *mcp.CallToolReques
 	if err != nil {
 		return nil, exportOut{}, err
 	}
+	done, err := s.ui.readTurn(ctx, x.principal)
+	if err != nil {
+		return nil, exportOut{}, err
+	}
+	defer done()
 	nb := s.ui.history(x).notebook()
 	n := len(nb["cells"].([]any))
 	return textResult("The session's %d cell(s) as a Jupyter notebook (nbformat 4) are in structuredContent.notebook; save it as a .ipynb file.", n), exportOut{Notebook: nb, Cells: n}, nil

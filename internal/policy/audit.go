@@ -222,6 +222,18 @@ func (l *Log) Close() error {
 // rotated file's before the current one's. Lines that are not entries
 // (a line cut short by a crash) are skipped and counted.
 func ReadLog(path string) (entries []Entry, skipped int, err error) {
+	skipped, err = ScanLog(path, func(e *Entry) { entries = append(entries, *e) })
+	if err != nil {
+		return nil, 0, err
+	}
+	return entries, skipped, nil
+}
+
+// ScanLog calls fn with each entry of the log at path, oldest first, as
+// ReadLog returns them, holding one at a time: a reader that keeps a few
+// does not hold the whole log (128 MiB with its rotated file). fn must
+// not keep e, which the next entry reuses; a copy of *e it may keep.
+func ScanLog(path string, fn func(e *Entry)) (skipped int, err error) {
 	found := false
 	for _, p := range []string{path + ".1", path} {
 		f, err := os.Open(p)
@@ -229,7 +241,7 @@ func ReadLog(path string) (entries []Entry, skipped int, err error) {
 			continue
 		}
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		found = true
 		sc := bufio.NewScanner(f)
@@ -240,18 +252,18 @@ func ReadLog(path string) (entries []Entry, skipped int, err error) {
 				skipped++
 				continue
 			}
-			entries = append(entries, e)
+			fn(&e)
 		}
 		err = sc.Err()
 		f.Close()
 		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", p, err)
+			return 0, fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	if !found {
-		return nil, 0, fmt.Errorf("no approval log at %s yet", path)
+		return 0, fmt.Errorf("no approval log at %s yet", path)
 	}
-	return entries, skipped, nil
+	return skipped, nil
 }
 
 // Redacted is the redaction mark.

@@ -216,6 +216,18 @@ const commands = {
       cells: document.querySelector('#cells').textContent,
     })) };
   },
+  // Waits until every markup frame of the page has loaded (its
+  // subresources tried, and refused or not), and returns their number.
+  async framesloaded({ who }) {
+    const p = await page(who);
+    let n = 0;
+    for (const f of p.frames()) {
+      if (f === p.mainFrame()) continue;
+      await f.waitForLoadState('load', { timeout: 60000 });
+      n++;
+    }
+    return { n };
+  },
   // What the page shows its principal: sessions, pending approvals, and
   // the answer of the API to another principal's session.
   async state({ who, other }) {
