@@ -140,20 +140,24 @@ func (tt *taskTable) sweepLocked(now time.Time) {
 	}
 }
 
-// errTooManyTasks is the answer to a call that would make a principal's
-// task past maxTasks.
+// errNoTask is why a call of a client that declared the extension made
+// no task: its principal keeps too many (errTooManyTasks, errTaskBytes).
+// The call then runs its cell as without the extension, and says why.
+var errNoTask = errors.New("no task was made for this call, which waits for its cell as without the tasks extension")
+
+// errTooManyTasks is errNoTask for a principal at maxTasks.
 func errTooManyTasks(n, running int, keep time.Duration) error {
-	return fmt.Errorf("this code did not run: you have %d tasks (%d running), the most ipybox mcp keeps for one token; "+
+	return fmt.Errorf("%w: you have %d tasks (%d running), the most ipybox mcp keeps for one token; "+
 		"a finished task is kept for %v after its end, so that its result can be fetched: "+
-		"wait for those to expire, cancel running ones (tasks/cancel), or call without the tasks extension", n, running, keep)
+		"cancel running ones (tasks/cancel) or let finished ones expire to get tasks again", errNoTask, n, running, keep)
 }
 
-// errTaskBytes is the answer to a call that would make a principal's task
-// while its finished tasks keep more than maxTaskBytes.
+// errTaskBytes is errNoTask for a principal whose finished tasks keep
+// more than maxTaskBytes.
 func errTaskBytes(held, limit int, keep time.Duration) error {
-	return fmt.Errorf("this code did not run: your finished tasks keep %.1f MiB of results, past the %d MiB ipybox mcp keeps for one token; "+
-		"a finished task is kept for %v after its end: wait for those to expire, print less or pass a smaller max_output_chars, "+
-		"or call without the tasks extension", float64(held)/(1<<20), limit>>20, keep)
+	return fmt.Errorf("%w: your finished tasks keep %.1f MiB of results, past the %d MiB ipybox mcp keeps for one token; "+
+		"a finished task is kept for %v after its end: let those expire, print less or pass a smaller max_output_chars "+
+		"to get tasks again", errNoTask, float64(held)/(1<<20), limit>>20, keep)
 }
 
 // keptBytes reports whether c (nil while its task is made) is done, and

@@ -344,7 +344,14 @@ func TestTasks(t *testing.T) {
 
 			// tasks/cancel interrupts; the kernel keeps x.
 			id = c.newTask(h, "x += 1\nprint('sleeping', flush=True)\nimport time; time.sleep(120)")
-			c.await(id, "working")
+			// Cancel once the cell has run x += 1 ("working" is its
+			// status from the start, before its code runs).
+			for deadline := time.Now().Add(60 * time.Second); !strings.Contains(fmt.Sprint(c.get(id)["statusMessage"]), "sleeping"); {
+				if time.Now().After(deadline) {
+					t.Fatalf("the task printed nothing in 60 s: %v", c.get(id))
+				}
+				time.Sleep(20 * time.Millisecond) // polling tasks/get, as a client does
+			}
 			ack, e := c.call(methodTasksCancel, map[string]any{"taskId": id}, nil)
 			if e != nil || ack["resultType"] != "complete" {
 				t.Errorf("cancel ack: %v %+v", ack, e)
@@ -520,7 +527,9 @@ func TestAttackOtherPrincipalsTasks(t *testing.T) {
 	srv.tasks.max = 1
 	srv.tasks.mu.Unlock()
 	res := alice.tool("execute_ipython_cell", map[string]any{"code": "print('over')", "session": ha})
-	if res["isError"] != true || res["taskId"] != nil || !strings.Contains(resultText(res), "you have 1 tasks (0 running), the most ipybox mcp keeps for one token") {
+	// Past her cap, her call makes no task and runs as without the
+	// extension, saying why.
+	if txt := resultText(res); res["isError"] == true || res["taskId"] != nil || !strings.Contains(txt, "over") || !strings.Contains(txt, "you have 1 tasks (0 running), the most ipybox mcp keeps for one token") {
 		t.Errorf("alice past the cap: %v", res)
 	}
 	if id := bob.newTask(session(bob), "print('bob')"); !strings.Contains(resultText(bob.await(id)["result"]), "bob") {

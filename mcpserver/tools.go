@@ -436,22 +436,27 @@ func (s *Server) executeTool(ctx context.Context, req *mcp.CallToolRequest, a ex
 		return res, nil, nil
 	}
 	x.checkpointWait(ctx)
+	warnings := x.takeWarnings()
 	if slot := taskSlotOf(ctx); slot != nil {
 		// The client declared the Tasks extension (tasks.go).
 		c, att, err := s.startTask(slot, x, time.Duration(a.Timeout*float64(time.Second)), func() (*cellRun, *attachment) {
-			return s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
+			return s.startCell(ctx, req, x, ex, a, warnings, x.takeRegErrors())
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoTask):
+			// At the principal's bounds: the cell runs as without tasks.
+			warnings = append(warnings, "[ipybox: "+err.Error()+"]")
+		case err != nil:
 			return nil, nil, err
-		}
-		if slot.t == nil {
+		case slot.t == nil:
 			// It ended within the task table's quick window: the plain result.
 			res, err := s.awaitFor(ctx, c, att, 0, a.Session)
 			return res, nil, err
+		default:
+			return textResult("task %s", slot.t.id), nil, nil
 		}
-		return textResult("task %s", slot.t.id), nil, nil
 	}
-	c, att := s.startCell(ctx, req, x, ex, a, x.takeWarnings(), x.takeRegErrors())
+	c, att := s.startCell(ctx, req, x, ex, a, warnings, x.takeRegErrors())
 	res, err := s.awaitFor(ctx, c, att, time.Duration(a.MaxWait*float64(time.Second)), a.Session)
 	return res, nil, err
 }

@@ -290,7 +290,7 @@ func (u *uiState) readTurn(ctx context.Context, p string) (func(), error) {
 	u.mu.Unlock()
 	select {
 	case turns <- struct{}{}:
-		return func() { <-turns }, nil
+		return func() { <-turns }, nil // bound: at once: this turn was put in above
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
