@@ -20,8 +20,14 @@ RUN apt-get update -qq && \
 # any other (HOME is /tmp, which every uid can write). The container
 # backend runs kernels as the calling user's uid (or, under root, the
 # workspace owner's or the mapped id) whatever the image says.
+# /ipybox holds the server's own files (its config folder, /ipybox/config
+# in the image: the approval policy and log, remembered answers, OAuth
+# sign-ins; not an ENV, which a container backend's kernels would get): 1777, as /tmp, so
+# that any --user makes its 0700 folders there. Nothing the server starts
+# may read or write it (Landlock, docs/container.md).
 RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp ipybox && \
-    mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace
+    mkdir -p /app/workspace && chown ipybox:ipybox /app /app/workspace && \
+    mkdir -m 1777 /ipybox
 COPY ipybox /usr/local/bin/ipybox
 USER ipybox
 WORKDIR /app/workspace
