@@ -94,7 +94,13 @@ const commands = {
   async cellsview({ who, n }) {
     const p = await page(who);
     await p.goto(base + '/ui/');
-    await p.waitForFunction((n) => document.querySelectorAll('#cells > *').length >= n, n, { timeout: 60000 });
+    try {
+      await p.waitForFunction((n) => document.querySelectorAll('#cells > *').length >= n, n, { timeout: 60000 });
+    } catch (e) {
+      // Say what the page showed instead, for the failure's message.
+      const shown = await p.evaluate(() => ({ url: location.href, cells: document.querySelectorAll('#cells > *').length, text: document.body.innerText.slice(0, 600) }));
+      throw new Error(`${e.message}; the page showed ${JSON.stringify(shown)}`);
+    }
     return { at: await p.evaluate(() => performance.now()), cells: await p.evaluate(() => document.querySelectorAll('#cells > *').length) };
   },
   // Clicks "Show older cells" and returns how long until more cells show,
