@@ -15,6 +15,7 @@
 # when it reaps G. G then gets everything of its session from the init
 # (sbchild.py).
 #ipybox:include nocwd.py
+#ipybox:include freshsignals.py
 import os, sys, json, socket, signal, select, ctypes, random, struct
 #ipybox:include importguard.py
 from ipykernel import kernelapp as _app
@@ -63,13 +64,15 @@ def _join(req, ns, setup, rep, pw):
     if os.getppid() == 1:
         os._exit(1)
     signal.set_wakeup_fd(-1)
-    for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_DFL)
+    _ipybox_fresh_signals()
     _sock.close(); os.close(_rd); os.close(_wr)
     for fd in _reports.values():
         os.close(fd)
     for fd in _pipes:
         os.close(fd)
+    # The kernel forked below can read this process's objects (gc): the
+    # fork server's bookkeeping names its sibling kernels (host pids).
+    _reports.clear(); _pipes.clear(); _kids.clear(); _early.clear()
     try:
         if os.geteuid() == 0:
             os.setgroups([])
