@@ -1,0 +1,204 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+)
+
+// probeProcess prints, one "key value" a line, what confines the process
+// that runs it and what it holds: its /proc status, limits, cgroup,
+// mounts, prctl state, signal dispositions, descriptors, mappings and
+// interpreter. Values that differ between any two processes (pids, inode
+// numbers, addresses) are left out or normalised.
+const probeProcess = `
+import os, sys, ctypes, re, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def out(k, v):
+    print(k, repr(v), flush=True)
+skip = ("Name", "Pid", "PPid", "Tgid", "Ngid", "TracerPid", "NSpid", "NStgid", "NSpgid", "NSsid", "VmPeak", "VmSize", "VmLck", "VmPin", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmData", "VmStk", "VmExe", "VmLib", "VmPTE", "VmSwap", "HugetlbPages", "Threads", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches", "SigQ", "State", "FDSize", "Kthread")
+for l in open("/proc/self/status"):
+    k, _, v = l.partition(":")
+    if k not in skip:
+        out("status." + k, v.strip())
+    if k == "NSpid":
+        out("status.NSpid.depth", len(v.split()))
+for l in open("/proc/self/limits").read().splitlines()[1:]:
+    out("limit." + l[:26].strip(), l[26:].split())
+out("cgroup", open("/proc/self/cgroup").read())
+mnts = []
+for l in open("/proc/self/mountinfo"):
+    f = l.split()
+    sep = f.index("-")
+    mnts.append((f[4], f[5], f[sep + 1], f[sep + 3] if sep + 3 < len(f) else "", " ".join(x for x in f[6:sep] if not x.startswith(("shared:", "master:")))))
+out("mounts", sorted(mnts))
+for name, nr in [("securebits", 27), ("pdeathsig", 2), ("dumpable", 3), ("keepcaps", 7), ("subreaper", 37), ("thp_disable", 42), ("no_new_privs", 39), ("timing", 13), ("mce_kill", 34)]:
+    if nr in (2, 37):
+        v = ctypes.c_int(0)
+        r = libc.prctl(nr, ctypes.byref(v), 0, 0, 0)
+        out("prctl." + name, (r, v.value))
+    elif nr == 34:
+        out("prctl." + name, libc.prctl(nr, 0, 0, 0, 0))
+    else:
+        out("prctl." + name, libc.prctl(nr, 0, 0, 0, 0))
+for name, which in [("spec_store_bypass", 0), ("spec_indirect_branch", 1), ("spec_l1d_flush", 2)]:
+    out("prctl." + name, libc.prctl(52, which, 0, 0, 0))
+out("mdwe", libc.prctl(66, 0, 0, 0, 0))
+for f in ("oom_score_adj", "personality", "timerslack_ns", "loginuid", "sessionid", "attr/current", "coredump_filter", "autogroup"):
+    try:
+        v = open("/proc/self/" + f).read().strip()
+        if f == "autogroup":
+            v = re.sub(r"-\d+", "-N", v)
+        out("proc." + f, v)
+    except OSError as e:
+        out("proc." + f, "error %d" % e.errno)
+st = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+out("stat.pgrp_is_self", int(st[2]) == os.getpid())
+out("stat.session_is_self", int(st[3]) == os.getpid())
+out("stat.tty_nr", st[4])
+out("stat.nice", st[16])
+out("stat.rt_priority", st[37])
+out("stat.policy", st[38])
+out("stat.exit_signal", st[35])
+out("sched", (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)))
+out("ioprio", libc.syscall(ctypes.c_long(252), 1, 0))
+out("affinity", sorted(os.sched_getaffinity(0)))
+out("umask", os.umask(0o22))
+sigs = {}
+for s in range(1, signal.NSIG):
+    try:
+        h = signal.getsignal(s)
+    except (ValueError, OSError):
+        continue
+    sigs[s] = "default" if h == signal.SIG_DFL else "ignore" if h == signal.SIG_IGN else "python" if callable(h) else repr(h)
+out("signals.python", sigs)
+out("signals.blocked", sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+out("signals.wakeup_fd", signal.set_wakeup_fd(-1))
+fds = []
+for fd in sorted(os.listdir("/proc/self/fd"), key=int):
+    try:
+        l = os.readlink("/proc/self/fd/" + fd)
+    except OSError:
+        continue
+    fds.append((int(fd), re.sub(r"\[\d+\]", "[N]", l)))
+out("fds", [f for f in fds if not f[1].startswith("/proc/self/fd")])
+shared, hidden = [], set()
+for l in open("/proc/self/maps"):
+    f = l.split(None, 5)
+    path = f[5].strip() if len(f) > 5 else ""
+    if f[1][3] == "s":
+        shared.append((f[1], path))
+    if path.startswith("/"):
+        try:
+            st = os.stat(path)
+            dev, ino = f[3], int(f[4])
+            if st.st_ino != ino:
+                hidden.add(path)
+        except OSError:
+            hidden.add(path)
+out("maps.shared", shared)
+out("maps.not_in_view", sorted(hidden))
+out("environ.keys", sorted(k.split(b"=")[0].decode() for k in open("/proc/self/environ", "rb").read().split(b"\0") if k))
+out("cmdline", open("/proc/self/cmdline", "rb").read().split(b"\0")[:2])
+out("sys.flags", tuple(sys.flags))
+out("sys.path", sys.path)
+out("sys.executable", sys.executable)
+out("sys.argv", sys.argv)
+mods = set(sys.modules)
+out("modules.count>200", len(mods) > 200)
+import gc
+held = [(k, sorted(o[k])) for o in gc.get_objects() if isinstance(o, dict) for k in ("_reports", "_kids", "_pipes", "_early") if isinstance(o.get(k), (set, dict)) and o[k]]
+out("gc.fork_server_bookkeeping", held)
+out("hashseed.env", os.environ.get("PYTHONHASHSEED"))
+out("cwd", os.getcwd())
+out("euid", (os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()))
+`
+
+// forkDifferences are the differences between a cold-started and a
+// forked sandboxed process that docs/sandbox.md ("Forked kernels") names,
+// and why each is no protection lost.
+var forkDifferences = map[string]string{
+	"sys.flags":              "the fork server's -s (no user site); the kernel's init adds the session's package folder",
+	"sys.path":               "python -c code: the working directory is not first (the fork server's nocwd.py)",
+	"modules.count>200":      "the fork server's imports",
+	"environ.keys":           "/proc/self/environ is the fork server's basic environment; os.environ is the session's",
+	"stat.session_is_self":   "the forked kernel starts a session of its own (no controlling terminal either way)",
+	"status.Seccomp_filters": "the fork server's own filter (the one of unsandboxed kernels) stays under the sandbox's: stricter, never looser",
+}
+
+// TestAttackForkedLikeCold compares what confines a cold-started and a
+// forked sandboxed process, from inside each: any difference is a
+// protection the fork path gives up, or something the fork server left
+// in the kernel (its globals, signal dispositions, mappings).
+func TestAttackForkedLikeCold(t *testing.T) {
+	needSandbox(t)
+	cold := newSbx(t, nil, &Options{Zygote: noFork{}})
+	forked := newForkSbx(t, nil, &Options{Workspace: cold.ws})
+	// A sibling, forked from the same fork server and alive throughout:
+	// what the fork server knows of it must not reach the probe.
+	sib := newLineWatcher("ready")
+	newForkSbx(t, nil, nil).start(t, sib, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
+	sib.wait(t)
+	probe := func(x *sbx) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(x.py(t, probeProcess), "\n") {
+			if k, v, ok := strings.Cut(l, " "); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	c, f := probe(cold), probe(forked)
+	if len(c) < 50 {
+		t.Fatalf("the probe printed %d values", len(c))
+	}
+	// Each sandbox has a run directory of its own.
+	c["mounts"] = strings.ReplaceAll(c["mounts"], cold.run, "RUN")
+	f["mounts"] = strings.ReplaceAll(f["mounts"], forked.run, "RUN")
+	for k, cv := range c {
+		fv := f[k]
+		if fv == cv {
+			continue
+		}
+		if why, ok := forkDifferences[k]; ok {
+			t.Logf("%s (%s): cold %s, forked %s", k, why, cv, fv)
+			continue
+		}
+		t.Errorf("%s: cold %s, forked %s", k, cv, fv)
+	}
+	for k, fv := range f {
+		if _, ok := c[k]; !ok {
+			t.Errorf("%s: only forked: %s", k, fv)
+		}
+	}
+}
+
+// TestAttackForkedBrokenPipe: a peer that closes its end of a pipe or a
+// socket the kernel writes to (a web server, a subprocess) must not end
+// the session: in a cold-started Python the write raises BrokenPipeError
+// (the interpreter ignores SIGPIPE); a forked one had SIGPIPE's default
+// back (the fork server's child reset it), and died of it.
+func TestAttackForkedBrokenPipe(t *testing.T) {
+	x := newForkSbx(t, nil, nil)
+	out := x.py(t, `
+import os, signal, socket
+a, b = socket.socketpair()
+b.close()
+try:
+    a.send(b"x"); print("sent")
+except BrokenPipeError:
+    print("socket: BrokenPipeError")
+r, w = os.pipe()
+os.close(r)
+try:
+    os.write(w, b"x"); print("written")
+except BrokenPipeError:
+    print("pipe: BrokenPipeError")
+print("SIGPIPE", signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, "SIGXFSZ", signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN)
+print("SIGINT", signal.getsignal(signal.SIGINT) is signal.default_int_handler, "SIGCHLD", signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL)
+`)
+	for _, w := range []string{"socket: BrokenPipeError", "pipe: BrokenPipeError", "SIGPIPE True SIGXFSZ True", "SIGINT True SIGCHLD True"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("want %q in the output:\n%s", w, out)
+		}
+	}
+}
