@@ -1,8 +1,14 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/testenv"
 )
 
 // probeProcess prints, one "key value" a line, what confines the process
@@ -199,6 +205,116 @@ print("SIGINT", signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
 	for _, w := range []string{"socket: BrokenPipeError", "pipe: BrokenPipeError", "SIGPIPE True SIGXFSZ True", "SIGINT True SIGCHLD True"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("want %q in the output:\n%s", w, out)
+		}
+	}
+}
+
+// probeRandom prints the random state a process holds that another
+// could predict: every random.Random reachable (random's own
+// included), the multiprocessing authentication key when that module is
+// loaded, tempfile's name sequence, and the first values of each.
+const probeRandom = `
+import gc, sys, random, hashlib
+seen = set()
+for o in gc.get_objects():
+    if isinstance(o, random.Random) and not isinstance(o, random.SystemRandom) and id(o) not in seen:
+        seen.add(id(o))
+        print("random", hashlib.sha256(repr(o.getstate()).encode()).hexdigest()[:16])
+print("module-random", random.random())
+if "multiprocessing.process" in sys.modules:
+    import multiprocessing.process as mp
+    print("authkey", bytes(mp.current_process().authkey).hex())
+import tempfile
+print("tempname", next(tempfile._get_candidate_names()))
+`
+
+// TestAttackForkedRandomState: two kernels forked from one fork server
+// share no random state: kernel code of one cannot predict the other's
+// random numbers, temporary names or keys from its own.
+func TestAttackForkedRandomState(t *testing.T) {
+	needSandbox(t)
+	a := newForkSbx(t, nil, nil).py(t, probeRandom)
+	b := newForkSbx(t, nil, nil).py(t, probeRandom)
+	t.Logf("a:\n%s\nb:\n%s", a, b)
+	if !strings.Contains(a, "module-random") {
+		t.Fatalf("the probe printed %q", a)
+	}
+	lb := map[string]bool{}
+	for l := range strings.Lines(b) {
+		lb[l] = true
+	}
+	for l := range strings.Lines(a) {
+		if lb[l] {
+			t.Errorf("both forked kernels hold %q", strings.TrimSpace(l))
+		}
+	}
+}
+
+// sandboxedSleeper starts a sleeper in x and returns its host pid and the
+// host pid of its sandbox's init (pid 1 of its pid namespace).
+func sandboxedSleeper(t *testing.T, x *sbx) (kernelPid, initPid int) {
+	t.Helper()
+	w := newLineWatcher("ready")
+	p := x.start(t, w, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
+	w.wait(t)
+	procs := append(testenv.Descendants(p.Pid()), nsPeers(testenv.Descendants(p.Pid()))...)
+	for _, q := range procs {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.Pid))
+		for l := range strings.Lines(string(st)) {
+			if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+				f := strings.Fields(v)
+				if len(f) > 1 && f[len(f)-1] == "1" {
+					initPid = q.Pid
+				}
+			}
+		}
+		if strings.Contains(q.Cmdline, "time.sleep(120)") {
+			kernelPid = q.Pid
+		}
+	}
+	if kernelPid == 0 || initPid == 0 {
+		t.Fatalf("kernel %d, init %d among %v", kernelPid, initPid, procs)
+	}
+	return kernelPid, initPid
+}
+
+// TestAttackForkedNamespaces: seen from the host, a forked kernel is in
+// every namespace of its sandbox's init (time and the ones its children
+// get included), under the same root and cgroup, as a cold-started one
+// is; a namespace it kept of the fork server's would be a way out.
+func TestAttackForkedNamespaces(t *testing.T) {
+	needSandbox(t)
+	for _, forked := range []bool{false, true} {
+		var x *sbx
+		if forked {
+			x = newForkSbx(t, nil, nil)
+		} else {
+			x = newSbx(t, nil, &Options{Zygote: noFork{}})
+		}
+		k, init := sandboxedSleeper(t, x)
+		ents, err := os.ReadDir("/proc/self/ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			kn, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", k, e.Name()))
+			in, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", init, e.Name()))
+			if err1 != nil || err2 != nil || kn != in {
+				t.Errorf("forked %v: namespace %s: kernel %s (%v), init %s (%v)", forked, e.Name(), kn, err1, in, err2)
+			}
+		}
+		for _, f := range []string{"cgroup", "uid_map", "gid_map", "setgroups"} {
+			kb, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", k, f))
+			ib, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", init, f))
+			if string(kb) != string(ib) || len(kb) == 0 {
+				t.Errorf("forked %v: %s: kernel %q, init %q", forked, f, kb, ib)
+			}
+		}
+		var ks, is unix.Stat_t
+		e1 := unix.Stat(fmt.Sprintf("/proc/%d/root/", k), &ks)
+		e2 := unix.Stat(fmt.Sprintf("/proc/%d/root/", init), &is)
+		if e1 != nil || e2 != nil || ks.Ino != is.Ino || ks.Dev != is.Dev {
+			t.Errorf("forked %v: the kernel's root is not its init's (%v %v)", forked, e1, e2)
 		}
 	}
 }
