@@ -53,3 +53,38 @@ print("SIGPIPE", signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, "SIGXFSZ", 
 		}
 	}
 }
+
+// TestAttackZygoteTraceMe: kernel code makes the fork server its tracer
+// (PTRACE_TRACEME; the fork server is the kernel's parent) and stops. The
+// fork server reported the stop as the kernel's exit: the host took the
+// live kernel for dead. Now the stop is no exit: a helper continues the
+// kernel, which answers the next cell as the same process.
+func TestAttackZygoteTraceMe(t *testing.T) {
+	z, py := startZygote(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k, err := kernel.Start(ctx, &kernel.Options{Python: py, Dir: t.TempDir(), Launcher: z})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	pid := k.Pid()
+	res, err := k.Execute(ctx, `
+import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+print("traceme", libc.ptrace(ctypes.c_long(0), ctypes.c_long(0), None, None))
+me = os.getpid()
+if os.fork() == 0:
+    time.sleep(1); os.kill(me, signal.SIGCONT); os._exit(0)
+os.kill(me, signal.SIGSTOP)
+time.sleep(0.5)
+print("resumed")
+`, nil)
+	if err != nil || !strings.Contains(res.Text, "resumed") {
+		t.Fatalf("the cell that stopped its kernel: %v %v", res, err)
+	}
+	res, err = k.Execute(ctx, "print('alive')", nil)
+	if err != nil || !strings.Contains(res.Text, "alive") || k.Pid() != pid {
+		t.Errorf("after the stop: %v %v (pid %d, was %d): want the same kernel, alive", res, err, k.Pid(), pid)
+	}
+}

@@ -1,13 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -315,6 +318,49 @@ func TestAttackForkedNamespaces(t *testing.T) {
 		e2 := unix.Stat(fmt.Sprintf("/proc/%d/root/", init), &is)
 		if e1 != nil || e2 != nil || ks.Ino != is.Ino || ks.Dev != is.Dev {
 			t.Errorf("forked %v: the kernel's root is not its init's (%v %v)", forked, e1, e2)
+		}
+	}
+}
+
+// TestAttackForkedTraceMe: kernel code of a forked kernel makes the fork
+// server (its parent, outside its pid namespace) its tracer
+// (PTRACE_TRACEME), stops, and leaves orphans. The fork server took the
+// stop for the kernel's exit: the sandbox ended (status 255) and the
+// real exit stayed behind as a report for a later kernel of the same pid.
+// Now the stop is no exit: a helper continues the kernel, which ends as
+// it chooses; the fork server forks on, adopts no orphan, and a sibling
+// kernel lives on.
+func TestAttackForkedTraceMe(t *testing.T) {
+	needSandbox(t)
+	sib := newLineWatcher("ready")
+	ps := newForkSbx(t, nil, nil).start(t, sib, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
+	sib.wait(t)
+	out := newForkSbx(t, nil, nil).py(t, attemptPrelude+`
+import signal, time
+for i in range(20):
+    if os.fork() == 0:
+        time.sleep(0.2); os._exit(0)
+attempt("traceme", lambda: sys_call(101, 0, 0, 0, 0))  # PTRACE_TRACEME
+me = os.getpid()
+if os.fork() == 0:
+    time.sleep(1); os.kill(me, signal.SIGCONT); os._exit(0)
+os.kill(me, signal.SIGSTOP)
+print("resumed", flush=True)
+`)
+	if !strings.Contains(out, "resumed") {
+		t.Errorf("the kernel that stopped did not resume: %q", out)
+	}
+	if got := newForkSbx(t, nil, nil).py(t, "print('forked')"); !strings.Contains(got, "forked") {
+		t.Errorf("after the attack, a fork prints %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := ps.Wait(ctx); ctx.Err() == nil {
+		t.Errorf("the sibling ended during the attack: %v", err)
+	}
+	for _, pid := range findMarker(kernel.ZygoteMarker) {
+		if n := len(testenv.Descendants(pid)); n > 10 {
+			t.Errorf("fork server %d has %d descendants: it adopted the kernel's orphans", pid, n)
 		}
 	}
 }

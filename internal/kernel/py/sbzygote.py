@@ -16,6 +16,7 @@
 # (sbchild.py).
 #ipybox:include nocwd.py
 #ipybox:include freshsignals.py
+#ipybox:include untrace.py
 import os, sys, json, socket, signal, select, ctypes, random, struct
 #ipybox:include importguard.py
 from ipykernel import kernelapp as _app
@@ -152,7 +153,8 @@ while True:
                 break
             if pid == 0:
                 break
-            _reaped(pid, status)
+            if not _ipybox_stopped(pid, status):
+                _reaped(pid, status)
     for pr in r:
         if pr in _pipes:
             _piped(pr)

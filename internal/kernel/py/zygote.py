@@ -7,6 +7,7 @@
 # zygote stays single-threaded, so fork is safe.
 #ipybox:include nocwd.py
 #ipybox:include freshsignals.py
+#ipybox:include untrace.py
 #ipybox:include confine.py
 import os, sys, json, socket, signal, select, ctypes, random
 #ipybox:include importguard.py
@@ -74,6 +75,8 @@ while True:
                 break
             if pid == 0:
                 break
+            if _ipybox_stopped(pid, status):
+                continue
             _kids.discard(pid)
             _send({"exit": pid, "status": status})
     if _sock in r:
