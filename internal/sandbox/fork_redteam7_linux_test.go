@@ -327,7 +327,10 @@ func TestAttackForkedNamespaces(t *testing.T) {
 // (PTRACE_TRACEME), stops, and leaves orphans. The fork server took the
 // stop for the kernel's exit: the sandbox ended (status 255) and the
 // real exit stayed behind as a report for a later kernel of the same pid.
-// Now the stop is no exit: a helper continues the kernel, which ends as
+// (A cold-started one's init, its tracer then, takes the stop for an exit
+// too, and its sandbox ends: the kernel ends its own session, as an exit
+// would; the init cannot detach it, since a tracer is one thread and the
+// init's Go threads are not the one that forked.) Now the stop is no exit: a helper continues the kernel, which ends as
 // it chooses; the fork server forks on, adopts no orphan, and a sibling
 // kernel lives on.
 func TestAttackForkedTraceMe(t *testing.T) {
@@ -335,21 +338,7 @@ func TestAttackForkedTraceMe(t *testing.T) {
 	sib := newLineWatcher("ready")
 	ps := newForkSbx(t, nil, nil).start(t, sib, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
 	sib.wait(t)
-	out := newForkSbx(t, nil, nil).py(t, attemptPrelude+`
-import signal, time
-for i in range(20):
-    if os.fork() == 0:
-        time.sleep(0.2); os._exit(0)
-attempt("traceme", lambda: sys_call(101, 0, 0, 0, 0))  # PTRACE_TRACEME
-me = os.getpid()
-if os.fork() == 0:
-    time.sleep(1); os.kill(me, signal.SIGCONT); os._exit(0)
-os.kill(me, signal.SIGSTOP)
-print("resumed", flush=True)
-`)
-	if !strings.Contains(out, "resumed") {
-		t.Errorf("the kernel that stopped did not resume: %q", out)
-	}
+	traceMe(t, newForkSbx(t, nil, nil), true)
 	if got := newForkSbx(t, nil, nil).py(t, "print('forked')"); !strings.Contains(got, "forked") {
 		t.Errorf("after the attack, a fork prints %q", got)
 	}
@@ -362,5 +351,27 @@ print("resumed", flush=True)
 		if n := len(testenv.Descendants(pid)); n > 10 {
 			t.Errorf("fork server %d has %d descendants: it adopted the kernel's orphans", pid, n)
 		}
+	}
+}
+
+// traceMe runs TestAttackForkedTraceMe's payload in x: the program makes
+// its parent its tracer (the fork server, or a cold one's init) and stops.
+func traceMe(t *testing.T, x *sbx, forked bool) {
+	out := x.py(t, attemptPrelude+`
+import signal, time
+for i in range(20):
+    if os.fork() == 0:
+        time.sleep(0.2); os._exit(0)
+attempt("traceme", lambda: sys_call(101, 0, 0, 0, 0))  # PTRACE_TRACEME
+me = os.getpid()
+if os.fork() == 0:
+    time.sleep(1); os.kill(me, signal.SIGCONT); os._exit(0)
+os.kill(me, signal.SIGSTOP)
+print("resumed", flush=True)
+time.sleep(0.5)
+print("done", flush=True)
+`)
+	if !strings.Contains(out, "resumed\ndone") {
+		t.Errorf("forked %v: the kernel that stopped did not resume: %q", forked, out)
 	}
 }
