@@ -52,6 +52,8 @@ for name, nr in [("securebits", 27), ("pdeathsig", 2), ("dumpable", 3), ("keepca
 for name, which in [("spec_store_bypass", 0), ("spec_indirect_branch", 1), ("spec_l1d_flush", 2)]:
     out("prctl." + name, libc.prctl(52, which, 0, 0, 0))
 out("mdwe", libc.prctl(66, 0, 0, 0, 0))
+r = libc.syscall(ctypes.c_long(250), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))  # keyctl: the session keyring
+out("keyctl.session", (r, ctypes.get_errno()) if r < 0 else "allowed")
 for f in ("oom_score_adj", "personality", "timerslack_ns", "loginuid", "sessionid", "attr/current", "coredump_filter", "autogroup"):
     try:
         v = open("/proc/self/" + f).read().strip()
