@@ -120,6 +120,40 @@ import gc
 held = [(k, sorted(o[k])) for o in gc.get_objects() if isinstance(o, dict) for k in ("_reports", "_kids", "_pipes", "_early") if isinstance(o.get(k), (set, dict)) and o[k]]
 out("gc.fork_server_bookkeeping", held)
 out("hashseed.env", os.environ.get("PYTHONHASHSEED"))
+import socket, errno as _errno
+def access(name, f):
+    try:
+        f()
+        out("access." + name, "allowed")
+    except OSError as e:
+        out("access." + name, _errno.errorcode.get(e.errno, e.errno))
+def sock(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.close()
+access("write-workspace", lambda: open("probe-file", "w").write("x"))
+access("chmod-setuid", lambda: os.chmod("probe-file", 0o4755))
+access("write-tmp", lambda: open("/tmp/probe", "w").write("x"))
+access("write-dev-shm", lambda: open("/dev/shm/probe", "w").write("x"))
+access("write-usr", lambda: open("/usr/probe", "w").write("x"))
+access("read-etc-passwd", lambda: open("/etc/passwd").read())
+access("read-shadow", lambda: open("/etc/shadow").read())
+access("write-ipybox-dir", lambda: open(".ipybox/probe", "w").write("x"))
+access("socket-workspace", lambda: sock("probe.sock"))
+access("socket-tmp", lambda: sock("/tmp/probe.sock"))
+access("socket-abstract", lambda: sock("\0ipybox-probe"))
+access("mkfifo-workspace", lambda: os.mkfifo("probe.fifo"))
+access("mknod-dev", lambda: os.mknod("/tmp/probe.dev", 0o600 | 0o20000, os.makedev(1, 3)))
+access("symlink-workspace", lambda: os.symlink("/etc/passwd", "probe.link"))
+access("hardlink-out", lambda: os.link("/etc/passwd", "/tmp/probe.hard"))
+access("unshare-user", lambda: (_ for _ in ()).throw(OSError(ctypes.get_errno(), "")) if libc.unshare(0x10000000) != 0 else None)
+access("io_uring", lambda: (_ for _ in ()).throw(OSError(ctypes.get_errno(), "")) if libc.syscall(ctypes.c_long(425), ctypes.c_long(1), ctypes.create_string_buffer(120)) < 0 else None)
+access("tcp-connect", lambda: socket.create_connection(("1.1.1.1", 443), timeout=2))
+for f in ("probe-file", "probe.sock", "probe.fifo", "probe.link"):
+    try:
+        os.unlink(f)
+    except OSError:
+        pass
 out("cwd", os.getcwd())
 out("euid", (os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()))
 `
@@ -161,6 +195,12 @@ func TestAttackForkedLikeCold(t *testing.T) {
 	c, f := probe(cold), probe(forked)
 	if len(c) < 50 {
 		t.Fatalf("the probe printed %d values", len(c))
+	}
+	// The probe's control: what a sandbox allows and refuses, cold.
+	for k, want := range map[string]string{"access.write-workspace": "'allowed'", "access.read-shadow": "'EACCES'", "access.write-usr": "'EROFS'", "access.tcp-connect": "'ENETUNREACH'"} {
+		if c[k] != want {
+			t.Errorf("cold %s: %s, want %s", k, c[k], want)
+		}
 	}
 	// Each sandbox has a run directory of its own.
 	c["mounts"] = strings.ReplaceAll(c["mounts"], cold.run, "RUN")
