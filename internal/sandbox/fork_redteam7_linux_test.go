@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -417,3 +419,76 @@ print("done", flush=True)
 		t.Errorf("forked %v: the kernel that stopped did not resume: %q", forked, out)
 	}
 }
+
+// TestAttackForkedCloneParent: kernel code of a forked kernel gives the
+// fork server children of its own (clone with CLONE_PARENT: the new
+// process's parent is the kernel's, the fork server), thousands of them,
+// which exit at once. The fork server kept each one's exit status, as
+// that of a kernel reaped before its pid was known, for good: its memory
+// grew with every one, and a later kernel that got the same pid (pids
+// wrap) would have been told at once that it had exited. Now it keeps a
+// status only while a fork is pending, and none past it. The fork server
+// forks on, and a sibling lives.
+func TestAttackForkedCloneParent(t *testing.T) {
+	needSandbox(t)
+	z, err := kernel.NewSandboxZygote(context.Background(), python, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	sib := newLineWatcher("ready")
+	ps := newSbx(t, nil, &Options{Zygote: z}).start(t, sib, nil, python, "-c", "import time; print('ready', flush=True); time.sleep(120)")
+	sib.wait(t)
+	var fs []int
+	for _, pid := range findMarker(kernel.ZygoteMarker) {
+		if slices.ContainsFunc(testenv.Descendants(pid), func(q testenv.Proc) bool { return strings.Contains(q.Cmdline, "time.sleep(120)") }) {
+			fs = append(fs, pid)
+		}
+	}
+	if len(fs) != 1 {
+		t.Fatalf("fork servers of this test: %v", fs)
+	}
+	rss := func() int {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", fs[0]))
+		for l := range strings.Lines(string(st)) {
+			if v, ok := strings.CutPrefix(l, "RssAnon:"); ok {
+				n, _ := strconv.Atoi(strings.Fields(v)[0])
+				return n
+			}
+		}
+		t.Fatalf("no RssAnon in the fork server's status")
+		return 0
+	}
+	before := rss()
+	x := newSbx(t, nil, &Options{Zygote: z})
+	out := x.py(t, attemptPrelude+strings.ReplaceAll(`
+import time
+n = 0
+for i in range(STRAYS):
+    pid = libc.syscall(ctypes.c_long(56), ctypes.c_long(0x8000 | 17), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))  # clone(CLONE_PARENT | SIGCHLD)
+    if pid == 0:
+        os._exit(0)
+    n += pid > 0
+print("strays", n, flush=True)
+`, "STRAYS", strconv.Itoa(cloneStrays)))
+	if !strings.Contains(out, "strays "+strconv.Itoa(cloneStrays)) {
+		t.Fatalf("the payload made %q", out)
+	}
+	if got := newSbx(t, nil, &Options{Zygote: z}).py(t, "print('forked')"); !strings.Contains(got, "forked") {
+		t.Errorf("after the strays, a fork prints %q", got)
+	}
+	after := rss()
+	t.Logf("the fork server's RssAnon: %d kB before %d strays, %d kB after", before, cloneStrays, after)
+	if after-before > 512 {
+		t.Errorf("the fork server's memory grew by %d kB with %d strays of a kernel's", after-before, cloneStrays)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := ps.Wait(ctx); ctx.Err() == nil {
+		t.Errorf("the sibling ended during the attack: %v", err)
+	}
+}
+
+// cloneStrays is how many children TestAttackForkedCloneParent gives the
+// fork server.
+const cloneStrays = 8000

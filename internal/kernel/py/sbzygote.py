@@ -110,7 +110,13 @@ def _reaped(pid, status):
         return
     rep = _reports.pop(pid, None)
     if rep is None:
-        _early[pid] = status
+        # A G whose C's pipe is still unread, or a process a kernel made
+        # our child (clone with CLONE_PARENT) and not a kernel at all:
+        # kept only while a fork is pending (_piped forgets the rest), so
+        # that such strays neither grow this table nor leave an exit for
+        # a later kernel that gets the same pid.
+        if _pipes:
+            _early[pid] = status
         return
     _report(rep, {"exit": status})
     os.close(rep)
@@ -124,6 +130,8 @@ def _piped(pr):
     os.close(pr)
     if not data:
         os.close(rep)
+        if not _pipes:
+            _early.clear()
         return
     g = int(data)
     if g in _early:
@@ -131,6 +139,8 @@ def _piped(pr):
         os.close(rep)
     else:
         _reports[g] = rep
+    if not _pipes:
+        _early.clear()
 _send({"id": 0})
 while True:
     # poll, not select: the pipes' descriptors may pass FD_SETSIZE.
