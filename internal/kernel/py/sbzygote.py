@@ -15,6 +15,8 @@
 # when it reaps G. G then gets everything of its session from the init
 # (sbchild.py).
 #ipybox:include nocwd.py
+#ipybox:include freshsignals.py
+#ipybox:include untrace.py
 import os, sys, json, socket, signal, select, ctypes, random, struct
 #ipybox:include importguard.py
 from ipykernel import kernelapp as _app
@@ -63,13 +65,15 @@ def _join(req, ns, setup, rep, pw):
     if os.getppid() == 1:
         os._exit(1)
     signal.set_wakeup_fd(-1)
-    for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_DFL)
+    _ipybox_fresh_signals()
     _sock.close(); os.close(_rd); os.close(_wr)
     for fd in _reports.values():
         os.close(fd)
     for fd in _pipes:
         os.close(fd)
+    # The kernel forked below can read this process's objects (gc): the
+    # fork server's bookkeeping names its sibling kernels (host pids).
+    _reports.clear(); _pipes.clear(); _kids.clear(); _early.clear()
     try:
         if os.geteuid() == 0:
             os.setgroups([])
@@ -106,7 +110,13 @@ def _reaped(pid, status):
         return
     rep = _reports.pop(pid, None)
     if rep is None:
-        _early[pid] = status
+        # A G whose C's pipe is still unread, or a process a kernel made
+        # our child (clone with CLONE_PARENT) and not a kernel at all:
+        # kept only while a fork is pending (_piped forgets the rest), so
+        # that such strays neither grow this table nor leave an exit for
+        # a later kernel that gets the same pid.
+        if _pipes:
+            _early[pid] = status
         return
     _report(rep, {"exit": status})
     os.close(rep)
@@ -120,6 +130,8 @@ def _piped(pr):
     os.close(pr)
     if not data:
         os.close(rep)
+        if not _pipes:
+            _early.clear()
         return
     g = int(data)
     if g in _early:
@@ -127,6 +139,8 @@ def _piped(pr):
         os.close(rep)
     else:
         _reports[g] = rep
+    if not _pipes:
+        _early.clear()
 _send({"id": 0})
 while True:
     # poll, not select: the pipes' descriptors may pass FD_SETSIZE.
@@ -149,7 +163,8 @@ while True:
                 break
             if pid == 0:
                 break
-            _reaped(pid, status)
+            if not _ipybox_stopped(pid, status):
+                _reaped(pid, status)
     for pr in r:
         if pr in _pipes:
             _piped(pr)

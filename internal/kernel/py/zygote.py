@@ -6,6 +6,8 @@
 # pid or an error; exit reports carry a pid and its wait status. The
 # zygote stays single-threaded, so fork is safe.
 #ipybox:include nocwd.py
+#ipybox:include freshsignals.py
+#ipybox:include untrace.py
 #ipybox:include confine.py
 import os, sys, json, socket, signal, select, ctypes, random
 #ipybox:include importguard.py
@@ -32,8 +34,7 @@ def _child(req, out):
     if os.getppid() == 1:
         os._exit(1)
     signal.set_wakeup_fd(-1)
-    for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+    _ipybox_fresh_signals()
     _sock.close(); os.close(_rd); os.close(_wr)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0); os.dup2(out, 1); os.dup2(out, 2)
@@ -74,6 +75,8 @@ while True:
                 break
             if pid == 0:
                 break
+            if _ipybox_stopped(pid, status):
+                continue
             _kids.discard(pid)
             _send({"exit": pid, "status": status})
     if _sock in r:
