@@ -451,13 +451,6 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 	}
 }
 
-// isDone reports whether the cell has ended.
-func (c *cellRun) isDone() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.done
-}
-
 // isTask reports whether the cell runs as a task.
 func (c *cellRun) isTask() bool { return c.taskID() != "" }
 
