@@ -86,7 +86,8 @@ var ErrBusy = errors.New("ipybox: the session is running a cell; fork or rewind 
 // last Snapshot is reused while no cell has run since, or else one is
 // saved within the last Snapshot's MaxBytes); a gateway kernel cannot be
 // forked. Files are not forked: a fork shares the
-// workspace with its source. Fork refuses with ErrBusy while a cell runs.
+// workspace with its source. Fork refuses with ErrBusy while a cell runs;
+// a cell sent while the forks prepare runs before their copies are made.
 func (e *Executor) Fork(ctx context.Context, n int, prepare func(i int, o *Options) error) ([]*Executor, error) {
 	if n < 1 || n > defaults.MaxForks {
 		return nil, fmt.Errorf("ipybox: fork: count %d; make 1 to %d forks at a time", n, defaults.MaxForks)
@@ -112,8 +113,11 @@ func (e *Executor) Fork(ctx context.Context, n int, prepare func(i int, o *Optio
 		// Adopting a process fork needs Linux (a pidfd).
 		return e.forkSnapshot(ctx, opts)
 	}
+	// Busy now is refused; the forks' cells take the session in turn
+	// (forkProcess), once each fork is ready to copy it.
 	select {
 	case e.sem <- struct{}{}:
+		e.release()
 	default:
 		return nil, ErrBusy
 	}
@@ -125,25 +129,22 @@ func siblingDir(dir string) string {
 	return filepath.Join(filepath.Dir(dir), "fork-"+jupyter.NewID()[:16])
 }
 
-// forkProcess starts the forks at once; their fork cells take turns in the
-// source's kernel. The caller holds e.sem; it is released as soon as the
-// last fork cell has run, so that the source's next cell waits for the
-// forks' copies only, not for their kernels to start.
+// forkProcess starts the forks at once. The source is held (e.sem) only
+// while their fork cells run, back to back (forkTurns): while the forks
+// prepare their tool servers, run folders and kernel options, the
+// source's cells run, and the forks copy the state after them. So the
+// source's next cell waits for the forks' copies only, not for their
+// preparation, nor for their kernels to start.
 func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executor, error) {
-	var cellMu sync.Mutex
-	var once sync.Once
-	release := func() { once.Do(e.release) }
-	defer release()
-	left := len(opts)
-	cellDone := func() { // called with cellMu held
-		if left--; left == 0 {
-			release()
-		}
-	}
+	turns := newForkTurns(e, len(opts))
+	defer turns.end()
 	return startAll(ctx, opts, func(ctx context.Context, o *Options) (*Executor, error) {
 		o.Python = e.k.Python()
-		l := &forkLauncher{src: e, mu: &cellMu, done: cellDone}
+		l := &forkLauncher{src: e, turns: turns}
 		f, err := start(ctx, o, func(next kernel.Launcher) kernel.Launcher {
+			if h := forkPreparing.Load(); h != nil {
+				(*h)()
+			}
 			if next == nil {
 				next = kernel.DirectLauncher{}
 			}
@@ -151,6 +152,9 @@ func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executo
 			return l
 		})
 		if err != nil {
+			if !l.used {
+				turns.skip() // it failed before its turn
+			}
 			if l.proc != nil {
 				err = l.proc.failed(err)
 			}
@@ -160,6 +164,90 @@ func (e *Executor) forkProcess(ctx context.Context, opts []*Options) ([]*Executo
 		f.forked.Note = forkNote(f.forked)
 		return f, nil
 	})
+}
+
+// forkTurns lets the forks of one Fork copy one state: each, once
+// prepared, waits for the others to be prepared (or to have failed); then
+// their fork cells run one at a time while the source is held, and the
+// source is released after the last.
+type forkTurns struct {
+	src     *Executor
+	ready   chan struct{} // closed when every fork is prepared or failed
+	mu      sync.Mutex    // held by the fork cell that runs
+	waiting int           // forks not yet prepared; guarded by mu
+	left    int           // fork cells not yet run; guarded by mu
+	held    bool          // whether the source is held; guarded by mu
+}
+
+func newForkTurns(src *Executor, n int) *forkTurns {
+	return &forkTurns{src: src, ready: make(chan struct{}), waiting: n, left: n}
+}
+
+// arrive counts a fork as prepared (or failed), with mu held.
+func (t *forkTurns) arrive() {
+	if t.waiting--; t.waiting == 0 {
+		close(t.ready)
+	}
+}
+
+// done counts a fork cell as run (or never to run), with mu held, and
+// releases the source after the last.
+func (t *forkTurns) done() {
+	if t.left--; t.left == 0 && t.held {
+		t.held = false
+		t.src.release()
+	}
+}
+
+// take waits for every fork to be prepared, then for this fork's turn, and
+// holds the source (waiting for a cell of its that runs). It returns with
+// mu held, also on an error: give ends the turn.
+func (t *forkTurns) take(ctx context.Context) error {
+	t.mu.Lock()
+	t.arrive()
+	t.mu.Unlock()
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		t.mu.Lock()
+		return fmt.Errorf("waiting for the other forks to be ready: %w", ctx.Err())
+	}
+	t.mu.Lock()
+	if t.held {
+		return nil
+	}
+	select {
+	case t.src.sem <- struct{}{}:
+		t.held = true
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the source's running cell to end: %w", ctx.Err())
+	}
+}
+
+// give ends the turn that take began.
+func (t *forkTurns) give() {
+	t.done()
+	t.mu.Unlock()
+}
+
+// skip counts a fork that failed before its turn.
+func (t *forkTurns) skip() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.arrive()
+	t.done()
+}
+
+// end releases the source if a fork left it held (bound: every start has
+// returned).
+func (t *forkTurns) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held {
+		t.held = false
+		t.src.release()
+	}
 }
 
 // startAll runs start for each of opts at once; on any error it closes the
@@ -300,12 +388,11 @@ func copyBeneath(from, to, name string, max int64) (int64, error) {
 // kernel; a restart of the fork (a death, Reset) starts a fresh kernel with
 // next, as any restart does.
 type forkLauncher struct {
-	src  *Executor
-	mu   *sync.Mutex // one fork cell at a time in the source's kernel
-	done func()      // after the fork cell, with mu held
-	next kernel.Launcher
-	used bool
-	proc *lifelined // the copy it made, if it made one
+	src   *Executor
+	turns *forkTurns // one fork cell at a time in the source's kernel
+	next  kernel.Launcher
+	used  bool
+	proc  *lifelined // the copy it made, if it made one
 }
 
 // Start implements kernel.Launcher.
@@ -314,9 +401,11 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 		return l.next.Start(ctx, spec)
 	}
 	l.used = true
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	defer l.done()
+	err := l.turns.take(ctx)
+	defer l.turns.give()
+	if err != nil {
+		return nil, fmt.Errorf("fork: %w", err)
+	}
 	p, err := forkKernel(ctx, l.src.k, spec, false)
 	if err != nil {
 		return nil, err // not a nil *lifelined in an interface
@@ -324,6 +413,10 @@ func (l *forkLauncher) Start(ctx context.Context, spec *kernel.Spec) (kernel.Pro
 	l.proc = p
 	return p, nil
 }
+
+// forkPreparing, when set, is called as a fork prepares, before its fork
+// cell (tests only: fork_export_test.go).
+var forkPreparing atomic.Pointer[func()]
 
 // forkNewApp makes the copy start a new kernel app, as it does for an
 // ipykernel it cannot rebind (tests only: export_test.go).

@@ -8,3 +8,10 @@ func ForkNewApp(t *testing.T) {
 	forkNewApp.Store(true)
 	t.Cleanup(func() { forkNewApp.Store(false) })
 }
+
+// ForkPreparing calls h as each fork prepares, before its fork cell,
+// until t ends.
+func ForkPreparing(t *testing.T, h func()) {
+	forkPreparing.Store(&h)
+	t.Cleanup(func() { forkPreparing.Store(nil) })
+}

@@ -363,6 +363,51 @@ func TestForkBusy(t *testing.T) {
 	forks[0].Close()
 }
 
+// TestForkSourceRunsWhileForkPrepares: a fork holds its source only for
+// its fork cell, so that the source's cells run while the fork prepares
+// (its tool server, run folder and kernel options); the fork copies the
+// state after them. Before, the source was held from the call on, and the
+// cell below waited for the whole preparation.
+func TestForkSourceRunsWhileForkPrepares(t *testing.T) {
+	testenv.NeedsPython(t)
+	ctx := context.Background()
+	src, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	frun(t, src, "y = 1")
+	ran := make(chan error, 2)
+	ipybox.ForkPreparing(t, func() {
+		// The source's cell, sent while the fork prepares: it must end
+		// before the preparation does.
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := src.Execute(c, "y = 5", nil)
+		ran <- err
+	})
+	forks, err := src.Fork(ctx, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		defer f.Close()
+	}
+	for range 2 {
+		if err := <-ran; err != nil {
+			t.Fatalf("the source's cell during the fork's preparation: %v", err)
+		}
+	}
+	for i, f := range forks {
+		if got := frun(t, f, "print(y)"); got != "5" {
+			t.Errorf("fork %d: y = %q, want the state after the source's cells, 5", i, got)
+		}
+	}
+	if got := frun(t, src, "print(y)"); got != "5" {
+		t.Errorf("source: y = %q, want 5", got)
+	}
+}
+
 // TestForkConfined forks a sandboxed and a container kernel: through a
 // snapshot, into a fresh kernel of the same backend. The fork holds the
 // state and says how it was made; its kernel cannot read its source's
