@@ -156,3 +156,40 @@ func TestReadmeNamesSetupPackages(t *testing.T) {
 		t.Errorf("read %d packages from scripts/setup.sh; the block's format changed", n)
 	}
 }
+
+// TestDocsNameTheWheelsMacOS keeps the oldest macOS that the READMEs
+// promise equal to the one the wheels' tags say (scripts/wheels.sh's
+// macosx_N_0, which TestWheels checks against the binaries): they said
+// macOS 12 while the Go 1.27 binaries and their tags say 13.
+func TestDocsNameTheWheelsMacOS(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("scripts/wheels.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := regexp.MustCompile(`macosx_(\d+)_0_`).FindAllStringSubmatch(string(script), -1)
+	if len(tags) == 0 {
+		t.Fatal("scripts/wheels.sh names no macosx_N_0 tag")
+	}
+	for _, m := range tags[1:] {
+		if m[1] != tags[0][1] {
+			t.Fatalf("scripts/wheels.sh's macOS tags differ: %s and %s", tags[0][0], m[0])
+		}
+	}
+	want := tags[0][1]
+	for _, f := range []string{"README.md", "python/README.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		said := regexp.MustCompile(`macOS (\d+) or\s+newer`).FindAllStringSubmatch(string(b), -1)
+		if len(said) == 0 {
+			t.Errorf("%s does not say which macOS the wheels need (macOS %s or newer)", f, want)
+		}
+		for _, m := range said {
+			if m[1] != want {
+				t.Errorf("%s says %q; the wheels are tagged macosx_%s_0", f, m[0], want)
+			}
+		}
+	}
+}

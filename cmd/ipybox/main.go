@@ -135,6 +135,13 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			return c.run(ctx, env, args[1:])
 		}
 	}
+	if strings.HasPrefix(name, "-") {
+		// Upstream ipybox 0.9's console script was its MCP server, with
+		// its flags and no command (`uvx ipybox --workspace DIR`, as its
+		// plugin ran it): such a configuration now reaches this binary.
+		fmt.Fprintf(env.stderr, "ipybox: %s is not a command; flags come after one: the MCP server is `ipybox mcp` (upstream ipybox 0.9's `ipybox --workspace DIR` is `ipybox mcp --workspace DIR`); run `ipybox help` for the list\n", name)
+		return exitUsage
+	}
 	fmt.Fprintf(env.stderr, "ipybox: unknown command %q; run `ipybox help` for the list\n", name)
 	return exitUsage
 }

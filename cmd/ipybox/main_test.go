@@ -114,6 +114,7 @@ func TestUsageErrors(t *testing.T) {
 	var all strings.Builder
 	for _, args := range [][]string{
 		{"nope"},
+		{"--workspace", "ws"}, // upstream 0.9's MCP server, as its plugin ran it
 		{"exec", "--timout", "5s"},
 		{"exec", "--workspac", "ws"},
 		{"exec", "--no-such-flag"},

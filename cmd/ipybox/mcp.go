@@ -330,7 +330,7 @@ func (f *mcpFlags) probeBackend(ctx context.Context, env *cliEnv, opts *mcpserve
 	if opts.Sandbox != nil {
 		if err := sandboxProbe(ctx); err != nil {
 			if f.sandboxExplicit {
-				return exitFail, fmt.Errorf("--sandbox: %w", err)
+				return exitFail, fmt.Errorf("%s: %w", f.sandbox.explicitFlag(), err)
 			}
 			fmt.Fprintf(env.stderr, "ipybox mcp: warning: kernels run UNSANDBOXED, with your rights (approvals are advice, not a boundary): %v; "+
 				"fix that, or pass --no-sandbox to run unsandboxed on purpose\n", err)

@@ -74,4 +74,12 @@ func TestMCPNoSandboxHere(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "--sandbox: sandbox unavailable") {
 		t.Errorf("--sandbox without bwrap: %v\n%s", err, out)
 	}
+	// The plugin's arguments ask for the sandbox with --allowed-domain
+	// alone: the error names that flag, not a --sandbox never passed.
+	cmd = exec.Command(os.Args[0], "mcp", "--workspace", t.TempDir(), "--approval", "elicit", "--allowed-domain", "*")
+	cmd.Env = append(os.Environ(), "IPYBOX_TEST_AS_MAIN=1", path)
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--allowed-domain (which implies --sandbox): sandbox unavailable") {
+		t.Errorf("--allowed-domain without bwrap: %v\n%s", err, out)
+	}
 }

@@ -42,6 +42,22 @@ func (f *sandboxFlags) explicit() bool {
 	return f.on || f.config != "" || len(f.domains) > 0
 }
 
+// explicitFlag names the flag that asked for the sandbox, for an error
+// that says why it may not fall back to none: the plugin, for one, asks
+// for it with --allowed-domain alone, and a "--sandbox:" error would name
+// a flag its user never passed.
+func (f *sandboxFlags) explicitFlag() string {
+	switch {
+	case f.on:
+		return "--sandbox"
+	case f.config != "":
+		return "--sandbox-config"
+	case len(f.domains) > 0:
+		return "--allowed-domain (which implies --sandbox)"
+	}
+	return "--sandbox"
+}
+
 // policy returns the sandbox policy the flags ask for, or nil for none,
 // and whether it was asked for explicitly. An explicit sandbox keeps
 // sandbox-runtime's semantics (no network unless allowed) and fails when

@@ -341,6 +341,39 @@ def _dotenv_value(v: str) -> str:
     return f'"{v}"'
 
 
+# The flags CodeExecutor passes to ipybox mcp, by the argument that sets
+# each: ipybox mcp's usage errors name its flags (and the private files
+# that carry kernel_env and mcp_servers), which the caller never wrote.
+_FLAG_ARGS = {
+    "--python": "python",
+    "--sandbox-config": "sandbox_config",
+    "--approval-policy": "approval_policy",
+    "--approval-log": "approval_log",
+    "--approval-timeout": "approval_timeout",
+    "--images-dir": "images_dir",
+    "--start-timeout": "kernel_init_timeout",
+    "--workspace": "working_dir",
+}
+_FILE_FLAG_ARGS = {"--mcp-config": "mcp_servers", "--kernel-env-file": "kernel_env"}
+
+
+def _usage_error(tail: str) -> str:
+    """ipybox mcp's usage error (exit status 2) in CodeExecutor's terms:
+    its arguments' names for the flags, without the program's prefixes."""
+    lines = []
+    for line in tail.strip().splitlines():
+        for prefix in ("ipybox mcp: ", "ipybox: "):
+            while line.startswith(prefix):
+                line = line[len(prefix):]
+        for flag, arg in _FILE_FLAG_ARGS.items():
+            line = re.sub(rf"(?<![\w-]){re.escape(flag)} \S+?:", f"{arg}:", line)
+        for flag, arg in _FLAG_ARGS.items():
+            line = re.sub(rf"(?<![\w-]){re.escape(flag)} (?=\S)", f"{arg}=", line)
+            line = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", arg, line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _private_file(prefix: str, text: str) -> str:
     fd, path = tempfile.mkstemp(prefix=prefix)  # mode 0600
     with os.fdopen(fd, "w") as f:
@@ -643,6 +676,11 @@ class CodeExecutor:
                     f"session {self._session!r}: {e} (it was closed, it expired, or another token made it; "
                     "leave session unset to make a new one)"
                 ) from e
+            if isinstance(e, ServerExited) and self.server_url is None and "exited with status 2;" in str(e) and tail:
+                # A usage error: an argument of this executor that only
+                # ipybox mcp checks (a sandbox_config file, an approval
+                # policy, mcp_servers' entries, the python).
+                raise RuntimeError(f"CodeExecutor: ipybox mcp refused an argument: {_usage_error(tail)}") from e
             if isinstance(e, (ServerExited, MCPError, CodeExecutionError)):
                 raise RuntimeError(f"ipybox mcp could not start a kernel: {e}" + (f"\n{tail}" if tail and tail not in str(e) else "")) from e
             raise

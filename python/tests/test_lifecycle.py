@@ -113,10 +113,19 @@ class LifecycleTest(LoopTestCase):
                 self.executor(**kw)
         with self.assertRaisesRegex(FileNotFoundError, "working_dir"):
             self.run_async(self.executor(working_dir="/nonexistent/ws").start(), timeout=10)
-        # A bad option that only ipybox mcp checks: its message reaches the caller.
-        ex = self.executor(sandbox_config="/nonexistent/srt.json")
-        with self.assertRaisesRegex(Exception, "srt.json"):
-            self.run_async(ex.start(), timeout=30)
+        # A bad option that only ipybox mcp checks: its message reaches the
+        # caller, naming the argument (not ipybox mcp's flag, nor the
+        # private file that carries mcp_servers).
+        for kw, pattern in (
+            ({"sandbox_config": "/nonexistent/srt.json"}, r"refused an argument: sandbox_config: .*srt\.json"),
+            ({"mcp_servers": {"x": {"comand": "y"}}}, r"refused an argument: mcp_servers: server \"x\": .*\"comand\""),
+        ):
+            with self.subTest(kw=kw):
+                ex = self.executor(**kw)
+                with self.assertRaisesRegex(RuntimeError, pattern) as cm:
+                    self.run_async(ex.start(), timeout=30)
+                self.assertNotIn("--", str(cm.exception))
+                self.assertNotIn("ipybox-mcp-config-", str(cm.exception))
 
     def test_server_that_never_answers(self):
         ws = new_workspace()

@@ -10,7 +10,7 @@ import unittest
 import warnings
 
 from ipybox import ApprovalRequest, CodeExecutor
-from ipybox.code_exec import _dotenv_value
+from ipybox.code_exec import _dotenv_value, _usage_error
 
 
 class ApprovalRequestTest(unittest.TestCase):
@@ -222,3 +222,24 @@ class IgnoredArgumentsTest(unittest.TestCase):
                 require_shell_escape=False, tool_server_host="localhost", tool_server_port=8900,
                 kernel_gateway_host="localhost", kernel_gateway_port=8888,
             )
+
+
+class UsageErrorTest(unittest.TestCase):
+    """ipybox mcp's usage errors in CodeExecutor's terms."""
+
+    def test_flags_become_arguments(self):
+        for tail, want in (
+            ('ipybox mcp: --mcp-config /tmp/ipybox-mcp-config-1x2y: server "x": unknown field "comand"',
+             'mcp_servers: server "x": unknown field "comand"'),
+            ("ipybox mcp: --sandbox-config: sandbox config: open /w/nope.json: no such file",
+             "sandbox_config: sandbox config: open /w/nope.json: no such file"),
+            ('ipybox mcp: ipybox: approval policy: /w/p:2: "alow": a line starts with allow',
+             'approval policy: /w/p:2: "alow": a line starts with allow'),
+            ("ipybox mcp: --python /opt/py: this Python cannot import ipykernel",
+             "python=/opt/py: this Python cannot import ipykernel"),
+            ("ipybox mcp: --kernel-env-file /tmp/ipybox-kernel-env-9: line 1: want KEY=VALUE",
+             "kernel_env: line 1: want KEY=VALUE"),
+            ("ipybox mcp: --pythonic stays", "--pythonic stays"),
+        ):
+            with self.subTest(tail=tail):
+                self.assertEqual(_usage_error(tail), want)
