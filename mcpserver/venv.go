@@ -64,6 +64,7 @@ func (t *tenant) venvPython(ctx context.Context) (string, error) {
 	dir := venvDir(t.dir)
 	py := filepath.Join(dir, "bin", "python")
 	if _, err := os.Lstat(py); err == nil {
+		t.warnOtherBase(dir)
 		if t.s.factory.sandbox != nil {
 			// Its kernels need the base venv's prefix bound, as asked of
 			// the base now (not read from the virtualenv).
@@ -151,11 +152,72 @@ func (t *tenant) buildVenvAside(ctx context.Context, base string) error {
 		os.RemoveAll(tmp)
 		return err
 	}
+	// What it was made from, for warnOtherBase (a record kernel code can
+	// rewrite: it decides a warning only).
+	if err := safefs.WriteFile(t.dir, filepath.Join(rel, venvBaseRecord), []byte(base+"\n"), 0o644); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("create the virtualenv: %w", err)
+	}
 	if err := safefs.Rename(t.dir, rel, filepath.Join(".ipybox", "venv")); err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("create the virtualenv: move %s into place: %w", tmp, err)
 	}
 	return nil
+}
+
+// venvBaseRecord, in the venv, names the interpreter it was made from.
+const venvBaseRecord = "ipybox-base"
+
+// warnOtherBase warns when the interpreter asked for (--python or
+// $IPYBOX_PYTHON) is not the one the workspace's kept virtualenv dir was
+// made from: its kernels go on running on the first, and the fix is to
+// remove the folder. Nothing is said of a venv made before the record.
+func (t *tenant) warnOtherBase(dir string) {
+	asked, how := t.s.opts.Python, "--python"
+	if asked == "" {
+		asked, how = os.Getenv("IPYBOX_PYTHON"), "$IPYBOX_PYTHON"
+	}
+	if asked == "" {
+		return
+	}
+	if filepath.Base(asked) == asked {
+		if p, err := exec.LookPath(asked); err == nil {
+			asked = p
+		}
+	}
+	if abs, err := filepath.Abs(asked); err == nil {
+		asked = abs
+	}
+	b, err := safefs.ReadFile(dir, venvBaseRecord, 4096)
+	if err != nil {
+		return
+	}
+	if made := strings.TrimSpace(string(b)); made != "" && !samePython(made, asked) {
+		t.s.log.Warn(fmt.Sprintf("the workspace's virtualenv %s was made from %s, not from %s %s: its kernels run on the first; remove the folder to have it made anew from %s", dir, made, how, asked, asked))
+	}
+}
+
+// samePython reports whether interpreters a and b are one: the same file
+// once links are followed, and the same virtualenv's (a venv's bin/python
+// is a link to its base, and yet another interpreter: another
+// site-packages).
+func samePython(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	return errA == nil && errB == nil && ra == rb && venvOf(a) == venvOf(b)
+}
+
+// venvOf returns the folder of the virtualenv whose interpreter py is
+// (the folder above its bin/, with a pyvenv.cfg), or "".
+func venvOf(py string) string {
+	prefix := filepath.Dir(filepath.Dir(py))
+	if _, err := os.Stat(filepath.Join(prefix, "pyvenv.cfg")); err == nil {
+		return prefix
+	}
+	return ""
 }
 
 // venvBuildPrefix names the folders a virtualenv is made in.

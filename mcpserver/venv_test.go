@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,5 +90,44 @@ func TestVenvStoppedMakeLeavesNoDebris(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(venvDir(ws), "bin", "pip")); err == nil && !strings.Contains(string(b), venvDir(ws)+"/bin/python") {
 		t.Errorf("bin/pip does not run the venv's interpreter at its final place:\n%s", b)
+	}
+}
+
+// TestVenvWarnsOtherBase: the workspace's venv is kept across servers;
+// one asked for another interpreter says that its kernels run on the
+// first, and how to change that. The same interpreter by another name
+// (a link) is not another.
+func TestVenvWarnsOtherBase(t *testing.T) {
+	first := testenv.NeedsPython(t)
+	other, _ := testenv.PyPIPython(t)
+	ws := t.TempDir()
+	venv := func(py string) string {
+		t.Helper()
+		logs := &testenv.Buffer{}
+		s := newServer(t, &Options{Workspace: ws, Python: py, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if _, err := s.tenant(localPrincipal).venvPython(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return logs.String()
+	}
+	venv(first)
+	if b, err := os.ReadFile(filepath.Join(venvDir(ws), venvBaseRecord)); err != nil || strings.TrimSpace(string(b)) != first {
+		t.Fatalf("the venv's record of its base: %q, %v; want %s", b, err, first)
+	}
+	if logs := venv(first); strings.Contains(logs, "was made from") {
+		t.Errorf("the same interpreter warned:\n%s", logs)
+	}
+	link := filepath.Join(t.TempDir(), "python3")
+	if err := os.Symlink(first, link); err != nil {
+		t.Fatal(err)
+	}
+	if logs := venv(link); strings.Contains(logs, "was made from") {
+		t.Errorf("the same interpreter through a link warned:\n%s", logs)
+	}
+	logs := venv(other)
+	for _, want := range []string{"was made from " + first, "not from --python " + other, "remove the folder"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("another interpreter: the log lacks %q:\n%s", want, logs)
+		}
 	}
 }

@@ -374,6 +374,32 @@ def _usage_error(tail: str) -> str:
     return "\n".join(lines)
 
 
+def _own_python(workspace: Path) -> str | None:
+    """The interpreter that runs this program, when the kernel should run
+    on it: it can import ipykernel, $IPYBOX_PYTHON does not name another,
+    and it does not lie in the workspace (a project's .venv), where kernel
+    code could change it and ipybox refuses to run it on the host. So a
+    venv that has ipykernel runs the kernel on its own ipykernel,
+    activated or not (`venv/bin/python app.py`), as upstream's package,
+    which depends on ipykernel, does. None: ipybox mcp finds one (PATH,
+    then the system's)."""
+    import importlib.util
+    import sys
+
+    if os.environ.get("IPYBOX_PYTHON") or not sys.executable:
+        return None
+    ws = os.path.realpath(workspace)
+    for p in (os.path.abspath(sys.executable), os.path.realpath(sys.prefix)):
+        if p == ws or p.startswith(ws.rstrip(os.sep) + os.sep):
+            return None
+    try:
+        if importlib.util.find_spec("ipykernel") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    return sys.executable
+
+
 def _private_file(prefix: str, text: str) -> str:
     fd, path = tempfile.mkstemp(prefix=prefix)  # mode 0600
     with os.fdopen(fd, "w") as f:
@@ -458,7 +484,9 @@ class CodeExecutor:
         binary: the ipybox binary (else $IPYBOX_BIN, else the one this
             package installed, else PATH).
         mcp_servers: {name: server_params} registered at start.
-        python: the interpreter the kernel's virtualenv is made from.
+        python: the interpreter the kernel's virtualenv is made from
+            (else $IPYBOX_PYTHON, else this program's own when it can
+            import ipykernel, else the first python3 on PATH that can).
         server_url: an ``ipybox mcp --http`` server's URL (``http://HOST:
             PORT/mcp``) to use instead of starting ipybox mcp; the server's
             flags, not this executor's, then say how it runs kernels and
@@ -585,8 +613,9 @@ class CodeExecutor:
         argv += ["--allow-host-servers"]
         if self.images_dir is not None:
             argv += ["--images-dir", str(self.images_dir.resolve())]
-        if self.python is not None:
-            argv += ["--python", os.fspath(self.python)]
+        python = self.python if self.python is not None else _own_python(ws)
+        if python is not None:
+            argv += ["--python", os.fspath(python)]
         if self.sandbox_config is not None:
             argv += ["--sandbox-config", str(self.sandbox_config.resolve())]
         elif self.sandbox:

@@ -98,6 +98,33 @@ class ArgvTest(unittest.TestCase):
         # configured, not sandboxed or refused as a client's would be.
         self.assertIn("--allow-host-servers", self.argv())
 
+    def test_python(self):
+        # python= first; else $IPYBOX_PYTHON (ipybox mcp reads it); else
+        # this program's interpreter when it can import ipykernel (a venv
+        # with ipykernel, activated or not); else ipybox mcp finds one.
+        import importlib.util
+        import sys
+        from unittest import mock
+
+        argv = self.argv(python="/opt/py/bin/python3")
+        self.assertEqual(argv[argv.index("--python") + 1], "/opt/py/bin/python3")
+        with mock.patch.dict(os.environ, {"IPYBOX_PYTHON": "/opt/other"}):
+            self.assertNotIn("--python", self.argv())
+        with mock.patch.dict(os.environ):
+            os.environ.pop("IPYBOX_PYTHON", None)
+            argv = self.argv()
+            if importlib.util.find_spec("ipykernel") is not None:
+                self.assertEqual(argv[argv.index("--python") + 1], sys.executable)
+            else:
+                self.assertNotIn("--python", argv)
+            with mock.patch("importlib.util.find_spec", return_value=None):
+                self.assertNotIn("--python", self.argv())
+            # A venv in the workspace (a project's .venv) is kernel code's
+            # to change: ipybox mcp finds another.
+            with mock.patch.object(sys, "prefix", "/tmp/proj/.venv"):
+                ex = CodeExecutor(working_dir="/tmp")
+                self.assertNotIn("--python", ex._argv("/bin/ipybox", []))
+
     def test_sandbox_flags(self):
         self.assertIn("--no-sandbox", self.argv())
         self.assertIn("--sandbox", self.argv(sandbox=True))
