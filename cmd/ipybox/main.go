@@ -135,15 +135,31 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			return c.run(ctx, env, args[1:])
 		}
 	}
-	if strings.HasPrefix(name, "-") {
+	if upstreamServerFlags[strings.SplitN(name, "=", 2)[0]] {
 		// Upstream ipybox 0.9's console script was its MCP server, with
 		// its flags and no command (`uvx ipybox --workspace DIR`, as its
-		// plugin ran it): such a configuration now reaches this binary.
+		// plugin ran it): such a configuration now reaches this binary,
+		// and runs on.
+		fmt.Fprintf(env.stderr, "ipybox: flags with no command are upstream ipybox 0.9's MCP server; running `ipybox mcp %s` (write `ipybox mcp` in the configuration to skip this line)\n", strings.Join(args, " "))
+		for _, c := range commands() {
+			if c.name == "mcp" {
+				return c.run(ctx, env, args)
+			}
+		}
+	}
+	if strings.HasPrefix(name, "-") {
 		fmt.Fprintf(env.stderr, "ipybox: %s is not a command; flags come after one: the MCP server is `ipybox mcp` (upstream ipybox 0.9's `ipybox --workspace DIR` is `ipybox mcp --workspace DIR`); run `ipybox help` for the list\n", name)
 		return exitUsage
 	}
 	fmt.Fprintf(env.stderr, "ipybox: unknown command %q; run `ipybox help` for the list\n", name)
 	return exitUsage
+}
+
+// upstreamServerFlags are the flags upstream ipybox 0.9's console script,
+// its MCP server, took first (its plugin ran `ipybox --workspace DIR`,
+// and `--sandbox --sandbox-config FILE`); `ipybox mcp` has each.
+var upstreamServerFlags = map[string]bool{
+	"--workspace": true, "--sandbox": true, "--sandbox-config": true, "--log-level": true,
 }
 
 func printHelp(w io.Writer) {

@@ -114,7 +114,7 @@ func TestUsageErrors(t *testing.T) {
 	var all strings.Builder
 	for _, args := range [][]string{
 		{"nope"},
-		{"--workspace", "ws"}, // upstream 0.9's MCP server, as its plugin ran it
+		{"--works", "ws"}, // not one of its flags
 		{"exec", "--timout", "5s"},
 		{"exec", "--workspac", "ws"},
 		{"exec", "--no-such-flag"},
@@ -143,6 +143,26 @@ func TestUsageErrors(t *testing.T) {
 		fmt.Fprintf(&all, "$ ipybox %s\n%sexit %d\n\n", strings.Join(args, " "), out.String(), code)
 	}
 	golden(t, "usage-errors", all.String())
+}
+
+// TestUpstreamCommandLine: upstream ipybox 0.9's console script was its
+// MCP server, run with its flags first (`uvx ipybox --workspace DIR`, as
+// its plugin ran it); such a line runs ipybox mcp, saying so on stderr
+// (stdout is the MCP stream).
+func TestUpstreamCommandLine(t *testing.T) {
+	for _, args := range [][]string{{"--log-level", "loud"}, {"--workspace=" + t.TempDir(), "--log-level", "loud"}, {"--sandbox-config", "/nonexistent/srt.json"}} {
+		var stdout, stderr bytes.Buffer
+		env := &cliEnv{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: os.Getenv}
+		code := run(context.Background(), env, args)
+		first, rest, _ := strings.Cut(stderr.String(), "\n")
+		if want := "running `ipybox mcp " + strings.Join(args, " ") + "`"; !strings.Contains(first, want) {
+			t.Errorf("%q: first line %q, want it to say %s", args, first, want)
+		}
+		// mcp's own check of the flag's value answers, not "unknown command".
+		if code != exitUsage || !strings.Contains(rest, "ipybox mcp: --") || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s", args, code, stdout.String(), stderr.String())
+		}
+	}
 }
 
 // TestPythonErrors: --python names the flag, and tells a program that is
