@@ -290,3 +290,20 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 }
+
+// TestConfigSyntaxErrorsSayWhere: a JSON syntax error in --mcp-config or
+// --sandbox-config names the line and column to open the file at.
+func TestConfigSyntaxErrorsSayWhere(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte("{\n \"mcpServers\": {\n  \"x\": {\"command\": \"y\",}\n }\n}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--mcp-config", "--sandbox-config"} {
+		var out bytes.Buffer
+		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: os.Getenv}
+		code := run(context.Background(), env, []string{"mcp", flag, bad})
+		if code != exitUsage || !strings.Contains(out.String(), bad+": line 3, column 24: ") {
+			t.Errorf("%s: exit %d:\n%s", flag, code, out.String())
+		}
+	}
+}

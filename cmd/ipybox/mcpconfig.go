@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/jsonerr"
 	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
@@ -30,7 +31,7 @@ func loadMCPConfig(path string) ([]namedServer, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&file); err != nil {
-		return nil, fmt.Errorf("--mcp-config %s: %w; want {\"mcpServers\": {\"name\": {\"command\": ...}}}", path, err)
+		return nil, fmt.Errorf("--mcp-config %s: %w; want {\"mcpServers\": {\"name\": {\"command\": ...}}}", path, jsonerr.At(b, err))
 	}
 	if file.Servers == nil {
 		return nil, fmt.Errorf("--mcp-config %s: no \"mcpServers\" object; want {\"mcpServers\": {\"name\": {\"command\": ...}}}", path)

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"github.com/ipybox/ipybox/internal/egress"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -12,6 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ipybox/ipybox/internal/egress"
+	"github.com/ipybox/ipybox/internal/jsonerr"
 )
 
 // RootMode selects how much of the host's file system the sandbox sees.
@@ -251,7 +252,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	c, err := ParseConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox config %s: %w", path, err)
+		return nil, fmt.Errorf("sandbox config %s: %w", path, jsonerr.At(data, err))
 	}
 	return c, nil
 }
@@ -348,7 +349,7 @@ func objectOf(data []byte, name string) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		if name == "" {
-			return nil, fmt.Errorf("want a JSON object: %v", err)
+			return nil, fmt.Errorf("want a JSON object: %w", err)
 		}
 		return nil, fmt.Errorf("%s: want a JSON object", name)
 	}
