@@ -171,10 +171,13 @@ func TestPythonErrors(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	for _, cmd := range []string{"exec", "mcp"} {
-		_, errOut, code := runBinary(t, "", cmd, "--python", "/bin/false", "--workspace", t.TempDir())
-		if code != exitUsage || !strings.HasPrefix(errOut, "ipybox "+cmd+": --python /bin/false: not a Python 3 that runs") ||
-			strings.Contains(errOut, "pip install") || strings.Contains(errOut, "Options.") {
-			t.Errorf("%s --python /bin/false: exit %d, %q", cmd, code, errOut)
+		// /bin/true exits 0 on any arguments: it is no more a Python.
+		for _, py := range []string{"/bin/false", "/bin/true"} {
+			_, errOut, code := runBinary(t, "", cmd, "--python", py, "--workspace", t.TempDir())
+			if code != exitUsage || !strings.HasPrefix(errOut, "ipybox "+cmd+": --python "+py+": not a Python 3 that runs") ||
+				strings.Contains(errOut, "pip install") || strings.Contains(errOut, "Options.") {
+				t.Errorf("%s --python %s: exit %d, %q", cmd, py, code, errOut)
+			}
 		}
 	}
 }

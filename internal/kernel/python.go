@@ -262,7 +262,7 @@ func probe(ctx context.Context, python string, writable []string) error {
 	// ipykernel costs a tenth of a second); a broken installation still
 	// shows, with its traceback, when the kernel starts.
 	cmd := exec.CommandContext(ctx, python, "-c",
-		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') else "+strconv.Itoa(noIpykernelExit)+")")
+		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('ipykernel') and print('"+probeMark+"') is None else "+strconv.Itoa(noIpykernelExit)+")")
 	// Not in ipybox's working folder (the workspace, often): -c would put
 	// it first on sys.path, and find_spec would find the kernel's own
 	// ipykernel there (invariant 14).
@@ -289,8 +289,29 @@ func probe(ctx context.Context, python string, writable []string) error {
 		probeCache.Store(python, err)
 		return err
 	}
+	if !strings.Contains(string(out), probeMark) {
+		// It ran and exited 0 without a Python's answer (/usr/bin/true).
+		err = errors.New("it exited 0 without the answer a Python prints")
+		if c := clipProbe(out); c != "" {
+			err = fmt.Errorf("it exited 0, printing %q, not the answer a Python prints", c)
+		}
+		probeCache.Store(python, err)
+		return err
+	}
 	probeCache.Store(python, nil)
 	return nil
+}
+
+// probeMark is what the probe prints when the interpreter is a Python 3
+// with ipykernel: a program that exits 0 on any arguments is not one.
+const probeMark = "ipybox-probe: ipykernel found"
+
+func clipProbe(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
 }
 
 // minimalEnv is the environment for short helper processes: enough to find
