@@ -1,0 +1,158 @@
+package mcpserver
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// Attack round acc3 (issue 34): a helper who did not build the defences.
+// Each test is one attack, held or broken; the report is in the commit
+// messages and in the round's note.
+
+// TestAcc3ForeignVenvInterpreterAsked: a stdio server that alice
+// registers through the tool runs in the sandbox, and before it starts,
+// the sandbox asks its interpreter, on the host, for the prefixes to
+// bind (internal/sandbox, pythonFor/askPython). "Is it in a folder kernel
+// code can write?" is judged against alice's sandbox alone (her folder,
+// <ws>/alice), not against the workspace: so alice names bob's venv
+// interpreter, <ws>/bob/.ipybox/venv/bin/python3, as her server's
+// command. The host runs it, unsandboxed, with -I, and Python's site
+// processes the .pth files of bob's venv, which his install_package put
+// there: code that only ever ran in bob's sandbox runs on the host. Then
+// bob's venv is bound into alice's server's sandbox, and her server reads
+// what bob installed.
+func TestAcc3ForeignVenvInterpreterAsked(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+
+	// bob installs a package with a .pth into his own venv: allowed, and
+	// only his sandboxed kernels load it (where mark's folder is absent).
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	// One line: site runs a .pth line only when it starts with "import".
+	pth := fmt.Sprintf("import os; os.path.isdir(%q) and open(%q, 'a').write('bob pth ran in %%s, pid %%d\\n' %% (os.path.realpath('/proc/self/exe'), os.getpid()))\n", filepath.Dir(mark), mark)
+	whl := wheelBytes(t, "bob_pkg", map[string]string{"zz_bob_pkg.pth": pth, "bob_secret.py": "SECRET = 'bob-private-0xC0FFEE'\n"})
+	name := "bob_pkg-0.1-py3-none-any.whl"
+	runIn(t, bob, hb, fmt.Sprintf("import base64\nopen(%q, 'wb').write(base64.b64decode(%q))", name, base64.StdEncoding.EncodeToString(whl)))
+	if res := call(t, bob, "install_package", map[string]any{"package_name": "./" + name, "session": hb}); res.IsError {
+		t.Fatalf("bob's install: %s", text(res))
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("bob's .pth reached the host on his own install, before alice did anything")
+	}
+	var bobPy string
+	for _, n := range []string{"python3", "python"} {
+		if p := filepath.Join(ws, "bob", ".ipybox", "venv", "bin", n); fileExists(p) {
+			bobPy = p
+			break
+		}
+	}
+	if bobPy == "" {
+		t.Fatal("bob has no venv interpreter")
+	}
+
+	// alice registers a server whose command is bob's venv interpreter.
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	sites, _ := filepath.Glob(filepath.Join(ws, "bob", ".ipybox", "venv", "lib", "python*", "site-packages", "bob_secret.py"))
+	if len(sites) != 1 {
+		t.Fatalf("bob's package is not in his venv: %v", sites)
+	}
+	params := map[string]any{"command": bobPy, "args": []string{"-c", probeSrv}, "env": map[string]string{"CANARY": sites[0]}}
+	res := call(t, alice, "register_mcp_server", map[string]any{"server_name": "borrowed", "server_params": params, "session": ha})
+	t.Logf("alice's registration: IsError=%v %s", res.IsError, short(text(res)))
+	seen := ""
+	if !res.IsError {
+		seen = runIn(t, alice, ha, "from mcptools.borrowed.probe import Params, run\nprint(run(Params()))")
+		t.Logf("alice's server: %s", seen)
+	}
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: bob's venv .pth ran on the host, outside every sandbox, when alice registered his interpreter: %q", b)
+	}
+	if strings.Contains(seen, "canary-visible=True") {
+		t.Errorf("BROKE: alice's sandboxed server sees bob's installed package %s", sites[0])
+	}
+}
+
+// TestAcc3ForeignKernelProgramAsked: the same gap without any install.
+// bob's sandboxed kernel writes an executable named python3 in his own
+// folder; alice registers it as her server's command. Asking "the
+// interpreter" for its prefixes runs bob's kernel-written file on the
+// host, outside every sandbox: two tokens (or two colluding principals)
+// turn sandboxed kernel code into host code.
+func TestAcc3ForeignKernelProgramAsked(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"bob's kernel file ran on the host as $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+	runIn(t, bob, hb, fmt.Sprintf("import os\nos.makedirs('tools', exist_ok=True)\nopen('tools/python3', 'w').write(%q)\nos.chmod('tools/python3', 0o755)\nprint('planted')", script))
+	prog := filepath.Join(ws, "bob", "tools", "python3")
+	if !fileExists(prog) {
+		t.Fatal("bob's kernel did not write its program")
+	}
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	res := call(t, alice, "register_mcp_server", map[string]any{"server_name": "borrowed", "server_params": map[string]any{"command": prog}, "session": ha})
+	t.Logf("alice's registration: IsError=%v %s", res.IsError, short(text(res)))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: bob's kernel-written program ran on the host when alice registered it as a stdio server: %q", b)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestAcc3RunDirProgramAsked: one principal, the default ipybox mcp
+// (sandboxed kernels, no --allow-host-servers). The kernel's run
+// directory (/tmp/ipybox-*/kernel or $XDG_RUNTIME_DIR/ipybox/*/kernel) is
+// bound writable at its host path, and /proc/self/mountinfo names it.
+// Kernel code writes an executable python3 there; the client registers
+// it as a stdio server, which is to run in the sandbox. The sandbox's
+// "is the interpreter in a folder kernel code can write?" knows the
+// workspace and allowWrite, not the kernel's run directory, so it asks
+// the program for its prefixes on the host: the kernel's file runs
+// there, unsandboxed, as the user who runs ipybox.
+func TestAcc3RunDirProgramAsked(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	cs := connect(t, srv, nil)
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+	prog := strings.TrimSpace(run(t, cs, fmt.Sprintf(`import os
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+p = os.path.join(rd, 'python3')
+open(p, 'w').write(%q)
+os.chmod(p, 0o755)
+print(p)`, script)))
+	if !filepath.IsAbs(prog) || !fileExists(prog) {
+		t.Fatalf("the kernel's program is not on the host: %q", prog)
+	}
+	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "rundir", "server_params": map[string]any{"command": prog}})
+	t.Logf("registration: IsError=%v %s", res.IsError, short(text(res)))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: a file that kernel code wrote in its run directory ran on the host when the client registered it as a (sandboxed) stdio server: %q", b)
+	}
+}
