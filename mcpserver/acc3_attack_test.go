@@ -3,10 +3,15 @@ package mcpserver
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
 	"github.com/ipybox/ipybox/internal/testenv"
@@ -155,4 +160,82 @@ print(p)`, script)))
 	if b, err := os.ReadFile(mark); err == nil {
 		t.Errorf("BROKE: a file that kernel code wrote in its run directory ran on the host when the client registered it as a (sandboxed) stdio server: %q", b)
 	}
+}
+
+// TestAcc3KernelShareDefault: two principals, an operator who sets
+// --max-sessions (here 2) and nothing else. alice's two sessions take
+// every kernel slot, and bob's first cell is refused for as long as she
+// keeps them (an idle one hibernates only after the idle timeout, and a
+// cell every few minutes keeps it awake). The share of one principal is
+// the whole limit unless the operator also sets
+// --max-sessions-per-principal.
+func TestAcc3KernelShareDefault(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals},
+		Sessions: SessionOptions{MaxSessions: 2}})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	for range 2 {
+		runIn(t, alice, createSession(t, alice), "print(1)")
+	}
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	hb := createSession(t, bob)
+	res := call(t, bob, "execute_ipython_cell", map[string]any{"code": "print(1)", "session": hb})
+	if res.IsError {
+		t.Errorf("BROKE (default share): alice's sessions hold every kernel, and bob's first cell is refused: %s", short(text(res)))
+	}
+}
+
+// TestAcc3ConnectionShare: 2025-11-25 connections are bounded in total
+// (maxConnections, 1024), not per principal. alice opens 1024 of them
+// (initialize and initialized, a few bytes each, no kernel), and bob's
+// own 2025-11-25 client cannot connect until her connections idle out,
+// which a request now and then prevents.
+func TestAcc3ConnectionShare(t *testing.T) {
+	t.Parallel()
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}})
+	url := serveHTTP(t, srv)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	post := func(tok, sid, body string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", legacyVersion)
+		}
+		return hc.Do(req)
+	}
+	const init = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + legacyVersion + `","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}`
+	opened := 0
+	for i := range maxConnections {
+		resp, err := post(aliceTok, "", init)
+		if err != nil {
+			t.Fatalf("alice's connection %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		sid := resp.Header.Get("Mcp-Session-Id")
+		if sid == "" {
+			break
+		}
+		resp, err = post(aliceTok, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		opened++
+	}
+	t.Logf("alice opened %d connections", opened)
+	c := mcp.NewClient(&mcp.Implementation{Name: "bob", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true,
+		HTTPClient: &http.Client{Transport: testenv.Bearer{Token: bobTok}}}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
+	if err != nil {
+		t.Errorf("BROKE: alice's idle connections fill the server's table, and bob cannot connect: %v", err)
+		return
+	}
+	cs.Close()
 }
