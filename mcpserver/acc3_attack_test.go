@@ -141,24 +141,38 @@ func TestAcc3RunDirProgramAsked(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	testenv.NeedsTool(t, "bwrap")
-	ws := t.TempDir()
-	mark := filepath.Join(t.TempDir(), "host-mark")
-	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
-	cs := connect(t, srv, nil)
-	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
-	prog := strings.TrimSpace(run(t, cs, fmt.Sprintf(`import os
+	// direct: the command is the run directory's file. venv: the command
+	// is a workspace venv's bin/python3, whose pyvenv.cfg (kernel-written)
+	// names the run directory as "home": the sandbox asks home/python3.
+	for _, via := range []string{"direct", "venv"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			ws := t.TempDir()
+			mark := filepath.Join(t.TempDir(), "host-mark")
+			srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+			cs := connect(t, srv, nil)
+			script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+			prog := strings.TrimSpace(run(t, cs, fmt.Sprintf(`import os
 rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
 p = os.path.join(rd, 'python3')
 open(p, 'w').write(%q)
 os.chmod(p, 0o755)
-print(p)`, script)))
-	if !filepath.IsAbs(prog) || !fileExists(prog) {
-		t.Fatalf("the kernel's program is not on the host: %q", prog)
-	}
-	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "rundir", "server_params": map[string]any{"command": prog}})
-	t.Logf("registration: IsError=%v %s", res.IsError, short(text(res)))
-	if b, err := os.ReadFile(mark); err == nil {
-		t.Errorf("BROKE: a file that kernel code wrote in its run directory ran on the host when the client registered it as a (sandboxed) stdio server: %q", b)
+if %q == 'venv':
+    os.makedirs('v/bin', exist_ok=True)
+    open('v/pyvenv.cfg', 'w').write('home = ' + rd + '\n')
+    open('v/bin/python3', 'w').write('#!/bin/sh\nexit 1\n')
+    os.chmod('v/bin/python3', 0o755)
+    p = os.path.abspath('v/bin/python3')
+print(p)`, script, via)))
+			if !filepath.IsAbs(prog) || !fileExists(prog) {
+				t.Fatalf("the kernel's program is not on the host: %q", prog)
+			}
+			res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "rundir", "server_params": map[string]any{"command": prog}})
+			t.Logf("registration: IsError=%v %s", res.IsError, short(text(res)))
+			if b, err := os.ReadFile(mark); err == nil {
+				t.Errorf("BROKE: a file that kernel code wrote in its run directory ran on the host when the client registered %s as a (sandboxed) stdio server: %q", prog, b)
+			}
+		})
 	}
 }
 
