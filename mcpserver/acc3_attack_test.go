@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -252,4 +253,48 @@ func TestAcc3ConnectionShare(t *testing.T) {
 		return
 	}
 	cs.Close()
+}
+
+// TestAcc3OperatorVenvServerHome: no client at all. The operator's
+// --mcp-config runs a project's server from the workspace's venv with
+// "sandbox": true, as the refusal of a host server in the workspace
+// advises. Kernel code rewrites that venv's pyvenv.cfg (home = its run
+// directory) and writes python3 there. The next kernel start starts the
+// operator's server, and the sandbox asks home/python3 for its prefixes
+// on the host: kernel code runs on the host, unsandboxed.
+func TestAcc3OperatorVenvServerHome(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", filepath.Join(ws, ".venv")).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v %s", err, out)
+	}
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), Servers: map[string]ipybox.ServerConfig{
+		"proj": {Command: filepath.Join(ws, ".venv", "bin", "python3"), Args: []string{"-c", probeSrv}, Env: map[string]string{"CANARY": "/nonexistent"}, Sandbox: []byte("true")},
+	}})
+	first := connect(t, srv, nil)
+	if got := run(t, first, "from mcptools.proj.probe import Params, run\nprint(run(Params()))"); !strings.Contains(got, "canary-visible") {
+		t.Fatalf("the operator's sandboxed server does not answer, so the test proves nothing: %q", got)
+	}
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+	got := run(t, first, fmt.Sprintf(`import os
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+open(os.path.join(rd, 'python3'), 'w').write(%q)
+os.chmod(os.path.join(rd, 'python3'), 0o755)
+try:
+    open('.venv/pyvenv.cfg', 'w').write('home = ' + rd + '\n')
+    print('planted')
+except OSError as e:
+    print('refused', e)`, script))
+	t.Logf("first kernel: %s", got)
+	if !strings.Contains(got, "planted") {
+		return // held: the kernel cannot rewrite the venv
+	}
+	second := connect(t, srv, nil)
+	t.Logf("second kernel: %s", short(text(call(t, second, "execute_ipython_cell", map[string]any{"code": "from mcptools.proj.probe import Params, run\nprint(run(Params()))"}))))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: the operator's sandboxed venv server made the host run a kernel-written file: %q", b)
+	}
 }
