@@ -298,3 +298,42 @@ except OSError as e:
 		t.Errorf("BROKE: the operator's sandboxed venv server made the host run a kernel-written file: %q", b)
 	}
 }
+
+// TestAcc3RegisteredServerCwdElsewhere: alice registers a (sandboxed)
+// stdio server whose cwd is bob's folder, or the workspace's .ipybox
+// (the shared state folder), or a host folder outside the workspace,
+// hoping that the sandbox binds its working folder. The server must
+// either be refused or see none of those files.
+func TestAcc3RegisteredServerCwdElsewhere(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	hostDir := t.TempDir()
+	os.WriteFile(filepath.Join(hostDir, "host-secret"), []byte("x"), 0o600)
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	runIn(t, bob, createSession(t, bob), "open('bob-secret', 'w').write('x')")
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	for i, v := range []struct{ cwd, canary string }{
+		{filepath.Join(ws, "bob"), filepath.Join(ws, "bob", "bob-secret")},
+		{filepath.Join(ws, ".ipybox"), filepath.Join(ws, ".ipybox", "sessions")},
+		{hostDir, filepath.Join(hostDir, "host-secret")},
+	} {
+		name := fmt.Sprintf("cwd%d", i)
+		params := map[string]any{"command": py, "args": []string{"-c", probeSrv}, "cwd": v.cwd, "env": map[string]string{"CANARY": v.canary}}
+		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": name, "server_params": params, "session": ha})
+		if res.IsError {
+			t.Logf("held: cwd %s refused: %s", v.cwd, short(text(res)))
+			continue
+		}
+		got := runIn(t, alice, ha, fmt.Sprintf("from mcptools.%s.probe import Params, run\nprint(run(Params()))", name))
+		if strings.Contains(got, "canary-visible=True") {
+			t.Errorf("BROKE: alice's server with cwd %s sees %s", v.cwd, v.canary)
+		} else {
+			t.Logf("held: cwd %s: %s", v.cwd, got)
+		}
+	}
+}
