@@ -337,3 +337,62 @@ func TestAcc3RegisteredServerCwdElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// preloadSrc is a shared object whose constructor logs, to $ACC3_LOG,
+// the program it was loaded into, its seccomp mode, and whether
+// io_uring_setup (which the sandbox's filter blocks) is allowed.
+const preloadSrc = `#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+__attribute__((constructor)) static void acc3(void) {
+	const char *log = getenv("ACC3_LOG");
+	if (!log) return;
+	char exe[512] = {0}, line[256], sec[64] = "?";
+	readlink("/proc/self/exe", exe, sizeof exe - 1);
+	FILE *st = fopen("/proc/self/status", "r");
+	while (st && fgets(line, sizeof line, st))
+		if (!strncmp(line, "Seccomp:", 8)) { strncpy(sec, line + 8, sizeof sec - 1); sec[strcspn(sec, "\n")] = 0; }
+	if (st) fclose(st);
+	char params[120] = {0};
+	long r = syscall(425, 1, params); /* io_uring_setup */
+	FILE *f = fopen(log, "a");
+	if (f) { fprintf(f, "exe=%s seccomp=%s io_uring_setup=%ld pid=%d\n", exe, sec, r, getpid()); fclose(f); }
+}
+`
+
+// TestAcc3PreloadInit: a client registers a stdio server, which runs in
+// the sandbox; its config's env is the client's, and it reaches the
+// sandbox's init (bwrap --setenv), which is ipybox's own, dynamically
+// linked binary. LD_PRELOAD naming a shared object that kernel code wrote
+// in the workspace runs in the init before it applies seccomp (and
+// Landlock): code in the sandbox without the filter that blocks io_uring,
+// AF_VSOCK and x32, and a process of it that lives on unfiltered.
+func TestAcc3PreloadInit(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	testenv.NeedsTool(t, "gcc")
+	ws := t.TempDir()
+	src := filepath.Join(t.TempDir(), "p.c")
+	os.WriteFile(src, []byte(preloadSrc), 0o644)
+	so := filepath.Join(ws, "evil.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v %s", err, out)
+	}
+	logf := filepath.Join(ws, "preload.log")
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	cs := connect(t, srv, nil)
+	run(t, cs, "print(1)")
+	params := map[string]any{"command": py, "args": []string{"-c", probeSrv}, "env": map[string]string{"CANARY": "/nonexistent", "LD_PRELOAD": so, "ACC3_LOG": logf}}
+	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "pre", "server_params": params})
+	t.Logf("registration: IsError=%v %s", res.IsError, short(text(res)))
+	b, _ := os.ReadFile(logf)
+	t.Logf("preload log:\n%s", b)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "seccomp=\t0") || strings.Contains(l, "seccomp=0") || strings.Contains(l, "seccomp= 0") {
+			t.Errorf("BROKE: client-chosen code ran in the sandbox without the seccomp filter: %s", l)
+		}
+	}
+}
