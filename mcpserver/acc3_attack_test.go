@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -395,4 +396,41 @@ func TestAcc3PreloadInit(t *testing.T) {
 			t.Errorf("BROKE: client-chosen code ran in the sandbox without the seccomp filter: %s", l)
 		}
 	}
+}
+
+// TestAcc3SnapshotShareOfThree: one principal may hold at most half of
+// the snapshot budget, which protects a second principal from a first,
+// not a third from two. With three principals, alice's and bob's
+// sandboxed kernels each write half of the budget into their own
+// snapshot folder (bound writable for them), and carol, who holds
+// nothing, cannot save at all.
+func TestAcc3SnapshotShareOfThree(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	const carolTok = "carol-token-0123456789"
+	ws := t.TempDir()
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(),
+		HTTP:       HTTPOptions{Principals: map[string]string{"alice": aliceTok, "bob": bobTok, "carol": carolTok}},
+		Durability: DurabilityOptions{SnapshotWorkspaceBytes: 8 << 20}})
+	url := serveHTTP(t, srv)
+	for _, tok := range []string{aliceTok, bobTok} {
+		cs := connectHTTPAs(t, url, tok, newVersion, nil)
+		got := runIn(t, cs, createSession(t, cs), `import os
+d = [l.split()[4] for l in open('/proc/self/mountinfo') if '/.ipybox/snapshots/' in l.split()[4]][0]
+open(os.path.join(d, 'filler'), 'wb').write(b'x' * (4 << 20))
+print('filled', d)`)
+		t.Log(got)
+	}
+	carol := connectHTTPAs(t, url, carolTok, newVersion, nil)
+	runIn(t, carol, createSession(t, carol), "print(1)")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	n, release, err := srv.durability.budget.reserve(ctx, filepath.Join(ws, "carol", ".ipybox", "snapshots", "acc3"))
+	if err != nil {
+		t.Errorf("BROKE: two principals at half the snapshot budget each leave a third none: carol's save: %v", err)
+		return
+	}
+	release()
+	t.Logf("held: carol may save %d bytes", n)
 }
