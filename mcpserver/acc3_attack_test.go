@@ -434,3 +434,52 @@ print('filled', d)`)
 	release()
 	t.Logf("held: carol may save %d bytes", n)
 }
+
+// TestAcc3RegisteredServersUnbounded: kernels are bounded in number
+// (--max-sessions), registered stdio servers are not: each registration
+// of a new name starts a process in a sandbox of its own (and an egress
+// proxy), which lives as long as the session. One principal's client
+// registers n servers; every one is accepted and runs at once, and the
+// host memory they hold grows with n, which no per-principal share caps.
+func TestAcc3RegisteredServersUnbounded(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	marker := "#acc3-" + filepath.Base(ws)
+	const n = 24
+	accepted := 0
+	for i := range n {
+		params := map[string]any{"command": py, "args": []string{"-c", probeSrv + marker}, "env": map[string]string{"CANARY": "/nonexistent"}}
+		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("s%d", i), "server_params": params, "session": ha})
+		if res.IsError {
+			t.Logf("registration %d refused: %s", i, short(text(res)))
+			break
+		}
+		accepted++
+	}
+	running, rss := 0, 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		running++
+		st, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		for _, l := range strings.Split(string(st), "\n") {
+			var kb int
+			if _, err := fmt.Sscanf(l, "VmRSS: %d kB", &kb); err == nil {
+				rss += kb
+			}
+		}
+	}
+	t.Logf("alice: %d of %d registrations accepted, %d server processes running, %d MiB resident", accepted, n, running, rss>>10)
+	if accepted == n && running >= n {
+		t.Errorf("BROKE (no bound): one principal runs %d sandboxed server processes at once (%d MiB), and nothing limits n", running, rss>>10)
+	}
+}
