@@ -483,3 +483,46 @@ func TestAcc3RegisteredServersUnbounded(t *testing.T) {
 		t.Errorf("BROKE (no bound): one principal runs %d sandboxed server processes at once (%d MiB), and nothing limits n", running, rss>>10)
 	}
 }
+
+// TestAcc3WorkspaceVenvKernelHome: the operator's --python is the
+// project's venv in the workspace (its interpreter is "returned
+// unprobed; a sandboxed kernel runs it in the sandbox"). Kernel code of
+// one session rewrites that venv's pyvenv.cfg (home = its own run
+// directory) and writes python3 there. The next session's kernel start
+// asks home/python3 for its prefixes on the host: the run directory of
+// another kernel is not among the folders the sandbox knows kernel code
+// can write.
+func TestAcc3WorkspaceVenvKernelHome(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	venv := filepath.Join(ws, ".venv")
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v %s", err, out)
+	}
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, Python: filepath.Join(venv, "bin", "python3"), Sandbox: ipybox.DefaultSandbox()})
+	first := connect(t, srv, nil)
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+	got := run(t, first, fmt.Sprintf(`import os
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+open(os.path.join(rd, 'python3'), 'w').write(%q)
+os.chmod(os.path.join(rd, 'python3'), 0o755)
+try:
+    cfg = open('.venv/pyvenv.cfg').read()
+    open('.venv/pyvenv.cfg', 'w').write('home = ' + rd + '\n' + ''.join(l for l in cfg.splitlines(True) if not l.startswith('home')))
+    print('planted')
+except OSError as e:
+    print('refused', e)`, script))
+	t.Logf("first kernel: %s", got)
+	if !strings.Contains(got, "planted") {
+		return
+	}
+	second := connect(t, srv, nil)
+	res := call(t, second, "execute_ipython_cell", map[string]any{"code": "print(1)"})
+	t.Logf("second kernel: %s", short(text(res)))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: the next kernel start ran a kernel-written file on the host: %q", b)
+	}
+}
