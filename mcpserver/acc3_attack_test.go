@@ -526,3 +526,49 @@ except OSError as e:
 		t.Errorf("BROKE: the next kernel start ran a kernel-written file on the host: %q", b)
 	}
 }
+
+// TestAcc3AuditRotatedAway: the audit log is one file for every
+// principal, rotated at LogMaxBytes (64 MiB by default; 32 KiB here, to
+// be quick) into one .1 file. bob's denied call leaves its row; then
+// alice's kernel makes denied calls until the log has rotated twice, and
+// bob's row is in neither file: one tenant erases another's audit rows,
+// at the rate its kernel can be refused. The rate is logged, to scale
+// to the default size.
+func TestAcc3AuditRotatedAway(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	dir := t.TempDir()
+	file, logf := filepath.Join(dir, "approvals.policy"), filepath.Join(dir, "log.jsonl")
+	os.WriteFile(file, []byte("deny shell rm *\n"), 0o600)
+	p, err := ipybox.LoadApprovalPolicy(file, &ipybox.ApprovalPolicyOptions{Log: logf, LogMaxBytes: 32 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Approvals: ApprovalOptions{Policy: p}})
+	url := serveHTTP(t, srv)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	runIn(t, bob, createSession(t, bob), shellCell+"sh('rm -rf /nonexistent-bob-evidence')")
+	if b, _ := os.ReadFile(logf); !strings.Contains(string(b), "bob-evidence") {
+		t.Fatalf("bob's denied call left no row, so the test proves nothing: %s", b)
+	}
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	got := runIn(t, alice, createSession(t, alice), shellCell+`import time, io, contextlib
+t0 = time.time()
+with contextlib.redirect_stdout(io.StringIO()):
+    for i in range(400):
+        sh('rm -rf /nonexistent-alice-%d' % i)
+print('%.0f denials/s' % (400 / (time.time() - t0)))`)
+	t.Logf("alice's flood: %s", got)
+	all := ""
+	for _, f := range []string{logf, logf + ".1"} {
+		b, _ := os.ReadFile(f)
+		all += string(b)
+	}
+	if rows := strings.Count(all, "\n"); rows > 0 {
+		t.Logf("%d bytes a row: the default 64 MiB log rotates twice after %d of alice's denials", len(all)/rows, 2*(64<<20)/(len(all)/rows))
+	}
+	if !strings.Contains(all, "bob-evidence") {
+		t.Errorf("BROKE: alice's kernel rotated bob's audit row out of the log (%s)", got)
+	}
+}
