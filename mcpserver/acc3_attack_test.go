@@ -572,3 +572,41 @@ print('%.0f denials/s' % (400 / (time.time() - t0)))`)
 		t.Errorf("BROKE: alice's kernel rotated bob's audit row out of the log (%s)", got)
 	}
 }
+
+// TestAcc3ExistenceOracle: the sandbox checks a registered server's
+// command and cwd on the host before it starts them, and says why it
+// refuses. alice names paths in bob's folder: do the refusals differ
+// with whether bob's file exists (an oracle on another tenant's file
+// names)?
+func TestAcc3ExistenceOracle(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	srv := newGatedServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: ipybox.DefaultSandbox()})
+	url := serveHTTP(t, srv)
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	runIn(t, bob, createSession(t, bob), "import os\nos.makedirs('merger-plans', exist_ok=True)\nopen('merger-plans/acme.txt', 'w').write('x')")
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	msg := func(i int, params map[string]any) string {
+		res := call(t, alice, "register_mcp_server", map[string]any{"server_name": fmt.Sprintf("o%d", i), "server_params": params, "session": ha})
+		return strings.ReplaceAll(text(res), ws, "<ws>")
+	}
+	for i, pair := range [][2]map[string]any{
+		{{"command": filepath.Join(ws, "bob", "merger-plans", "acme.txt")}, {"command": filepath.Join(ws, "bob", "merger-plans", "other.txt")}},
+		{{"command": "true", "cwd": filepath.Join(ws, "bob", "merger-plans")}, {"command": "true", "cwd": filepath.Join(ws, "bob", "other-plans")}},
+	} {
+		yes, no := msg(2*i, pair[0]), msg(2*i+1, pair[1])
+		t.Logf("exists: %s\nabsent: %s", short(yes), short(no))
+		norm := func(s string) string {
+			for _, n := range []string{"acme.txt", "other.txt", "merger-plans", "other-plans"} {
+				s = strings.ReplaceAll(s, n, "N")
+			}
+			return strings.ReplaceAll(strings.ReplaceAll(s, `"o0"`, `"o"`), `"o1"`, `"o"`)
+		}
+		if a, b := norm(yes), norm(no); strings.ReplaceAll(a, fmt.Sprintf(`"o%d"`, 2*i), `"o"`) != strings.ReplaceAll(b, fmt.Sprintf(`"o%d"`, 2*i+1), `"o"`) {
+			t.Errorf("BROKE (oracle): alice tells whether bob's %v exists from the refusal:\nexists: %s\nabsent: %s", pair[0], a, b)
+		}
+	}
+}
