@@ -155,7 +155,7 @@ func TestAcc3RunDirProgramAsked(t *testing.T) {
 			cs := connect(t, srv, nil)
 			script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
 			prog := strings.TrimSpace(run(t, cs, fmt.Sprintf(`import os
-rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox' in l.split()[4]][0]
 p = os.path.join(rd, 'python3')
 open(p, 'w').write(%q)
 os.chmod(p, 0o755)
@@ -281,7 +281,7 @@ func TestAcc3OperatorVenvServerHome(t *testing.T) {
 	}
 	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
 	got := run(t, first, fmt.Sprintf(`import os
-rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox' in l.split()[4]][0]
 open(os.path.join(rd, 'python3'), 'w').write(%q)
 os.chmod(os.path.join(rd, 'python3'), 0o755)
 try:
@@ -506,7 +506,7 @@ func TestAcc3WorkspaceVenvKernelHome(t *testing.T) {
 	first := connect(t, srv, nil)
 	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
 	got := run(t, first, fmt.Sprintf(`import os
-rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox-' in l.split()[4]][0]
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox' in l.split()[4]][0]
 open(os.path.join(rd, 'python3'), 'w').write(%q)
 os.chmod(os.path.join(rd, 'python3'), 0o755)
 try:
