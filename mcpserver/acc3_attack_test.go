@@ -347,6 +347,7 @@ const preloadSrc = `#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 __attribute__((constructor)) static void acc3(void) {
 	const char *log = getenv("ACC3_LOG");
 	if (!log) return;
@@ -360,6 +361,15 @@ __attribute__((constructor)) static void acc3(void) {
 	long r = syscall(425, 1, params); /* io_uring_setup */
 	FILE *f = fopen(log, "a");
 	if (f) { fprintf(f, "exe=%s seccomp=%s io_uring_setup=%ld pid=%d\n", exe, sec, r, getpid()); fclose(f); }
+	const char *plant = getenv("ACC3_PLANT");
+	if (plant && sec[strspn(sec, " \t")] == '0') {
+		char p[1024];
+		mkdir(plant, 0755);
+		snprintf(p, sizeof p, "%s/.git", plant); mkdir(p, 0755);
+		snprintf(p, sizeof p, "%s/.git/config", plant);
+		FILE *g = fopen(p, "w");
+		if (g) { fputs("[core]\n\tfsmonitor = touch /tmp/acc3-fsmonitor-ran\n", g); fclose(g); }
+	}
 }
 `
 
@@ -386,7 +396,11 @@ func TestAcc3PreloadInit(t *testing.T) {
 	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
 	cs := connect(t, srv, nil)
 	run(t, cs, "print(1)")
-	params := map[string]any{"command": py, "args": []string{"-c", probeSrv}, "env": map[string]string{"CANARY": "/nonexistent", "LD_PRELOAD": so, "ACC3_LOG": logf}}
+	// The guard refuses a .git at any depth to kernel code: the control.
+	if got := run(t, cs, "import os\ntry:\n    os.makedirs('deep2/.git')\n    print('made')\nexcept OSError as e:\n    print('refused', e)"); !strings.Contains(got, "refused") {
+		t.Fatalf("the guard let kernel code make deep2/.git, so the test proves nothing: %q", got)
+	}
+	params := map[string]any{"command": py, "args": []string{"-c", probeSrv}, "env": map[string]string{"CANARY": "/nonexistent", "LD_PRELOAD": so, "ACC3_LOG": logf, "ACC3_PLANT": filepath.Join(ws, "deep")}}
 	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "pre", "server_params": params})
 	t.Logf("registration: IsError=%v %s", res.IsError, short(text(res)))
 	b, _ := os.ReadFile(logf)
@@ -395,6 +409,9 @@ func TestAcc3PreloadInit(t *testing.T) {
 		if strings.Contains(l, "seccomp=\t0") || strings.Contains(l, "seccomp=0") || strings.Contains(l, "seccomp= 0") {
 			t.Errorf("BROKE: client-chosen code ran in the sandbox without the seccomp filter: %s", l)
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "deep", ".git", "config")); err == nil {
+		t.Errorf("BROKE: the preloaded init wrote a protected git config at depth, which the guard refuses to kernel code; host git in %s would run: %q", filepath.Join(ws, "deep"), b)
 	}
 }
 
