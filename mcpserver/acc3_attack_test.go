@@ -627,3 +627,48 @@ func TestAcc3ExistenceOracle(t *testing.T) {
 		}
 	}
 }
+
+// TestAcc3WheelRewritesVenvHome: no registration, no flag: install_package
+// of a wheel whose .data/data/ holds a pyvenv.cfg. pip installs the data
+// scheme at the venv's root, over the venv's own pyvenv.cfg, whose home
+// now names a live kernel's run directory, where that kernel wrote a
+// python3. The next kernel start asks "the base interpreter" of the venv
+// for its prefixes on the host.
+func TestAcc3WheelRewritesVenvHome(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ws := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "host-mark")
+	srv := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	first := connect(t, srv, nil)
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel file ran on the host as uid $(id -u), pid $$\" >> %q; fi\nexit 1\n", filepath.Dir(mark), mark)
+	rd := strings.TrimSpace(run(t, first, fmt.Sprintf(`import os
+rd = [l.split()[4] for l in open('/proc/self/mountinfo') if l.split()[4].endswith('/kernel') and 'ipybox' in l.split()[4]][0]
+open(os.path.join(rd, 'python3'), 'w').write(%q)
+os.chmod(os.path.join(rd, 'python3'), 0o755)
+print(rd)`, script)))
+	cfg, err := os.ReadFile(filepath.Join(ws, ".ipybox", "venv", "pyvenv.cfg"))
+	if err != nil {
+		t.Fatalf("no venv: %v", err)
+	}
+	var kept []string
+	for _, l := range strings.Split(string(cfg), "\n") {
+		if !strings.HasPrefix(l, "home") {
+			kept = append(kept, l)
+		}
+	}
+	evil := "home = " + rd + "\n" + strings.Join(kept, "\n")
+	whl := wheelBytes(t, "venvhome", map[string]string{"venvhome-0.1.data/data/pyvenv.cfg": evil, "venvhome.py": ""})
+	name := "venvhome-0.1-py3-none-any.whl"
+	run(t, first, fmt.Sprintf("import base64\nopen(%q, 'wb').write(base64.b64decode(%q))", name, base64.StdEncoding.EncodeToString(whl)))
+	res := call(t, first, "install_package", map[string]any{"package_name": "./" + name})
+	t.Logf("install: IsError=%v %s", res.IsError, short(text(res)))
+	now, _ := os.ReadFile(filepath.Join(ws, ".ipybox", "venv", "pyvenv.cfg"))
+	t.Logf("pyvenv.cfg after the install:\n%s", now)
+	second := connect(t, srv, nil)
+	t.Logf("second kernel: %s", short(text(call(t, second, "execute_ipython_cell", map[string]any{"code": "print(1)"}))))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: install_package of a wheel re-pointed the venv's home, and the next kernel start ran a kernel-written file on the host: %q", b)
+	}
+}
