@@ -246,6 +246,11 @@ func TestAcc3ConnectionShare(t *testing.T) {
 		opened++
 	}
 	t.Logf("alice opened %d connections", opened)
+	// The table counts a connection when its initialized notification
+	// has been handled, which is asynchronous.
+	for deadline := time.Now().Add(5 * time.Second); !srv.connsFull() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "bob", Version: "1"}, nil)
 	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true,
 		HTTPClient: &http.Client{Transport: testenv.Bearer{Token: bobTok}}}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
