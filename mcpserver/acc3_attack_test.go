@@ -16,6 +16,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcpconn"
+	"github.com/ipybox/ipybox/internal/mcptest"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -675,5 +677,70 @@ print(rd)`, script)))
 	t.Logf("second kernel: %s", short(text(call(t, second, "execute_ipython_cell", map[string]any{"code": "print(1)"}))))
 	if b, err := os.ReadFile(mark); err == nil {
 		t.Errorf("BROKE: install_package of a wheel re-pointed the venv's home, and the next kernel start ran a kernel-written file on the host: %q", b)
+	}
+}
+
+// TestAcc3SignInUnderAnotherName: the operator's --mcp-config names an
+// OAuth-protected remote server "gh", signed in once, and the policy
+// denies one of its tools. Sign-ins are stored by URL, rules match server
+// names: the client registers the same URL as "gh2", gets the operator's
+// stored sign-in without being asked, and calls the denied tool through
+// it. (The test server is on loopback, hence AllowPrivateURLs.)
+func TestAcc3SignInUnderAnotherName(t *testing.T) {
+	testenv.NeedsPython(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // the token file
+	s := mcptest.NewOAuthServer(nil)
+	t.Cleanup(s.Close)
+	// The operator signs in, as `ipybox auth login gh` does.
+	reg := mcpconn.NewRegistry()
+	if err := reg.Add("gh", mcpconn.Config{URL: s.URL}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mcpconn.New(reg, &mcpconn.Options{OAuthURL: func(ctx context.Context, server, u string) error {
+		go testenv.Browse(u, 0, 10*time.Second)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Login(t.Context(), "gh"); err != nil {
+		t.Fatalf("the operator's sign-in: %v", err)
+	}
+	m.Close()
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "approvals.policy")
+	os.WriteFile(pol, []byte("deny tool gh.tool-1\n"), 0o600)
+	p, err := ipybox.LoadApprovalPolicy(pol, &ipybox.ApprovalPolicyOptions{Log: filepath.Join(dir, "log.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	// The test's OAuth server is on loopback, which client-registered URL
+	// servers reach only with AllowPrivateURLs; a real one (a public
+	// host) needs no flag.
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Policy: p}, AllowPrivateURLs: true,
+		Servers: map[string]ipybox.ServerConfig{"gh": {URL: s.URL}}})
+	url := serveHTTP(t, srv)
+	cs := connectHTTPAs(t, url, testToken, legacyVersion, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			testenv.Browse(r.Params.URL, 0, 10*time.Second)
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	denied := run(t, cs, "try:\n    from mcptools.gh.tool_1 import Params, run\n    print(run(Params(s='x')))\nexcept Exception as e:\n    print(type(e).__name__, e)")
+	if !strings.Contains(denied, "deny tool gh.tool-1") {
+		t.Fatalf("the operator's rule does not deny gh.tool_1, so the test proves nothing: %q", denied)
+	}
+	before := s.Counts().Authorizations
+	res := call(t, cs, "register_mcp_server", map[string]any{"server_name": "gh2", "server_params": map[string]any{"url": s.URL}})
+	if res.IsError {
+		t.Logf("held: %s", short(text(res)))
+		return
+	}
+	got := run(t, cs, "try:\n    from mcptools.gh2.tool_1 import Params, run\n    print(run(Params(s='x')))\nexcept Exception as e:\n    print(type(e).__name__, e)")
+	t.Logf("through gh2: %q (sign-ins before %d, after %d)", got, before, s.Counts().Authorizations)
+	if got == "tool-1: x" && s.Counts().Authorizations == before {
+		t.Errorf("BROKE: the client re-registered the operator's signed-in server under another name and called the tool the policy denies, with the operator's sign-in, unasked: %q", got)
 	}
 }
