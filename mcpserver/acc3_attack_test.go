@@ -744,3 +744,52 @@ func TestAcc3SignInUnderAnotherName(t *testing.T) {
 		t.Errorf("BROKE: the client re-registered the operator's signed-in server under another name and called the tool the policy denies, with the operator's sign-in, unasked: %q", got)
 	}
 }
+
+// TestAcc3BwrapFromWorkspacePath: the operator runs ipybox mcp with the
+// project's virtualenv activated, so PATH starts with <ws>/.venv/bin (the
+// kernel sees it: its PATH is built from the host's). The sandbox finds
+// bwrap with exec.LookPath on ipybox's own PATH, unfiltered. Kernel code
+// writes <ws>/.venv/bin/bwrap, a wrapper that logs and runs the real one.
+// Within the run, the path found first is kept; the attack is whether a
+// kernel start of the same run, or of the next run (ipybox restarted in
+// the same shell), runs the kernel's bwrap on the host.
+func TestAcc3BwrapFromWorkspacePath(t *testing.T) {
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	real, _ := exec.LookPath("bwrap")
+	ws := t.TempDir()
+	bin := filepath.Join(ws, ".venv", "bin")
+	os.MkdirAll(bin, 0o755)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// As root, the sandbox runs bwrap as an unprivileged mapped uid, which
+	// cannot write a root-only temporary folder: the mark goes to /tmp.
+	mark := filepath.Join(os.TempDir(), "acc3-bwrap-mark-"+filepath.Base(ws))
+	t.Cleanup(func() { os.Remove(mark) })
+	first, err := New(&Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox(), HTTP: HTTPOptions{AuthToken: testToken}, Sessions: SessionOptions{StartTimeout: 90 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, first, nil)
+	script := fmt.Sprintf("#!/bin/sh\nif [ -d %q ]; then echo \"kernel's bwrap ran on the host as uid $(id -u)\" >> %q; fi\nexec %s \"$@\"\n", filepath.Dir(mark), mark, real)
+	got := run(t, cs, fmt.Sprintf(`import os
+print([p for p in os.environ['PATH'].split(':') if p.startswith(os.getcwd())])
+p = '.venv/bin/bwrap'
+open(p, 'w').write(%q)
+os.chmod(p, 0o755)
+print('planted')`, script))
+	t.Logf("first run's kernel: %s", got)
+	again := connect(t, first, nil)
+	t.Logf("first run, next kernel: %s", short(text(call(t, again, "execute_ipython_cell", map[string]any{"code": "print(1)"}))))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: within the run, the host ran a bwrap that kernel code wrote in a workspace folder on ipybox's PATH: %q", b)
+	}
+	cs.Close()
+	again.Close()
+	first.Close()
+	next := newGatedServer(t, &Options{Workspace: ws, Sandbox: ipybox.DefaultSandbox()})
+	res := call(t, connect(t, next, nil), "execute_ipython_cell", map[string]any{"code": "print(1)"})
+	t.Logf("next run's kernel: %s", short(text(res)))
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: the next run of ipybox mcp (same PATH) ran a bwrap that kernel code wrote in a workspace folder on its PATH: %q", b)
+	}
+}
