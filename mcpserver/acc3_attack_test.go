@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -791,5 +794,69 @@ print('planted')`, script))
 	t.Logf("next run's kernel: %s", short(text(res)))
 	if b, err := os.ReadFile(mark); err == nil {
 		t.Errorf("BROKE: the next run of ipybox mcp (same PATH) ran a bwrap that kernel code wrote in a workspace folder on its PATH: %q", b)
+	}
+}
+
+// TestAcc3EgressTunnelsUnbounded: the egress proxy's CONNECT tunnels have
+// no overall limit ("they end when either side closes"), and each holds
+// goroutines, buffers and two descriptors in the host ipybox process,
+// which every principal shares. alice's kernel opens n tunnels to an
+// allowed address and holds them; the host's goroutines grow with n,
+// and nothing refuses the tunnels past a share.
+func TestAcc3EgressTunnelsUnbounded(t *testing.T) {
+	testenv.NeedsPython(t)
+	testenv.NeedsTool(t, "bwrap")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	policy := ipybox.DefaultSandbox()
+	policy.Network.AllowedDomains = []string{ln.Addr().String()}
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals}, Sandbox: policy})
+	url := serveHTTP(t, srv)
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	runIn(t, alice, ha, "print(1)")
+	before := runtime.NumGoroutine()
+	const n = 1500
+	got := runIn(t, alice, ha, fmt.Sprintf(`import socket, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+socks, refused = [], 0
+for i in range(%d):
+    s = socket.create_connection(('127.0.0.1', 3128))
+    s.sendall(b'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n')
+    r = s.recv(64)
+    if b' 200' in r: socks.append(s)
+    else: refused += 1; s.close()
+print(len(socks), 'open', refused, 'refused')`, n, ln.Addr().String(), ln.Addr().String()))
+	after := runtime.NumGoroutine()
+	mu.Lock()
+	upstream := len(held)
+	mu.Unlock()
+	t.Logf("alice's kernel: %s; host goroutines %d -> %d; upstream connections %d", got, before, after, upstream)
+	if strings.HasPrefix(got, fmt.Sprint(n)+" open") && after-before >= n {
+		t.Errorf("BROKE (no bound): one principal's kernel holds %d egress tunnels, %d more goroutines in the shared host process; nothing caps a kernel's or a principal's share", n, after-before)
 	}
 }
