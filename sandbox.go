@@ -182,7 +182,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Logger:   e.log,
 		Writable: e.ownState(),
 
-		EgressDecided: e.egressDecided,
+		KernelWritable: hostWritable(e.workspace, &e.opts),
+		EgressDecided:  e.egressDecided,
 	}
 	if z := e.opts.Zygote; z != nil && z.sandboxed {
 		so.Zygote = z.z // forks each kernel into its own sandbox (NewSandboxZygote)
@@ -505,7 +506,8 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, func() []string { return e.secretFilesBut(server) })
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided, KernelWritable: hostWritable(e.workspace, &e.opts)},
+			func() []string { return e.secretFilesBut(server) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)
@@ -545,6 +547,11 @@ type CommandOptions struct {
 	// command may write (the shared virtualenv, for an approved install);
 	// nil means none: ipybox's state is read-only or hidden inside.
 	Writable []string
+	// KernelWritable lists more host folders that kernel code can write
+	// (the workspace's root, when each principal has a folder in it): an
+	// interpreter there is not asked for its prefixes, and none of them
+	// is bound into the command's sandbox. Nil means none.
+	KernelWritable []string
 }
 
 // SandboxedCommand prepares path with args to run inside a sandbox, with
@@ -561,7 +568,7 @@ func SandboxedCommand(ctx context.Context, workspace, path string, args []string
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox workspace: %w", err)
 	}
-	sb, err := newWorkspaceSandbox(ws, o.Sandbox.policy(), &sandbox.Options{Writable: o.Writable}, nil)
+	sb, err := newWorkspaceSandbox(ws, o.Sandbox.policy(), &sandbox.Options{Writable: o.Writable, KernelWritable: o.KernelWritable}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

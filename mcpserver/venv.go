@@ -307,7 +307,7 @@ func (t *tenant) helperIn(ctx context.Context, writable, path string, args ...st
 		return runCommand(ctx, t.dir, env, path, args...)
 	}
 	cmd, release, err := ipybox.SandboxedCommand(ctx, t.dir, path, args,
-		&ipybox.CommandOptions{Sandbox: t.sandboxConfig(), Env: env, Writable: []string{writable}})
+		&ipybox.CommandOptions{Sandbox: t.sandboxConfig(), Env: env, Writable: []string{writable}, KernelWritable: []string{t.s.workspace}})
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,19 @@
 package sandbox
 
 import (
-	"github.com/ipybox/ipybox/internal/seccomp"
-
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipybox/ipybox/internal/seccomp"
 )
 
 // bwrapWorks holds, for this process, the bwrap paths whose probe passed,
@@ -149,21 +152,7 @@ func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.C
 	}
 	var outBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
-	if err = cmd.Start(); err == nil {
-		for _, f := range cmd.ExtraFiles {
-			if f != nil {
-				f.Close()
-			}
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }() // bound: done is buffered
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done // bound: the group was killed; bwrap's child dies with it (--die-with-parent)
-		}
-	}
+	err = runGroup(ctx, cmd)
 	out := outBuf.Bytes()
 	if err == nil {
 		return bwrap, nil
@@ -205,4 +194,104 @@ func namespaceFix(msg string) string {
 			"or run ipybox on the host")
 	}
 	return strings.Join(fixes, "; ")
+}
+
+// runGroup starts cmd (a bwrap in a process group of its own, as
+// probeBwrap and runConfined make it) and waits for it until ctx ends,
+// then kills the group.
+func runGroup(ctx context.Context, cmd *exec.Cmd) error {
+	err := cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }() // bound: done is buffered
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done // bound: the group was killed; bwrap's child dies with it (--die-with-parent)
+		err = ctx.Err()
+	}
+	return err
+}
+
+// runConfined runs argv (a program and its arguments) with env in a
+// sandbox of its own that can change nothing and reach nothing: the
+// host's tree read-only, a /tmp of its own, no network, no capabilities,
+// working in /, and a seccomp filter that refuses unix sockets (a socket
+// file such as the Docker daemon's is reachable through a read-only
+// mount), the kernel keyrings and what the sandbox's filter refuses. It
+// runs as this user (a sandbox's processes run as MappedID when host root
+// makes them; this one must read what the user can, to say where an
+// interpreter's files are). It is for a program that ipybox must ask
+// something although kernel code may have chosen or written it
+// (askPython). It returns the program's standard output, at most 64 KiB.
+func (s *Sandbox) runConfined(ctx context.Context, env []string, argv ...string) ([]byte, error) {
+	if err := s.quickCheck(ctx); err != nil {
+		return nil, err
+	}
+	prog, err := seccomp.Program(seccomp.Options{Confine: true, DenyUnix: true})
+	if err != nil {
+		return nil, err
+	}
+	filter, err := filterPipe(prog)
+	if err != nil {
+		return nil, err
+	}
+	defer filter.Close()
+	args := append(append([]string{}, namespaceFlags...), "--seccomp", "3", "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc",
+		"--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/", "--")
+	cmd := exec.Command(s.bwrap, append(args, argv...)...)
+	cmd.Env = env
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{filter}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out := &capped{max: 64 << 10}
+	cmd.Stdout = out
+	err = runGroup(ctx, cmd)
+	return out.b.Bytes(), err
+}
+
+// filterPipe returns the read end of a pipe that holds prog, as bwrap's
+// --seccomp reads it.
+func filterPipe(prog []unix.SockFilter) (*os.File, error) {
+	b := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		b = binary.NativeEndian.AppendUint16(b, f.Code)
+		b = append(b, f.Jt, f.Jf)
+		b = binary.NativeEndian.AppendUint32(b, f.K)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	if len(b) > 64<<10 {
+		r.Close()
+		return nil, fmt.Errorf("the seccomp filter (%d bytes) does not fit a pipe", len(b))
+	}
+	if _, err := w.Write(b); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// capped keeps the first max bytes written to it, and drops the rest.
+type capped struct {
+	b   bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
 }

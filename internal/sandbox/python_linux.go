@@ -4,36 +4,54 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/ipybox/ipybox/internal/hostproc"
 )
 
 // pythonFor returns the host directories the interpreter at path needs
 // (its prefixes, symbolic links resolved) and its real executable, asking
-// the interpreter once per path. An interpreter in a place the sandbox can
-// write (a venv in the workspace) is never run on the host: its pyvenv.cfg
-// names the base interpreter, which is asked instead, if it lives outside
-// those places. A program that is not Python gets no extra directories.
+// the interpreter once per path. Asking runs it in a sandbox of its own
+// that can change nothing and reach no network (askPython): the path may
+// be a client's choice, and the file kernel code's. An interpreter in a
+// place this sandbox can write (a venv in the workspace) is not asked:
+// its pyvenv.cfg names the base interpreter, which is asked instead, if
+// it lives outside those places. One in a place that only another
+// sandbox's kernel code can write (another principal's folder, a
+// kernel's run directory) is neither asked nor bound. An answer's prefix
+// is bound only if it looks like a Python installation and lies outside
+// every place kernel code writes. A program that is not Python gets no
+// extra directories.
 func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes []string, executable string) {
-	writable := []string{s.workspace}
+	own := []string{s.workspace}
 	if runDir != "" {
-		writable = append(writable, runDir)
+		own = append(own, runDir)
 	}
 	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
-		writable = append(writable, aw...)
+		own = append(own, aw...)
 	}
-	inWritable := func(p string) bool {
-		if underAny(p, writable) {
+	foreign := s.othersWritable()
+	in := func(p string, dirs []string) bool {
+		if underAny(p, dirs) {
 			return true
 		}
 		r, err := filepath.EvalSymlinks(p)
-		return err != nil || underAny(r, writable)
+		return err != nil || underAny(r, dirs)
+	}
+	inForeign := func(p string) bool {
+		if in(p, foreign) || inTmpRunDir(p) {
+			return true
+		}
+		r, err := filepath.EvalSymlinks(p)
+		return err == nil && inTmpRunDir(r)
+	}
+	inWritable := func(p string) bool { return in(p, own) || inForeign(p) }
+	if inForeign(path) && !in(path, own) {
+		s.log.Warn("sandbox: the interpreter lies where another sandbox's kernel code writes (another principal's folder, a kernel's run directory); it is neither asked nor bound", "path", path)
+		return nil, ""
 	}
 	ask, keepPath := path, false
 	var venvRO []string
@@ -75,9 +93,7 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return nil, ask
 	}
 	if w := othersCanReplace(ask); w != "" {
-		// A command's path may be a client's choice (a registered stdio
-		// server): asking runs it on the host, so never a file another
-		// user could have put there.
+		// Another user could have put it there: its answer is theirs.
 		s.log.Warn("sandbox: not asking the interpreter for its prefix: another user could have replaced it; not bound (add what it needs to extraRead)", "path", ask, "because_of", w)
 		return nil, ""
 	}
@@ -91,6 +107,10 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		case s.cfg.RootMode == RootHost, under(p, "/usr"):
 		case p == "/" || s.home != "" && under(s.home, p):
 			s.log.Warn("sandbox: the Python prefix is / or contains the home directory; not bound (add what it needs to extraRead)", "prefix", p)
+		case inWritable(p):
+			s.log.Warn("sandbox: the Python prefix lies where kernel code writes; not bound", "prefix", p)
+		case !pythonPrefix(p):
+			s.log.Warn("sandbox: the interpreter's answer names a folder that holds no Python installation (lib/python3.*); not bound", "prefix", p)
 		default:
 			prefixes = append(prefixes, p)
 		}
@@ -99,6 +119,39 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return append(prefixes, venvRO...), ""
 	}
 	return prefixes, info.executable
+}
+
+// othersWritable lists the places that kernel code of other sandboxes can
+// write: Options.KernelWritable, and the root of the kernels' run
+// directories under $XDG_RUNTIME_DIR (those under /tmp: inTmpRunDir).
+func (s *Sandbox) othersWritable() []string {
+	out := slices.Clone(s.kernelWritable)
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		out = append(out, filepath.Join(x, "ipybox"))
+	}
+	return out
+}
+
+// inTmpRunDir reports whether p lies in a run directory of ipybox's under
+// the temporary folder (ipybox-*, kernel.NewRunDir), where kernels write.
+func inTmpRunDir(p string) bool {
+	rel, err := filepath.Rel(os.TempDir(), filepath.Clean(p))
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return false
+	}
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	return strings.HasPrefix(first, "ipybox-") && len(first) == len("ipybox-")+10
+}
+
+// pythonPrefix reports whether dir holds a Python installation: a
+// lib/python3.* (or lib64/) folder.
+func pythonPrefix(dir string) bool {
+	for _, lib := range []string{"lib", "lib64"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, lib, "python3*")); len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // othersCanReplace returns the first of path, the file it leads to and
@@ -184,18 +237,12 @@ func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pythonTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-I", "-c",
-		"import sys\nfor v in (sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix): print(v)")
-	// Not in the workspace: a .python-version there could steer a pyenv
-	// shim (invariant 14).
-	cmd.Env = hostproc.Env([]string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"})
-	if _, err := hostproc.Prepare(cmd, nil); err != nil {
-		return &pyInfo{err: err} // not cached: may be transient
-	}
-	// Killed at the deadline, a wrapper's child may keep stdout open: the
-	// answer must not wait for it (every start waits behind pyMu).
-	cmd.WaitDelay = time.Second
-	out, err := cmd.Output() // bound: pythonTimeout, then WaitDelay
+	// In a sandbox that can change nothing (the file may be kernel
+	// code's): the host's tree read-only, a /tmp of its own, no network,
+	// no capabilities, working in / (a .python-version in the workspace
+	// could steer a pyenv shim; invariant 14).
+	out, err := s.runConfined(ctx, hostproc.Env([]string{"PATH", "HOME", "LANG", "PYENV_ROOT", "PYENV_VERSION"}),
+		path, "-I", "-c", "import sys\nfor v in (sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix): print(v)")
 	info := &pyInfo{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	switch {

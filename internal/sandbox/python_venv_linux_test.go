@@ -3,10 +3,13 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipybox/ipybox/internal/testenv"
 )
@@ -131,15 +134,27 @@ func TestCommandNeverAsksReplaceablePython(t *testing.T) {
 	} else {
 		t.Log("not root: the other-owner variant needs chown")
 	}
+	asked := func(py string) bool {
+		x.pyMu.Lock()
+		defer x.pyMu.Unlock()
+		_, ok := x.Sandbox.py[py]
+		return ok
+	}
 	for _, py := range variants {
 		x.Command(context.Background(), py, []string{"-c", "pass"}, []string{"PATH=/usr/bin"}, "")
+		if asked(py) {
+			t.Errorf("asked: %s", py)
+		}
 	}
+	control := plant("control", 0o755, 0o755, -1)
+	x.Command(context.Background(), control, []string{"-c", "pass"}, []string{"PATH=/usr/bin"}, "")
+	if !asked(control) {
+		t.Errorf("the control was not asked: the test cannot fail")
+	}
+	// Asking runs it confined (runConfined): it wrote nothing, not even
+	// its mark.
 	if ents := mustEntries(t, marks); len(ents) != 0 {
-		t.Errorf("ran on the host: %v", ents)
-	}
-	x.Command(context.Background(), plant("control", 0o755, 0o755, -1), []string{"-c", "pass"}, []string{"PATH=/usr/bin"}, "")
-	if ents := mustEntries(t, marks); len(ents) != 1 {
-		t.Errorf("the control did not run on the host (%v): the test cannot fail", ents)
+		t.Errorf("an interpreter that was asked wrote on the host: %v", ents)
 	}
 }
 
@@ -150,4 +165,71 @@ func mustEntries(t *testing.T, dir string) []os.DirEntry {
 		t.Fatal(err)
 	}
 	return ents
+}
+
+// TestRunConfined: what asks an interpreter that kernel code may have
+// written (runConfined) writes nothing on the host and reaches no socket:
+// not a file in a folder this user owns, not a unix socket file (the
+// Docker daemon's is one, reachable through a read-only mount), not a
+// host port on loopback.
+func TestRunConfined(t *testing.T) {
+	t.Parallel()
+	x := newSbx(t, nil, nil)
+	py := testenv.NeedsPython(t)
+	// Not under /tmp, which the confined program sees as a fresh tmpfs.
+	dir, err := os.MkdirTemp("/var/tmp", "ipybox-confined-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	reached := make(chan string, 2)
+	for _, l := range []net.Listener{ul, tl} {
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				c.Close()
+				reached <- l.Addr().String()
+			}
+		}()
+	}
+	code := fmt.Sprintf(`import socket
+r = []
+try:
+    open(%q, "w"); r.append("wrote")
+except OSError as e:
+    r.append("write-refused")
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect(%q); r.append("unix-connected")
+except OSError as e:
+    r.append("unix-refused")
+try:
+    s = socket.create_connection(("127.0.0.1", %d), timeout=2); r.append("tcp-connected")
+except OSError as e:
+    r.append("tcp-refused")
+print(" ".join(r))`, filepath.Join(dir, "written"), sock, tl.Addr().(*net.TCPAddr).Port)
+	out, err := x.runConfined(context.Background(), []string{"PATH=/usr/bin:/bin"}, py, "-I", "-c", code)
+	if err != nil {
+		t.Fatalf("runConfined: %v (%s)", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "write-refused unix-refused tcp-refused" {
+		t.Errorf("the confined program: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "written")); err == nil {
+		t.Error("the confined program wrote on the host")
+	}
+	select {
+	case a := <-reached:
+		t.Errorf("the confined program reached %s", a)
+	case <-time.After(100 * time.Millisecond):
+	}
 }

@@ -126,6 +126,13 @@ type Options struct {
 	// inside: the shared virtualenv for the approved install_package,
 	// a session's own package folder for its kernel. Nil means none.
 	Writable []string
+	// KernelWritable lists more host folders that kernel code can write
+	// (the workspace's root when each principal has a folder in it, a
+	// container's binds): an interpreter there is never asked on the
+	// host, and no folder there is bound into this sandbox from an
+	// interpreter's answer. The sandbox adds the run directories' roots.
+	// Nil means none.
+	KernelWritable []string
 	// EgressDecided, when set, is told of each decision of the egress
 	// proxy: the target ("host:port"), and the allowedDomains entry that
 	// allowed it or the reason for the refusal. Nil tells nobody.
@@ -176,6 +183,8 @@ type Sandbox struct {
 
 	fpMu      sync.Mutex
 	startedFP string // see StartedFingerprint
+
+	kernelWritable []string // Options.KernelWritable, absolute
 
 	// writableState are the folders below the workspace's .ipybox that
 	// this sandbox's processes may write (Options.Writable).
@@ -232,6 +241,11 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		mapped:    runsAsRoot(),
 		secrets:   o.Secrets,
 		forker:    o.Zygote,
+	}
+	for _, w := range o.KernelWritable {
+		if filepath.IsAbs(w) {
+			s.kernelWritable = append(s.kernelWritable, filepath.Clean(w))
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
