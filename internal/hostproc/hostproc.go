@@ -217,6 +217,9 @@ func Inside(p string, writable []string) string {
 // environment's site-packages run at every start of its interpreter, -I
 // or not). A venv's bin/python is a link to an interpreter elsewhere, so
 // Inside of the program alone misses it.
+//
+// A kernel's run directory (KernelRunDir) counts whatever writable says:
+// the kernel writes it, and no caller lists them all.
 func ProgramInside(p string, writable []string) string {
 	cands := []string{p, filepath.Dir(p)}
 	for _, q := range []string{p, realPath(p)} {
@@ -228,6 +231,38 @@ func ProgramInside(p string, writable []string) string {
 	for _, c := range cands {
 		if w := Inside(c, writable); w != "" {
 			return w
+		}
+		if d := KernelRunDir(c); d != "" {
+			return d
+		}
+		if d := KernelRunDir(realPath(c)); d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// KernelRunDir returns the kernel run directory (kernel.NewRunDir:
+// $XDG_RUNTIME_DIR/ipybox/<10 hex>, or ipybox-<10 hex> in the temporary
+// folder) that p lies at or below, "" when none. A sandboxed kernel's is
+// bound writable at its host path.
+func KernelRunDir(p string) string {
+	p = filepath.Clean(p)
+	hex10 := func(s string) bool {
+		return len(s) == 10 && strings.Trim(s, "0123456789abcdef") == ""
+	}
+	if rel, err := filepath.Rel(os.TempDir(), p); err == nil && !strings.HasPrefix(rel, "..") {
+		first, _, _ := strings.Cut(rel, string(filepath.Separator))
+		if name, ok := strings.CutPrefix(first, "ipybox-"); ok && hex10(name) {
+			return filepath.Join(os.TempDir(), first)
+		}
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		root := filepath.Join(x, "ipybox")
+		if rel, err := filepath.Rel(root, p); err == nil && !strings.HasPrefix(rel, "..") {
+			if first, _, _ := strings.Cut(rel, string(filepath.Separator)); hex10(first) {
+				return filepath.Join(root, first)
+			}
 		}
 	}
 	return ""

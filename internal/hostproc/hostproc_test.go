@@ -121,3 +121,25 @@ func TestDirOutsideHome(t *testing.T) {
 		t.Errorf("Prepare: dir %q, %v; want %q", cmd.Dir, err, d)
 	}
 }
+
+// TestKernelRunDir: a kernel's run directory counts as writable for every
+// program check, whatever the caller lists (acc3: a file a sandboxed
+// kernel wrote in its run directory ran on the host).
+func TestKernelRunDir(t *testing.T) {
+	tmp := os.TempDir()
+	for _, c := range []struct{ p, want string }{
+		{filepath.Join(tmp, "ipybox-0123456789", "kernel", "python3"), filepath.Join(tmp, "ipybox-0123456789")},
+		{filepath.Join(tmp, "ipybox-0123456789"), filepath.Join(tmp, "ipybox-0123456789")},
+		{filepath.Join(tmp, "ipybox-sandbox-0123456789", "x"), ""},
+		{filepath.Join(tmp, "ipybox-host-0123456789", "x"), ""},
+		{filepath.Join(tmp, "ipybox-012345678", "x"), ""},
+		{"/usr/bin/python3", ""},
+	} {
+		if got := KernelRunDir(c.p); got != c.want {
+			t.Errorf("KernelRunDir(%s) = %q, want %q", c.p, got, c.want)
+		}
+	}
+	if got := ProgramInside(filepath.Join(tmp, "ipybox-0123456789", "kernel", "python3"), nil); got == "" {
+		t.Error("ProgramInside: a program in a kernel's run directory passed with no writable folders listed")
+	}
+}

@@ -33,7 +33,7 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
 		own = append(own, aw...)
 	}
-	foreign := s.othersWritable()
+	foreign := s.kernelWritable // and the kernels' run directories (hostproc.KernelRunDir)
 	in := func(p string, dirs []string) bool {
 		if underAny(p, dirs) {
 			return true
@@ -42,11 +42,11 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return err != nil || underAny(r, dirs)
 	}
 	inForeign := func(p string) bool {
-		if in(p, foreign) || inTmpRunDir(p) {
+		if in(p, foreign) || hostproc.KernelRunDir(p) != "" {
 			return true
 		}
 		r, err := filepath.EvalSymlinks(p)
-		return err == nil && inTmpRunDir(r)
+		return err == nil && hostproc.KernelRunDir(r) != ""
 	}
 	inWritable := func(p string) bool { return in(p, own) || inForeign(p) }
 	if inForeign(path) && !in(path, own) {
@@ -119,28 +119,6 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		return append(prefixes, venvRO...), ""
 	}
 	return prefixes, info.executable
-}
-
-// othersWritable lists the places that kernel code of other sandboxes can
-// write: Options.KernelWritable, and the root of the kernels' run
-// directories under $XDG_RUNTIME_DIR (those under /tmp: inTmpRunDir).
-func (s *Sandbox) othersWritable() []string {
-	out := slices.Clone(s.kernelWritable)
-	if x := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
-		out = append(out, filepath.Join(x, "ipybox"))
-	}
-	return out
-}
-
-// inTmpRunDir reports whether p lies in a run directory of ipybox's under
-// the temporary folder (ipybox-*, kernel.NewRunDir), where kernels write.
-func inTmpRunDir(p string) bool {
-	rel, err := filepath.Rel(os.TempDir(), filepath.Clean(p))
-	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-		return false
-	}
-	first, _, _ := strings.Cut(rel, string(filepath.Separator))
-	return strings.HasPrefix(first, "ipybox-") && len(first) == len("ipybox-")+10
 }
 
 // pythonPrefix reports whether dir holds a Python installation: a
