@@ -152,8 +152,14 @@ func clipN(s string, n int) string {
 
 // stillRunning is the answer of a call whose max_wait passed before the
 // cell ended: the output printed since the last such answer (the whole
-// output is in the final result), and how to go on.
+// output is in the final result, and what it cannot show in the file it
+// names), and how to go on.
 func (c *cellRun) stillRunning(handle string) *mcp.CallToolResult {
+	// The output is now shown in parts, each cut to max_output_chars:
+	// whatever the result cannot show goes to the file it names.
+	if c.sp != nil {
+		c.sp.lower(c.maxChars)
+	}
 	c.mu.Lock()
 	out := c.recent.String()
 	c.recent.Reset()

@@ -3,6 +3,9 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +156,55 @@ func TestMaxWaitAndCollect(t *testing.T) {
 	}
 	if got := text(call(t, cs, "collect_cell", map[string]any{})); !strings.Contains(got, "No cell") {
 		t.Errorf("collect with nothing left: %q", got)
+	}
+}
+
+// TestMaxWaitOutputNeverDropped: a cell of the max_wait pattern prints
+// more than max_output_chars between two answers, and less than the 64 KiB
+// that are kept in memory before a file. Every line is in an answer or in
+// the file the result names, also when it is interrupted. (Before, each
+// "still running" answer and the result were cut to max_output_chars and
+// no file was made: the lines in their middles were lost.)
+func TestMaxWaitOutputNeverDropped(t *testing.T) {
+	t.Parallel()
+	ws := sharedWorkspace(t)
+	srv := newServer(t, &Options{Workspace: ws})
+	cs := connect(t, srv, nil)
+	const n = 300 // 300 lines of 100 bytes: 30 KB
+	for _, interrupt := range []bool{false, true} {
+		code := fmt.Sprintf("import time\nfor i in range(%d):\n    print(f'line {i:04d} ' + 'x'*90, flush=True)\n    time.sleep(0.01)\n", n)
+		if interrupt {
+			code += "time.sleep(60)\n"
+		}
+		var all strings.Builder
+		res := call(t, cs, "execute_ipython_cell", map[string]any{"code": code, "max_wait": 1})
+		all.WriteString(text(res))
+		for range 30 {
+			m, _ := res.Meta[CellMetaKey].(map[string]any)
+			if m == nil || m["running"] != true {
+				break
+			}
+			if interrupt && strings.Contains(text(res), fmt.Sprintf("line %04d", n-1)) {
+				res = call(t, cs, "interrupt", map[string]any{})
+			} else {
+				res = call(t, cs, "collect_cell", map[string]any{"wait": 1})
+			}
+			all.WriteString(text(res))
+		}
+		got := all.String()
+		if m := spillPath.FindStringSubmatch(text(res)); m != nil {
+			b, err := os.ReadFile(filepath.Join(ws, m[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += string(b)
+		}
+		for i := range n {
+			if !strings.Contains(got, fmt.Sprintf("line %04d ", i)) {
+				t.Errorf("interrupt=%v: line %d is in no answer and in no file; the last answer: %q", interrupt, i, clipN(text(res), 600))
+				break
+			}
+		}
 	}
 }
 

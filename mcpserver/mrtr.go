@@ -52,6 +52,7 @@ type cellRun struct {
 	cancel    context.CancelFunc // ends the cell
 	id        string             // names it in results (cells.go)
 	ui        *uiCell            // its history for the web page (nil: none)
+	sp        *spill             // keeps its whole output (spill.go)
 
 	// outMu orders output: the pump's deliveries, and a request's
 	// attachment (which first sends what was printed while none waited).
@@ -143,17 +144,6 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	// The request's span (the traceparent in its _meta) is the cell's
 	// parent, although the cell runs on the session's context.
 	rctx = telemetry.WithSpanOf(rctx, ctx)
-	c := &cellRun{
-		s: s, x: x, principal: x.principal, tool: req.Params.Name,
-		args:     argsDigest(req.Params.Name, req.Params.Arguments),
-		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
-		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
-		id: newCellID(),
-	}
-	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
-	s.runs.addCell(x, c)
-	att := c.attach(ctx, req)
-	timeout := time.Duration(a.Timeout * float64(time.Second))
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
@@ -164,6 +154,17 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		inMemory = a.MaxOutputChars
 	}
 	sp := newSpill(x.t.dir, inMemory, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
+	c := &cellRun{
+		s: s, x: x, principal: x.principal, tool: req.Params.Name,
+		args:     argsDigest(req.Params.Name, req.Params.Arguments),
+		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
+		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
+		id: newCellID(), sp: sp,
+	}
+	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
+	s.runs.addCell(x, c)
+	att := c.attach(ctx, req)
+	timeout := time.Duration(a.Timeout * float64(time.Second))
 	x.begin()
 	s.ui.changed(x)
 	s.wg.Add()
