@@ -85,7 +85,10 @@ type cellRun struct {
 	recent  strings.Builder
 	// legacyHeld is set while a 2025-11-25 call, between its rounds,
 	// asks the client (legacyRounds): a request still waits for the cell.
+	// round is that round: an answer from the web page ends it, so that
+	// the call stops waiting for the client's answers (answerWeb).
 	legacyHeld bool
+	round      *round
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -226,6 +229,7 @@ func (c *cellRun) attach(ctx context.Context, req *mcp.CallToolRequest) *attachm
 	c.mu.Lock()
 	c.att = att
 	c.legacyHeld = false
+	c.round = nil
 	c.canElicit = canElicit(req.ClientCapabilities())
 	c.mu.Unlock()
 	c.outMu.Unlock()
@@ -424,6 +428,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
 			c.legacyHeld = roundOf(ctx) != nil
+			c.round = roundOf(ctx)
 			c.mu.Unlock()
 			c.detach(att)
 			s.runs.suspend(c)
