@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // A client can stop a cell, and is never left waiting on a session
@@ -42,13 +44,18 @@ const (
 )
 
 // interruptedError is the error of a cell that was interrupted on
-// purpose: the kernel kept its state.
+// purpose: the kernel kept its state, unless the cell ignored the
+// interrupt (restarted: the kernel was restarted).
 type interruptedError struct {
-	why string
-	at  time.Time
+	why       string
+	at        time.Time
+	restarted bool
 }
 
 func (e *interruptedError) Error() string {
+	if e.restarted {
+		return fmt.Sprintf("the cell was interrupted %s at %s; it ignored the interrupt, so the kernel was restarted and its state is lost", e.why, e.at.Format("15:04:05"))
+	}
 	return fmt.Sprintf("the cell was interrupted %s at %s; the kernel kept its state", e.why, e.at.Format("15:04:05"))
 }
 
@@ -73,7 +80,7 @@ func (c *cellRun) interrupt(why string) {
 // held.
 func (c *cellRun) cellErrLocked() error {
 	if c.interrupted != "" && errors.Is(c.err, context.Canceled) {
-		return &interruptedError{why: c.interrupted, at: c.interruptedAt}
+		return &interruptedError{why: c.interrupted, at: c.interruptedAt, restarted: errors.Is(c.err, kernel.ErrInterruptIgnored)}
 	}
 	return c.err
 }

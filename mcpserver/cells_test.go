@@ -110,6 +110,49 @@ func TestCancelInterruptsCell(t *testing.T) {
 	}
 }
 
+// stubborn ignores KeyboardInterrupt: an interrupt does not stop it, so
+// the kernel is restarted.
+// It says "started" inside the try, so that the interrupt cannot land
+// before it.
+const stubborn = "x = 41\nimport time\nn = 0\nwhile True:\n    try:\n        n += 1\n        if n == 3:\n            print('started', flush=True)\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"
+
+// TestInterruptIgnoredSaysRestarted: a cell that ignores the interrupt of
+// the interrupt tool, or of its cancelled call, has its kernel restarted;
+// the results say that the state is lost, as for a timeout. (Before, they
+// said "the kernel kept its state", and x was gone.)
+func TestInterruptIgnoredSaysRestarted(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	cs, started := startedClient(t, srv)
+	resc, errc := callAsync(t.Context(), cs, map[string]any{"code": stubborn})
+	waitStarted(t, started)
+	ir := call(t, cs, "interrupt", map[string]any{})
+	res, err := <-resc, <-errc
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*mcp.CallToolResult{ir, res} {
+		m, _ := r.Meta[CellMetaKey].(map[string]any)
+		e, _ := m["error"].(map[string]any)
+		if got := text(r); strings.Contains(got, "kept its state") || !strings.Contains(got, "restarted and its state is lost") || e["kind"] != "interrupted" || e["restarted"] != true {
+			t.Errorf("interrupt tool: %q %v", got, m)
+		}
+	}
+	if got := run(t, cs, "print('x' in dir())"); got != "False" {
+		t.Errorf("after the restart: %q", got)
+	}
+
+	cs2, started2 := startedClient(t, srv)
+	ctx, cancel := context.WithCancel(t.Context())
+	_, errc = callAsync(ctx, cs2, map[string]any{"code": stubborn})
+	waitStarted(t, started2)
+	cancel()
+	<-errc
+	if got := run(t, cs2, "print('x' in dir())"); strings.Contains(got, "kept its state") || !strings.Contains(got, "restarted and its state is lost") || !strings.HasSuffix(got, "False") {
+		t.Errorf("after the cancel: %q", got)
+	}
+}
+
 // TestMaxWaitAndCollect: a cell longer than max_wait answers "still
 // running" with its cell id and its output so far; a call of other code
 // meanwhile answers at once that it runs; collect_cell gets the rest and

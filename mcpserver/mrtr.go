@@ -198,7 +198,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		}
 		// Before the end is seen: the next call, which waits for it,
 		// has the note.
-		s.runs.noteCancelled(c, res)
+		s.runs.noteCancelled(c, res, cellErr)
 		// The checkpoint (CheckpointCell) is saved before the result is
 		// sent: a result the client has is durable, as a database
 		// acknowledges a commit after its fsync.
