@@ -37,6 +37,10 @@ import (
 type Remote struct {
 	cs   *mcp.ClientSession
 	opts RemoteOptions
+	// closing ends with Close: it cancels the calls in flight, which the
+	// go-sdk's Close would otherwise wait for.
+	closing context.Context
+	closed  context.CancelFunc
 
 	mu      sync.Mutex
 	streams map[string]*outputQueue // by progress token
@@ -100,6 +104,7 @@ func Dial(ctx context.Context, url string, opts *RemoteOptions) (*Remote, error)
 // dialTransport connects to an ipybox mcp server over t.
 func dialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*Remote, error) {
 	r := &Remote{streams: map[string]*outputQueue{}}
+	r.closing, r.closed = context.WithCancel(context.Background())
 	if opts != nil {
 		r.opts = *opts
 	}
@@ -131,7 +136,23 @@ func dialTransport(ctx context.Context, t mcp.Transport, opts *RemoteOptions) (*
 }
 
 // Close closes the connection. The server's sessions go on.
-func (r *Remote) Close() error { return r.cs.Close() }
+//
+// A call in flight (a cell's Execute or Stream, waiting for its cell) ends
+// with an error: its cell is interrupted, as when its ctx ends, and the
+// kernel keeps its state. Close does not wait for the cell.
+func (r *Remote) Close() error {
+	r.closed()
+	return r.cs.Close()
+}
+
+// callTool is r.cs.CallTool, cancelled by Close.
+func (r *Remote) callTool(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(r.closing, cancel)
+	defer stop()
+	return r.cs.CallTool(ctx, params)
+}
 
 // RemoteSession is a session of an ipybox mcp server: a kernel behind a
 // handle.
@@ -374,7 +395,7 @@ func (r *Remote) call(ctx context.Context, params *mcp.CallToolParams, q *output
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := r.cs.CallTool(cctx, params)
+		res, err := r.callTool(cctx, params)
 		done <- outcome{res, err} // bound: buffered
 	}()
 	for {
@@ -481,7 +502,7 @@ func cellOutcome(res *mcp.CallToolResult, timeout float64) (*Result, int, error)
 
 // callText calls a tool and returns its text, or its error.
 func (r *Remote) callText(ctx context.Context, tool string, args map[string]any) (*mcp.CallToolResult, error) {
-	res, err := r.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	res, err := r.callTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		return nil, fmt.Errorf("ipybox: %s: %w", tool, err)
 	}

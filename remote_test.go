@@ -173,3 +173,82 @@ func TestRemoteOverStdio(t *testing.T) {
 		t.Errorf("after Reset: %v", err)
 	}
 }
+
+// TestRemoteCloseDoesNotWaitForCells: Close with a cell's call in flight
+// returns at once; the call ends with an error, and the cell is
+// interrupted, the kernel keeping its state. (Before, Close waited, in the
+// go-sdk's Close, for the call: until the cell ended, up to its timeout.)
+func TestRemoteCloseDoesNotWaitForCells(t *testing.T) {
+	testenv.NeedsPython(t)
+	srv, err := mcpserver.New(&mcpserver.Options{Workspace: t.TempDir(), Sessions: mcpserver.SessionOptions{StartTimeout: 90 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ct, st := mcp.NewInMemoryTransports()
+	go srv.Serve(context.Background(), st)
+	r, err := ipybox.Dial(t.Context(), "", &ipybox.RemoteOptions{Transport: ct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := r.CreateSession(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Execute(t.Context(), "x = 41", nil); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		var last error
+		once := false
+		for ev, err := range s.Stream(t.Context(), "import time\nprint('started', flush=True)\ntime.sleep(60)", nil) {
+			if o, ok := ev.(*ipybox.Output); ok && strings.Contains(o.Text, "started") && !once {
+				once = true
+				close(started)
+			}
+			if err != nil {
+				last = err
+			}
+		}
+		ended <- last
+	}()
+	select {
+	case <-started:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the cell did not start")
+	}
+	closed := make(chan error, 1)
+	t0 := time.Now()
+	go func() { closed <- r.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("Close still waits %v after it was called, with a cell running", time.Since(t0))
+	}
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Errorf("the call in flight ended without an error")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call in flight did not end after Close")
+	}
+	r2, err := ipybox.Dial(t.Context(), "", &ipybox.RemoteOptions{Transport: ct2(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if res, err := r2.Session(s.Handle()).Execute(t.Context(), "print(x + 1)", nil); err != nil || !strings.HasSuffix(res.Text, "42") {
+		t.Errorf("the session after Close: %v %+v", err, res)
+	}
+}
+
+// ct2 serves srv on a new in-memory connection and returns its client end.
+func ct2(t *testing.T, srv *mcpserver.Server) mcp.Transport {
+	ct, st := mcp.NewInMemoryTransports()
+	go srv.Serve(context.Background(), st)
+	return ct
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // A client can stop a cell, and is never left waiting on a session
@@ -42,13 +44,18 @@ const (
 )
 
 // interruptedError is the error of a cell that was interrupted on
-// purpose: the kernel kept its state.
+// purpose: the kernel kept its state, unless the cell ignored the
+// interrupt (restarted: the kernel was restarted).
 type interruptedError struct {
-	why string
-	at  time.Time
+	why       string
+	at        time.Time
+	restarted bool
 }
 
 func (e *interruptedError) Error() string {
+	if e.restarted {
+		return fmt.Sprintf("the cell was interrupted %s at %s; it ignored the interrupt, so the kernel was restarted and its state is lost", e.why, e.at.Format("15:04:05"))
+	}
 	return fmt.Sprintf("the cell was interrupted %s at %s; the kernel kept its state", e.why, e.at.Format("15:04:05"))
 }
 
@@ -73,7 +80,7 @@ func (c *cellRun) interrupt(why string) {
 // held.
 func (c *cellRun) cellErrLocked() error {
 	if c.interrupted != "" && errors.Is(c.err, context.Canceled) {
-		return &interruptedError{why: c.interrupted, at: c.interruptedAt}
+		return &interruptedError{why: c.interrupted, at: c.interruptedAt, restarted: errors.Is(c.err, kernel.ErrInterruptIgnored)}
 	}
 	return c.err
 }
@@ -152,8 +159,14 @@ func clipN(s string, n int) string {
 
 // stillRunning is the answer of a call whose max_wait passed before the
 // cell ended: the output printed since the last such answer (the whole
-// output is in the final result), and how to go on.
+// output is in the final result, and what it cannot show in the file it
+// names), and how to go on.
 func (c *cellRun) stillRunning(handle string) *mcp.CallToolResult {
+	// The output is now shown in parts, each cut to max_output_chars:
+	// whatever the result cannot show goes to the file it names.
+	if c.sp != nil {
+		c.sp.lower(c.maxChars)
+	}
 	c.mu.Lock()
 	out := c.recent.String()
 	c.recent.Reset()

@@ -3,6 +3,9 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +110,49 @@ func TestCancelInterruptsCell(t *testing.T) {
 	}
 }
 
+// stubborn ignores KeyboardInterrupt: an interrupt does not stop it, so
+// the kernel is restarted.
+// It says "started" inside the try, so that the interrupt cannot land
+// before it.
+const stubborn = "x = 41\nimport time\nn = 0\nwhile True:\n    try:\n        n += 1\n        if n == 3:\n            print('started', flush=True)\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"
+
+// TestInterruptIgnoredSaysRestarted: a cell that ignores the interrupt of
+// the interrupt tool, or of its cancelled call, has its kernel restarted;
+// the results say that the state is lost, as for a timeout. (Before, they
+// said "the kernel kept its state", and x was gone.)
+func TestInterruptIgnoredSaysRestarted(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &Options{Workspace: sharedWorkspace(t)})
+	cs, started := startedClient(t, srv)
+	resc, errc := callAsync(t.Context(), cs, map[string]any{"code": stubborn})
+	waitStarted(t, started)
+	ir := call(t, cs, "interrupt", map[string]any{})
+	res, err := <-resc, <-errc
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*mcp.CallToolResult{ir, res} {
+		m, _ := r.Meta[CellMetaKey].(map[string]any)
+		e, _ := m["error"].(map[string]any)
+		if got := text(r); strings.Contains(got, "kept its state") || !strings.Contains(got, "restarted and its state is lost") || e["kind"] != "interrupted" || e["restarted"] != true {
+			t.Errorf("interrupt tool: %q %v", got, m)
+		}
+	}
+	if got := run(t, cs, "print('x' in dir())"); got != "False" {
+		t.Errorf("after the restart: %q", got)
+	}
+
+	cs2, started2 := startedClient(t, srv)
+	ctx, cancel := context.WithCancel(t.Context())
+	_, errc = callAsync(ctx, cs2, map[string]any{"code": stubborn})
+	waitStarted(t, started2)
+	cancel()
+	<-errc
+	if got := run(t, cs2, "print('x' in dir())"); strings.Contains(got, "kept its state") || !strings.Contains(got, "restarted and its state is lost") || !strings.HasSuffix(got, "False") {
+		t.Errorf("after the cancel: %q", got)
+	}
+}
+
 // TestMaxWaitAndCollect: a cell longer than max_wait answers "still
 // running" with its cell id and its output so far; a call of other code
 // meanwhile answers at once that it runs; collect_cell gets the rest and
@@ -153,6 +199,55 @@ func TestMaxWaitAndCollect(t *testing.T) {
 	}
 	if got := text(call(t, cs, "collect_cell", map[string]any{})); !strings.Contains(got, "No cell") {
 		t.Errorf("collect with nothing left: %q", got)
+	}
+}
+
+// TestMaxWaitOutputNeverDropped: a cell of the max_wait pattern prints
+// more than max_output_chars between two answers, and less than the 64 KiB
+// that are kept in memory before a file. Every line is in an answer or in
+// the file the result names, also when it is interrupted. (Before, each
+// "still running" answer and the result were cut to max_output_chars and
+// no file was made: the lines in their middles were lost.)
+func TestMaxWaitOutputNeverDropped(t *testing.T) {
+	t.Parallel()
+	ws := sharedWorkspace(t)
+	srv := newServer(t, &Options{Workspace: ws})
+	cs := connect(t, srv, nil)
+	const n = 300 // 300 lines of 100 bytes: 30 KB
+	for _, interrupt := range []bool{false, true} {
+		code := fmt.Sprintf("import time\nfor i in range(%d):\n    print(f'line {i:04d} ' + 'x'*90, flush=True)\n    time.sleep(0.01)\n", n)
+		if interrupt {
+			code += "time.sleep(60)\n"
+		}
+		var all strings.Builder
+		res := call(t, cs, "execute_ipython_cell", map[string]any{"code": code, "max_wait": 1})
+		all.WriteString(text(res))
+		for range 30 {
+			m, _ := res.Meta[CellMetaKey].(map[string]any)
+			if m == nil || m["running"] != true {
+				break
+			}
+			if interrupt && strings.Contains(text(res), fmt.Sprintf("line %04d", n-1)) {
+				res = call(t, cs, "interrupt", map[string]any{})
+			} else {
+				res = call(t, cs, "collect_cell", map[string]any{"wait": 1})
+			}
+			all.WriteString(text(res))
+		}
+		got := all.String()
+		if m := spillPath.FindStringSubmatch(text(res)); m != nil {
+			b, err := os.ReadFile(filepath.Join(ws, m[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += string(b)
+		}
+		for i := range n {
+			if !strings.Contains(got, fmt.Sprintf("line %04d ", i)) {
+				t.Errorf("interrupt=%v: line %d is in no answer and in no file; the last answer: %q", interrupt, i, clipN(text(res), 600))
+				break
+			}
+		}
 	}
 }
 

@@ -52,6 +52,7 @@ type cellRun struct {
 	cancel    context.CancelFunc // ends the cell
 	id        string             // names it in results (cells.go)
 	ui        *uiCell            // its history for the web page (nil: none)
+	sp        *spill             // keeps its whole output (spill.go)
 
 	// outMu orders output: the pump's deliveries, and a request's
 	// attachment (which first sends what was printed while none waited).
@@ -84,7 +85,10 @@ type cellRun struct {
 	recent  strings.Builder
 	// legacyHeld is set while a 2025-11-25 call, between its rounds,
 	// asks the client (legacyRounds): a request still waits for the cell.
+	// round is that round: an answer from the web page ends it, so that
+	// the call stops waiting for the client's answers (answerWeb).
 	legacyHeld bool
+	round      *round
 
 	// The progress of the whole cell (see progress.send).
 	progMu     sync.Mutex
@@ -143,17 +147,6 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 	// The request's span (the traceparent in its _meta) is the cell's
 	// parent, although the cell runs on the session's context.
 	rctx = telemetry.WithSpanOf(rctx, ctx)
-	c := &cellRun{
-		s: s, x: x, principal: x.principal, tool: req.Params.Name,
-		args:     argsDigest(req.Params.Name, req.Params.Arguments),
-		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
-		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
-		id: newCellID(),
-	}
-	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
-	s.runs.addCell(x, c)
-	att := c.attach(ctx, req)
-	timeout := time.Duration(a.Timeout * float64(time.Second))
 	// The result shows a head and a tail; the kernel keeps no more than
 	// that in memory, and the whole output goes to a file once it is long.
 	keep := max(64<<10, 8*a.MaxOutputChars)
@@ -164,6 +157,17 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		inMemory = a.MaxOutputChars
 	}
 	sp := newSpill(x.t.dir, inMemory, s.opts.SpillCellBytes, s.opts.SpillWorkspaceBytes)
+	c := &cellRun{
+		s: s, x: x, principal: x.principal, tool: req.Params.Name,
+		args:     argsDigest(req.Params.Name, req.Params.Arguments),
+		maxChars: a.MaxOutputChars, start: time.Now(), cancel: cancel,
+		warnings: warnings, regErrs: regErrs, changed: make(chan struct{}),
+		id: newCellID(), sp: sp,
+	}
+	c.ui = s.ui.cellStart(x, c.id, a.Code, ex.SessionID())
+	s.runs.addCell(x, c)
+	att := c.attach(ctx, req)
+	timeout := time.Duration(a.Timeout * float64(time.Second))
 	x.begin()
 	s.ui.changed(x)
 	s.wg.Add()
@@ -194,7 +198,7 @@ func (s *Server) startCell(ctx context.Context, req *mcp.CallToolRequest, x *ses
 		}
 		// Before the end is seen: the next call, which waits for it,
 		// has the note.
-		s.runs.noteCancelled(c, res)
+		s.runs.noteCancelled(c, res, cellErr)
 		// The checkpoint (CheckpointCell) is saved before the result is
 		// sent: a result the client has is durable, as a database
 		// acknowledges a commit after its fsync.
@@ -225,6 +229,7 @@ func (c *cellRun) attach(ctx context.Context, req *mcp.CallToolRequest) *attachm
 	c.mu.Lock()
 	c.att = att
 	c.legacyHeld = false
+	c.round = nil
 	c.canElicit = canElicit(req.ClientCapabilities())
 	c.mu.Unlock()
 	c.outMu.Unlock()
@@ -423,6 +428,7 @@ func (s *Server) awaitFor(ctx context.Context, c *cellRun, att *attachment, maxW
 			state := handlePrefix + "state_" + rand.Text()
 			c.state = handleKey(state)
 			c.legacyHeld = roundOf(ctx) != nil
+			c.round = roundOf(ctx)
 			c.mu.Unlock()
 			c.detach(att)
 			s.runs.suspend(c)

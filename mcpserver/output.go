@@ -117,6 +117,7 @@ func cellResult(res *ipybox.Result, err error, maxChars int, warnings []string, 
 			if ie.why == byCancel {
 				meta.Error.Kind = "cancelled"
 			}
+			meta.Error.Restarted = ie.restarted
 			notes = append(notes, "[ipybox: "+err.Error()+"]")
 		case errors.As(err, &pe):
 			meta.Error.Kind, meta.Error.Name, meta.Error.Value = "python", pe.Name, pe.Value
@@ -206,8 +207,8 @@ type cellError struct {
 	Name      string `json:"name,omitempty"`
 	Value     string `json:"value,omitempty"`
 	Traceback string `json:"traceback,omitempty"`
-	// Restarted, for a timeout: the cell ignored the interrupt, so the
-	// kernel was restarted and its state is lost.
+	// Restarted, for a timeout or an interrupt: the cell ignored the
+	// interrupt, so the kernel was restarted and its state is lost.
 	Restarted bool `json:"restarted,omitempty"`
 }
 

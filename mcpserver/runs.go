@@ -2,12 +2,14 @@ package mcpserver
 
 import (
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/kernel"
 )
 
 // runTable is the table of cells in flight: it owns runs, the cells
@@ -143,7 +145,7 @@ func (t *runTable) oldestCell(x *session, running bool) *cellRun {
 
 // noteCancelled tells the session's next result that c was interrupted
 // when its client cancelled the call (whose answer the client ignores).
-func (t *runTable) noteCancelled(c *cellRun, res *ipybox.Result) {
+func (t *runTable) noteCancelled(c *cellRun, res *ipybox.Result, cellErr error) {
 	c.mu.Lock()
 	why, at := c.interrupted, c.interruptedAt
 	c.mu.Unlock()
@@ -157,7 +159,11 @@ func (t *runTable) noteCancelled(c *cellRun, res *ipybox.Result) {
 	if len(text) > 2000 {
 		text = "..." + text[len(text)-2000:]
 	}
-	w := fmt.Sprintf("[ipybox: the previous cell %s (started %s) was interrupted at %s because the client cancelled its call; the kernel kept its state. Its last output: %q]", c.id, c.start.Format("15:04:05"), at.Format("15:04:05"), text)
+	kept := "the kernel kept its state"
+	if errors.Is(cellErr, kernel.ErrInterruptIgnored) {
+		kept = "it ignored the interrupt, so the kernel was restarted and its state is lost"
+	}
+	w := fmt.Sprintf("[ipybox: the previous cell %s (started %s) was interrupted at %s because the client cancelled its call; %s. Its last output: %q]", c.id, c.start.Format("15:04:05"), at.Format("15:04:05"), kept, text)
 	// A call that came meanwhile waits behind c, its warnings taken:
 	// the note goes into its result.
 	t.mu.Lock()

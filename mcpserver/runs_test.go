@@ -112,17 +112,17 @@ func TestRunTableNoteCancelled(t *testing.T) {
 	next := &cellRun{x: x}
 	tab.addCell(x, c)
 	tab.addCell(x, next)
-	tab.noteCancelled(c, nil)
+	tab.noteCancelled(c, nil, nil)
 	if len(next.warnings) != 1 || len(x.warnings) != 0 {
 		t.Errorf("with a cell behind it: its warnings %q, the session's %q; want the note on the cell behind", next.warnings, x.warnings)
 	}
 	tab.forgetCell(next)
-	tab.noteCancelled(c, nil)
+	tab.noteCancelled(c, nil, nil)
 	if len(x.warnings) != 1 {
 		t.Errorf("alone: the session's warnings %q; want the note", x.warnings)
 	}
 	c.interrupted = byInterruptTool
-	tab.noteCancelled(c, nil)
+	tab.noteCancelled(c, nil, nil)
 	if len(x.warnings) != 1 {
 		t.Error("a cell interrupted by the interrupt tool got a cancellation note")
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipybox/ipybox/internal/safefs"
@@ -30,8 +31,10 @@ const maxSpillEntries = 4096
 // file holds at most cellMax bytes, and no more than leaves spillDir under
 // wsMax; the rest is dropped, and counted.
 type spill struct {
-	ws            string
-	limit         int
+	ws string
+	// limit is read by the cell's pump, and lowered by a "still running"
+	// answer (lower), from another goroutine.
+	limit         atomic.Int64
 	cellMax       int64
 	wsMax         int64
 	buf           []byte
@@ -45,7 +48,23 @@ type spill struct {
 }
 
 func newSpill(ws string, limit int, cellMax, wsMax int64) *spill {
-	return &spill{ws: ws, limit: limit, cellMax: cellMax, wsMax: wsMax}
+	s := &spill{ws: ws, cellMax: cellMax, wsMax: wsMax}
+	s.limit.Store(int64(limit))
+	return s
+}
+
+// lower makes limit the most output that is kept in memory alone: past
+// it, the whole output goes to the file. A cell that answered "still
+// running" has shown its output in parts, each cut to max_output_chars,
+// and its result shows only a head and a tail: the file keeps the rest.
+// Output in memory so far is all there (buf), so none is lost.
+func (s *spill) lower(limit int) {
+	for {
+		old := s.limit.Load()
+		if int64(limit) >= old || s.limit.CompareAndSwap(old, int64(limit)) {
+			return
+		}
+	}
 }
 
 func (s *spill) write(text string) {
@@ -53,11 +72,19 @@ func (s *spill) write(text string) {
 	if s.err != nil || s.refused {
 		return
 	}
-	if s.f == nil && len(s.buf)+len(text) <= s.limit {
+	if s.f == nil && int64(len(s.buf)+len(text)) <= s.limit.Load() {
 		s.buf = append(s.buf, text...)
 		return
 	}
-	if s.f == nil {
+	s.open()
+	if s.f != nil {
+		s.put(text)
+	}
+}
+
+// open moves the output kept in memory to a new file, once.
+func (s *spill) open() {
+	if s.f == nil && s.err == nil && !s.refused {
 		if s.cellMax < 0 || s.wsMax < 0 {
 			s.refused = true
 			return
@@ -77,7 +104,6 @@ func (s *spill) write(text string) {
 		s.put(string(s.buf))
 		s.buf = nil
 	}
-	s.put(text)
 }
 
 // put writes what of text the file has room for.
@@ -100,6 +126,10 @@ func (s *spill) put(text string) {
 // whole output is, or how much of it is and what was dropped, or why it
 // could not be kept. Empty when everything fit in memory.
 func (s *spill) finish() string {
+	if s.f == nil && s.err == nil && !s.refused && int64(len(s.buf)) > s.limit.Load() {
+		// The limit was lowered after the last output (lower).
+		s.open()
+	}
 	if s.f == nil && s.err == nil && !s.refused {
 		return ""
 	}

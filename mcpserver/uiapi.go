@@ -212,6 +212,7 @@ func (s *Server) answerWeb(p, id, choice, rule string) error {
 	}
 	c.mu.Lock()
 	var a *ask
+	var asking *round
 	for i, x := range c.asks {
 		if x.id == askID {
 			if choice != answerDeny && !slices.Contains(x.form.answers, choice) {
@@ -221,12 +222,24 @@ func (s *Server) answerWeb(p, id, choice, rule string) error {
 			a = x
 			c.asks = append(c.asks[:i:i], c.asks[i+1:]...)
 			c.changedLocked()
+			if c.legacyHeld && !x.webOnly {
+				asking = c.round
+			}
 			break
 		}
 	}
 	c.mu.Unlock()
 	if a == nil || !time.Now().Before(a.r.Deadline) {
 		return errNoApproval
+	}
+	if asking != nil {
+		// A 2025-11-25 client is being asked this question (an
+		// elicitation request of the go-sdk's bridge): once it is
+		// decided here, end that round, so that the call goes on
+		// (legacyRounds asks again what is still open) instead of
+		// waiting for the client's answer to a question already
+		// answered.
+		defer asking.cancel()
 	}
 	er := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": choice}}
 	if rule != "" {

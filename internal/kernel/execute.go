@@ -426,6 +426,11 @@ func (w *cellWaits) interrupt(st *cellState, why error) {
 	w.grace = time.After(w.in.k.opts.InterruptGrace)
 }
 
+// ErrInterruptIgnored is in the error of a cell stopped for another
+// reason than its timeout (its context ended) that ignored the interrupt:
+// its kernel was restarted.
+var ErrInterruptIgnored = errors.New("the cell ignored the interrupt, so the kernel was restarted and its state is lost")
+
 // restartIgnored restarts the kernel of a cell that ignored the interrupt
 // for stopErr's reason, and says so in the error it returns.
 func (in *instance) restartIgnored(stopErr error) error {
@@ -436,7 +441,7 @@ func (in *instance) restartIgnored(stopErr error) error {
 	if errors.As(stopErr, &te) {
 		te.Restarted = true
 	} else {
-		stopErr = fmt.Errorf("%w; the cell ignored the interrupt, so the kernel was restarted and its state is lost", stopErr)
+		stopErr = fmt.Errorf("%w; %w", stopErr, ErrInterruptIgnored)
 	}
 	if rerr != nil {
 		stopErr = fmt.Errorf("%w (restart failed: %v)", stopErr, rerr)
