@@ -295,6 +295,10 @@ func TestUIApprove(t *testing.T) {
 	if len(audit.Rows) != 0 {
 		t.Errorf("bob's audit rows: %+v", audit.Rows)
 	}
+	// A decision no row can hold is named, not answered with no rows.
+	if code, body := pa.do("GET", "/ui/api/audit?decision=maybe", "", nil); code != 400 || !strings.Contains(body, `decision "maybe": want one of allow, deny`) {
+		t.Errorf("decision=maybe: %d %s", code, body)
+	}
 }
 
 type auditRow struct {

@@ -384,11 +384,20 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // newLogger returns a logger that writes to stderr at level (debug, info,
 // warn, error), or to file when file is set.
+// checkLogLevel checks --log-level's value.
+func checkLogLevel(level string) error {
+	if err := new(slog.Level).UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return nil
+}
+
 func newLogger(env *cliEnv, level, file string) (*slog.Logger, func(), error) {
 	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	if err := checkLogLevel(level); err != nil {
+		return nil, nil, err
 	}
+	lv.UnmarshalText([]byte(level))
 	w, closer := env.stderr, func() {}
 	if file != "" {
 		f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -127,6 +127,8 @@ func TestUsageErrors(t *testing.T) {
 		{"mcp", "--max-session", "3"},
 		{"mcp", "--pool", "many"},
 		{"mcp", "--http"},
+		{"mcp", "--workspace", "ws-never-made", "--approval", "bogus"}, // refused before the workspace is made
+		{"mcp", "--http", "127.0.0.1:0", "--auth-token-file", "no-such.tok"},
 		{"mcp", "--session-idle-timeout", "30"},
 		{"apigen", "--nme", "x"},
 		{"doctor", "--pyton", "/usr/bin/python3"},

@@ -101,6 +101,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) int {
 	if err := f.auth(env); err != nil {
 		return fail(exitUsage, err)
 	}
+	// Flag values are checked before the host is touched (checkHost
+	// creates the workspace).
+	if err := errors.Join(checkMCPApproval(f.approval), checkLogLevel(f.logLevel)); err != nil {
+		return fail(exitUsage, err)
+	}
 	if code, err := f.checkHost(ctx, env); err != nil {
 		return fail(code, err)
 	}
@@ -460,8 +465,8 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			SandboxZygote:           f.sandboxZygote,
 		},
 	}
-	if a := mcpserver.ApprovalMode(f.approval); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
-		return nil, fmt.Errorf("--approval %q: want auto or elicit", f.approval)
+	if err := checkMCPApproval(f.approval); err != nil {
+		return nil, err
 	}
 	if len(f.allowTools) > 0 && mcpserver.ApprovalMode(f.approval) != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
@@ -599,6 +604,14 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 func (f *mcpFlags) checkSandboxZygote(why string) error {
 	if f.sandboxZygote {
 		return fmt.Errorf("--sandbox-fork-server forks sandboxed kernels on this host, and %s: drop --sandbox-fork-server", why)
+	}
+	return nil
+}
+
+// checkMCPApproval checks --approval's value.
+func checkMCPApproval(v string) error {
+	if a := mcpserver.ApprovalMode(v); a != mcpserver.ApprovalAuto && a != mcpserver.ApprovalElicit {
+		return fmt.Errorf("--approval %q: want auto or elicit", v)
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ func readTokenFile(env *cliEnv, path string) (map[string]string, error) {
 			return nil, fmt.Errorf("--auth-token-file %s: this process (uid %d) may not read it (it belongs to %d:%d); %s", path, os.Getuid(), uid, gid, fix)
 		}
 	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--auth-token-file %s: no such file; make one that only you can read, holding a token (one line) or NAME:TOKEN lines, one principal each: (umask 077; openssl rand -hex 32 > %s)", path, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--auth-token-file: %w", err)
 	}
