@@ -229,7 +229,7 @@ func (s *Sandbox) askPython(ctx context.Context, path string) *pyInfo {
 	case err != nil:
 		info.err = err
 	case len(lines) != 5:
-		info.err = fmt.Errorf("unexpected answer %q", out)
+		info.err = fmt.Errorf("unexpected answer (%d lines, %d bytes): not a Python's", len(lines), len(out)) // not the text: the program may be kernel code's, reading what this user can
 	default:
 		info.executable = filepath.Clean(lines[0])
 		for _, p := range lines[1:] {
