@@ -224,8 +224,9 @@ type SessionOptions struct {
 	// defaultMaxSessions; negative means no limit.
 	MaxSessions int
 	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
-	// same way. Zero means MaxSessions; negative means no limit of its
-	// own.
+	// same way. Zero means half of MaxSessions (at least 1) with several
+	// principals, so that no principal takes every kernel, and MaxSessions
+	// with one; negative means no limit of its own.
 	MaxSessionsPerPrincipal int
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
@@ -448,7 +449,6 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
 		tasks:     newTaskTable(),
 		tenants:   map[string]*tenant{},
@@ -465,6 +465,7 @@ func New(opts *Options) (*Server, error) {
 		return nil, err
 	}
 	s.multi = multiTenant(s.tokens)
+	s.sessions = newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, s.multi, log)
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 		// Several principals get the links in their folders (tenant.go).

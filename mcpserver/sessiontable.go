@@ -54,8 +54,9 @@ type sessionTable struct {
 }
 
 // newSessionTable returns an empty table with the kernel limits of
-// Options.Sessions.MaxSessions and Options.Sessions.MaxSessionsPerPrincipal.
-func newSessionTable(maxSessions, maxPerPrincipal int, log *slog.Logger) *sessionTable {
+// Options.Sessions.MaxSessions and Options.Sessions.MaxSessionsPerPrincipal;
+// multi says the server has several principals (tenants).
+func newSessionTable(maxSessions, maxPerPrincipal int, multi bool, log *slog.Logger) *sessionTable {
 	t := &sessionTable{
 		log:       log,
 		onAdd:     func() {},
@@ -65,12 +66,15 @@ func newSessionTable(maxSessions, maxPerPrincipal int, log *slog.Logger) *sessio
 		handlesBy: map[string]int{},
 		counted:   map[[32]byte]bool{},
 	}
-	t.maxTotal, t.maxPer = limits(maxSessions, maxPerPrincipal)
+	t.maxTotal, t.maxPer = limits(maxSessions, maxPerPrincipal, multi)
 	return t
 }
 
 // limits returns the kernel limits: in total and per principal (-1: none).
-func limits(maxSessions, maxPerPrincipal int) (total, per int) {
+// With several principals, a principal's share defaults to half the total
+// (at least 1), so that no principal takes every kernel of a bounded
+// server (acc3, attack 8); with one, it is the total, as before.
+func limits(maxSessions, maxPerPrincipal int, multi bool) (total, per int) {
 	total = maxSessions
 	switch {
 	case total == 0:
@@ -80,6 +84,8 @@ func limits(maxSessions, maxPerPrincipal int) (total, per int) {
 	}
 	per = maxPerPrincipal
 	switch {
+	case per == 0 && multi && total > 0:
+		per = max(1, total/2)
 	case per == 0:
 		per = total
 	case per < 0:

@@ -17,7 +17,7 @@ func tableSession(p string, conn *mcp.ServerSession) *session {
 }
 
 func newTestTable(maxSessions, maxPer int) *sessionTable {
-	t := newSessionTable(maxSessions, maxPer, slog.New(slog.DiscardHandler))
+	t := newSessionTable(maxSessions, maxPer, false, slog.New(slog.DiscardHandler))
 	t.store = newMemStore()
 	return t
 }
@@ -52,14 +52,26 @@ func TestSessionTableKernelLimits(t *testing.T) {
 	if n := tab.kernelCount(); n != 3 {
 		t.Errorf("kernels: %d, want 3", n)
 	}
-	for _, c := range []struct{ total, per, wantTotal, wantPer int }{
-		{0, 0, defaultMaxSessions, defaultMaxSessions},
-		{-1, 0, -1, -1},
-		{5, -1, 5, -1},
-		{5, 2, 5, 2},
+	for _, c := range []struct {
+		total, per         int
+		multi              bool
+		wantTotal, wantPer int
+	}{
+		{0, 0, false, defaultMaxSessions, defaultMaxSessions},
+		{-1, 0, false, -1, -1},
+		{5, -1, false, 5, -1},
+		{5, 2, false, 5, 2},
+		// Several principals: half the total by default, at least 1.
+		{0, 0, true, defaultMaxSessions, defaultMaxSessions / 2},
+		{2, 0, true, 2, 1},
+		{5, 0, true, 5, 2},
+		{1, 0, true, 1, 1},
+		{-1, 0, true, -1, -1},
+		{5, 5, true, 5, 5},
+		{5, -1, true, 5, -1},
 	} {
-		if total, per := limits(c.total, c.per); total != c.wantTotal || per != c.wantPer {
-			t.Errorf("limits(%d, %d) = %d, %d; want %d, %d", c.total, c.per, total, per, c.wantTotal, c.wantPer)
+		if total, per := limits(c.total, c.per, c.multi); total != c.wantTotal || per != c.wantPer {
+			t.Errorf("limits(%d, %d, %v) = %d, %d; want %d, %d", c.total, c.per, c.multi, total, per, c.wantTotal, c.wantPer)
 		}
 	}
 }
