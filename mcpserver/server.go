@@ -43,6 +43,9 @@ const (
 	// defaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
 	defaultMaxSessions = defaults.MaxSessions
+	// defaultMaxRegisteredServers bounds the stdio servers the clients
+	// of one principal register (a sandboxed server holds about 10 MB).
+	defaultMaxRegisteredServers = 16
 	// defaultApprovalTimeout bounds one approval question.
 	defaultApprovalTimeout = defaults.Approval
 	// defaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
@@ -228,6 +231,13 @@ type SessionOptions struct {
 	// principals, so that no principal takes every kernel, and MaxSessions
 	// with one; negative means no limit of its own.
 	MaxSessionsPerPrincipal int
+	// MaxRegisteredServers bounds the stdio servers that the clients of
+	// one principal register with register_mcp_server (the operator's
+	// Servers do not count; registering a name again replaces its server
+	// and counts once): each runs a process of its own, in a sandbox of
+	// its own, in every session that uses it. Zero means
+	// defaultMaxRegisteredServers; negative means no limit.
+	MaxRegisteredServers int
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. With several principals there is none: a pooled

@@ -79,6 +79,9 @@ type tenant struct {
 	regs      map[string]*registration
 	regGen    int
 	nameLocks map[string]*nameLock
+	// serversPending counts the client stdio registrations under way, which
+	// reserveServer counts with those of regs.
+	serversPending int
 	// hostOK holds the stdio servers the user approved to run on the
 	// host in this run (askHostServer), by name.
 	hostOK map[string]ipybox.ServerConfig
