@@ -543,7 +543,7 @@ func (s *Server) newMCPServer() *mcp.Server {
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
 	// bridge, which makes one), then the tasks (a task's call answers at
 	// once, with no round).
-	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds, s.tasksMiddleware)
+	m.AddReceivingMiddleware(plainValidationMiddleware, s.trackInitialize, s.legacyRounds, s.tasksMiddleware)
 	if s.tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
 		m.AddReceivingMiddleware(telemetry.ExtractMeta)

@@ -136,10 +136,10 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	tab := newTestTable(0, 0)
 	ss := &mcp.ServerSession{}
 	added := 0
-	if ok := tab.track(ss, func() { added++ }); !ok || added != 1 {
+	if ok := tab.track(ss, "alice", func() { added++ }); !ok || added != 1 {
 		t.Fatalf("track: %v, added %d times", ok, added)
 	}
-	if ok := tab.track(ss, func() { added++ }); !ok || added != 1 {
+	if ok := tab.track(ss, "alice", func() { added++ }); !ok || added != 1 {
 		t.Fatalf("track again: %v, added %d times; want once", ok, added)
 	}
 	x, err := tab.implicitSession(ss, "alice", func() *session { return tableSession("alice", ss) })
@@ -162,7 +162,7 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	if all := tab.close(); len(all) != 1 || all[0] != ss {
 		t.Errorf("close returned %v", all)
 	}
-	if ok := tab.track(&mcp.ServerSession{}, func() { t.Error("added once closed") }); ok || !tab.isClosed() {
+	if ok := tab.track(&mcp.ServerSession{}, "alice", func() { t.Error("added once closed") }); ok || !tab.isClosed() {
 		t.Error("a closed table tracked a connection")
 	}
 	if _, err := tab.createSession("alice", nil); !errors.Is(err, errShuttingDown) {
@@ -174,5 +174,42 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	tab.untrack(ss)
 	if tab.connsFull() {
 		t.Error("connsFull with none")
+	}
+}
+
+// TestSessionTableConnectionShare: with several principals one holds at
+// most half of maxConnections; the refusal says it is the share, and an
+// ended connection frees its place. With one principal the whole table
+// is its.
+func TestSessionTableConnectionShare(t *testing.T) {
+	t.Parallel()
+	tab := newSessionTable(0, 0, true, slog.New(slog.DiscardHandler))
+	var alice []*mcp.ServerSession
+	for range maxConnections / 2 {
+		ss := &mcp.ServerSession{}
+		alice = append(alice, ss)
+		tab.track(ss, "alice", func() {})
+	}
+	if why := tab.connsFullFor("alice"); !strings.Contains(why, "share of one principal") {
+		t.Errorf("alice past her share: %q", why)
+	}
+	if why := tab.connsFullFor("bob"); why != "" {
+		t.Errorf("bob: %q", why)
+	}
+	tab.untrack(alice[0])
+	tab.untrack(alice[0])
+	if why := tab.connsFullFor("alice"); why != "" {
+		t.Errorf("alice after one ended: %q", why)
+	}
+	one := newSessionTable(0, 0, false, slog.New(slog.DiscardHandler))
+	for range maxConnections - 1 {
+		one.track(&mcp.ServerSession{}, "local", func() {})
+	}
+	if why := one.connsFullFor("local"); why != "" {
+		t.Errorf("one principal below the total: %q", why)
+	}
+	one.track(&mcp.ServerSession{}, "local", func() {})
+	if why := one.connsFullFor("local"); !strings.Contains(why, "already has 1024 open connections") {
+		t.Errorf("one principal at the total: %q", why)
 	}
 }
