@@ -490,8 +490,9 @@ func New(opts *Options) (*Server, error) {
 	s.durability = &durability{state: state, frontend: newFolderName(), hibernateAfter: o.Durability.HibernateAfter, expiry: o.Durability.SessionExpiry,
 		budget: &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}}
 	if s.multi && o.Durability.SnapshotWorkspaceBytes > 0 {
-		// One principal holds at most half of the workspace's budget.
-		s.durability.budget.share = o.Durability.SnapshotWorkspaceBytes / 2
+		// One principal holds at most its part of the workspace's budget,
+		// divided among the principals (half with two).
+		s.durability.budget.share = o.Durability.SnapshotWorkspaceBytes / int64(principalCount(s.tokens))
 	}
 	s.sessions.store = &durableStore{mem: newMemStore(), state: state, s: s}
 	s.sessions.onAdd = s.startReaper

@@ -310,3 +310,12 @@ func (t *tenant) imagesDir() string {
 	}
 	return filepath.Join(t.s.opts.ImagesDir, t.principal)
 }
+
+// principalCount is the number of principals the tokens name.
+func principalCount(tokens []principalToken) int {
+	names := map[string]bool{}
+	for _, t := range tokens {
+		names[t.name] = true
+	}
+	return max(1, len(names))
+}
