@@ -87,7 +87,8 @@ func TestRegisteredServersShare(t *testing.T) {
 	t.Parallel()
 	testenv.NeedsPython(t)
 	bin := mcptest.Build(t)
-	srv := newServer(t, &Options{Workspace: t.TempDir(), HTTP: HTTPOptions{Principals: twoPrincipals},
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals},
 		Sessions: SessionOptions{MaxRegisteredServers: 2}})
 	url := serveHTTP(t, srv)
 	reg := func(cs *mcp.ClientSession, h, name string) *mcp.CallToolResult {
@@ -106,5 +107,16 @@ func TestRegisteredServersShare(t *testing.T) {
 	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
 	if res := reg(bob, createSession(t, bob), "s2"); res.IsError {
 		t.Errorf("bob's first server: %s", text(res))
+	}
+	// The next run counts the registrations its servers.json keeps.
+	next := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals},
+		Sessions: SessionOptions{MaxRegisteredServers: 2}})
+	alice = connectHTTPAs(t, serveHTTP(t, next), aliceTok, newVersion, nil)
+	ha = createSession(t, alice)
+	if res := reg(alice, ha, "s3"); !res.IsError || !strings.Contains(text(res), "--max-registered-servers 2") {
+		t.Errorf("alice's third server in the next run: %s, want a refusal", text(res))
+	}
+	if res := reg(alice, ha, "s1"); res.IsError {
+		t.Errorf("alice's s1 again in the next run: %s", text(res))
 	}
 }
