@@ -54,10 +54,14 @@ const (
 // exhaust the process's descriptors or memory for the others (acc3,
 // attack 19). With the default 32 kernels, one principal's kernels (16)
 // hold at most half of maxTunnelsAll. A tunnel past a bound is answered
-// 503 and its upstream is never dialed.
+// 503 and its upstream is never dialed. Each sandbox may hold
+// minTunnels whatever the others hold, so that no principal's sandboxes
+// (its kernels and servers, however many) leave another's none: the
+// process holds at most maxTunnelsAll plus minTunnels per sandbox.
 const (
 	maxTunnels    = 128
 	maxTunnelsAll = 4096
+	minTunnels    = 8
 )
 
 // allTunnels counts the tunnels of every Proxy of the process, and those
@@ -243,7 +247,7 @@ func (p *Proxy) takeSlot() error {
 	}
 	allTunnels.Lock()
 	defer allTunnels.Unlock()
-	if allTunnels.n >= maxTunnelsAll {
+	if allTunnels.n >= maxTunnelsAll && p.slots >= minTunnels {
 		return fmt.Errorf("the sandboxes of this ipybox hold %d tunnels (CONNECT) at once, the limit of the process; try again later", maxTunnelsAll)
 	}
 	allTunnels.n++

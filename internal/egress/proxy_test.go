@@ -377,3 +377,30 @@ func TestProxyTunnelLimit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestProxyTunnelFloor: when the process's tunnels are all taken (by
+// other sandboxes), a sandbox still opens minTunnels of its own, and no
+// more.
+func TestProxyTunnelFloor(t *testing.T) {
+	allTunnels.Lock()
+	allTunnels.n += maxTunnelsAll
+	allTunnels.Unlock()
+	defer func() {
+		allTunnels.Lock()
+		allTunnels.n -= maxTunnelsAll
+		allTunnels.Unlock()
+	}()
+	p := New(&Rules{}, nil, slog.New(slog.DiscardHandler))
+	defer p.Close()
+	for i := range minTunnels {
+		if err := p.takeSlot(); err != nil {
+			t.Fatalf("tunnel %d of the floor: %v", i, err)
+		}
+	}
+	if err := p.takeSlot(); err == nil || !strings.Contains(err.Error(), "limit of the process") {
+		t.Errorf("past the floor with the process full: %v", err)
+	}
+	for range minTunnels {
+		p.releaseSlot()
+	}
+}
