@@ -56,8 +56,11 @@ type ApprovalPolicyOptions struct {
 	// Log is the audit log's file (JSON lines, mode 0600), created when
 	// missing. Empty means no audit log.
 	Log string
-	// LogMaxBytes is the size at which the log is renamed to Log + ".1"
-	// and a new one begun. Zero means 64 MiB.
+	// LogMaxBytes is the size at which the log becomes Log + ".1" and a
+	// new one is begun; the rows of the Log + ".1" it replaces are kept
+	// up to a quarter of LogMaxBytes for each principal, less that
+	// principal's rows in the rotated file, so that one principal's rows
+	// never rotate another's away. Zero means 64 MiB.
 	LogMaxBytes int64
 	// Logger receives warnings (an audit line that could not be written,
 	// a policy file that broke while in use). Nil discards them.

@@ -107,8 +107,9 @@ func storedTokens(t *testing.T, file string) []string {
 	if err != nil {
 		t.Fatalf("token file: %v", err)
 	}
+	// Version 2: sign-ins by server name, then URL.
 	var f struct {
-		Servers map[string]struct {
+		SignIns map[string]map[string]struct {
 			AccessToken, RefreshToken, ClientSecret string
 		}
 	}
@@ -116,10 +117,12 @@ func storedTokens(t *testing.T, file string) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, s := range f.Servers {
-		for _, v := range []string{s.AccessToken, s.RefreshToken, s.ClientSecret} {
-			if v != "" {
-				out = append(out, v)
+	for _, byURL := range f.SignIns {
+		for _, s := range byURL {
+			for _, v := range []string{s.AccessToken, s.RefreshToken, s.ClientSecret} {
+				if v != "" {
+					out = append(out, v)
+				}
 			}
 		}
 	}

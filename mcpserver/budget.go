@@ -22,9 +22,13 @@ type snapshotBudget struct {
 	per, total int64
 	dirs       func() []string
 	// share bounds what one tenant's snapshots and saves in flight take
-	// of total, with several principals (half of it: one principal
-	// cannot fill the budget and fail every other principal's saves);
-	// zero: no share.
+	// of total, with several principals: total divided by their number,
+	// so that no principal, nor any group of them, fills the budget and
+	// fails another principal's saves; zero: no share. A tenant's
+	// snapshots count against the others' room only up to its share:
+	// its kernel can write its own snapshot folders past it (they are
+	// bound writable for it), and that excess is its own loss alone
+	// (acc3, attack 10).
 	share int64
 
 	mu sync.Mutex
@@ -64,9 +68,10 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 		}
 		return per, func() {}, nil
 	}
-	tenant := ""
 	if b.share > 0 {
-		tenant = b.tenantOf(dir)
+		if tenant := b.tenantOf(dir); tenant != "" {
+			return b.reserveShare(ctx, dir, tenant)
+		}
 	}
 	for {
 		used, err := b.snapshotsSize(dir)
@@ -77,15 +82,8 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 		if per >= 0 && per < want {
 			want = per
 		}
-		mine := int64(0)
-		if tenant != "" {
-			mine = b.tenantSnapshotsSize(filepath.Join(tenant, ".ipybox", "snapshots"), dir)
-			want = min(want, b.share-mine)
-		}
 		if want < minSave {
 			switch {
-			case tenant != "" && b.share-mine < minSave:
-				return 0, nil, fmt.Errorf("this principal's snapshots already take %d of the %d bytes one principal may hold (half of --snapshot-workspace-budget, so that one principal cannot fill it for the others); close sessions you no longer need (close_session), or raise the budget", mine, b.share)
 			case per >= 0 && per < total-used:
 				// The session's own budget is what refuses.
 				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
@@ -93,22 +91,78 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", used, total)
 		}
 		b.mu.Lock()
-		if b.reserved+want <= total-used && (tenant == "" || b.reservedBy[tenant]+want <= b.share-mine) {
+		if b.reserved+want <= total-used {
 			b.reserved += want
-			if tenant != "" {
-				if b.reservedBy == nil {
-					b.reservedBy = map[string]int64{}
-				}
-				b.reservedBy[tenant] += want
-			}
 			b.mu.Unlock()
 			return want, func() {
 				b.mu.Lock()
 				b.reserved -= want
-				if tenant != "" {
-					if b.reservedBy[tenant] -= want; b.reservedBy[tenant] <= 0 {
-						delete(b.reservedBy, tenant)
-					}
+				if b.freed != nil {
+					close(b.freed)
+					b.freed = nil
+				}
+				b.mu.Unlock()
+			}, nil
+		}
+		if b.freed == nil {
+			b.freed = make(chan struct{})
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// reserveShare is reserve for a save into dir of tenant, with shares:
+// every other tenant's snapshots and saves in flight count up to its
+// share, so that whatever they hold, tenant finds its own share free.
+func (b *snapshotBudget) reserveShare(ctx context.Context, dir, tenant string) (int64, func(), error) {
+	per, total, share := b.per, b.total, b.share
+	for {
+		sizes := map[string]int64{}
+		for _, d := range b.dirs() {
+			sizes[d] = b.tenantSnapshotsSize(filepath.Join(d, ".ipybox", "snapshots"), dir)
+		}
+		mine := sizes[tenant]
+		charge := func(reserved map[string]int64) (others int64) {
+			for d, n := range sizes {
+				if d != tenant {
+					others += min(n+reserved[d], share)
+				}
+			}
+			return others
+		}
+		// Room without the saves in flight: refuse when it is too small.
+		want := min(total-charge(nil), share) - mine
+		if per >= 0 && per < want {
+			want = per
+		}
+		if want < minSave {
+			switch {
+			case share-mine < minSave:
+				return 0, nil, fmt.Errorf("this principal's snapshots already take %d of the %d bytes one principal may hold (--snapshot-workspace-budget divided among the principals, so that no principal can fill it for the others); close sessions you no longer need (close_session), or raise the budget", mine, share)
+			case per >= 0 && per < minSave:
+				return 0, nil, fmt.Errorf("the session's snapshot budget (--snapshot-budget) is %d bytes, under the %d a save needs at least; raise it", per, minSave)
+			}
+			return 0, nil, fmt.Errorf("the workspace's snapshots already take %d of their %d bytes (--snapshot-workspace-budget); close sessions you no longer need (close_session), or raise the budget", charge(nil)+mine, total)
+		}
+		b.mu.Lock()
+		if b.reservedBy == nil {
+			b.reservedBy = map[string]int64{}
+		}
+		if mine+b.reservedBy[tenant]+want <= min(total-charge(b.reservedBy), share) {
+			b.reserved += want
+			b.reservedBy[tenant] += want
+			b.mu.Unlock()
+			return want, func() {
+				b.mu.Lock()
+				b.reserved -= want
+				if b.reservedBy[tenant] -= want; b.reservedBy[tenant] <= 0 {
+					delete(b.reservedBy, tenant)
 				}
 				if b.freed != nil {
 					close(b.freed)

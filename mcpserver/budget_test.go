@@ -174,3 +174,30 @@ func TestBudgetPrincipalShare(t *testing.T) {
 		release()
 	}
 }
+
+// TestBudgetShareOfThree: with three principals the share is a third, and
+// what two of them hold past their shares (their kernels write their own
+// snapshot folders) counts against the others only up to each share: the
+// third still gets its own (acc3, attack 10).
+func TestBudgetShareOfThree(t *testing.T) {
+	t.Parallel()
+	alice, bob, carol := t.TempDir(), t.TempDir(), t.TempDir()
+	snaps := func(d, name string) string { return filepath.Join(d, ".ipybox", "snapshots", name) }
+	for _, d := range []string{alice, bob} {
+		if err := os.MkdirAll(snaps(d, "full"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(snaps(d, "full"), "namespace"), make([]byte, 4<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &snapshotBudget{per: -1, total: 6 << 20, share: 2 << 20, dirs: func() []string { return []string{alice, bob, carol} }}
+	n, release, err := b.reserve(t.Context(), snaps(carol, "s"))
+	if err != nil || n != 2<<20 {
+		t.Fatalf("carol's save beside two principals past their shares: %d, %v; want her share", n, err)
+	}
+	release()
+	if _, _, err := b.reserve(t.Context(), snaps(alice, "more")); err == nil || !strings.Contains(err.Error(), "one principal may hold") {
+		t.Errorf("alice's save past her share: %v", err)
+	}
+}

@@ -101,9 +101,11 @@ func (s *Server) Handler() http.Handler {
 			stateless.ServeHTTP(w, r)
 			return
 		}
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.connsFull() {
-			s.refuseSession(w, r)
-			return
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			if why := s.sessions.connsFullFor(principalOfHTTP(r)); why != "" {
+				s.refuseSession(w, r, why)
+				return
+			}
 		}
 		// Closing a transport session waits for its running calls: stop
 		// its kernel first, so that a running cell ends now rather than
@@ -205,9 +207,9 @@ func (s *Server) connsFull() bool {
 }
 
 // refuseSession answers a new connection's initialize, past
-// maxConnections, with a JSON-RPC error (in a 200 response, so that
-// clients show its message).
-func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request) {
+// maxConnections or its principal's share (why), with a JSON-RPC error (in
+// a 200 response, so that clients show its message).
+func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request, why string) {
 	var req struct {
 		ID json.RawMessage `json:"id"`
 	}
@@ -215,10 +217,10 @@ func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request) {
 	if len(req.ID) == 0 {
 		req.ID = json.RawMessage("null")
 	}
-	s.log.Warn("refused a new connection: too many", "max", maxConnections)
+	s.log.Warn("refused a new connection: too many", "max", maxConnections, "principal", principalOfHTTP(r), "why", why)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":%q}}`, req.ID,
-		fmt.Sprintf("ipybox mcp already has %d open connections; close one (a DELETE of its Mcp-Session-Id), or wait for idle ones to time out (--session-idle-timeout)", maxConnections))
+		why+"; close one (a DELETE of its Mcp-Session-Id), or wait for idle ones to time out (--session-idle-timeout)")
 }
 
 // bearerPrincipal checks the Authorization headers against the tokens:

@@ -78,3 +78,45 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestRegisteredServersShare: the clients of one principal register at
+// most MaxRegisteredServers stdio servers; registering a name again
+// replaces its server and counts once, the refusal names the limit and
+// the fix, and another principal's registrations are its own.
+func TestRegisteredServersShare(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsPython(t)
+	bin := mcptest.Build(t)
+	ws := t.TempDir()
+	srv := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals},
+		Sessions: SessionOptions{MaxRegisteredServers: 2}})
+	url := serveHTTP(t, srv)
+	reg := func(cs *mcp.ClientSession, h, name string) *mcp.CallToolResult {
+		return call(t, cs, "register_mcp_server", map[string]any{"server_name": name, "server_params": map[string]any{"command": bin}, "session": h})
+	}
+	alice := connectHTTPAs(t, url, aliceTok, newVersion, nil)
+	ha := createSession(t, alice)
+	for _, n := range []string{"s0", "s1", "s0"} {
+		if res := reg(alice, ha, n); res.IsError {
+			t.Fatalf("alice's %s: %s", n, text(res))
+		}
+	}
+	if res := reg(alice, ha, "s2"); !res.IsError || !strings.Contains(text(res), "--max-registered-servers 2") {
+		t.Errorf("alice's third server: %s, want a refusal naming --max-registered-servers 2", text(res))
+	}
+	bob := connectHTTPAs(t, url, bobTok, newVersion, nil)
+	if res := reg(bob, createSession(t, bob), "s2"); res.IsError {
+		t.Errorf("bob's first server: %s", text(res))
+	}
+	// The next run counts the registrations its servers.json keeps.
+	next := newServer(t, &Options{Workspace: ws, HTTP: HTTPOptions{Principals: twoPrincipals},
+		Sessions: SessionOptions{MaxRegisteredServers: 2}})
+	alice = connectHTTPAs(t, serveHTTP(t, next), aliceTok, newVersion, nil)
+	ha = createSession(t, alice)
+	if res := reg(alice, ha, "s3"); !res.IsError || !strings.Contains(text(res), "--max-registered-servers 2") {
+		t.Errorf("alice's third server in the next run: %s, want a refusal", text(res))
+	}
+	if res := reg(alice, ha, "s1"); res.IsError {
+		t.Errorf("alice's s1 again in the next run: %s", text(res))
+	}
+}

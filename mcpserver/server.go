@@ -43,6 +43,9 @@ const (
 	// defaultMaxSessions bounds the kernels of an HTTP server: a kernel
 	// holds 60-100 MB.
 	defaultMaxSessions = defaults.MaxSessions
+	// defaultMaxRegisteredServers bounds the stdio servers the clients
+	// of one principal register (a sandboxed server holds about 10 MB).
+	defaultMaxRegisteredServers = 16
 	// defaultApprovalTimeout bounds one approval question.
 	defaultApprovalTimeout = defaults.Approval
 	// defaultSpillCellBytes and defaultSpillWorkspaceBytes bound the files
@@ -224,9 +227,17 @@ type SessionOptions struct {
 	// defaultMaxSessions; negative means no limit.
 	MaxSessions int
 	// MaxSessionsPerPrincipal bounds the kernels of each principal in the
-	// same way. Zero means MaxSessions; negative means no limit of its
-	// own.
+	// same way. Zero means half of MaxSessions (at least 1) with several
+	// principals, so that no principal takes every kernel, and MaxSessions
+	// with one; negative means no limit of its own.
 	MaxSessionsPerPrincipal int
+	// MaxRegisteredServers bounds the stdio servers that the clients of
+	// one principal register with register_mcp_server (the operator's
+	// Servers do not count; registering a name again replaces its server
+	// and counts once): each runs a process of its own, in a sandbox of
+	// its own, in every session that uses it. Zero means
+	// defaultMaxRegisteredServers; negative means no limit.
+	MaxRegisteredServers int
 	// Pool is how many kernels are kept started in advance for new
 	// sessions (refilled in the background), so that a session gets one in
 	// milliseconds. With several principals there is none: a pooled
@@ -448,7 +459,6 @@ func New(opts *Options) (*Server, error) {
 		allowed:   allowed,
 		allow:     allow,
 		log:       log,
-		sessions:  newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, log),
 		runs:      newRunTable(),
 		tasks:     newTaskTable(),
 		tenants:   map[string]*tenant{},
@@ -465,6 +475,7 @@ func New(opts *Options) (*Server, error) {
 		return nil, err
 	}
 	s.multi = multiTenant(s.tokens)
+	s.sessions = newSessionTable(o.Sessions.MaxSessions, o.Sessions.MaxSessionsPerPrincipal, s.multi, log)
 	if !s.multi {
 		s.only = newTenant(s, soleTenantName(s.tokens), ws, false)
 		// Several principals get the links in their folders (tenant.go).
@@ -479,8 +490,9 @@ func New(opts *Options) (*Server, error) {
 	s.durability = &durability{state: state, frontend: newFolderName(), hibernateAfter: o.Durability.HibernateAfter, expiry: o.Durability.SessionExpiry,
 		budget: &snapshotBudget{per: o.Durability.SnapshotBytes, total: o.Durability.SnapshotWorkspaceBytes, dirs: s.tenantDirs}}
 	if s.multi && o.Durability.SnapshotWorkspaceBytes > 0 {
-		// One principal holds at most half of the workspace's budget.
-		s.durability.budget.share = o.Durability.SnapshotWorkspaceBytes / 2
+		// One principal holds at most its part of the workspace's budget,
+		// divided among the principals (half with two).
+		s.durability.budget.share = o.Durability.SnapshotWorkspaceBytes / int64(principalCount(s.tokens))
 	}
 	s.sessions.store = &durableStore{mem: newMemStore(), state: state, s: s}
 	s.sessions.onAdd = s.startReaper
@@ -532,7 +544,7 @@ func (s *Server) newMCPServer() *mcp.Server {
 	// approvals for clients before 2026-07-28 (around the go-sdk's own
 	// bridge, which makes one), then the tasks (a task's call answers at
 	// once, with no round).
-	m.AddReceivingMiddleware(plainValidationMiddleware, s.legacyRounds, s.tasksMiddleware)
+	m.AddReceivingMiddleware(plainValidationMiddleware, s.trackInitialize, s.legacyRounds, s.tasksMiddleware)
 	if s.tel != nil {
 		// A traceparent in a request's _meta is the parent of its cell.
 		m.AddReceivingMiddleware(telemetry.ExtractMeta)

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/mcpconn"
 )
 
 var errSessionClosed = errors.New("the session is closed")
@@ -392,6 +393,11 @@ func (x *session) register(ctx context.Context, ex *ipybox.Executor, name string
 	t := x.t
 	unlock := t.lockName(name)
 	defer unlock()
+	release, err := t.reserveServer(name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	mods, err := ex.RegisterMCPServer(ctx, name, cfg)
 	if err != nil {
 		return nil, err
@@ -492,4 +498,61 @@ func (x *session) oauthOwner() *oauthOwner {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.owner
+}
+
+// clientStdio reports whether cfg is a stdio server that a client
+// registered: those count against Options.Sessions.MaxRegisteredServers.
+func clientStdio(cfg ipybox.ServerConfig) bool {
+	return cfg.Origin == mcpconn.OriginClient && cfg.Command != ""
+}
+
+// reserveServer counts the registration of name (cfg) against the
+// tenant's share of client-registered stdio servers, until release: a
+// name already registered as one is replaced and counts once. Each such
+// server runs a process of its own (and an egress proxy) in every session
+// that uses it, so without a bound one principal's client could fill the
+// host's memory for every other (acc3, attack 11). Those of earlier runs,
+// in the tenant's servers.json, count too. The name's lock is held, so
+// the table's entry for name does not change until release.
+func (t *tenant) reserveServer(name string, cfg ipybox.ServerConfig) (release func(), err error) {
+	limit := t.s.opts.Sessions.MaxRegisteredServers
+	if limit == 0 {
+		limit = defaultMaxRegisteredServers
+	}
+	if limit < 0 || !clientStdio(cfg) {
+		return func() {}, nil
+	}
+	// servers.json is read before t.mu, which is held across no I/O. An
+	// entry without origin that is not the operator's counts as a
+	// client's, as at its start (gateStart).
+	persisted := map[string]bool{}
+	if reg, err := mcpconn.LoadRegistry(filepath.Join(t.dir, ".ipybox", "servers.json")); err == nil {
+		for _, n := range reg.Names() {
+			c, _ := reg.Get(n)
+			if _, op := t.s.opts.Servers[n]; c.Command != "" && (c.Origin == mcpconn.OriginClient || c.Origin == "" && !op) {
+				persisted[n] = true
+			}
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.regs[name]; persisted[name] || r != nil && clientStdio(r.cfg) {
+		return func() {}, nil
+	}
+	n := t.serversPending
+	for rn, r := range t.regs {
+		if clientStdio(r.cfg) && !persisted[rn] {
+			n++
+		}
+	}
+	n += len(persisted)
+	if n >= limit {
+		return nil, fmt.Errorf("%d stdio MCP servers are registered for your token already, the limit of one principal (--max-registered-servers %d): each runs a process of its own; register one of their names again to replace it, or ask the operator to raise --max-registered-servers", n, limit)
+	}
+	t.serversPending++
+	return func() {
+		t.mu.Lock()
+		t.serversPending--
+		t.mu.Unlock()
+	}, nil
 }

@@ -28,15 +28,31 @@ const maxConnections = 1024
 // session (if it gets one) ends with it and Close ends it. It starts no
 // kernel: a session gets one at its first cell.
 func (s *Server) initialized(_ context.Context, req *mcp.InitializedRequest) {
-	s.trackConn(req.Session)
+	s.trackConn(req.Session, principalOf(req))
+}
+
+// trackInitialize counts a 2025-11-25 HTTP connection from its initialize
+// request, not only from its initialized notification: a client that
+// never sends the notification holds a transport session until the idle
+// timeout all the same, and must count against maxConnections and its
+// principal's share.
+func (s *Server) trackInitialize(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "initialize" {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.ID() != "" {
+				s.trackConn(ss, principalOf(req))
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // trackConn records a connection until it ends. It reports false once the
 // server is closed.
-func (s *Server) trackConn(ss *mcp.ServerSession) bool {
+func (s *Server) trackConn(ss *mcp.ServerSession, p string) bool {
 	// The goroutine is counted under the table's lock, before Close can
 	// mark the table closed and wait for s.wg.
-	return s.sessions.track(ss, func() {
+	return s.sessions.track(ss, p, func() {
 		s.wg.Add()
 		go func() {
 			defer s.wg.Done()
@@ -94,7 +110,7 @@ func (s *Server) sessionOf(req *mcp.CallToolRequest, handle string) (*session, e
 		return nil, errNoSession
 	}
 	ss := req.Session
-	if !s.trackConn(ss) {
+	if !s.trackConn(ss, p) {
 		return nil, errShuttingDown
 	}
 	return s.sessions.implicitSession(ss, p, func() *session { return newSession(s, p, ss) })

@@ -41,7 +41,12 @@ type sessionTable struct {
 	// live holds every connection (stdio, or a 2025-11-25 HTTP session)
 	// that has not ended: Close must close them all, or it would wait for
 	// them.
-	live   map[*mcp.ServerSession]struct{}
+	// live maps each to its principal, and liveBy counts them by
+	// principal: with several principals, one holds at most half of
+	// maxConnections (connsFullFor).
+	live   map[*mcp.ServerSession]string
+	liveBy map[string]int
+	multi  bool
 	closed bool
 	// kernels counts the sessions that hold a kernel, kernelsBy those of
 	// each principal, and handlesBy each principal's sessions of
@@ -54,23 +59,29 @@ type sessionTable struct {
 }
 
 // newSessionTable returns an empty table with the kernel limits of
-// Options.Sessions.MaxSessions and Options.Sessions.MaxSessionsPerPrincipal.
-func newSessionTable(maxSessions, maxPerPrincipal int, log *slog.Logger) *sessionTable {
+// Options.Sessions.MaxSessions and Options.Sessions.MaxSessionsPerPrincipal;
+// multi says the server has several principals (tenants).
+func newSessionTable(maxSessions, maxPerPrincipal int, multi bool, log *slog.Logger) *sessionTable {
 	t := &sessionTable{
 		log:       log,
 		onAdd:     func() {},
 		implicit:  map[*mcp.ServerSession]*session{},
-		live:      map[*mcp.ServerSession]struct{}{},
+		live:      map[*mcp.ServerSession]string{},
+		liveBy:    map[string]int{},
+		multi:     multi,
 		kernelsBy: map[string]int{},
 		handlesBy: map[string]int{},
 		counted:   map[[32]byte]bool{},
 	}
-	t.maxTotal, t.maxPer = limits(maxSessions, maxPerPrincipal)
+	t.maxTotal, t.maxPer = limits(maxSessions, maxPerPrincipal, multi)
 	return t
 }
 
 // limits returns the kernel limits: in total and per principal (-1: none).
-func limits(maxSessions, maxPerPrincipal int) (total, per int) {
+// With several principals, a principal's share defaults to half the total
+// (at least 1), so that no principal takes every kernel of a bounded
+// server (acc3, attack 8); with one, it is the total, as before.
+func limits(maxSessions, maxPerPrincipal int, multi bool) (total, per int) {
 	total = maxSessions
 	switch {
 	case total == 0:
@@ -80,6 +91,8 @@ func limits(maxSessions, maxPerPrincipal int) (total, per int) {
 	}
 	per = maxPerPrincipal
 	switch {
+	case per == 0 && multi && total > 0:
+		per = max(1, total/2)
 	case per == 0:
 		per = total
 	case per < 0:
@@ -99,11 +112,11 @@ func (t *sessionTable) countStored(ks []keyed) {
 	}
 }
 
-// track records connection ss and, when it is new, calls added under mu
-// (the Server counts the goroutine that waits for its end there, so that
-// Close, which closes the table first, waits for it). It reports false
-// once the table is closed.
-func (t *sessionTable) track(ss *mcp.ServerSession, added func()) bool {
+// track records connection ss of principal p and, when it is new, calls
+// added under mu (the Server counts the goroutine that waits for its end
+// there, so that Close, which closes the table first, waits for it). It
+// reports false once the table is closed.
+func (t *sessionTable) track(ss *mcp.ServerSession, p string, added func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -112,7 +125,8 @@ func (t *sessionTable) track(ss *mcp.ServerSession, added func()) bool {
 	if _, ok := t.live[ss]; ok {
 		return true
 	}
-	t.live[ss] = struct{}{}
+	t.live[ss] = p
+	t.liveBy[p]++
 	added()
 	return true
 }
@@ -121,7 +135,14 @@ func (t *sessionTable) track(ss *mcp.ServerSession, added func()) bool {
 func (t *sessionTable) untrack(ss *mcp.ServerSession) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	p, ok := t.live[ss]
+	if !ok {
+		return
+	}
 	delete(t.live, ss)
+	if t.liveBy[p]--; t.liveBy[p] <= 0 {
+		delete(t.liveBy, p)
+	}
 }
 
 // connsFull reports whether one more 2025-11-25 connection would pass
@@ -130,6 +151,22 @@ func (t *sessionTable) connsFull() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.live) >= maxConnections
+}
+
+// connsFullFor says why one more 2025-11-25 connection of principal p is
+// refused: it would pass maxConnections, or, with several principals, p's
+// share of it (half), so that one principal's idle connections never
+// leave another none (acc3, attack 9). It returns "" when there is room.
+func (t *sessionTable) connsFullFor(p string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.multi && t.liveBy[p] >= maxConnections/2:
+		return fmt.Sprintf("your token already has %d open connections to ipybox mcp, the share of one principal (half of %d)", t.liveBy[p], maxConnections)
+	case len(t.live) >= maxConnections:
+		return fmt.Sprintf("ipybox mcp already has %d open connections", maxConnections)
+	}
+	return ""
 }
 
 // implicitOf returns the implicit session of connection ss, or nil.

@@ -17,7 +17,7 @@ func tableSession(p string, conn *mcp.ServerSession) *session {
 }
 
 func newTestTable(maxSessions, maxPer int) *sessionTable {
-	t := newSessionTable(maxSessions, maxPer, slog.New(slog.DiscardHandler))
+	t := newSessionTable(maxSessions, maxPer, false, slog.New(slog.DiscardHandler))
 	t.store = newMemStore()
 	return t
 }
@@ -52,14 +52,26 @@ func TestSessionTableKernelLimits(t *testing.T) {
 	if n := tab.kernelCount(); n != 3 {
 		t.Errorf("kernels: %d, want 3", n)
 	}
-	for _, c := range []struct{ total, per, wantTotal, wantPer int }{
-		{0, 0, defaultMaxSessions, defaultMaxSessions},
-		{-1, 0, -1, -1},
-		{5, -1, 5, -1},
-		{5, 2, 5, 2},
+	for _, c := range []struct {
+		total, per         int
+		multi              bool
+		wantTotal, wantPer int
+	}{
+		{0, 0, false, defaultMaxSessions, defaultMaxSessions},
+		{-1, 0, false, -1, -1},
+		{5, -1, false, 5, -1},
+		{5, 2, false, 5, 2},
+		// Several principals: half the total by default, at least 1.
+		{0, 0, true, defaultMaxSessions, defaultMaxSessions / 2},
+		{2, 0, true, 2, 1},
+		{5, 0, true, 5, 2},
+		{1, 0, true, 1, 1},
+		{-1, 0, true, -1, -1},
+		{5, 5, true, 5, 5},
+		{5, -1, true, 5, -1},
 	} {
-		if total, per := limits(c.total, c.per); total != c.wantTotal || per != c.wantPer {
-			t.Errorf("limits(%d, %d) = %d, %d; want %d, %d", c.total, c.per, total, per, c.wantTotal, c.wantPer)
+		if total, per := limits(c.total, c.per, c.multi); total != c.wantTotal || per != c.wantPer {
+			t.Errorf("limits(%d, %d, %v) = %d, %d; want %d, %d", c.total, c.per, c.multi, total, per, c.wantTotal, c.wantPer)
 		}
 	}
 }
@@ -124,10 +136,10 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	tab := newTestTable(0, 0)
 	ss := &mcp.ServerSession{}
 	added := 0
-	if ok := tab.track(ss, func() { added++ }); !ok || added != 1 {
+	if ok := tab.track(ss, "alice", func() { added++ }); !ok || added != 1 {
 		t.Fatalf("track: %v, added %d times", ok, added)
 	}
-	if ok := tab.track(ss, func() { added++ }); !ok || added != 1 {
+	if ok := tab.track(ss, "alice", func() { added++ }); !ok || added != 1 {
 		t.Fatalf("track again: %v, added %d times; want once", ok, added)
 	}
 	x, err := tab.implicitSession(ss, "alice", func() *session { return tableSession("alice", ss) })
@@ -150,7 +162,7 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	if all := tab.close(); len(all) != 1 || all[0] != ss {
 		t.Errorf("close returned %v", all)
 	}
-	if ok := tab.track(&mcp.ServerSession{}, func() { t.Error("added once closed") }); ok || !tab.isClosed() {
+	if ok := tab.track(&mcp.ServerSession{}, "alice", func() { t.Error("added once closed") }); ok || !tab.isClosed() {
 		t.Error("a closed table tracked a connection")
 	}
 	if _, err := tab.createSession("alice", nil); !errors.Is(err, errShuttingDown) {
@@ -162,5 +174,42 @@ func TestSessionTableImplicitAndClose(t *testing.T) {
 	tab.untrack(ss)
 	if tab.connsFull() {
 		t.Error("connsFull with none")
+	}
+}
+
+// TestSessionTableConnectionShare: with several principals one holds at
+// most half of maxConnections; the refusal says it is the share, and an
+// ended connection frees its place. With one principal the whole table
+// is its.
+func TestSessionTableConnectionShare(t *testing.T) {
+	t.Parallel()
+	tab := newSessionTable(0, 0, true, slog.New(slog.DiscardHandler))
+	var alice []*mcp.ServerSession
+	for range maxConnections / 2 {
+		ss := &mcp.ServerSession{}
+		alice = append(alice, ss)
+		tab.track(ss, "alice", func() {})
+	}
+	if why := tab.connsFullFor("alice"); !strings.Contains(why, "share of one principal") {
+		t.Errorf("alice past her share: %q", why)
+	}
+	if why := tab.connsFullFor("bob"); why != "" {
+		t.Errorf("bob: %q", why)
+	}
+	tab.untrack(alice[0])
+	tab.untrack(alice[0])
+	if why := tab.connsFullFor("alice"); why != "" {
+		t.Errorf("alice after one ended: %q", why)
+	}
+	one := newSessionTable(0, 0, false, slog.New(slog.DiscardHandler))
+	for range maxConnections - 1 {
+		one.track(&mcp.ServerSession{}, "local", func() {})
+	}
+	if why := one.connsFullFor("local"); why != "" {
+		t.Errorf("one principal below the total: %q", why)
+	}
+	one.track(&mcp.ServerSession{}, "local", func() {})
+	if why := one.connsFullFor("local"); !strings.Contains(why, "already has 1024 open connections") {
+		t.Errorf("one principal at the total: %q", why)
 	}
 }

@@ -79,6 +79,9 @@ type tenant struct {
 	regs      map[string]*registration
 	regGen    int
 	nameLocks map[string]*nameLock
+	// serversPending counts the client stdio registrations under way, which
+	// reserveServer counts with those of regs.
+	serversPending int
 	// hostOK holds the stdio servers the user approved to run on the
 	// host in this run (askHostServer), by name.
 	hostOK map[string]ipybox.ServerConfig
@@ -306,4 +309,13 @@ func (t *tenant) imagesDir() string {
 		return t.s.opts.ImagesDir
 	}
 	return filepath.Join(t.s.opts.ImagesDir, t.principal)
+}
+
+// principalCount is the number of principals the tokens name.
+func principalCount(tokens []principalToken) int {
+	names := map[string]bool{}
+	for _, t := range tokens {
+		names[t.name] = true
+	}
+	return max(1, len(names))
 }

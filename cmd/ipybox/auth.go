@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,8 +33,11 @@ logout  forgets the stored sign-in of SERVER (the authorization server is not
         told; revoke the grant there to end it).
 
 Tokens are kept on this host only, in $XDG_CONFIG_HOME/ipybox/oauth-tokens.json
-(~/.config/ipybox/ on Linux; mode 0600), keyed by server URL and shared by
-every workspace. They never reach the kernel, servers.json or the logs.
+(~/.config/ipybox/ on Linux; mode 0600), keyed by server name and URL, and
+shared by every workspace that registers the server under that name. A
+sign-in is used only under the name it was made for, so the approval rules
+on that name hold for every call made with it; the same URL registered
+under another name signs in anew. They never reach the kernel, servers.json or the logs.
 `
 
 func authCommand() *command {
@@ -92,18 +94,29 @@ func loadWorkspaceServers(workspace string) (*mcpconn.Registry, map[string]strin
 	return reg, dot, nil
 }
 
-// resolveServer turns SERVER (a registered name or a URL) into a registry
-// holding it and its name there.
-func resolveServer(reg *mcpconn.Registry, arg string) (*mcpconn.Registry, string, error) {
+// resolveServer turns SERVER (a registered name, or the URL of one) into
+// a registry holding it and its name there. A sign-in is bound to the
+// server's name (a rule on that name governs every call made with it), so
+// a URL stands for the workspace's server at that URL, and one that no
+// name registers is refused.
+func resolveServer(reg *mcpconn.Registry, dot map[string]string, arg string) (*mcpconn.Registry, string, error) {
 	if _, ok := reg.Get(arg); ok {
 		return reg, arg, nil
 	}
 	if strings.HasPrefix(arg, "http://") || strings.HasPrefix(arg, "https://") {
-		r := mcpconn.NewRegistry()
-		if err := r.Add("server", mcpconn.Config{URL: arg, Type: "http"}); err != nil {
-			return nil, "", err
+		var at []string
+		for _, n := range reg.Names() {
+			if u, err := serverURL(reg, dot, n); err == nil && u == arg {
+				at = append(at, n)
+			}
 		}
-		return r, "server", nil
+		switch len(at) {
+		case 1:
+			return reg, at[0], nil
+		case 0:
+			return nil, "", fmt.Errorf("no server at %s in the workspace: a sign-in is made for a server's name, so that the approval rules on that name hold for every call it makes; register the server (or add it to --mcp-config) and sign in with its name", showURL(arg))
+		}
+		return nil, "", fmt.Errorf("several servers at %s in the workspace (%s): a sign-in is made for one name; name the server", showURL(arg), strings.Join(at, ", "))
 	}
 	names := reg.Names()
 	if len(names) == 0 {
@@ -133,7 +146,7 @@ func lookupWith(dot map[string]string) func(string) (string, bool) {
 }
 
 func authLogin(ctx context.Context, env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg string, timeout time.Duration) int {
-	reg, name, err := resolveServer(reg, arg)
+	reg, name, err := resolveServer(reg, dot, arg)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth login: %v\n", err)
 		return exitUsage
@@ -157,7 +170,7 @@ func authLogin(ctx context.Context, env *cliEnv, reg *mcpconn.Registry, dot map[
 }
 
 func authLogout(env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg string) int {
-	reg, name, err := resolveServer(reg, arg)
+	reg, name, err := resolveServer(reg, dot, arg)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
 		return exitUsage
@@ -167,7 +180,7 @@ func authLogout(env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg s
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
 		return exitFail
 	}
-	had, err := mcpconn.DeleteToken("", u)
+	had, err := mcpconn.DeleteToken("", name, u)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
 		return exitFail
@@ -192,29 +205,36 @@ func authStatus(env *cliEnv, reg *mcpconn.Registry, dot map[string]string) int {
 		return exitFail
 	}
 	fmt.Fprintf(env.stdout, "tokens: %s\n\n", file)
-	// The workspace's remote servers by URL.
-	names := map[string][]string{}
+	// The workspace's remote servers and their URLs.
+	type key struct{ name, url string }
+	var remote []key
 	for _, n := range reg.Names() {
 		if cfg, _ := reg.Get(n); cfg.URL == "" {
 			continue
 		}
-		if u, err := serverURL(reg, dot, n); err == nil {
-			names[u] = append(names[u], n)
-		} else {
-			names["("+err.Error()+")"] = append(names["("+err.Error()+")"], n)
+		u, err := serverURL(reg, dot, n)
+		if err != nil {
+			u = "(" + err.Error() + ")"
 		}
+		remote = append(remote, key{n, u})
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tURL\tSTATUS")
-	seen := map[string]bool{}
+	seen := map[key]bool{}
 	now := time.Now()
 	for _, s := range stored {
-		seen[s.URL] = true
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", nameList(names[s.URL]), showURL(s.URL), tokenState(s, now))
+		if s.Server == "" {
+			// Stored by URL alone, by an ipybox before sign-ins were bound
+			// to names: no registration uses it.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", "-", showURL(s.URL), "signed in by an older ipybox, not used: sign in again by name")
+			continue
+		}
+		seen[key{s.Server, s.URL}] = true
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", escape.Text(s.Server), showURL(s.URL), tokenState(s, now))
 	}
-	for _, u := range sortedKeys(names) {
-		if !seen[u] {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", nameList(names[u]), showURL(u), "not signed in")
+	for _, k := range remote {
+		if !seen[k] {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", escape.Text(k.name), showURL(k.url), "not signed in")
 		}
 	}
 	tw.Flush()
@@ -264,22 +284,6 @@ func approx(d time.Duration) string {
 		return fmt.Sprintf("%dm", int(d.Round(time.Minute).Minutes()))
 	}
 	return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
-}
-
-func nameList(ns []string) string {
-	if len(ns) == 0 {
-		return "-"
-	}
-	return strings.Join(ns, ",")
-}
-
-func sortedKeys(m map[string][]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // printAuthURL returns an OAuthURL callback that prints the authorization

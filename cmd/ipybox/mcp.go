@@ -71,6 +71,7 @@ type mcpFlags struct {
 	approvalTimeout            time.Duration
 	pool, poolMax, maxSessions int
 	maxPerPrincipal            int
+	maxServers                 int
 	noZygote                   bool
 	sandboxZygote              bool
 	shutdownGrace              time.Duration
@@ -241,7 +242,8 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
 	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
 	fs.IntVar(&f.maxSessions, "max-sessions", defaults.MaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
-	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: as --max-sessions; -1: no limit of its own)")
+	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: half of --max-sessions, at least 1, with several principals, as --max-sessions with one; -1: no limit of its own)")
+	fs.IntVar(&f.maxServers, "max-registered-servers", 0, "most stdio MCP servers the clients of one principal may register (`N`; 0: 16; -1: no limit); each runs a process of its own in each session that uses it")
 	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
 	fs.BoolVar(&f.sandboxZygote, "sandbox-fork-server", false, "fork each sandboxed kernel into a sandbox of its own from a pre-imported Python instead of starting it cold (opt-in; docs/sandbox.md, \"Forked kernels\")")
 	f.gateway.register(fs)
@@ -461,6 +463,7 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			PoolMax:                 f.poolMax,
 			MaxSessions:             f.maxSessions,
 			MaxSessionsPerPrincipal: f.maxPerPrincipal,
+			MaxRegisteredServers:    f.maxServers,
 			NoZygote:                f.noZygote,
 			SandboxZygote:           f.sandboxZygote,
 		},

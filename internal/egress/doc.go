@@ -12,7 +12,9 @@
 // [net/http/httputil.ReverseProxy]). A refused request gets 403 with the
 // reason and the settings that decide; a destination that fails gets 502.
 // [Proxy.Close] ends the listener and every open tunnel, and waits for
-// them; it is idempotent.
+// them; it is idempotent. One Proxy holds at most 128 tunnels at once, and
+// the Proxies of the process together at most 4096 (each may hold 8
+// whatever the others hold); one more is answered 503 without a dial.
 //
 // # How it decides
 //

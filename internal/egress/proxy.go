@@ -35,8 +35,9 @@ type Options struct {
 	Decided func(target string, allowed bool, rule string)
 }
 
-// Timeouts of the egress proxy. Tunnels (CONNECT) have no overall limit:
-// they end when either side closes, or when the Sandbox is closed.
+// Timeouts of the egress proxy. Tunnels (CONNECT) have no overall time
+// limit: they end when either side closes, or when the Sandbox is closed.
+// Their number is bounded (maxTunnels, maxTunnelsAll).
 const (
 	proxyResolveTimeout = 5 * time.Second
 	proxyDialTimeout    = 10 * time.Second
@@ -44,6 +45,31 @@ const (
 	proxyResponseWait   = 60 * time.Second
 	proxyCloseWait      = 2 * time.Second
 )
+
+// Bounds on tunnels (CONNECT) held at once. Each holds two descriptors,
+// three goroutines and copy buffers in the host process, which every
+// sandbox (every kernel, of every principal, and every sandboxed server)
+// shares: one sandbox holds at most maxTunnels, and all the proxies of the
+// process together at most maxTunnelsAll, so that one kernel's code cannot
+// exhaust the process's descriptors or memory for the others (acc3,
+// attack 19). With the default 32 kernels, one principal's kernels (16)
+// hold at most half of maxTunnelsAll. A tunnel past a bound is answered
+// 503 and its upstream is never dialed. Each sandbox may hold
+// minTunnels whatever the others hold, so that no principal's sandboxes
+// (its kernels and servers, however many) leave another's none: the
+// process holds at most maxTunnelsAll plus minTunnels per sandbox.
+const (
+	maxTunnels    = 128
+	maxTunnelsAll = 4096
+	minTunnels    = 8
+)
+
+// allTunnels counts the tunnels of every Proxy of the process, and those
+// being dialed.
+var allTunnels struct {
+	sync.Mutex
+	n int
+}
 
 // refusal is a policy decision, answered with 403.
 type refusal struct{ reason string }
@@ -66,6 +92,7 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	tunnels   map[net.Conn]struct{}
+	slots     int // tunnels held or being dialed, at most maxTunnels
 	closed    bool
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -210,11 +237,44 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, "ipybox sandbox proxy: "+err.Error()+"\n", http.StatusBadGateway)
 }
 
+// takeSlot counts one more tunnel against maxTunnels and maxTunnelsAll,
+// or says which is reached.
+func (p *Proxy) takeSlot() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slots >= maxTunnels {
+		return fmt.Errorf("this sandbox holds %d tunnels (CONNECT) at once, the limit of one sandbox; close connections it no longer needs", maxTunnels)
+	}
+	allTunnels.Lock()
+	defer allTunnels.Unlock()
+	if allTunnels.n >= maxTunnelsAll && p.slots >= minTunnels {
+		return fmt.Errorf("the sandboxes of this ipybox hold %d tunnels (CONNECT) at once, the limit of the process; try again later", maxTunnelsAll)
+	}
+	allTunnels.n++
+	p.slots++
+	return nil
+}
+
+func (p *Proxy) releaseSlot() {
+	p.mu.Lock()
+	p.slots--
+	p.mu.Unlock()
+	allTunnels.Lock()
+	allTunnels.n--
+	allTunnels.Unlock()
+}
+
 func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	t, ok := p.admit(w, r, r.Host, 0)
 	if !ok {
 		return
 	}
+	if err := p.takeSlot(); err != nil {
+		p.log.Info("sandbox proxy: refused", "method", r.Method, "target", r.Host, "reason", err)
+		http.Error(w, "ipybox sandbox proxy: refused: "+err.Error()+"\n", http.StatusServiceUnavailable)
+		return
+	}
+	defer p.releaseSlot()
 	up, err := p.connect(r.Context(), t)
 	if err != nil {
 		p.fail(w, r, err)

@@ -315,3 +315,92 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 		t.Errorf("second close: %v", err)
 	}
 }
+
+// TestProxyTunnelLimit: one proxy (one sandbox) holds at most maxTunnels
+// tunnels at once; one more is answered 503 with the limit, without a
+// dial, and a tunnel that ends frees its place (acc3, attack 19).
+func TestProxyTunnelLimit(t *testing.T) {
+	testenv.CheckGoroutines(t)
+	f := newProxyFixture(t, Lists{AllowedDomains: []string{"allowed.test"}}, map[string][]string{"allowed.test": {"127.0.0.1"}}, true)
+	open := func() (net.Conn, string) {
+		c, err := net.Dial("unix", f.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "CONNECT allowed.test:%s HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\n", f.port, f.port)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, line
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range maxTunnels {
+		c, line := open()
+		held = append(held, c)
+		if !strings.Contains(line, " 200") {
+			t.Fatalf("tunnel %d: %q", i, line)
+		}
+	}
+	f.mu.Lock()
+	dialed := len(f.dialed)
+	f.mu.Unlock()
+	c, line := open()
+	c.Close()
+	if !strings.Contains(line, " 503") {
+		t.Fatalf("tunnel past the limit: %q, want 503", line)
+	}
+	f.mu.Lock()
+	if len(f.dialed) != dialed {
+		t.Errorf("the refused tunnel was dialed")
+	}
+	f.mu.Unlock()
+	held[0].Close()
+	held = held[1:]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, line := open()
+		if strings.Contains(line, " 200") {
+			held = append(held, c)
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("a tunnel after one ended: %q", line)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestProxyTunnelFloor: when the process's tunnels are all taken (by
+// other sandboxes), a sandbox still opens minTunnels of its own, and no
+// more.
+func TestProxyTunnelFloor(t *testing.T) {
+	allTunnels.Lock()
+	allTunnels.n += maxTunnelsAll
+	allTunnels.Unlock()
+	defer func() {
+		allTunnels.Lock()
+		allTunnels.n -= maxTunnelsAll
+		allTunnels.Unlock()
+	}()
+	p := New(&Rules{}, nil, slog.New(slog.DiscardHandler))
+	defer p.Close()
+	for i := range minTunnels {
+		if err := p.takeSlot(); err != nil {
+			t.Fatalf("tunnel %d of the floor: %v", i, err)
+		}
+	}
+	if err := p.takeSlot(); err == nil || !strings.Contains(err.Error(), "limit of the process") {
+		t.Errorf("past the floor with the process full: %v", err)
+	}
+	for range minTunnels {
+		p.releaseSlot()
+	}
+}

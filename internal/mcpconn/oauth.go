@@ -142,7 +142,7 @@ func (e *LoginRequiredError) Unwrap() error { return e.Err }
 type oauthHandler struct {
 	m        *Manager
 	server   string
-	url      string      // the expanded server URL, the token store's key
+	url      string      // the expanded server URL; with server, the token store's key
 	cfg      OAuthConfig // expanded; zero without an oauth block
 	explicit bool        // the config has an oauth block
 	client   *http.Client
@@ -208,7 +208,7 @@ func (h *oauthHandler) TokenSource(context.Context) (oauth2.TokenSource, error) 
 	}
 	if !h.loaded && h.grant() == GrantAuthorizationCode {
 		h.loaded = true
-		e, err := h.m.store.load(h.url)
+		e, err := h.m.store.load(h.server, h.url)
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("MCP server %q: %w", h.server, err)
@@ -239,7 +239,7 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		// Another Manager or process may have signed in or refreshed since
 		// (ipybox auth login, a rotated refresh token): use its token.
 		if src == nil {
-			if e, err := h.m.store.load(h.url); err == nil && e != nil && (h.cfg.ClientID == "" || e.ClientID == h.cfg.ClientID) {
+			if e, err := h.m.store.load(h.server, h.url); err == nil && e != nil && (h.cfg.ClientID == "" || e.ClientID == h.cfg.ClientID) {
 				h.mu.Lock()
 				h.src = h.newSource(e.config(), e.token(), e.Obtained)
 				h.mu.Unlock()
@@ -286,7 +286,7 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 		// The stored sign-in no longer works: the file forgets it. This
 		// handler keeps it until a new sign-in replaces it, so that every
 		// request it refuses says why.
-		if _, err := h.m.store.remove(h.url); err != nil {
+		if _, err := h.m.store.remove(h.server, h.url); err != nil {
 			h.m.log.Warn("oauth: removing a stale sign-in", "server", h.server, "error", err)
 		}
 	}
@@ -603,7 +603,7 @@ func (s *signInSource) adoptStored() bool {
 }
 
 func (s *signInSource) adoptStoredLocked() bool {
-	e, err := s.h.m.store.load(s.h.url)
+	e, err := s.h.m.store.load(s.h.server, s.h.url)
 	if err != nil || e == nil || e.AccessToken == s.tok.AccessToken || !e.Obtained.After(s.obtained) {
 		return false
 	}
@@ -672,7 +672,7 @@ func (s *signInSource) persist() {
 }
 
 func (s *signInSource) persistLocked() {
-	if err := s.h.m.store.save(s.h.url, newStoredSignIn(s.conf, s.tok, s.obtained)); err != nil {
+	if err := s.h.m.store.save(s.h.server, s.h.url, newStoredSignIn(s.conf, s.tok, s.obtained)); err != nil {
 		// The token works for this process; only the next one signs in again.
 		s.h.m.log.Warn("oauth: saving the token failed", "server", s.h.server, "error", err)
 	}
@@ -811,7 +811,7 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 	if t, err := exp.Transport(); err != nil || t != StreamableHTTP {
 		return fmt.Errorf("MCP server %q is not a streamable HTTP server (transport %s); only those can sign in with OAuth", server, t)
 	}
-	if _, err := m.store.remove(exp.URL); err != nil {
+	if _, err := m.store.remove(server, exp.URL); err != nil {
 		return err
 	}
 	if err := m.Stop(ctx, server); err != nil {
@@ -840,7 +840,7 @@ func (m *Manager) Login(ctx context.Context, server string) error {
 		if h.tokenSourceSet() {
 			return nil
 		}
-	} else if s, err := m.store.load(exp.URL); err != nil {
+	} else if s, err := m.store.load(server, exp.URL); err != nil {
 		return err
 	} else if s != nil {
 		return nil

@@ -637,7 +637,7 @@ func TestRedteamTokenFileSymlinks(t *testing.T) {
 				os.Symlink(target, filepath.Join(dir, which))
 			}
 			st := tokenStore{path: file}
-			err := st.save("https://example.com/mcp", &storedSignIn{ClientID: "c", AccessToken: "secret-at", TokenURL: "https://example.com/token"})
+			err := st.save("srv", "https://example.com/mcp", &storedSignIn{ClientID: "c", AccessToken: "secret-at", TokenURL: "https://example.com/token"})
 			if err == nil {
 				t.Errorf("save through a planted symbolic link %s succeeded", which)
 			}
@@ -660,7 +660,7 @@ func TestRedteamTokenFileLooseMode(t *testing.T) {
 	file := filepath.Join(dir, "tokens.json")
 	os.WriteFile(file, []byte(`{"version":1,"servers":{"https://e.example/mcp":{"clientId":"c","accessToken":"planted","tokenUrl":"https://e.example/t"}}}`), 0o644)
 	os.Chmod(file, 0o644)
-	_, err := tokenStore{path: file}.load("https://e.example/mcp")
+	_, err := tokenStore{path: file}.load("srv", "https://e.example/mcp")
 	if err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("load of a 0644 token file: %v, want a refusal naming chmod 600", err)
 	}
@@ -691,12 +691,12 @@ func testTokenFileConcurrentWriters(t *testing.T) {
 			st := tokenStore{path: file}
 			u := fmt.Sprintf("https://s%d.example/mcp", i)
 			for j := range 5 {
-				if err := st.save(u, &storedSignIn{ClientID: "c", AccessToken: fmt.Sprintf("at-%d-%d", i, j), TokenURL: "https://t.example", Obtained: time.Now()}); err != nil {
+				if err := st.save("srv", u, &storedSignIn{ClientID: "c", AccessToken: fmt.Sprintf("at-%d-%d", i, j), TokenURL: "https://t.example", Obtained: time.Now()}); err != nil {
 					errs <- err
 				}
 			}
 			if i%3 == 0 {
-				if _, err := st.remove(u); err != nil {
+				if _, err := st.remove("srv", u); err != nil {
 					errs <- err
 				}
 			}
@@ -716,7 +716,7 @@ func testTokenFileConcurrentWriters(t *testing.T) {
 		t.Errorf("%d sign-ins stored, want %d", len(list), want)
 	}
 	for i := range n {
-		e, err := tokenStore{path: file}.load(fmt.Sprintf("https://s%d.example/mcp", i))
+		e, err := tokenStore{path: file}.load("srv", fmt.Sprintf("https://s%d.example/mcp", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -983,8 +983,10 @@ func TestRedteamLogsHoldNoSignInSecrets(t *testing.T) {
 		if err := json.Unmarshal(data, &f); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range f.Servers {
-			secrets.Store(e.ClientSecret, "client secret")
+		for _, m := range f.SignIns {
+			for _, e := range m {
+				secrets.Store(e.ClientSecret, "client secret")
+			}
 		}
 		for _, tok := range s.Tokens() {
 			secrets.Store(tok, "token")

@@ -144,8 +144,11 @@ func TestOAuthSignInStoreReuse(t *testing.T) {
 	if !strings.Contains(string(data), `"`+s.URL+`"`) {
 		t.Errorf("token file not keyed by the server URL:\n%s", data)
 	}
+	if !strings.Contains(string(data), `"srv"`) {
+		t.Errorf("token file not keyed by the server name:\n%s", data)
+	}
 	listed, err := ListTokens(filepath.Join(dir, "tokens.json"))
-	if err != nil || len(listed) != 1 || listed[0].URL != s.URL || !listed[0].Refreshable || listed[0].Expiry.IsZero() {
+	if err != nil || len(listed) != 1 || listed[0].URL != s.URL || listed[0].Server != "srv" || !listed[0].Refreshable || listed[0].Expiry.IsZero() {
 		t.Errorf("ListTokens = %+v, %v", listed, err)
 	}
 
@@ -160,7 +163,7 @@ func TestOAuthSignInStoreReuse(t *testing.T) {
 	noTokens(t, s, "the logs", logs.String()+logs2.String())
 
 	// Logged out: the next process needs a sign-in.
-	if had, err := DeleteToken(filepath.Join(dir, "tokens.json"), s.URL); !had || err != nil {
+	if had, err := DeleteToken(filepath.Join(dir, "tokens.json"), "srv", s.URL); !had || err != nil {
 		t.Fatalf("DeleteToken = %v, %v", had, err)
 	}
 	m3, _ := oauthManager(t, Config{URL: s.URL}, dir, nil)
@@ -547,5 +550,43 @@ func TestOAuthDeclinedSignInNotRepeated(t *testing.T) {
 	}
 	if n := asked.Load(); n != 1 {
 		t.Errorf("the user was asked %d times, want 1", n)
+	}
+}
+
+// TestOAuthSignInBoundToName: a stored sign-in is used only by a
+// registration of the name it was made for. The same URL under another
+// name gets no stored token (without a way to sign in, it is told to sign
+// in), so a rule on the first name cannot be side-stepped with its
+// credentials (acc3, attack 16). A sign-in of an older ipybox, stored by
+// URL alone, is listed and never used.
+func TestOAuthSignInBoundToName(t *testing.T) {
+	s := oauthServer(t, nil)
+	dir := t.TempDir()
+	b := newBrowser()
+	m, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: b.open})
+	if got := callText(t, m, "srv", "tool-1", map[string]any{"s": "x"}); got != "tool-1: x" {
+		t.Fatalf("call: %q", got)
+	}
+	other := newManager(t, map[string]Config{"srv2": {URL: s.URL}}, &Options{TokenFile: filepath.Join(dir, "tokens.json"), ConnectTimeout: 10 * time.Second})
+	_, err := other.CallTool(ctxT(t), "srv2", "tool-1", map[string]any{"s": "y"})
+	var lre *LoginRequiredError
+	if !errors.As(err, &lre) || !strings.Contains(err.Error(), "ipybox auth login srv2") {
+		t.Fatalf("srv2 at srv's URL: %v, want a *LoginRequiredError naming `ipybox auth login srv2`", err)
+	}
+	if c := s.Counts(); c.Authorizations != 1 {
+		t.Errorf("counts: %+v", c)
+	}
+	// An older file: the sign-in by URL alone is not used by any name.
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	os.WriteFile(file, []byte(`{"version":1,"servers":{"`+s.URL+`":{"clientId":"c","accessToken":"old","tokenUrl":"https://e.example/t"}}}`), 0o600)
+	if e, err := (tokenStore{path: file}).load("srv", s.URL); e != nil || err != nil {
+		t.Errorf("a sign-in stored by URL alone was used for srv: %v %v", e, err)
+	}
+	list, err := ListTokens(file)
+	if err != nil || len(list) != 1 || list[0].Server != "" || list[0].URL != s.URL {
+		t.Errorf("ListTokens of an older file = %+v, %v", list, err)
+	}
+	if had, err := DeleteToken(file, "", s.URL); !had || err != nil {
+		t.Errorf("DeleteToken of the older sign-in = %v, %v", had, err)
 	}
 }

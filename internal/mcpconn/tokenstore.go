@@ -24,8 +24,15 @@ import (
 //
 //	$XDG_CONFIG_HOME/ipybox/oauth-tokens.json (os.UserConfigDir; ~/.config on Linux)
 //
-// with mode 0600 in a folder with mode 0700, keyed by the server's URL, so
-// that every workspace that registers the same server shares one sign-in.
+// with mode 0600 in a folder with mode 0700, keyed by the server's name and
+// URL together, so that every workspace that registers the same server
+// under the same name shares one sign-in. A sign-in is bound to the name it
+// was made for: approval rules match servers by name, so a sign-in that a
+// registration under another name could use would carry the operator's
+// credentials past a rule on the operator's name (acc3, attack 16). A
+// registration of the same URL under another name signs in anew. Rules do
+// not follow URLs instead, because a URL has many spellings (a port, a
+// query, a trailing slash, another host name for the same server).
 // Not an OS keyring: on Linux the keyring libraries that need no cgo talk to
 // the Secret Service over D-Bus, which headless hosts (containers, CI, SSH
 // sessions, the Docker image) do not run, so a file would be needed as the
@@ -67,9 +74,18 @@ func PrincipalTokenFile(principal string) (string, error) {
 
 // tokenFile is the JSON layout of the token file.
 type tokenFile struct {
-	Version int                      `json:"version"`
-	Servers map[string]*storedSignIn `json:"servers"`
+	Version int `json:"version"`
+	// SignIns holds the sign-ins by server name, then by tokenKey of the
+	// server's URL.
+	SignIns map[string]map[string]*storedSignIn `json:"signIns,omitempty"`
+	// Servers holds the sign-ins of version 1 (before ipybox bound them
+	// to a name), by URL. They are listed and kept, never used: any
+	// registration of the URL could have used them.
+	Servers map[string]*storedSignIn `json:"servers,omitempty"`
 }
+
+// tokenFileVersion is the version written.
+const tokenFileVersion = 2
 
 // storedSignIn is one server's sign-in: the OAuth client it used (needed
 // to refresh) and its token. Client secrets of dynamically registered
@@ -130,10 +146,10 @@ func tokenKey(raw string) string {
 // change it, replaces it atomically.
 type tokenStore struct{ path string }
 
-func (s tokenStore) load(serverURL string) (*storedSignIn, error) {
+func (s tokenStore) load(name, serverURL string) (*storedSignIn, error) {
 	var out *storedSignIn
 	err := s.locked(false, func(f *tokenFile) bool {
-		out = f.Servers[tokenKey(serverURL)]
+		out = f.SignIns[name][tokenKey(serverURL)]
 		return false
 	})
 	return out, err
@@ -144,22 +160,31 @@ func (s tokenStore) load(serverURL string) (*storedSignIn, error) {
 // server's, of up to a megabyte) must not make it unreadable for all.
 const maxStoredToken = 16 << 10
 
-func (s tokenStore) save(serverURL string, e *storedSignIn) error {
+func (s tokenStore) save(name, serverURL string, e *storedSignIn) error {
 	if len(e.AccessToken) > maxStoredToken || len(e.RefreshToken) > maxStoredToken {
 		return fmt.Errorf("the sign-in to %s was not stored: its token is longer than %d bytes; it lasts for this process only", tokenKey(serverURL), maxStoredToken)
 	}
+	if name == "" {
+		return fmt.Errorf("the sign-in to %s was not stored: it names no server", tokenKey(serverURL))
+	}
 	return s.locked(true, func(f *tokenFile) bool {
-		f.Servers[tokenKey(serverURL)] = e
+		if f.SignIns[name] == nil {
+			f.SignIns[name] = map[string]*storedSignIn{}
+		}
+		f.SignIns[name][tokenKey(serverURL)] = e
 		return true
 	})
 }
 
-func (s tokenStore) remove(serverURL string) (bool, error) {
+func (s tokenStore) remove(name, serverURL string) (bool, error) {
 	var had bool
 	err := s.locked(true, func(f *tokenFile) bool {
 		k := tokenKey(serverURL)
-		_, had = f.Servers[k]
-		delete(f.Servers, k)
+		_, had = f.SignIns[name][k]
+		delete(f.SignIns[name], k)
+		if len(f.SignIns[name]) == 0 {
+			delete(f.SignIns, name)
+		}
 		return had
 	})
 	return had, err
@@ -192,6 +217,7 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 	if !fn(f) || !write {
 		return nil
 	}
+	f.Version = tokenFileVersion
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // a '<' in a token stays one byte, not six
@@ -226,7 +252,7 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 // read returns the file's contents; a missing file is empty. A file that
 // others may read is refused rather than used: its tokens may have leaked.
 func (s tokenStore) read() (*tokenFile, error) {
-	f := &tokenFile{Version: 1, Servers: map[string]*storedSignIn{}}
+	f := &tokenFile{Version: tokenFileVersion, SignIns: map[string]map[string]*storedSignIn{}}
 	fh, err := os.OpenFile(s.path, os.O_RDONLY|oNoFollow, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, nil
@@ -256,15 +282,20 @@ func (s tokenStore) read() (*tokenFile, error) {
 		// The parser's message is not shown: it may quote a token.
 		return nil, fmt.Errorf("the OAuth token file %s is not valid JSON; remove it and sign in again", s.path)
 	}
-	if f.Servers == nil {
-		f.Servers = map[string]*storedSignIn{}
+	if f.SignIns == nil {
+		f.SignIns = map[string]map[string]*storedSignIn{}
 	}
 	return f, nil
 }
 
 // StoredToken describes one stored OAuth sign-in, without its secrets.
 type StoredToken struct {
-	// URL is the MCP server's URL, the key of the sign-in.
+	// Server is the name of the server the sign-in was made for; only a
+	// registration of that name (and URL) uses it. Empty for a sign-in
+	// stored by an ipybox before sign-ins were bound to names: it is
+	// never used; sign in again.
+	Server string
+	// URL is the MCP server's URL.
 	URL string
 	// ClientID is the OAuth client the token was issued to.
 	ClientID string
@@ -281,7 +312,8 @@ type StoredToken struct {
 }
 
 // ListTokens describes the sign-ins stored in file (DefaultTokenFile when
-// empty), sorted by URL. It never returns a token.
+// empty), sorted by server name and URL (those of an older ipybox, without
+// a name, first). It never returns a token.
 func ListTokens(file string) ([]StoredToken, error) {
 	s, err := openStore(file)
 	if err != nil {
@@ -289,25 +321,42 @@ func ListTokens(file string) ([]StoredToken, error) {
 	}
 	var out []StoredToken
 	err = s.locked(false, func(f *tokenFile) bool {
-		for _, k := range slices.Sorted(maps.Keys(f.Servers)) {
-			e := f.Servers[k]
-			out = append(out, StoredToken{URL: k, ClientID: e.ClientID, Scopes: slices.Clone(e.Scopes), Expiry: e.Expiry, Refreshable: e.RefreshToken != "", Obtained: e.Obtained})
+		add := func(name string, m map[string]*storedSignIn) {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				e := m[k]
+				out = append(out, StoredToken{Server: name, URL: k, ClientID: e.ClientID, Scopes: slices.Clone(e.Scopes), Expiry: e.Expiry, Refreshable: e.RefreshToken != "", Obtained: e.Obtained})
+			}
+		}
+		add("", f.Servers)
+		for _, n := range slices.Sorted(maps.Keys(f.SignIns)) {
+			add(n, f.SignIns[n])
 		}
 		return false
 	})
 	return out, err
 }
 
-// DeleteToken removes the stored sign-in of the server at serverURL from
-// file (DefaultTokenFile when empty) and reports whether there was one.
-// The authorization server is not told: its tokens stay valid until they
-// expire or are revoked there.
-func DeleteToken(file, serverURL string) (bool, error) {
+// DeleteToken removes the stored sign-in of the server name at serverURL
+// from file (DefaultTokenFile when empty) and reports whether there was
+// one; an empty name removes a sign-in of an older ipybox, stored by URL
+// alone. The authorization server is not told: its tokens stay valid until
+// they expire or are revoked there.
+func DeleteToken(file, name, serverURL string) (bool, error) {
 	s, err := openStore(file)
 	if err != nil {
 		return false, err
 	}
-	return s.remove(serverURL)
+	if name == "" {
+		var had bool
+		err := s.locked(true, func(f *tokenFile) bool {
+			k := tokenKey(serverURL)
+			_, had = f.Servers[k]
+			delete(f.Servers, k)
+			return had
+		})
+		return had, err
+	}
+	return s.remove(name, serverURL)
 }
 
 func openStore(file string) (tokenStore, error) {

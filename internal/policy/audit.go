@@ -74,9 +74,17 @@ func Ref(r *Rule) *RuleRef {
 	return &RuleRef{ID: r.ID, Text: r.String(), File: r.File, Line: r.Line}
 }
 
-// DefaultMaxLogBytes is when the log is rotated: it is renamed to
-// <name>.1 (replacing the one before) and a new one is started. Kernel
-// code can make calls as fast as they are denied, so the log is bounded.
+// DefaultMaxLogBytes is when the log is rotated: it becomes <name>.1
+// (replacing the one before) and a new one is started. Kernel code can
+// make calls as fast as they are denied, so the log is bounded.
+//
+// The log is shared by the principals of ipybox mcp, so rotation is fair
+// (rotate): the rows of the <name>.1 it replaces are kept, newest first, up
+// to a quarter of maxBytes for each principal, less what that principal
+// has in the file being rotated. One principal's flood of denials then
+// drops its own older rows, never another's: a row goes only when its own
+// principal has written a quarter of the log since (acc3, attack 12).
+// <name>.1 holds at most maxBytes plus a quarter of it for each principal.
 const DefaultMaxLogBytes = 64 << 20
 
 // maxLoggedArgs and maxLoggedCommand bound what one entry repeats.
@@ -192,8 +200,8 @@ func (l *Log) Write(e *Entry) error {
 		cur, _ = l.f.Stat()
 	}
 	if cur != nil && cur.Size()+int64(len(line)) > l.max && cur.Size() > 0 {
-		if err := os.Rename(l.path, l.path+".1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("approval log: rotate: %w", err)
+		if err := l.rotate(); err != nil {
+			return err
 		}
 		l.f.Close()
 		if err := l.open(); err != nil {
@@ -202,6 +210,107 @@ func (l *Log) Write(e *Entry) error {
 	}
 	_, err := l.f.Write(line)
 	return err
+}
+
+// rotate makes the current file <path>.1, keeping the rows of the <path>.1
+// it replaces that DefaultMaxLogBytes says (a quarter of max for each
+// principal, less its rows in the current file, newest first), before the
+// current file's rows. The current file is first renamed aside, so that
+// other processes' writers start a new one; a row another process appends
+// to it while it is copied is copied too.
+func (l *Log) rotate() error {
+	aside := fmt.Sprintf("%s.rotating-%d-%d", l.path, os.Getpid(), time.Now().UnixNano())
+	if err := os.Rename(l.path, aside); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // another process rotated it
+		}
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	defer os.Remove(aside)
+	cur, err := os.ReadFile(aside)
+	if err != nil {
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	old, err := os.ReadFile(l.path + ".1")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	keep := keptRows(old, cur, l.max/4)
+	tmp, err := os.CreateTemp(filepath.Dir(l.path), "."+filepath.Base(l.path)+".1.*")
+	if err != nil {
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	for _, b := range [][]byte{keep, cur} {
+		if _, err := tmp.Write(b); err != nil {
+			tmp.Close()
+			return fmt.Errorf("approval log: rotate: %w", err)
+		}
+	}
+	// A writer of another process that checked the name before it was
+	// renamed may have appended since it was read.
+	if late, err := os.ReadFile(aside); err == nil && len(late) > len(cur) {
+		tmp.Write(late[len(cur):])
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), l.path+".1"); err != nil {
+		return fmt.Errorf("approval log: rotate: %w", err)
+	}
+	return nil
+}
+
+// keptRows returns the rows of old (whole lines, in their order) that a
+// rotation keeps: for each principal, its newest rows up to share bytes
+// less what it has in cur. A line that is not an entry has the principal
+// "" (that of a program without principals).
+func keptRows(old, cur []byte, share int64) []byte {
+	if len(old) == 0 {
+		return nil
+	}
+	principal := func(line []byte) string {
+		var e struct {
+			Principal string `json:"principal"`
+		}
+		json.Unmarshal(line, &e)
+		return e.Principal
+	}
+	room := map[string]int64{}
+	left := func(p string) int64 {
+		if n, ok := room[p]; ok {
+			return n
+		}
+		return share
+	}
+	for _, line := range bytes.SplitAfter(cur, []byte("\n")) {
+		if len(line) > 0 {
+			p := principal(line)
+			room[p] = left(p) - int64(len(line))
+		}
+	}
+	lines := bytes.SplitAfter(old, []byte("\n"))
+	kept := make([]bool, len(lines))
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		if len(line) == 0 || line[len(line)-1] != '\n' {
+			continue // a line cut short
+		}
+		p := principal(line)
+		if n := left(p); n >= int64(len(line)) {
+			room[p] = n - int64(len(line))
+			kept[i] = true
+		} else {
+			room[p] = 0
+		}
+	}
+	var out []byte
+	for i, line := range lines {
+		if kept[i] {
+			out = append(out, line...)
+		}
+	}
+	return out
 }
 
 // Close closes the log. It is idempotent.
@@ -231,7 +340,7 @@ func ReadLog(path string) (entries []Entry, skipped int, err error) {
 
 // ScanLog calls fn with each entry of the log at path, oldest first, as
 // ReadLog returns them, holding one at a time: a reader that keeps a few
-// does not hold the whole log (128 MiB with its rotated file). fn must
+// does not hold the whole log (its rotated file, DefaultMaxLogBytes). fn must
 // not keep e, which the next entry reuses; a copy of *e it may keep.
 func ScanLog(path string, fn func(e *Entry)) (skipped int, err error) {
 	found := false

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,5 +65,66 @@ func TestPrincipalRules(t *testing.T) {
 	data, _ := os.ReadFile(f.Path())
 	if !strings.Contains(string(data), "allow principal=bob shell echo *") {
 		t.Errorf("file: %s", data)
+	}
+}
+
+// TestAuditLogRotationKeepsOthersRows: one principal's flood of entries
+// rotates the log many times; another principal's row stays (in
+// <log>.1), the flooder's older rows go, and <log>.1 stays within its
+// bound (acc3, attack 12).
+func TestAuditLogRotationKeepsOthersRows(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "approvals.jsonl")
+	const max = 4000
+	l, err := OpenLog(p, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Write(&Entry{Principal: "bob", Kind: KindShell, Command: "rm -rf /bob-evidence", Decision: "deny", By: "rule"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if err := l.Write(&Entry{Principal: "alice", Kind: KindShell, Command: fmt.Sprintf("rm -rf /alice-%d", i), Decision: "deny", By: "rule"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es, _, err := ReadLog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, alice := 0, 0
+	for _, e := range es {
+		switch e.Principal {
+		case "bob":
+			bob++
+		case "alice":
+			alice++
+		}
+	}
+	if bob != 1 {
+		t.Errorf("bob's row is gone after alice's flood (%d rows left, %d alice's)", len(es), alice)
+	}
+	if alice == 0 || alice >= 500 || es[len(es)-1].Command != "rm -rf /alice-499" {
+		t.Errorf("alice's rows: %d, last %+v", alice, es[len(es)-1])
+	}
+	if fi, err := os.Stat(p + ".1"); err != nil || fi.Size() > max+2*max/4 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s.1: %v %v", p, fi, err)
+	}
+	// Past its own share, bob's older rows go (a principal's rows are
+	// dropped by its own volume).
+	for i := range 200 {
+		l.Write(&Entry{Principal: "bob", Kind: KindShell, Command: fmt.Sprintf("rm -rf /bob-%d", i), Decision: "deny", By: "rule"})
+	}
+	for i := range 200 {
+		l.Write(&Entry{Principal: "alice", Kind: KindShell, Command: fmt.Sprintf("rm -rf /alice-x%d", i), Decision: "deny", By: "rule"})
+	}
+	es, _, _ = ReadLog(p)
+	for _, e := range es {
+		if e.Command == "rm -rf /bob-evidence" {
+			t.Errorf("bob's first row outlived %d bytes of his own rows", 200*100)
+		}
+	}
+	if matches, _ := filepath.Glob(p + ".rotating-*"); len(matches) != 0 {
+		t.Errorf("left behind: %v", matches)
 	}
 }
