@@ -19,6 +19,7 @@ var startExempt = map[string]string{
 	// constructed environments: none loads anything from its working
 	// folder, and what runs inside gets its own (--chdir).
 	"internal/sandbox/probe_linux.go:probeBwrap":       "bwrap",
+	"internal/sandbox/probe_linux.go:runConfined":      "bwrap, working in / (--chdir /), read-only host, env of PATH, HOME, LANG, PYENV_*",
 	"internal/sandbox/launch_linux.go:launchCmd":       "bwrap",
 	"internal/sandbox/prep_linux.go:idmapNS":           "ipybox's own binary",
 	"internal/sandbox/prep_linux.go:prepCmd":           "ipybox's own binary",
