@@ -12,3 +12,4 @@ func envValue(env []string, key string) string {
 	}
 	return v
 }
+

@@ -141,7 +141,7 @@ func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.C
 	defer cancel()
 	args := append(append([]string{}, namespaceFlags...), "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--", "true")
 	cmd := exec.Command(bwrap, args...)
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd, err := wrap(cmd)
 	if err != nil {
