@@ -38,6 +38,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 		return s.probeErr
 	}
 	err := checkInit(ctx, s.initBinary)
+	if pe, ok := err.(*ProbeError); ok && s.initSource != s.initBinary {
+		e := *pe
+		e.Cause = strings.Replace(e.Cause, s.initBinary, s.initSource+" (run from its private copy "+s.initBinary+")", 1)
+		err = &e
+	}
 	if err == nil {
 		if gerr := seccomp.GuardSupported(); gerr != nil {
 			err = &ProbeError{Cause: gerr.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}

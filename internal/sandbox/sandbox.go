@@ -154,7 +154,8 @@ type Sandbox struct {
 	log        *slog.Logger
 	workspace  string
 	home       string // the host user's home, for "~"
-	initBinary string
+	initBinary string // the private copy that runs (privateInit)
+	initSource string // where it was copied from, for messages
 	bwrap      string
 	forwards   []Forward
 	proxyOpts  *egress.Options
@@ -284,9 +285,12 @@ func (s *Sandbox) setWorkspace(ws string) error {
 	return nil
 }
 
-// setInitBinary checks and sets the init binary (empty: this one).
+// setInitBinary checks and sets the init binary (empty: this one). What
+// runs is a private copy, made once per process (privateInit): never the
+// file at the path it was found, which may lie where kernel code writes.
 func (s *Sandbox) setInitBinary(p string) error {
-	if p == "" {
+	self := p == ""
+	if self {
 		var err error
 		if p, err = os.Executable(); err != nil {
 			return fmt.Errorf("sandbox init binary: %w; set Options.InitBinary", err)
@@ -295,7 +299,11 @@ func (s *Sandbox) setInitBinary(p string) error {
 	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
 		return fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", p)
 	}
-	s.initBinary = p
+	cp, err := privateInit(p, self)
+	if err != nil {
+		return fmt.Errorf("sandbox init binary: a private copy of %s: %w", p, err)
+	}
+	s.initBinary, s.initSource = cp, p
 	return nil
 }
 
