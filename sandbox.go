@@ -181,6 +181,9 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: e.ownState(),
+		// Other tenants' folders: the host finds no program of its own
+		// (bwrap) there.
+		KernelWritable: e.opts.KernelWritable,
 
 		EgressDecided: e.egressDecided,
 	}
@@ -505,7 +508,7 @@ func (e *Executor) stdioCommand(ctx context.Context, server string, cfg mcpconn.
 		if err != nil {
 			return nil, err
 		}
-		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided}, func() []string { return e.secretFilesBut(server) })
+		return newWorkspaceSandbox(e.workspace, policy, &sandbox.Options{Logger: e.log, EgressDecided: e.egressDecided, KernelWritable: e.opts.KernelWritable}, func() []string { return e.secretFilesBut(server) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server %q: sandbox: %w", server, err)

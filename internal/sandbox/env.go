@@ -12,4 +12,3 @@ func envValue(env []string, key string) string {
 	}
 	return v
 }
-

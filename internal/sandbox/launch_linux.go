@@ -90,6 +90,7 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if fi, err := os.Stat(runDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox: run directory %s does not exist", runDir)
 	}
+	addKernelWritable(runDir) // kernel code writes it: the host finds no program there
 	path := filepath.Clean(spec.Path)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sandbox: interpreter: %w", err)

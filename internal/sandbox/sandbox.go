@@ -126,6 +126,12 @@ type Options struct {
 	// inside: the shared virtualenv for the approved install_package,
 	// a session's own package folder for its kernel. Nil means none.
 	Writable []string
+	// KernelWritable lists more host folders that kernel code can write
+	// besides the workspace, Writable and allowWrite: the folders of
+	// other tenants' kernels, the workspace's root. The programs the
+	// sandbox runs on the host (bwrap) are never found in one. Nil means
+	// none.
+	KernelWritable []string
 	// EgressDecided, when set, is told of each decision of the egress
 	// proxy: the target ("host:port"), and the allowedDomains entry that
 	// allowed it or the reason for the refusal. Nil tells nobody.
@@ -181,6 +187,9 @@ type Sandbox struct {
 	// writableState are the folders below the workspace's .ipybox that
 	// this sandbox's processes may write (Options.Writable).
 	writableState []string
+	// ownWritable are the host folders this sandbox makes writable, and
+	// Options.KernelWritable (see kernelWritable).
+	ownWritable []string
 
 	// mapped is set when host root creates the sandbox: its processes then
 	// run as MappedID (see prep_linux.go).
@@ -250,6 +259,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	s.noteWritable(o.KernelWritable)
 	for _, k := range s.cfg.Ignored {
 		// A warning, once per key and process: a key dropped without a
 		// word is a rule the user thinks holds.
@@ -263,6 +273,66 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	}
 	s.logFeatures()
 	return s, nil
+}
+
+// kernelWritable holds the host folders that any sandbox of this process
+// has made writable to kernel code (workspaces, the state folders of
+// Options.Writable, allowWrite paths, the kernels' run directories) and
+// those that Options.KernelWritable named: the host runs no program of
+// its own (bwrap) from one of them, whichever sandbox asks.
+var kernelWritable = struct {
+	mu sync.Mutex
+	m  map[string]bool
+}{m: map[string]bool{}}
+
+// kernelWritableMax is the count past which noting a folder first forgets
+// the noted folders that no longer exist (the run directories of kernels
+// that ended), so that the set follows what lives.
+const kernelWritableMax = 256
+
+// noteWritable records this sandbox's writable folders, and extra, in
+// kernelWritable.
+func (s *Sandbox) noteWritable(extra []string) {
+	ps := append([]string{s.workspace}, s.writableState...)
+	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, true); err == nil {
+		ps = append(ps, aw...)
+	}
+	for _, p := range extra {
+		if p != "" && filepath.IsAbs(p) {
+			ps = append(ps, filepath.Clean(p))
+		}
+	}
+	s.ownWritable = ps
+	addKernelWritable(ps...)
+}
+
+// addKernelWritable records host folders that kernel code can write.
+func addKernelWritable(ps ...string) {
+	kernelWritable.mu.Lock()
+	defer kernelWritable.mu.Unlock()
+	if len(kernelWritable.m)+len(ps) > kernelWritableMax {
+		for p := range kernelWritable.m {
+			if _, err := os.Lstat(p); err != nil {
+				delete(kernelWritable.m, p)
+			}
+		}
+	}
+	for _, p := range ps {
+		kernelWritable.m[p] = true
+	}
+}
+
+// hostWritable lists the folders kernel code can write, as far as this
+// process knows: this sandbox's, and every other sandbox's of this
+// process (kernelWritable).
+func (s *Sandbox) hostWritable() []string {
+	kernelWritable.mu.Lock()
+	defer kernelWritable.mu.Unlock()
+	out := append([]string(nil), s.ownWritable...)
+	for p := range kernelWritable.m {
+		out = append(out, p)
+	}
+	return out
 }
 
 // setWorkspace checks and sets the workspace (empty: the current
