@@ -377,6 +377,18 @@ func (s *Sandbox) setInitBinary(p string) error {
 	return nil
 }
 
+// PrivateInitBinary returns this process's binary as the sandbox runs
+// it: a private copy made once per process (see setInitBinary), for
+// another launcher (the container) that binds the init binary where kernel
+// code runs next.
+func PrivateInitBinary() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return privateInit(p, true)
+}
+
 // setForwards checks the forwarded ports and keeps them sorted.
 func (s *Sandbox) setForwards(fs []Forward) error {
 	proxyOn := len(s.cfg.Network.AllowedDomains) > 0
