@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipybox/ipybox/internal/container"
 	"github.com/ipybox/ipybox/internal/egress"
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/kernel"
 	"github.com/ipybox/ipybox/internal/sandbox"
 	"github.com/ipybox/ipybox/internal/wsguard"
@@ -121,6 +122,15 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 	init, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("container: the ipybox binary, to run the kernel under its guard: %w", err)
+	}
+	if w := hostproc.ProgramInside(init, kernelWritable(e.workspace, &e.opts)); w != "" {
+		// In a folder kernel code writes (./ipybox in the workspace): a
+		// program renamed over it would be the container's first
+		// process, before the guard. Bind a private copy instead.
+		found := init
+		if init, err = sandbox.PrivateInitBinary(); err != nil {
+			return nil, fmt.Errorf("container: the ipybox binary %s lies in %s, which kernel code can write, and a private copy failed: %w; move the binary out of the workspace", found, w, err)
+		}
 	}
 	cfg.InitBinary = init
 	cfg.Protect = func() (*wsguard.Protection, error) {

@@ -181,7 +181,8 @@ func (e *Executor) startSandbox(ctx context.Context) (kernel.Launcher, error) {
 		Forwards: []sandbox.Forward{tool},
 		Logger:   e.log,
 		Writable: e.ownState(),
-
+		// Other tenants' folders, allowWrite, binds: the host finds no
+		// program of its own (bwrap) there, and asks no interpreter there.
 		KernelWritable: hostWritable(e.workspace, &e.opts),
 		EgressDecided:  e.egressDecided,
 	}

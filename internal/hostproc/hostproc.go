@@ -493,6 +493,47 @@ func Env(keys []string, extra ...string) []string {
 	return append(env, extra...)
 }
 
+// LookPath finds a program that ipybox itself runs on the host (bwrap)
+// on this process's PATH, as exec.LookPath does, but only in folders that
+// kernel code cannot write: an entry that is empty or relative (the
+// working folder), or in a folder of writable (an activated workspace
+// venv's bin, a node_modules/.bin), is skipped, and so is a program that
+// ProgramInside places in one (a link into it, a venv whose pyvenv.cfg
+// kernel code writes). The operator's PATH is theirs, but a workspace on
+// it makes every kernel a writer of what the host runs.
+func LookPath(name string, writable []string) (string, error) {
+	if strings.ContainsRune(name, filepath.Separator) {
+		if w := ProgramInside(name, writable); w != "" {
+			return "", &WritableError{What: "program", Path: name, Folder: w}
+		}
+		return name, nil
+	}
+	var skipped []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			continue
+		}
+		if w := Inside(dir, writable); w != "" {
+			skipped = append(skipped, p)
+			continue
+		}
+		if w := ProgramInside(p, writable); w != "" {
+			skipped = append(skipped, p)
+			continue
+		}
+		return p, nil
+	}
+	if len(skipped) > 0 {
+		return "", fmt.Errorf("%s: not found on PATH outside the folders kernel code can write (skipped %s)", name, strings.Join(skipped, ", "))
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
+
 // PythonSafePath keeps an interpreter from putting its working folder or
 // the script's folder on sys.path (Python 3.11 and later; older ones
 // ignore it, and the private working folder covers them). Only for

@@ -63,3 +63,46 @@ func TestProgramInside(t *testing.T) {
 		}
 	}
 }
+
+// TestLookPath: a program ipybox runs on the host is found on PATH only
+// outside the folders kernel code can write: an entry in the workspace
+// (an activated venv's bin), a relative entry, and a link from outside
+// into the workspace are passed over for the next entry; with nothing
+// else, the error names what was skipped.
+func TestLookPath(t *testing.T) {
+	ws, out, links := t.TempDir(), t.TempDir(), t.TempDir()
+	write := func(p string) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(ws, ".venv", "bin", "tool"))
+	write(filepath.Join(ws, "rel", "tool"))
+	write(filepath.Join(out, "tool"))
+	if err := os.Symlink(filepath.Join(ws, ".venv", "bin", "tool"), filepath.Join(links, "tool")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(ws)
+	sep := string(os.PathListSeparator)
+	t.Setenv("PATH", filepath.Join(ws, ".venv", "bin")+sep+"rel"+sep+sep+links+sep+out)
+	got, err := LookPath("tool", []string{ws})
+	if err != nil || got != filepath.Join(out, "tool") {
+		t.Fatalf("LookPath = %q, %v; want %s", got, err, filepath.Join(out, "tool"))
+	}
+	t.Setenv("PATH", filepath.Join(ws, ".venv", "bin")+sep+links)
+	if got, err := LookPath("tool", []string{ws}); err == nil {
+		t.Fatalf("LookPath = %q, want an error: every tool on PATH is kernel code's", got)
+	}
+	if _, err := LookPath(filepath.Join(ws, ".venv", "bin", "tool"), []string{ws}); err == nil {
+		t.Errorf("LookPath of a path in the workspace: want an error")
+	}
+	if _, err := exec.LookPath("sh"); err == nil {
+		t.Setenv("PATH", "/usr/bin:/bin")
+		if _, err := LookPath("sh", []string{ws}); err != nil {
+			t.Errorf("LookPath(sh) with a system PATH: %v", err)
+		}
+	}
+}

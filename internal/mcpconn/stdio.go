@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"maps"
 	"os/exec"
+	"path/filepath"
+	"strings"
 
 	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/linelog"
@@ -70,7 +72,14 @@ func (m *Manager) stdioCommand(ctx context.Context, name string, cfg Config, std
 		cmd = c
 	}
 	if cmd == host {
-		// It runs on the host, unwrapped: invariant 14.
+		// It runs on the host, unwrapped: invariant 14. A bare name is
+		// found on PATH only outside the folders kernel code can write
+		// (an activated workspace venv's bin comes first on PATH).
+		if !strings.ContainsRune(cfg.Command, filepath.Separator) {
+			if p, err := hostproc.LookPath(cfg.Command, m.opts.Writable); err == nil {
+				cmd.Path, cmd.Err = p, nil
+			}
+		}
 		dropped, err := hostproc.Prepare(cmd, m.opts.Writable)
 		if err == nil {
 			if a, w := hostproc.ArgInside(cmd.Path, cmd.Args[1:], cmd.Dir, m.opts.Writable); w != "" {

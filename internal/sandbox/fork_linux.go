@@ -321,7 +321,7 @@ func forkSetupOf(c *initConfig) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := forkSetup{Argv: c.Argv, Env: os.Environ(), Dir: dir, Filter: hex.EncodeToString(raw),
+	st := forkSetup{Argv: c.Argv, Env: programEnvOf(c), Dir: dir, Filter: hex.EncodeToString(raw),
 		SeccompNr: unix.SYS_SECCOMP, Guard: c.Guard != nil, Kernel: c.Kernel}
 	for _, kv := range st.Env {
 		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok && v != "" {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,9 +24,13 @@ import (
 // initConfig is what the launcher tells the init: JSON in a memfd whose
 // descriptor number is the init's last argument.
 type initConfig struct {
-	// Path and Argv are the program to run.
+	// Path and Argv are the program to run, and Env its environment
+	// (programEnv). The init itself starts with initEnv: Env reaches the
+	// program only at its exec, after the seccomp filter, the guard and
+	// Landlock are in place (never bwrap, the init, nor the limit step).
 	Path string   `json:"path"`
 	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
 	// CtlFD is the control socket to the host (0: none). The host writes
 	// one byte per signal to forward; the init writes "ok\n" or
 	// "error: …\n" once the program runs or failed to start.
@@ -160,6 +165,20 @@ func limitMain(args []string) int {
 			return fail("setrlimit(RLIMIT_FSIZE, %d): %v", fsize, err)
 		}
 	}
+	// fd 4 holds the program's environment (NUL-separated); this step
+	// itself runs with initEnv.
+	envFile := os.NewFile(4, "program-env")
+	raw, err := io.ReadAll(io.LimitReader(envFile, 16<<20))
+	envFile.Close()
+	if err != nil {
+		return fail("limit: read the program's environment: %v", err)
+	}
+	env := []string{}
+	for _, kv := range bytes.Split(raw, []byte{0}) {
+		if len(kv) > 0 {
+			env = append(env, string(kv))
+		}
+	}
 	args = append(args[:2], args[3:]...)
 	if mem > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: uint64(mem), Max: uint64(mem)}); err != nil {
@@ -171,8 +190,17 @@ func limitMain(args []string) int {
 			return fail("setrlimit(RLIMIT_NPROC, %d): %v", pids, err)
 		}
 	}
-	err := syscall.Exec(args[2], args[3:], os.Environ())
+	err = syscall.Exec(args[2], args[3:], env)
 	return fail("exec %s: %v", args[2], err)
+}
+
+// programEnvOf is the program's environment: the configuration's, never
+// the init's own (initEnv).
+func programEnvOf(c *initConfig) []string {
+	if c.Env == nil {
+		return []string{}
+	}
+	return c.Env
 }
 
 // memFile returns an in-memory file holding data, positioned at its start:
@@ -311,19 +339,15 @@ func reapUntil(pgid int, fail func(string, ...any) int) int {
 // instruction; where ptrace is not allowed for that, a limit step (the
 // init binary again) sets them and execs the program.
 func startRestricted(c *initConfig) (*exec.Cmd, error) {
-	path := c.Path
-	if !strings.Contains(path, "/") {
-		p, err := exec.LookPath(path)
-		if err != nil {
-			return nil, err
-		}
-		path = p
+	path, err := lookPathIn(c.Path, c.Env)
+	if err != nil {
+		return nil, err
 	}
-	newCmd := func(path string, argv []string) *exec.Cmd {
+	newCmd := func(path string, argv, env []string) *exec.Cmd {
 		return &exec.Cmd{
 			Path:   path,
 			Args:   argv,
-			Env:    os.Environ(),
+			Env:    env,
 			Stdin:  os.Stdin,
 			Stdout: os.Stdout,
 			Stderr: os.Stderr,
@@ -346,8 +370,8 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		Log: func(msg string) { fmt.Fprintf(os.Stderr, "ipybox sandbox: %s\n", msg) },
 	}
 	o.Rlimits = rlimitsOf(c)
-	cmd := newCmd(path, c.Argv)
-	err := seccomp.Start(cmd, o)
+	cmd := newCmd(path, c.Argv, programEnvOf(c))
+	err = seccomp.Start(cmd, o)
 	if !errors.Is(err, seccomp.ErrNoTrace) {
 		if err != nil {
 			return nil, err
@@ -360,12 +384,26 @@ func startRestricted(c *initConfig) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer execErr.Close()
+	// The limit step is ipybox's binary: it starts with initEnv, and
+	// gets the program's environment on fd 4, for the exec alone (a
+	// loader variable there would otherwise run before the limits).
+	var envBuf bytes.Buffer
+	for _, kv := range programEnvOf(c) {
+		envBuf.WriteString(kv)
+		envBuf.WriteByte(0)
+	}
+	envFile, err := memFile("program-env", envBuf.Bytes())
+	if err != nil {
+		execErrW.Close()
+		return nil, err
+	}
 	argv := append([]string{c.Self, InitCommand, "limit", strconv.FormatInt(c.Memory, 10), strconv.Itoa(c.Pids), strconv.FormatInt(c.FileSize, 10), path}, c.Argv...)
-	cmd = newCmd(c.Self, argv)
-	cmd.ExtraFiles = []*os.File{execErrW} // fd 3 of the limit step
+	cmd = newCmd(c.Self, argv, initEnv())
+	cmd.ExtraFiles = []*os.File{execErrW, envFile} // fds 3 and 4 of the limit step
 	o.Rlimits = nil
 	err = seccomp.Start(cmd, o)
 	execErrW.Close()
+	envFile.Close()
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func checkInit(ctx context.Context, bin string) error {
 	ctx, cancel := context.WithTimeout(ctx, initCheckTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, InitCommand, "check")
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second

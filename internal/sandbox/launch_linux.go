@@ -90,6 +90,7 @@ func (s *Sandbox) start(ctx context.Context, spec *kernel.Spec) (kernel.Process,
 	if fi, err := os.Stat(runDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox: run directory %s does not exist", runDir)
 	}
+	addKernelWritable(runDir) // kernel code writes it: the host finds no program there
 	path := filepath.Clean(spec.Path)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sandbox: interpreter: %w", err)
@@ -333,13 +334,26 @@ func (s *Sandbox) initConfig(v *view, path string, args []string, isKernel bool)
 
 // launchCmd returns the command that runs the sandbox for a view, an
 // environment and an init configuration. bwrap reads its options from a
-// memfd (fd 3) and the init its configuration from another (fd 4), so
-// that neither the environment nor the program's arguments show in the
-// host's or the sandbox's process list; bwrap itself gets an empty
-// environment. extra files follow, from fd 5. When host root creates the
+// memfd (fd 3) and the init its configuration, with the program's
+// environment, from another (fd 4), so that neither the environment nor
+// the program's arguments show in the host's or the sandbox's process
+// list; bwrap and the init get initEnv, and env reaches the program alone,
+// at its exec under the seccomp filter. extra files follow, from fd 5. When host root creates the
 // sandbox, the command is the prep step that runs bwrap as MappedID (see
 // prep_linux.go). The caller closes cmd.ExtraFiles after Start.
 func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.File) (*exec.Cmd, error) {
+	if v.tmpDir != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }) {
+		env = append(slices.Clip(env), "TMPDIR="+v.tmpDir)
+	}
+	// The program's environment goes to the init's configuration, which
+	// applies it at the program's exec; bwrap and the init start with
+	// initEnv (bwrap's --clearenv).
+	ic.Env = s.programEnv(env)
+	for _, kv := range ic.Env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return nil, fmt.Errorf("sandbox: an environment value contains a NUL byte")
+		}
+	}
 	js, err := json.Marshal(ic)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -363,12 +377,9 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		extra = append(append([]*os.File(nil), extra...), v.fds...)
 	}
 	var buf bytes.Buffer
-	if v.tmpDir != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "TMPDIR=") }) {
-		env = append(slices.Clip(env), "TMPDIR="+v.tmpDir)
-	}
-	for _, a := range append(append([]string{}, args...), s.envArgs(env)...) {
+	for _, a := range append(append([]string{}, args...), "--clearenv") {
 		if strings.IndexByte(a, 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: an option or environment value contains a NUL byte")
+			return nil, fmt.Errorf("sandbox: an option contains a NUL byte")
 		}
 		buf.WriteString(a)
 		buf.WriteByte(0)
@@ -390,7 +401,7 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		bwrap = st.add(bwrap, false, true)
 	}
 	cmd := exec.Command(bwrap, "--args", "3", "--", insideInit, InitCommand, "run", "4")
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.ExtraFiles = append([]*os.File{argsFile, cfgFile}, extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if st == nil {

@@ -167,7 +167,7 @@ func (s *Sandbox) idmapNS(uid, gid uint32) (*os.File, error) {
 		return f, nil
 	}
 	cmd := exec.Command(s.initBinary, InitCommand, "hold")
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: MappedID, Size: 1}},
@@ -271,7 +271,7 @@ func (s *Sandbox) prepCmd(bwrap *exec.Cmd, st *staging) (*exec.Cmd, error) {
 		files[fd-3] = os.NewFile(uintptr(d), "idmap-userns")
 	}
 	cmd := exec.Command(s.initBinary, InitCommand, "prep", strconv.Itoa(cfgFD))
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = bwrap.SysProcAttr
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bwrap.Stdin, bwrap.Stdout, bwrap.Stderr
@@ -323,7 +323,7 @@ func prepMain(args []string) int {
 	for _, fd := range c.CloseFDs {
 		unix.CloseOnExec(fd)
 	}
-	err = syscall.Exec(c.Bwrap, c.Argv, []string{})
+	err = syscall.Exec(c.Bwrap, c.Argv, initEnv())
 	return fail("exec %s: %v", c.Bwrap, err)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/seccomp"
 )
 
@@ -41,6 +42,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 		return s.probeErr
 	}
 	err := checkInit(ctx, s.initBinary)
+	if pe, ok := err.(*ProbeError); ok && s.initSource != s.initBinary {
+		e := *pe
+		e.Cause = strings.Replace(e.Cause, s.initBinary, s.initSource+" (run from its private copy "+s.initBinary+")", 1)
+		err = &e
+	}
 	if err == nil {
 		if gerr := seccomp.GuardSupported(); gerr != nil {
 			err = &ProbeError{Cause: gerr.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}
@@ -50,11 +56,11 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	if err == nil {
 		key := bwrapKey{s.bwrap, s.mapped}
 		if key.bwrap == "" {
-			key.bwrap, _ = exec.LookPath("bwrap") // as probeBwrap would: PATH may have changed
+			key.bwrap, _ = hostproc.LookPath("bwrap", s.hostWritable()) // as probeBwrap would: PATH may have changed
 		}
-		if p, ok := bwrapWorks.Load(key); ok && key.bwrap != "" {
+		if p, ok := bwrapWorks.Load(key); ok && key.bwrap != "" && s.bwrapOutside(p.(string)) == nil {
 			path = p.(string)
-		} else if path, err = probeBwrap(ctx, s.bwrap, s.probeWrap); err == nil {
+		} else if path, err = probeBwrap(ctx, s.bwrap, s.hostWritable(), s.probeWrap); err == nil {
 			bwrapWorks.Store(key, path)
 		}
 	}
@@ -83,12 +89,26 @@ func (s *Sandbox) quickCheck(context.Context) error {
 		return &ProbeError{Cause: err.Error(), Fix: "run ipybox on Linux 5.14 or newer, or run without the sandbox (kernel code could then plant files that host programs run)"}
 	}
 	if s.bwrap == "" {
-		p, err := exec.LookPath("bwrap")
+		p, err := hostproc.LookPath("bwrap", s.hostWritable())
 		if err != nil {
-			return &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH",
-				Fix: "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) so that bwrap is on PATH"}
+			return &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH", Output: err.Error(), Fix: bwrapInstall}
 		}
 		s.bwrap = p
+	} else if err := s.bwrapOutside(s.bwrap); err != nil {
+		return err
+	}
+	return nil
+}
+
+// bwrapInstall says how to get bwrap.
+const bwrapInstall = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) so that bwrap is on PATH, " +
+	"in a folder outside the workspace (ipybox never runs a bwrap from a folder kernel code can write)"
+
+// bwrapOutside refuses a bwrap (configured, or kept from an earlier
+// probe) that lies where kernel code can write: the host runs it.
+func (s *Sandbox) bwrapOutside(p string) error {
+	if w := hostproc.ProgramInside(p, s.hostWritable()); w != "" {
+		return &ProbeError{Cause: fmt.Sprintf("bwrap %s lies in %s, which kernel code can write", p, w), Fix: bwrapInstall}
 	}
 	return nil
 }
@@ -129,22 +149,27 @@ func (s *Sandbox) probeWrap(cmd *exec.Cmd) (*exec.Cmd, error) {
 	return s.prepCmd(cmd, st)
 }
 
-func probeBwrap(ctx context.Context, bwrap string, wrap func(*exec.Cmd) (*exec.Cmd, error)) (string, error) {
-	install := "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`) so that bwrap is on PATH"
+// probeBwrap runs bwrap (empty: found on PATH outside writable, the
+// folders kernel code can write) the way a start would, and returns its
+// path.
+func probeBwrap(ctx context.Context, bwrap string, writable []string, wrap func(*exec.Cmd) (*exec.Cmd, error)) (string, error) {
+	install := bwrapInstall
 	if bwrap == "" {
-		p, err := exec.LookPath("bwrap")
+		p, err := hostproc.LookPath("bwrap", writable)
 		if err != nil {
-			return "", &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH", Fix: install}
+			return "", &ProbeError{Cause: "bwrap (bubblewrap) not found on PATH", Output: err.Error(), Fix: install}
 		}
 		bwrap = p
 	} else if fi, err := os.Stat(bwrap); err != nil || fi.IsDir() {
 		return "", &ProbeError{Cause: fmt.Sprintf("bwrap not found at %s", bwrap), Fix: install}
+	} else if w := hostproc.ProgramInside(bwrap, writable); w != "" {
+		return "", &ProbeError{Cause: fmt.Sprintf("bwrap %s lies in %s, which kernel code can write", bwrap, w), Fix: install}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	args := append(append([]string{}, namespaceFlags...), "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--", "true")
 	cmd := exec.Command(bwrap, args...)
-	cmd.Env = []string{}
+	cmd.Env = initEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd, err := wrap(cmd)
 	if err != nil {

@@ -33,7 +33,7 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, false); err == nil {
 		own = append(own, aw...)
 	}
-	foreign := s.kernelWritable // and the kernels' run directories (hostproc.KernelRunDir)
+	foreign := s.hostWritable() // every sandbox's of this process, Options.KernelWritable; and hostproc.KernelRunDir
 	in := func(p string, dirs []string) bool {
 		if underAny(p, dirs) {
 			return true

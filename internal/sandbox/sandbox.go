@@ -127,11 +127,13 @@ type Options struct {
 	// a session's own package folder for its kernel. Nil means none.
 	Writable []string
 	// KernelWritable lists more host folders that kernel code can write
-	// (the workspace's root when each principal has a folder in it, a
-	// container's binds): an interpreter there is never asked on the
-	// host, and no folder there is bound into this sandbox from an
-	// interpreter's answer. The sandbox adds the run directories' roots.
-	// Nil means none.
+	// (the workspace's root when each principal has a folder in it, the
+	// other tenants' kernels' folders, a container's binds), besides the
+	// workspace, Writable and allowWrite: the programs the sandbox runs on
+	// the host (bwrap) are never found in one, an interpreter there is
+	// never asked, and no folder there is bound into this sandbox from an
+	// interpreter's answer. Kernels' run directories count too
+	// (hostproc.KernelRunDir). Nil means none.
 	KernelWritable []string
 	// EgressDecided, when set, is told of each decision of the egress
 	// proxy: the target ("host:port"), and the allowedDomains entry that
@@ -161,7 +163,8 @@ type Sandbox struct {
 	log        *slog.Logger
 	workspace  string
 	home       string // the host user's home, for "~"
-	initBinary string
+	initBinary string // the private copy that runs (privateInit)
+	initSource string // where it was copied from, for messages
 	bwrap      string
 	forwards   []Forward
 	proxyOpts  *egress.Options
@@ -184,11 +187,12 @@ type Sandbox struct {
 	fpMu      sync.Mutex
 	startedFP string // see StartedFingerprint
 
-	kernelWritable []string // Options.KernelWritable, absolute
-
 	// writableState are the folders below the workspace's .ipybox that
 	// this sandbox's processes may write (Options.Writable).
 	writableState []string
+	// ownWritable are the host folders this sandbox makes writable, and
+	// Options.KernelWritable (see kernelWritable).
+	ownWritable []string
 
 	// mapped is set when host root creates the sandbox: its processes then
 	// run as MappedID (see prep_linux.go).
@@ -242,11 +246,6 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 		secrets:   o.Secrets,
 		forker:    o.Zygote,
 	}
-	for _, w := range o.KernelWritable {
-		if filepath.IsAbs(w) {
-			s.kernelWritable = append(s.kernelWritable, filepath.Clean(w))
-		}
-	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -263,6 +262,7 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	s.noteWritable(o.KernelWritable)
 	for _, k := range s.cfg.Ignored {
 		// A warning, once per key and process: a key dropped without a
 		// word is a rule the user thinks holds.
@@ -276,6 +276,66 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	}
 	s.logFeatures()
 	return s, nil
+}
+
+// kernelWritable holds the host folders that any sandbox of this process
+// has made writable to kernel code (workspaces, the state folders of
+// Options.Writable, allowWrite paths, the kernels' run directories) and
+// those that Options.KernelWritable named: the host runs no program of
+// its own (bwrap) from one of them, whichever sandbox asks.
+var kernelWritable = struct {
+	mu sync.Mutex
+	m  map[string]bool
+}{m: map[string]bool{}}
+
+// kernelWritableMax is the count past which noting a folder first forgets
+// the noted folders that no longer exist (the run directories of kernels
+// that ended), so that the set follows what lives.
+const kernelWritableMax = 256
+
+// noteWritable records this sandbox's writable folders, and extra, in
+// kernelWritable.
+func (s *Sandbox) noteWritable(extra []string) {
+	ps := append([]string{s.workspace}, s.writableState...)
+	if aw, err := expandAll(s.cfg.Filesystem.AllowWrite, s.workspace, s.home, true); err == nil {
+		ps = append(ps, aw...)
+	}
+	for _, p := range extra {
+		if p != "" && filepath.IsAbs(p) {
+			ps = append(ps, filepath.Clean(p))
+		}
+	}
+	s.ownWritable = ps
+	addKernelWritable(ps...)
+}
+
+// addKernelWritable records host folders that kernel code can write.
+func addKernelWritable(ps ...string) {
+	kernelWritable.mu.Lock()
+	defer kernelWritable.mu.Unlock()
+	if len(kernelWritable.m)+len(ps) > kernelWritableMax {
+		for p := range kernelWritable.m {
+			if _, err := os.Lstat(p); err != nil {
+				delete(kernelWritable.m, p)
+			}
+		}
+	}
+	for _, p := range ps {
+		kernelWritable.m[p] = true
+	}
+}
+
+// hostWritable lists the folders kernel code can write, as far as this
+// process knows: this sandbox's, and every other sandbox's of this
+// process (kernelWritable).
+func (s *Sandbox) hostWritable() []string {
+	kernelWritable.mu.Lock()
+	defer kernelWritable.mu.Unlock()
+	out := append([]string(nil), s.ownWritable...)
+	for p := range kernelWritable.m {
+		out = append(out, p)
+	}
+	return out
 }
 
 // setWorkspace checks and sets the workspace (empty: the current
@@ -298,9 +358,12 @@ func (s *Sandbox) setWorkspace(ws string) error {
 	return nil
 }
 
-// setInitBinary checks and sets the init binary (empty: this one).
+// setInitBinary checks and sets the init binary (empty: this one). What
+// runs is a private copy, made once per process (privateInit): never the
+// file at the path it was found, which may lie where kernel code writes.
 func (s *Sandbox) setInitBinary(p string) error {
-	if p == "" {
+	self := p == ""
+	if self {
 		var err error
 		if p, err = os.Executable(); err != nil {
 			return fmt.Errorf("sandbox init binary: %w; set Options.InitBinary", err)
@@ -309,8 +372,24 @@ func (s *Sandbox) setInitBinary(p string) error {
 	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
 		return fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", p)
 	}
-	s.initBinary = p
+	cp, err := privateInit(p, self)
+	if err != nil {
+		return fmt.Errorf("sandbox init binary: a private copy of %s: %w", p, err)
+	}
+	s.initBinary, s.initSource = cp, p
 	return nil
+}
+
+// PrivateInitBinary returns this process's binary as the sandbox runs
+// it: a private copy made once per process (see setInitBinary), for
+// another launcher (the container) that binds the init binary where kernel
+// code runs next.
+func PrivateInitBinary() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return privateInit(p, true)
 }
 
 // setForwards checks the forwarded ports and keeps them sorted.

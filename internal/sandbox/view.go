@@ -577,14 +577,15 @@ func (s *Sandbox) resolveExisting(list []string) ([]string, error) {
 	return out, nil
 }
 
-// envArgs returns the bwrap options that give the process exactly env,
+// programEnv returns the environment of a sandboxed program: exactly env,
 // plus the proxy variables when the proxy is on and a writable
-// MPLCONFIGDIR when env has none.
-func (s *Sandbox) envArgs(env []string) []string {
-	args := []string{"--clearenv"}
+// MPLCONFIGDIR when env has none. It travels in the init's configuration
+// and is applied at the program's exec only (see initEnv).
+func (s *Sandbox) programEnv(env []string) []string {
+	out := make([]string, 0, len(env)+8)
 	have := map[string]bool{}
 	set := func(k, v string) {
-		args = append(args, "--setenv", k, v)
+		out = append(out, k+"="+v)
 		have[k] = true
 	}
 	for _, kv := range env {
@@ -610,5 +611,5 @@ func (s *Sandbox) envArgs(env []string) []string {
 	if !have["MPLCONFIGDIR"] {
 		set("MPLCONFIGDIR", "/tmp/matplotlib")
 	}
-	return args
+	return out
 }
