@@ -94,26 +94,46 @@ func (b *snapshotBudget) reserve(ctx context.Context, dir string) (int64, func()
 		if b.reserved+want <= total-used {
 			b.reserved += want
 			b.mu.Unlock()
-			return want, func() {
-				b.mu.Lock()
-				b.reserved -= want
-				if b.freed != nil {
-					close(b.freed)
-					b.freed = nil
-				}
-				b.mu.Unlock()
-			}, nil
+			return want, b.releaser(want, ""), nil
 		}
-		if b.freed == nil {
-			b.freed = make(chan struct{})
+		if err := b.waitFreed(ctx); err != nil {
+			return 0, nil, err
 		}
-		freed := b.freed
+	}
+}
+
+// releaser returns the end of a reservation of want bytes (by tenant,
+// when not ""), which wakes the saves that wait for room.
+func (b *snapshotBudget) releaser(want int64, tenant string) func() {
+	return func() {
+		b.mu.Lock()
+		b.reserved -= want
+		if tenant != "" {
+			if b.reservedBy[tenant] -= want; b.reservedBy[tenant] <= 0 {
+				delete(b.reservedBy, tenant)
+			}
+		}
+		if b.freed != nil {
+			close(b.freed)
+			b.freed = nil
+		}
 		b.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
-		}
+	}
+}
+
+// waitFreed, called with b.mu held, releases it and waits for a
+// reservation to end, or for ctx to.
+func (b *snapshotBudget) waitFreed(ctx context.Context) error {
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	freed := b.freed
+	b.mu.Unlock()
+	select {
+	case <-freed: // bound: ctx
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
 	}
 }
 
@@ -158,28 +178,10 @@ func (b *snapshotBudget) reserveShare(ctx context.Context, dir, tenant string) (
 			b.reserved += want
 			b.reservedBy[tenant] += want
 			b.mu.Unlock()
-			return want, func() {
-				b.mu.Lock()
-				b.reserved -= want
-				if b.reservedBy[tenant] -= want; b.reservedBy[tenant] <= 0 {
-					delete(b.reservedBy, tenant)
-				}
-				if b.freed != nil {
-					close(b.freed)
-					b.freed = nil
-				}
-				b.mu.Unlock()
-			}, nil
+			return want, b.releaser(want, tenant), nil
 		}
-		if b.freed == nil {
-			b.freed = make(chan struct{})
-		}
-		freed := b.freed
-		b.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("waiting for room in the workspace's snapshot budget, which the saves of other sessions hold: %w", context.Cause(ctx))
+		if err := b.waitFreed(ctx); err != nil {
+			return 0, nil, err
 		}
 	}
 }
