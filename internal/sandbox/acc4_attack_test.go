@@ -210,3 +210,79 @@ func TestAcc4AnswerBindsHomeDotFolder(t *testing.T) {
 		t.Errorf("BROKE: a lying interpreter's answer (prefix %s/.local, which holds lib/python3.11) bound the home's .local into the sandbox; the program read %s", home, secret)
 	}
 }
+
+// TestAcc4InitCopyInWorkspaceTmp: the private copy of the init binary
+// goes to $TMPDIR/ipybox-init-<rand>. Nothing checks that $TMPDIR lies
+// outside the folders kernel code writes (TMPDIR=<project>/tmp, or
+// `cd /tmp && ipybox mcp`: the workspace is the temporary folder). Kernel
+// code then renames its own program over the copy, and the host runs it
+// at the next start (as root: the prep step).
+func TestAcc4InitCopyInWorkspaceTmp(t *testing.T) {
+	needSandbox(t)
+	ws := t.TempDir()
+	tmp := filepath.Join(ws, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Like /tmp: others traverse it (the mapped uid of the staging step).
+	for _, d := range []string{filepath.Dir(ws), ws, tmp} {
+		os.Chmod(d, 0o777|os.ModeSticky)
+	}
+	t.Setenv("TMPDIR", tmp)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Options.InitBinary (a source other than this process's own) makes a
+	// copy of its own now, under the TMPDIR above.
+	src := filepath.Join(acc4Dir(t), "ipybox")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(nil, &Options{Workspace: ws, InitBinary: src})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer s.Close()
+	cp := s.initBinary
+	t.Logf("init copy: %s (workspace %s)", cp, ws)
+	if !under(cp, ws) {
+		t.Logf("held: the copy is outside the workspace")
+		return
+	}
+	markDir := acc4Dir(t)
+	os.Chmod(markDir, 0o777)
+	mark := filepath.Join(markDir, "ran")
+	code := fmt.Sprintf(`import os, shutil
+cp = %q
+keep = os.path.join(os.path.dirname(os.path.dirname(cp)), "keep-init")
+shutil.copyfile(cp, keep); os.chmod(keep, 0o755)
+w = cp + ".new"
+open(w, "w").write("#!/bin/sh\nid -u >> %s\nexec " + keep + " \"$@\"\n")
+os.chmod(w, 0o755)
+os.rename(w, cp)
+print("replaced")
+`, cp, mark)
+	cmd, err := s.Command(context.Background(), "/usr/bin/python3", []string{"-I", "-c", code}, []string{"PATH=/usr/bin:/bin"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("kernel code: %q err=%v", out, err)
+	cmd, err = s.Command(context.Background(), "/usr/bin/python3", []string{"-I", "-c", "print('second')"}, []string{"PATH=/usr/bin:/bin"}, "")
+	if err == nil {
+		out, err = cmd.CombinedOutput()
+		t.Logf("next start: %q err=%v", out, err)
+	} else {
+		t.Logf("next start: %v", err)
+	}
+	if m, err := os.ReadFile(mark); err == nil {
+		t.Errorf("BROKE: with TMPDIR in the workspace, the private init copy %s lies where kernel code writes; kernel code renamed its program over it and the host ran it (uid %s)", cp, strings.TrimSpace(string(m)))
+	} else if strings.Contains(string(out), "replaced") {
+		t.Errorf("BROKE: with TMPDIR in the workspace, kernel code replaced the private init copy %s (it did not run on this start: %v)", cp, err)
+	}
+}
