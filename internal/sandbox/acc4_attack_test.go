@@ -219,9 +219,14 @@ func TestAcc4AnswerBindsHomeDotFolder(t *testing.T) {
 // at the next start (as root: the prep step).
 func TestAcc4InitCopyInWorkspaceTmp(t *testing.T) {
 	needSandbox(t)
+	t.Run("tmpdir-below-workspace", func(t *testing.T) { acc4InitCopy(t, "tmp") })
+	t.Run("workspace-is-tmpdir", func(t *testing.T) { acc4InitCopy(t, "") })
+}
+
+func acc4InitCopy(t *testing.T, below string) {
 	ws := t.TempDir()
-	tmp := filepath.Join(ws, "tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	tmp := filepath.Join(ws, below)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	// Like /tmp: others traverse it (the mapped uid of the staging step).
