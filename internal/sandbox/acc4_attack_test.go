@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -289,5 +290,53 @@ print("replaced")
 		t.Errorf("BROKE: with TMPDIR in the workspace, the private init copy %s lies where kernel code writes; kernel code renamed its program over it and the host ran it (uid %s)", cp, strings.TrimSpace(string(m)))
 	} else if strings.Contains(string(out), "replaced") {
 		t.Errorf("BROKE: with TMPDIR in the workspace, kernel code replaced the private init copy %s (it did not run on this start: %v)", cp, err)
+	}
+}
+
+// TestAcc4LinkToForeignVenv: alice's kernel makes a link in her own
+// folder, <root>/alice/link -> <root>/bob/.ipybox/venv (bob's venv, which
+// his install_package fills), and her client registers a sandboxed server
+// whose command is <root>/alice/link/bin/python3. The path lies in
+// alice's own folder, so the foreign check passes; the venv is
+// Dir(Dir(path)), bound read-only "over the writable folder": bwrap
+// follows the link. acc3 attack 6 (bob's venv bound into alice's server)
+// through a link.
+func TestAcc4LinkToForeignVenv(t *testing.T) {
+	py := "/usr/bin/python3"
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	alice, bob := filepath.Join(root, "alice"), filepath.Join(root, "bob")
+	for _, d := range []string{alice, bob} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	venv := filepath.Join(bob, ".ipybox", "venv")
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v %s", err, out)
+	}
+	site, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	if len(site) != 1 {
+		t.Fatal("no site-packages")
+	}
+	os.WriteFile(filepath.Join(site[0], "bobsecret.py"), []byte("TOKEN = 'BOB-PACKAGE-SECRET'\n"), 0o644)
+	os.WriteFile(filepath.Join(site[0], "bob.pth"), []byte("import sys; sys.stderr.write('BOB-PTH-RAN\\n')\n"), 0o644)
+	x := newSbx(t, nil, &Options{Workspace: alice, KernelWritable: []string{root}})
+	// Kernel code, in alice's folder: a link (it could write any name).
+	if err := os.Symlink(venv, filepath.Join(alice, "link")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(alice, "link", "bin", "python3")
+	prefixes, exe := x.pythonFor(context.Background(), path, "")
+	t.Logf("pythonFor: prefixes=%v executable=%q", prefixes, exe)
+	cmd, err := x.Command(context.Background(), path, []string{"-c", "import bobsecret; print(bobsecret.TOKEN)"}, []string{"PATH=/usr/bin:/bin"}, "")
+	if err != nil {
+		t.Logf("held: Command: %v", err)
+		return
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("alice's server: %q err=%v", out, err)
+	if strings.Contains(string(out), "BOB-PACKAGE-SECRET") || strings.Contains(string(out), "BOB-PTH-RAN") {
+		t.Errorf("BROKE: through a link in her own folder, alice's sandboxed server runs bob's venv (his .pth ran: %v) and reads his packages: %q", strings.Contains(string(out), "BOB-PTH-RAN"), out)
 	}
 }
