@@ -145,3 +145,52 @@ func TestAcc4ReplaceKeepsOneProcess(t *testing.T) {
 		t.Errorf("BROKE: a second name passed --max-registered-servers 1")
 	}
 }
+
+// TestAcc4TenantReRegistersOperatorSignedInName: with several principals
+// a tenant's sign-ins are its own (`ipybox auth login` does not sign in
+// for it). The operator signs in to "gh"; alice re-registers "gh" herself
+// (the operator's name and URL), which makes it a client registration of
+// hers. She must still be asked to sign in, not ride on the operator's.
+func TestAcc4TenantReRegistersOperatorSignedInName(t *testing.T) {
+	testenv.NeedsPython(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	s := mcptest.NewOAuthServer(nil)
+	t.Cleanup(s.Close)
+	reg := mcpconn.NewRegistry()
+	if err := reg.Add("gh", mcpconn.Config{URL: s.URL}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mcpconn.New(reg, &mcpconn.Options{OAuthURL: func(ctx context.Context, server, u string) error {
+		go testenv.Browse(u, 0, 10*time.Second)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Login(t.Context(), "gh"); err != nil {
+		t.Fatalf("the operator's sign-in: %v", err)
+	}
+	m.Close()
+	asked := 0
+	opts := &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		},
+	}
+	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), AllowPrivateURLs: true, HTTP: HTTPOptions{Principals: twoPrincipals},
+		Servers: map[string]ipybox.ServerConfig{"gh": {URL: s.URL}}})
+	alice := connectHTTPAs(t, serveHTTP(t, srv), aliceTok, legacyVersion, opts)
+	const try = "try:\n    from mcptools.gh.tool_1 import Params, run\n    print(run(Params(s='x')))\nexcept Exception as e:\n    print(type(e).__name__, e)"
+	h := createSession(t, alice)
+	first := text(call(t, alice, "execute_ipython_cell", map[string]any{"code": try, "session": h}))
+	t.Logf("alice, operator's gh: %q (asked %d)", short(first), asked)
+	res := call(t, alice, "register_mcp_server", map[string]any{"server_name": "gh", "server_params": map[string]any{"url": s.URL}, "session": h})
+	t.Logf("alice re-registers gh: error=%v %s", res.IsError, short(text(res)))
+	got := text(call(t, alice, "execute_ipython_cell", map[string]any{"code": try, "session": h}))
+	t.Logf("alice, her gh: %q (asked %d)", short(got), asked)
+	if strings.Contains(first, "tool-1: x") || strings.Contains(got, "tool-1: x") {
+		t.Errorf("BROKE: a tenant called the operator's signed-in server with the operator's sign-in (first %q, after re-registering %q)", short(first), short(got))
+	}
+}
