@@ -128,7 +128,7 @@ func (e *Executor) startContainer(ctx context.Context) (*container.Launcher, err
 		// program renamed over it would be the container's first
 		// process, before the guard. Bind a private copy instead.
 		found := init
-		if init, err = sandbox.PrivateInitBinary(); err != nil {
+		if init, err = sandbox.PrivateInitBinary(kernelWritable(e.workspace, &e.opts)); err != nil {
 			return nil, fmt.Errorf("container: the ipybox binary %s lies in %s, which kernel code can write, and a private copy failed: %w; move the binary out of the workspace", found, w, err)
 		}
 	}

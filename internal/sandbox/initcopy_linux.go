@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ipybox/ipybox/internal/hostproc"
 	"github.com/ipybox/ipybox/internal/rundir"
 )
 
@@ -22,8 +23,11 @@ import (
 // was found: it is copied once per process, from the file this process
 // runs (/proc/self/exe, whatever has been renamed over its path since) or
 // from Options.InitBinary, into a private folder (0700, this user's, in
-// the temporary folder, which no sandbox sees: its /tmp is its own), and
-// the copy (0555) is what runs and what is bound.
+// the temporary folder, which no sandbox sees: its /tmp is its own; or,
+// when kernel code can write the temporary folder, a workspace that is
+// or holds it, in the host processes' private folder: privateRoot), and
+// the copy (0555) is what runs and what is bound. A copy that a later
+// sandbox's kernels could write is made again elsewhere.
 var initCopies = struct {
 	mu sync.Mutex
 	m  map[string]string // source ("" for this process's binary) -> copy
@@ -31,7 +35,7 @@ var initCopies = struct {
 
 // privateInit returns the private copy of the init binary: of this
 // process's own binary when self is set, else of src.
-func privateInit(src string, self bool) (string, error) {
+func privateInit(src string, self bool, writable []string) (string, error) {
 	key := src
 	if self {
 		key = ""
@@ -39,10 +43,12 @@ func privateInit(src string, self bool) (string, error) {
 	initCopies.mu.Lock()
 	defer initCopies.mu.Unlock()
 	if p, ok := initCopies.m[key]; ok {
-		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && hostproc.Inside(p, writable) == "" {
 			return p, nil
 		}
-		delete(initCopies.m, key) // removed under us (a reaper, a user): copy again
+		// Removed under us (a reaper, a user), or where this sandbox's
+		// kernels write: copy again.
+		delete(initCopies.m, key)
 	}
 	from := src
 	if self {
@@ -56,7 +62,11 @@ func privateInit(src string, self bool) (string, error) {
 	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s is not a file", src)
 	}
-	dir, err := rundir.New(os.TempDir(), "ipybox-init-")
+	root, err := privateRoot(writable)
+	if err != nil {
+		return "", err
+	}
+	dir, err := rundir.New(root, "ipybox-init-")
 	if err != nil {
 		return "", err
 	}

@@ -3,4 +3,4 @@
 package sandbox
 
 // privateInit returns src: only Linux runs the init binary.
-func privateInit(src string, self bool) (string, error) { return src, nil }
+func privateInit(src string, self bool, writable []string) (string, error) { return src, nil }

@@ -248,7 +248,9 @@ func runGroup(ctx context.Context, cmd *exec.Cmd) error {
 
 // runConfined runs argv (a program and its arguments) with env in a
 // sandbox of its own that can change nothing and reach nothing: the
-// host's tree read-only, a /tmp of its own, no network, no capabilities,
+// host's tree read-only, fresh /tmp, /var/tmp and /run (a read-only mount
+// still lets a named pipe be written: /run/initctl would take a runlevel
+// from root), /dev of its own, no network, no capabilities,
 // working in /, and a seccomp filter that refuses unix sockets (a socket
 // file such as the Docker daemon's is reachable through a read-only
 // mount), the kernel keyrings and what the sandbox's filter refuses. It
@@ -271,7 +273,7 @@ func (s *Sandbox) runConfined(ctx context.Context, env []string, argv ...string)
 	}
 	defer filter.Close()
 	args := append(append([]string{}, namespaceFlags...), "--seccomp", "3", "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc",
-		"--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/", "--")
+		"--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", "--chdir", "/", "--")
 	cmd := exec.Command(s.bwrap, append(args, argv...)...)
 	cmd.Env = env
 	cmd.Dir = "/"

@@ -57,6 +57,12 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 	var venvRO []string
 	if inWritable(path) {
 		venv := filepath.Dir(filepath.Dir(path))
+		if r, err := filepath.EvalSymlinks(venv); err != nil || inForeign(r) && !in(r, own) {
+			// A link in this workspace to another sandbox's venv: its
+			// binding would show that sandbox's files here.
+			s.log.Warn("sandbox: the interpreter's folder leads where another sandbox's kernel code writes; it is neither asked nor bound", "path", path)
+			return nil, ""
+		}
 		home := pyvenvHome(venv)
 		if home == "" {
 			return nil, ""
@@ -122,14 +128,24 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 }
 
 // pythonPrefix reports whether dir holds a Python installation: a
-// lib/python3.* (or lib64/) folder.
+// lib/python3.* (or lib64/) folder, and an interpreter (bin/python3*) or
+// a virtualenv's pyvenv.cfg. Not a folder of user site packages
+// (~/.local holds lib/python3.11, and ~/.local/share the keyrings).
 func pythonPrefix(dir string) bool {
-	for _, lib := range []string{"lib", "lib64"} {
-		if m, _ := filepath.Glob(filepath.Join(dir, lib, "python3*")); len(m) > 0 {
-			return true
+	lib := false
+	for _, l := range []string{"lib", "lib64"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, l, "python3*")); len(m) > 0 {
+			lib = true
 		}
 	}
-	return false
+	if !lib {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pyvenv.cfg")); err == nil {
+		return true
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, "bin", "python3*"))
+	return len(m) > 0
 }
 
 // othersCanReplace returns the first of path, the file it leads to and

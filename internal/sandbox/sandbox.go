@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/ipybox/ipybox/internal/egress"
+	"github.com/ipybox/ipybox/internal/hostproc"
 
 	"context"
 	"errors"
@@ -254,15 +255,16 @@ func New(cfg *Config, opts *Options) (*Sandbox, error) {
 	}
 	for _, set := range []func() error{
 		func() error { return s.setWorkspace(o.Workspace) },
-		func() error { return s.setInitBinary(o.InitBinary) },
 		func() error { return s.setForwards(o.Forwards) },
 		func() error { return s.setWritable(o.Writable) },
+		func() error { s.noteWritable(o.KernelWritable); return nil },
+		// After noteWritable: its copy goes where no kernel writes.
+		func() error { return s.setInitBinary(o.InitBinary) },
 	} {
 		if err := set(); err != nil {
 			return nil, err
 		}
 	}
-	s.noteWritable(o.KernelWritable)
 	for _, k := range s.cfg.Ignored {
 		// A warning, once per key and process: a key dropped without a
 		// word is a rule the user thinks holds.
@@ -372,7 +374,7 @@ func (s *Sandbox) setInitBinary(p string) error {
 	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
 		return fmt.Errorf("sandbox init binary %q is not a file; set Options.InitBinary to the ipybox binary", p)
 	}
-	cp, err := privateInit(p, self)
+	cp, err := privateInit(p, self, s.hostWritable())
 	if err != nil {
 		return fmt.Errorf("sandbox init binary: a private copy of %s: %w", p, err)
 	}
@@ -384,12 +386,31 @@ func (s *Sandbox) setInitBinary(p string) error {
 // it: a private copy made once per process (see setInitBinary), for
 // another launcher (the container) that binds the init binary where kernel
 // code runs next.
-func PrivateInitBinary() (string, error) {
+func PrivateInitBinary(writable []string) (string, error) {
 	p, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	return privateInit(p, true)
+	return privateInit(p, true, writable)
+}
+
+// privateRoot returns where this process's private folders go (the init
+// binary's copy, a sandbox's proxy socket, mask file and staging): the
+// temporary folder, unless kernel code can write it (a workspace that is,
+// or holds, $TMPDIR: `cd /tmp && ipybox mcp`, or an allowWrite path), then
+// /var/tmp or /dev/shm. Not a folder of this user's alone (~/.cache): as
+// root, the sandbox's processes run as MappedID, and must reach what is
+// staged for them in the folders below.
+func privateRoot(writable []string) (string, error) {
+	for _, root := range []string{os.TempDir(), "/var/tmp", "/dev/shm"} {
+		if fi, err := os.Lstat(root); err != nil || !fi.IsDir() {
+			continue
+		}
+		if hostproc.Inside(root, writable) == "" {
+			return root, nil
+		}
+	}
+	return "", fmt.Errorf("kernel code can write the temporary folder %s, /var/tmp and /dev/shm (a workspace or an allowWrite path holds them); set TMPDIR to a folder outside them", os.TempDir())
 }
 
 // setForwards checks the forwarded ports and keeps them sorted.
@@ -434,7 +455,11 @@ func (s *Sandbox) setWritable(ws []string) error {
 func (s *Sandbox) startPrivate() error {
 	var err error
 	// Reaped by a later start when this process dies without Close.
-	if s.privDir, err = rundir.New(os.TempDir(), "ipybox-sandbox-"); err != nil {
+	root, err := privateRoot(s.hostWritable())
+	if err != nil {
+		return fmt.Errorf("sandbox: its private folder: %w", err)
+	}
+	if s.privDir, err = rundir.New(root, "ipybox-sandbox-"); err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.maskFile = filepath.Join(s.privDir, "mask")
