@@ -522,8 +522,10 @@ func TestUIBrowserThousandCells(t *testing.T) {
 	}
 	t.Logf("the page of a 1,000-cell session: newest %d cells shown %s after navigation (median, best of 3); 3 x older: %v, then %d cells and %d images on the page",
 		view.Cells, medianBest(views), older, more.Cells, more.Images)
-	if view.Cells != 50 || more.Cells != 200 || more.Images != 20 {
-		t.Errorf("cells shown: %d, then %d with %d images; want 50, then 200 with 20", view.Cells, more.Cells, more.Images)
+	// Every tenth cell plots, but 8 are sent at a time, so the newest 200
+	// that ran hold 20 plots give or take the few that overtook another.
+	if view.Cells != 50 || more.Cells != 200 || more.Images < 17 || more.Images > 23 {
+		t.Errorf("cells shown: %d, then %d with %d images; want 50, then 200 with about 20", view.Cells, more.Cells, more.Images)
 	}
 	if slices.Min(views) > 1000 {
 		t.Errorf("the newest cells showed %v ms after navigation, want one < 1 s", views)
