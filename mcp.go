@@ -176,7 +176,11 @@ func (e *Executor) startTools() error {
 		}
 	}
 	if e.mcp, err = mcpconn.New(reg, &mcpconn.Options{
-		TokenFile:         tokens,
+		TokenFile: tokens,
+		// A sign-in is this workspace's (the tenant's folder, with
+		// several principals): another workspace's ipybox, whose operator
+		// may have configured no such server, signs in anew.
+		Workspace:         e.workspace,
 		Logger:            e.log,
 		CallTimeout:       e.toolCallTimeout(),
 		DotEnv:            e.opts.DotEnv,

@@ -107,22 +107,40 @@ func storedTokens(t *testing.T, file string) []string {
 	if err != nil {
 		t.Fatalf("token file: %v", err)
 	}
-	// Version 2: sign-ins by server name, then URL.
+	// Version 3: sign-ins by workspace, then server name, then URL (and
+	// those of versions 2 and 1, kept: by name, then URL; by URL).
+	type signIn struct {
+		AccessToken, RefreshToken, ClientSecret string
+	}
 	var f struct {
-		SignIns map[string]map[string]struct {
-			AccessToken, RefreshToken, ClientSecret string
-		}
+		Workspaces map[string]map[string]map[string]signIn
+		SignIns    map[string]map[string]signIn
+		Servers    map[string]signIn
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var all []signIn
+	for _, byName := range f.Workspaces {
+		for _, byURL := range byName {
+			for _, s := range byURL {
+				all = append(all, s)
+			}
+		}
+	}
 	for _, byURL := range f.SignIns {
 		for _, s := range byURL {
-			for _, v := range []string{s.AccessToken, s.RefreshToken, s.ClientSecret} {
-				if v != "" {
-					out = append(out, v)
-				}
+			all = append(all, s)
+		}
+	}
+	for _, s := range f.Servers {
+		all = append(all, s)
+	}
+	var out []string
+	for _, s := range all {
+		for _, v := range []string{s.AccessToken, s.RefreshToken, s.ClientSecret} {
+			if v != "" {
+				out = append(out, v)
 			}
 		}
 	}

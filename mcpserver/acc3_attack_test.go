@@ -703,7 +703,10 @@ func TestAcc3SignInUnderAnotherName(t *testing.T) {
 	if err := reg.Add("gh", mcpconn.Config{URL: s.URL}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mcpconn.New(reg, &mcpconn.Options{OAuthURL: func(ctx context.Context, server, u string) error {
+	// As `ipybox auth login --workspace ws gh` does: a sign-in is bound
+	// to the workspace it was made for.
+	ws := t.TempDir()
+	m, err := mcpconn.New(reg, &mcpconn.Options{Workspace: ws, OAuthURL: func(ctx context.Context, server, u string) error {
 		go testenv.Browse(u, 0, 10*time.Second)
 		return nil
 	}})
@@ -725,7 +728,7 @@ func TestAcc3SignInUnderAnotherName(t *testing.T) {
 	// The test's OAuth server is on loopback, which client-registered URL
 	// servers reach only with AllowPrivateURLs; a real one (a public
 	// host) needs no flag.
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Policy: p}, AllowPrivateURLs: true,
+	srv := newGatedServer(t, &Options{Workspace: ws, Approvals: ApprovalOptions{Policy: p}, AllowPrivateURLs: true,
 		Servers: map[string]ipybox.ServerConfig{"gh": {URL: s.URL}}})
 	url := serveHTTP(t, srv)
 	cs := connectHTTPAs(t, url, testToken, legacyVersion, &mcp.ClientOptions{

@@ -39,7 +39,10 @@ func TestAcc4SignInOperatorNameReRegistered(t *testing.T) {
 	if err := reg.Add("gh", mcpconn.Config{URL: s.URL}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mcpconn.New(reg, &mcpconn.Options{OAuthURL: func(ctx context.Context, server, u string) error {
+	// As `ipybox auth login --workspace ws gh` does: a sign-in is bound
+	// to the workspace it was made for.
+	ws := t.TempDir()
+	m, err := mcpconn.New(reg, &mcpconn.Options{Workspace: ws, OAuthURL: func(ctx context.Context, server, u string) error {
 		go testenv.Browse(u, 0, 10*time.Second)
 		return nil
 	}})
@@ -69,7 +72,7 @@ func TestAcc4SignInOperatorNameReRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	srv := newGatedServer(t, &Options{Workspace: t.TempDir(), Approvals: ApprovalOptions{Policy: p}, AllowPrivateURLs: true,
+	srv := newGatedServer(t, &Options{Workspace: ws, Approvals: ApprovalOptions{Policy: p}, AllowPrivateURLs: true,
 		Servers: map[string]ipybox.ServerConfig{"gh": {URL: s.URL}}})
 	cs := connectHTTPAs(t, serveHTTP(t, srv), testToken, legacyVersion, elicit)
 	if got := run(t, cs, try); !strings.Contains(got, "deny tool gh.tool-1") {

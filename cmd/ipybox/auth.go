@@ -33,11 +33,14 @@ logout  forgets the stored sign-in of SERVER (the authorization server is not
         told; revoke the grant there to end it).
 
 Tokens are kept on this host only, in $XDG_CONFIG_HOME/ipybox/oauth-tokens.json
-(~/.config/ipybox/ on Linux; mode 0600), keyed by server name and URL, and
-shared by every workspace that registers the server under that name. A
-sign-in is used only under the name it was made for, so the approval rules
-on that name hold for every call made with it; the same URL registered
-under another name signs in anew. They never reach the kernel, servers.json or the logs.
+(~/.config/ipybox/ on Linux; mode 0600), keyed by workspace, server name and
+URL. A sign-in is used only in the workspace (a tenant's folder, with several
+principals) and under the name it was made for, so the approval rules on that
+name hold for every call made with it, and the operator of another workspace,
+who may have configured no such server, never finds it used there: the same
+URL registered under another name, or in another workspace, signs in anew.
+The workspace is DIR as an absolute path (links are not followed). They never
+reach the kernel, servers.json or the logs.
 `
 
 func authCommand() *command {
@@ -71,13 +74,20 @@ func runAuth(ctx context.Context, env *cliEnv, args []string) int {
 		fmt.Fprintf(env.stderr, "ipybox auth %s: %v\n", sub, err)
 		return exitFail
 	}
+	// The sign-ins are the workspace's: bound to it as ipybox mcp and
+	// the library bind theirs (their WorkDir, made absolute).
+	ws, err := mcpconn.SignInWorkspace(*workspace)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "ipybox auth %s: %v\n", sub, err)
+		return exitFail
+	}
 	switch sub {
 	case "login":
-		return authLogin(ctx, env, reg, dot, fs.Arg(0), *timeout)
+		return authLogin(ctx, env, ws, reg, dot, fs.Arg(0), *timeout)
 	case "logout":
-		return authLogout(env, reg, dot, fs.Arg(0))
+		return authLogout(env, ws, reg, dot, fs.Arg(0))
 	default:
-		return authStatus(env, reg, dot)
+		return authStatus(env, ws, reg, dot)
 	}
 }
 
@@ -145,13 +155,14 @@ func lookupWith(dot map[string]string) func(string) (string, bool) {
 	}
 }
 
-func authLogin(ctx context.Context, env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg string, timeout time.Duration) int {
+func authLogin(ctx context.Context, env *cliEnv, ws string, reg *mcpconn.Registry, dot map[string]string, arg string, timeout time.Duration) int {
 	reg, name, err := resolveServer(reg, dot, arg)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth login: %v\n", err)
 		return exitUsage
 	}
 	m, err := mcpconn.New(reg, &mcpconn.Options{
+		Workspace:        ws,
 		DotEnv:           dot,
 		OAuthURL:         printAuthURL(env.stderr, "ipybox auth login"),
 		AuthorizeTimeout: timeout,
@@ -169,7 +180,7 @@ func authLogin(ctx context.Context, env *cliEnv, reg *mcpconn.Registry, dot map[
 	return exitOK
 }
 
-func authLogout(env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg string) int {
+func authLogout(env *cliEnv, ws string, reg *mcpconn.Registry, dot map[string]string, arg string) int {
 	reg, name, err := resolveServer(reg, dot, arg)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
@@ -180,7 +191,7 @@ func authLogout(env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg s
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
 		return exitFail
 	}
-	had, err := mcpconn.DeleteToken("", name, u)
+	had, err := mcpconn.DeleteToken("", ws, name, u)
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth logout: %v\n", err)
 		return exitFail
@@ -193,7 +204,7 @@ func authLogout(env *cliEnv, reg *mcpconn.Registry, dot map[string]string, arg s
 	return exitOK
 }
 
-func authStatus(env *cliEnv, reg *mcpconn.Registry, dot map[string]string) int {
+func authStatus(env *cliEnv, ws string, reg *mcpconn.Registry, dot map[string]string) int {
 	file, err := mcpconn.DefaultTokenFile()
 	if err != nil {
 		fmt.Fprintf(env.stderr, "ipybox auth status: %v\n", err)
@@ -223,10 +234,23 @@ func authStatus(env *cliEnv, reg *mcpconn.Registry, dot map[string]string) int {
 	seen := map[key]bool{}
 	now := time.Now()
 	for _, s := range stored {
-		if s.Server == "" {
+		switch {
+		case s.Old && s.Server == "":
 			// Stored by URL alone, by an ipybox before sign-ins were bound
 			// to names: no registration uses it.
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", "-", showURL(s.URL), "signed in by an older ipybox, not used: sign in again by name")
+			continue
+		case s.Old:
+			// Stored by name and URL, by an ipybox before sign-ins were
+			// bound to a workspace: no registration uses it.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", escape.Text(s.Server), showURL(s.URL), "signed in by an older ipybox for any workspace, not used: sign in again")
+			continue
+		case s.Workspace != ws:
+			where := "no workspace (ipybox apigen)"
+			if s.Workspace != "" {
+				where = "the workspace " + escape.Text(s.Workspace)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", escape.Text(s.Server), showURL(s.URL), "signed in for "+where+", not used here")
 			continue
 		}
 		seen[key{s.Server, s.URL}] = true

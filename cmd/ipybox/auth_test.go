@@ -118,3 +118,54 @@ func TestAuthCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthSignInBoundToWorkspace: a sign-in made with ipybox auth login in
+// one workspace is that workspace's. status in another workspace that
+// registers the same name and URL lists it as not used there and the
+// server as not signed in; an entry of token file version 2 (name and
+// URL, no workspace) is listed as unused.
+func TestAuthSignInBoundToWorkspace(t *testing.T) {
+	cfgHome := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgHome)
+	s := mcptest.NewOAuthServer(nil)
+	t.Cleanup(s.Close)
+	wsA, wsB := t.TempDir(), t.TempDir()
+	for _, ws := range []string{wsA, wsB} {
+		reg := mcpconn.NewRegistry()
+		if err := reg.Add("remote", mcpconn.Config{URL: s.URL}); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Save(filepath.Join(ws, ".ipybox", "servers.json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out bytes.Buffer
+		errOut := &browsingWriter{}
+		env := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: errOut, getenv: os.Getenv}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		code := run(ctx, env, append([]string{"auth"}, args...))
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := cli("login", "--workspace", wsA, "remote"); code != 0 {
+		t.Fatalf("login: %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := cli("status", "--workspace", wsB)
+	if code != 0 || !regexp.MustCompile(`remote\s+`+regexp.QuoteMeta(s.URL)+`\s+not signed in`).MatchString(out) ||
+		!strings.Contains(out, "signed in for the workspace "+wsA+", not used here") {
+		t.Errorf("status in another workspace: %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := cli("logout", "--workspace", wsB, "remote"); code != 0 || !strings.Contains(out, "no stored sign-in") {
+		t.Errorf("logout in another workspace: %d %s", code, out)
+	}
+	if _, out, _ := cli("status", "--workspace", wsA); !regexp.MustCompile(`remote\s+` + regexp.QuoteMeta(s.URL) + `\s+signed in, expires`).MatchString(out) {
+		t.Errorf("status in the sign-in's workspace:\n%s", out)
+	}
+	file := filepath.Join(cfgHome, "ipybox", "oauth-tokens.json")
+	os.WriteFile(file, []byte(`{"version":2,"signIns":{"remote":{"`+s.URL+`":{"clientId":"c","accessToken":"old","tokenUrl":"https://e.example/t"}}}}`), 0o600)
+	if _, out, _ := cli("status", "--workspace", wsA); !strings.Contains(out, "signed in by an older ipybox for any workspace, not used") ||
+		!regexp.MustCompile(`remote\s+`+regexp.QuoteMeta(s.URL)+`\s+not signed in`).MatchString(out) {
+		t.Errorf("status with a version-2 entry:\n%s", out)
+	}
+}

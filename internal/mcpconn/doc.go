@@ -32,7 +32,8 @@
 // authorization URL goes to Options.OAuthURL; the browser comes back to a
 // listener on 127.0.0.1. Tokens are kept on the host only, in
 // Options.TokenFile (DefaultTokenFile: mode 0600 under os.UserConfigDir),
-// keyed by server URL, refreshed before they expire and once on a 401. A
+// keyed by Options.Workspace, server name and URL (a sign-in is used only
+// where it was made), refreshed before they expire and once on a 401. A
 // server that needs a sign-in that cannot happen fails with a
 // *LoginRequiredError. SSE servers cannot use OAuth (the SDK's SSE client has
 // no OAuth support).

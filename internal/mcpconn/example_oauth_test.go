@@ -51,7 +51,7 @@ func ExampleOptions_oAuthURL() {
 	fmt.Println("stored sign-ins:", len(stored), "refreshable:", stored[0].Refreshable)
 
 	// Without OAuthURL and without a stored token, the error says what to do.
-	mcpconn.DeleteToken(filepath.Join(dir, "tokens.json"), "remote", srv.URL)
+	mcpconn.DeleteToken(filepath.Join(dir, "tokens.json"), "", "remote", srv.URL)
 	m2, err := mcpconn.New(reg, &mcpconn.Options{TokenFile: filepath.Join(dir, "tokens.json")})
 	if err != nil {
 		log.Fatal(err)

@@ -104,9 +104,16 @@ type Options struct {
 	// AuthorizeTimeout bounds the wait for the browser's redirect after
 	// OAuthURL. Zero means DefaultAuthorizeTimeout.
 	AuthorizeTimeout time.Duration
-	// TokenFile is where OAuth tokens are kept (mode 0600), keyed by server
-	// URL. Empty means DefaultTokenFile().
+	// TokenFile is where OAuth tokens are kept (mode 0600), keyed by
+	// Workspace, server name and URL. Empty means DefaultTokenFile().
 	TokenFile string
+	// Workspace is the folder whose registrations this Manager serves
+	// (the workspace, or a tenant's folder with several principals): the
+	// sign-ins it stores are bound to it, and it uses only the sign-ins
+	// stored for it (see SignInWorkspace). A registration of the same
+	// name and URL in another workspace signs in anew. Empty binds them
+	// to no workspace: they are shared only by the Managers without one.
+	Workspace string
 }
 
 // A Manager keeps one session per registered server. Sessions are opened
@@ -199,6 +206,11 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		// with the reason; the sign-in itself still works.
 		o.TokenFile, _ = DefaultTokenFile()
 	}
+	ws, err := SignInWorkspace(o.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("mcpconn: Options.Workspace: %w", err)
+	}
+	o.Workspace = ws
 	ctx, cancel := context.WithCancel(context.Background())
 	client := mcp.NewClient(&mcp.Implementation{Name: "ipybox", Version: "v0"}, &mcp.ClientOptions{
 		Logger: o.Logger,
@@ -216,7 +228,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 		http:    http.DefaultTransport.(*http.Transport).Clone(),
 		guarded: publicOnlyTransport(nil),
 		listen:  net.Listen,
-		store:   tokenStore{path: o.TokenFile},
+		store:   tokenStore{path: o.TokenFile, workspace: o.Workspace},
 		ctx:     ctx,
 		cancel:  cancel,
 		entries: map[string]*entry{},

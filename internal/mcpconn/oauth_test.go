@@ -163,7 +163,7 @@ func TestOAuthSignInStoreReuse(t *testing.T) {
 	noTokens(t, s, "the logs", logs.String()+logs2.String())
 
 	// Logged out: the next process needs a sign-in.
-	if had, err := DeleteToken(filepath.Join(dir, "tokens.json"), "srv", s.URL); !had || err != nil {
+	if had, err := DeleteToken(filepath.Join(dir, "tokens.json"), "", "srv", s.URL); !had || err != nil {
 		t.Fatalf("DeleteToken = %v, %v", had, err)
 	}
 	m3, _ := oauthManager(t, Config{URL: s.URL}, dir, nil)
@@ -586,7 +586,75 @@ func TestOAuthSignInBoundToName(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Server != "" || list[0].URL != s.URL {
 		t.Errorf("ListTokens of an older file = %+v, %v", list, err)
 	}
-	if had, err := DeleteToken(file, "", s.URL); !had || err != nil {
+	if had, err := DeleteToken(file, "", "", s.URL); !had || err != nil {
 		t.Errorf("DeleteToken of the older sign-in = %v, %v", had, err)
+	}
+}
+
+// TestOAuthSignInBoundToWorkspace: a sign-in is bound to the workspace
+// whose registration it was made for, as well as to the name and URL. The
+// token file is the user's, shared by every ipybox the user runs: a
+// Manager of another workspace (another ipybox mcp, whose operator
+// configured no such server) with a registration of the same name and
+// URL must sign in anew (acc4, attack 5). A sign-in of token file version
+// 2 (name and URL, no workspace) is listed as old and never used.
+func TestOAuthSignInBoundToWorkspace(t *testing.T) {
+	s := oauthServer(t, nil)
+	dir := t.TempDir()
+	wsA, wsB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	b := newBrowser()
+	m, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{OAuthURL: b.open, Workspace: wsA})
+	if got := callText(t, m, "srv", "tool-1", map[string]any{"s": "x"}); got != "tool-1: x" {
+		t.Fatalf("call: %q", got)
+	}
+	// The same workspace, another process: the stored sign-in works.
+	again, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{Workspace: wsA + "/."})
+	if got := callText(t, again, "srv", "tool-1", map[string]any{"s": "y"}); got != "tool-1: y" {
+		t.Fatalf("the same workspace: %q", got)
+	}
+	// Another workspace, and a Manager without one: same name, same URL.
+	for _, ws := range []string{wsB, ""} {
+		other, _ := oauthManager(t, Config{URL: s.URL}, dir, &Options{Workspace: ws})
+		_, err := other.CallTool(ctxT(t), "srv", "tool-1", map[string]any{"s": "z"})
+		var lre *LoginRequiredError
+		if !errors.As(err, &lre) {
+			t.Errorf("workspace %q used the sign-in of %s: %v, want a *LoginRequiredError", ws, wsA, err)
+		}
+	}
+	if c := s.Counts(); c.Authorizations != 1 {
+		t.Errorf("counts: %+v", c)
+	}
+	list, err := ListTokens(filepath.Join(dir, "tokens.json"))
+	if err != nil || len(list) != 1 || list[0].Workspace != wsA || list[0].Server != "srv" || list[0].Old {
+		t.Errorf("ListTokens = %+v, %v", list, err)
+	}
+	if had, err := DeleteToken(filepath.Join(dir, "tokens.json"), wsB, "srv", s.URL); had || err != nil {
+		t.Errorf("DeleteToken of another workspace removed %s's sign-in: %v %v", wsA, had, err)
+	}
+
+	// A version-2 file: bound to the name, not to a workspace.
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	os.WriteFile(file, []byte(`{"version":2,"signIns":{"srv":{"`+s.URL+`":{"clientId":"c","accessToken":"old","tokenUrl":"https://e.example/t"}}}}`), 0o600)
+	for _, ws := range []string{"", wsA} {
+		if e, err := (tokenStore{path: file, workspace: ws}).load("srv", s.URL); e != nil || err != nil {
+			t.Errorf("a version-2 sign-in was used in workspace %q: %v %v", ws, e, err)
+		}
+	}
+	list, err = ListTokens(file)
+	if err != nil || len(list) != 1 || !list[0].Old || list[0].Server != "srv" || list[0].Workspace != "" {
+		t.Errorf("ListTokens of a version-2 file = %+v, %v", list, err)
+	}
+	// Saving keeps it (listed, unused); logout of the name removes it.
+	if err := (tokenStore{path: file, workspace: wsA}).save("srv", s.URL, &storedSignIn{ClientID: "c", AccessToken: "new", TokenURL: "https://e.example/t"}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ = ListTokens(file); len(list) != 2 || !list[0].Old || list[1].Old || list[1].Workspace != wsA {
+		t.Errorf("after a save: %+v", list)
+	}
+	if had, err := DeleteToken(file, wsA, "srv", s.URL); !had || err != nil {
+		t.Errorf("DeleteToken = %v, %v", had, err)
+	}
+	if list, _ = ListTokens(file); len(list) != 0 {
+		t.Errorf("after logout: %+v", list)
 	}
 }

@@ -24,15 +24,20 @@ import (
 //
 //	$XDG_CONFIG_HOME/ipybox/oauth-tokens.json (os.UserConfigDir; ~/.config on Linux)
 //
-// with mode 0600 in a folder with mode 0700, keyed by the server's name and
-// URL together, so that every workspace that registers the same server
-// under the same name shares one sign-in. A sign-in is bound to the name it
-// was made for: approval rules match servers by name, so a sign-in that a
+// with mode 0600 in a folder with mode 0700, keyed by the workspace, the
+// server's name and its URL together. A sign-in is bound to where it was
+// made: the workspace (a tenant's folder with several principals) whose
+// registration it was made for, and the name it was made for there. The
+// name, because approval rules match servers by name, so a sign-in that a
 // registration under another name could use would carry the operator's
-// credentials past a rule on the operator's name (acc3, attack 16). A
-// registration of the same URL under another name signs in anew. Rules do
-// not follow URLs instead, because a URL has many spellings (a port, a
-// query, a trailing slash, another host name for the same server).
+// credentials past a rule on the operator's name (acc3, attack 16). The
+// workspace, because the file is the user's and shared by every ipybox the
+// user runs: a client of another workspace's ipybox mcp, whose operator
+// configured no such server and wrote no rule for it, could otherwise
+// register the same name and URL and use the sign-in unasked (acc4, attack
+// 5). A registration elsewhere, or under another name, signs in anew.
+// Rules do not follow URLs instead, because a URL has many spellings (a
+// port, a query, a trailing slash, another host name for the same server).
 // Not an OS keyring: on Linux the keyring libraries that need no cgo talk to
 // the Secret Service over D-Bus, which headless hosts (containers, CI, SSH
 // sessions, the Docker image) do not run, so a file would be needed as the
@@ -75,8 +80,14 @@ func PrincipalTokenFile(principal string) (string, error) {
 // tokenFile is the JSON layout of the token file.
 type tokenFile struct {
 	Version int `json:"version"`
-	// SignIns holds the sign-ins by server name, then by tokenKey of the
-	// server's URL.
+	// Bound holds the sign-ins by workspace (Manager's Options.Workspace,
+	// "" for a Manager without one), then by server name, then by
+	// tokenKey of the server's URL.
+	Bound map[string]map[string]map[string]*storedSignIn `json:"workspaces,omitempty"`
+	// SignIns holds the sign-ins of version 2 (bound to a name, not yet to
+	// a workspace), by server name, then by URL. They are listed and
+	// kept, never used: a registration of the name in any workspace could
+	// have used them.
 	SignIns map[string]map[string]*storedSignIn `json:"signIns,omitempty"`
 	// Servers holds the sign-ins of version 1 (before ipybox bound them
 	// to a name), by URL. They are listed and kept, never used: any
@@ -85,7 +96,7 @@ type tokenFile struct {
 }
 
 // tokenFileVersion is the version written.
-const tokenFileVersion = 2
+const tokenFileVersion = 3
 
 // storedSignIn is one server's sign-in: the OAuth client it used (needed
 // to refresh) and its token. Client secrets of dynamically registered
@@ -143,20 +154,23 @@ func tokenKey(raw string) string {
 
 // tokenStore reads and writes the token file. Every operation locks the
 // file (another ipybox process may be refreshing), reads it whole and, to
-// change it, replaces it atomically.
-type tokenStore struct{ path string }
+// change it, replaces it atomically. Its sign-ins are those of workspace.
+type tokenStore struct {
+	path      string
+	workspace string // the key's first part: see Options.Workspace
+}
 
 func (s tokenStore) load(name, serverURL string) (*storedSignIn, error) {
 	var out *storedSignIn
 	err := s.locked(false, func(f *tokenFile) bool {
-		out = f.SignIns[name][tokenKey(serverURL)]
+		out = f.Bound[s.workspace][name][tokenKey(serverURL)]
 		return false
 	})
 	return out, err
 }
 
-// maxStoredToken bounds a token the file keeps: the file is shared by
-// every server, and one server's huge token (a hostile authorization
+// maxStoredToken bounds a token (access or refresh) that is written to the
+// file, which every server's sign-in shares: one large token (a hostile
 // server's, of up to a megabyte) must not make it unreadable for all.
 const maxStoredToken = 16 << 10
 
@@ -168,10 +182,15 @@ func (s tokenStore) save(name, serverURL string, e *storedSignIn) error {
 		return fmt.Errorf("the sign-in to %s was not stored: it names no server", tokenKey(serverURL))
 	}
 	return s.locked(true, func(f *tokenFile) bool {
-		if f.SignIns[name] == nil {
-			f.SignIns[name] = map[string]*storedSignIn{}
+		ws := f.Bound[s.workspace]
+		if ws == nil {
+			ws = map[string]map[string]*storedSignIn{}
+			f.Bound[s.workspace] = ws
 		}
-		f.SignIns[name][tokenKey(serverURL)] = e
+		if ws[name] == nil {
+			ws[name] = map[string]*storedSignIn{}
+		}
+		ws[name][tokenKey(serverURL)] = e
 		return true
 	})
 }
@@ -180,10 +199,14 @@ func (s tokenStore) remove(name, serverURL string) (bool, error) {
 	var had bool
 	err := s.locked(true, func(f *tokenFile) bool {
 		k := tokenKey(serverURL)
-		_, had = f.SignIns[name][k]
-		delete(f.SignIns[name], k)
-		if len(f.SignIns[name]) == 0 {
-			delete(f.SignIns, name)
+		ws := f.Bound[s.workspace]
+		_, had = ws[name][k]
+		delete(ws[name], k)
+		if len(ws[name]) == 0 {
+			delete(ws, name)
+		}
+		if len(ws) == 0 {
+			delete(f.Bound, s.workspace)
 		}
 		return had
 	})
@@ -252,7 +275,7 @@ func (s tokenStore) locked(write bool, fn func(*tokenFile) bool) error {
 // read returns the file's contents; a missing file is empty. A file that
 // others may read is refused rather than used: its tokens may have leaked.
 func (s tokenStore) read() (*tokenFile, error) {
-	f := &tokenFile{Version: tokenFileVersion, SignIns: map[string]map[string]*storedSignIn{}}
+	f := &tokenFile{Version: tokenFileVersion, Bound: map[string]map[string]map[string]*storedSignIn{}}
 	fh, err := os.OpenFile(s.path, os.O_RDONLY|oNoFollow, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, nil
@@ -282,19 +305,27 @@ func (s tokenStore) read() (*tokenFile, error) {
 		// The parser's message is not shown: it may quote a token.
 		return nil, fmt.Errorf("the OAuth token file %s is not valid JSON; remove it and sign in again", s.path)
 	}
-	if f.SignIns == nil {
-		f.SignIns = map[string]map[string]*storedSignIn{}
+	if f.Bound == nil {
+		f.Bound = map[string]map[string]map[string]*storedSignIn{}
 	}
 	return f, nil
 }
 
 // StoredToken describes one stored OAuth sign-in, without its secrets.
 type StoredToken struct {
+	// Workspace is the folder whose registration the sign-in was made
+	// for (a Manager's Options.Workspace, absolute; empty for a Manager
+	// without one, such as ipybox apigen's). Only a Manager of that
+	// workspace uses it.
+	Workspace string
 	// Server is the name of the server the sign-in was made for; only a
 	// registration of that name (and URL) uses it. Empty for a sign-in
-	// stored by an ipybox before sign-ins were bound to names: it is
-	// never used; sign in again.
+	// stored by an ipybox before sign-ins were bound to names.
 	Server string
+	// Old reports a sign-in stored by an ipybox before sign-ins were
+	// bound to a workspace and a name (token file version 1 or 2): it is
+	// never used; sign in again.
+	Old bool
 	// URL is the MCP server's URL.
 	URL string
 	// ClientID is the OAuth client the token was issued to.
@@ -312,59 +343,90 @@ type StoredToken struct {
 }
 
 // ListTokens describes the sign-ins stored in file (DefaultTokenFile when
-// empty), sorted by server name and URL (those of an older ipybox, without
-// a name, first). It never returns a token.
+// empty): first those of an older ipybox (Old), then the others sorted by
+// workspace, server name and URL. It never returns a token.
 func ListTokens(file string) ([]StoredToken, error) {
-	s, err := openStore(file)
+	s, err := openStore(file, "")
 	if err != nil {
 		return nil, err
 	}
 	var out []StoredToken
 	err = s.locked(false, func(f *tokenFile) bool {
-		add := func(name string, m map[string]*storedSignIn) {
+		add := func(ws, name string, old bool, m map[string]*storedSignIn) {
 			for _, k := range slices.Sorted(maps.Keys(m)) {
 				e := m[k]
-				out = append(out, StoredToken{Server: name, URL: k, ClientID: e.ClientID, Scopes: slices.Clone(e.Scopes), Expiry: e.Expiry, Refreshable: e.RefreshToken != "", Obtained: e.Obtained})
+				out = append(out, StoredToken{Workspace: ws, Server: name, Old: old, URL: k, ClientID: e.ClientID, Scopes: slices.Clone(e.Scopes), Expiry: e.Expiry, Refreshable: e.RefreshToken != "", Obtained: e.Obtained})
 			}
 		}
-		add("", f.Servers)
+		add("", "", true, f.Servers)
 		for _, n := range slices.Sorted(maps.Keys(f.SignIns)) {
-			add(n, f.SignIns[n])
+			add("", n, true, f.SignIns[n])
+		}
+		for _, ws := range slices.Sorted(maps.Keys(f.Bound)) {
+			for _, n := range slices.Sorted(maps.Keys(f.Bound[ws])) {
+				add(ws, n, false, f.Bound[ws][n])
+			}
 		}
 		return false
 	})
 	return out, err
 }
 
-// DeleteToken removes the stored sign-in of the server name at serverURL
-// from file (DefaultTokenFile when empty) and reports whether there was
-// one; an empty name removes a sign-in of an older ipybox, stored by URL
+// DeleteToken removes the stored sign-in that workspace's server name at
+// serverURL uses from file (DefaultTokenFile when empty), and the one an
+// older ipybox stored for that name and URL, and reports whether there was
+// one; an empty name removes a sign-in of an older ipybox stored by URL
 // alone. The authorization server is not told: its tokens stay valid until
 // they expire or are revoked there.
-func DeleteToken(file, name, serverURL string) (bool, error) {
-	s, err := openStore(file)
+func DeleteToken(file, workspace, name, serverURL string) (bool, error) {
+	s, err := openStore(file, workspace)
 	if err != nil {
 		return false, err
 	}
-	if name == "" {
-		var had bool
-		err := s.locked(true, func(f *tokenFile) bool {
-			k := tokenKey(serverURL)
+	var had bool
+	err = s.locked(true, func(f *tokenFile) bool {
+		k := tokenKey(serverURL)
+		if name == "" {
 			_, had = f.Servers[k]
 			delete(f.Servers, k)
 			return had
-		})
+		}
+		_, had = f.SignIns[name][k]
+		delete(f.SignIns[name], k)
+		if len(f.SignIns[name]) == 0 {
+			delete(f.SignIns, name)
+		}
+		return had
+	})
+	if err != nil || name == "" {
 		return had, err
 	}
-	return s.remove(name, serverURL)
+	bound, err := s.remove(name, serverURL)
+	return had || bound, err
 }
 
-func openStore(file string) (tokenStore, error) {
+// SignInWorkspace is the form of a workspace folder that binds sign-ins
+// (Options.Workspace, StoredToken.Workspace): absolute and clean. Links
+// are not followed: a link in the path that kernel code can change must
+// not move a workspace's sign-ins to another; the same folder reached by
+// another path signs in anew.
+func SignInWorkspace(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	return filepath.Abs(dir)
+}
+
+func openStore(file, workspace string) (tokenStore, error) {
 	if file == "" {
 		var err error
 		if file, err = DefaultTokenFile(); err != nil {
 			return tokenStore{}, err
 		}
 	}
-	return tokenStore{path: file}, nil
+	ws, err := SignInWorkspace(workspace)
+	if err != nil {
+		return tokenStore{}, err
+	}
+	return tokenStore{path: file, workspace: ws}, nil
 }

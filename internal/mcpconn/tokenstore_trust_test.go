@@ -23,7 +23,7 @@ func TestAttackTokenStoreNotOurs(t *testing.T) {
 			v.Want, fix = trustedtest.Refuse, "chmod 600"
 		}
 		_, err := ListTokens(v.Path)
-		_, rerr := DeleteToken(v.Path, "srv", "https://example.com/mcp")
+		_, rerr := DeleteToken(v.Path, "", "srv", "https://example.com/mcp")
 		for _, e := range []error{err, rerr} {
 			switch {
 			case v.Want == trustedtest.Refuse && (e == nil || !strings.Contains(e.Error(), v.Path) || !strings.Contains(e.Error(), fix)):
