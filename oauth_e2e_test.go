@@ -231,9 +231,11 @@ print("FOUND", found)`, tokens, tokenFile)
 		t.Errorf("the unsandboxed kernel's environment or workspace holds a token: %s", res.Text)
 	}
 
-	// Sandboxed: a new executor (a later process) uses the stored token,
-	// with no new sign-in, and kernel code can find it nowhere.
-	ws2 := t.TempDir()
+	// Sandboxed: a new executor in the same workspace (a later process)
+	// uses the stored token, with no new sign-in (a sign-in is the
+	// workspace's: another one signs in anew), and kernel code can find it
+	// nowhere.
+	ws2 := ws
 	sb := startSandboxed(t, &ipybox.Options{WorkDir: ws2, Logger: log, Approver: approver})
 	if _, err := sb.RegisterMCPServer(ctx, "demo", ipybox.ServerConfig{URL: serverURL}); err != nil {
 		t.Fatalf("register with the stored token: %v", err)
