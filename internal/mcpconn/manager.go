@@ -208,7 +208,7 @@ func New(reg *Registry, opts *Options) (*Manager, error) {
 	}
 	ws, err := SignInWorkspace(o.Workspace)
 	if err != nil {
-		return nil, fmt.Errorf("mcpconn: Options.Workspace: %w", err)
+		return nil, fmt.Errorf("the workspace that sign-ins belong to (Options.Workspace): %w", err)
 	}
 	o.Workspace = ws
 	ctx, cancel := context.WithCancel(context.Background())

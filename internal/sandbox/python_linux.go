@@ -108,7 +108,19 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		s.log.Debug("sandbox: not a Python interpreter (or it failed); no prefix added", "path", ask, "err", info.err)
 		return venvRO, ""
 	}
-	for _, p := range info.prefixes {
+	prefixes = s.bindable(info.prefixes, inWritable)
+	if keepPath {
+		return append(prefixes, venvRO...), ""
+	}
+	return prefixes, info.executable
+}
+
+// bindable returns the prefixes of an interpreter's answer that may be
+// bound into the sandbox: not under /usr (shown anyway), not / nor a
+// folder holding home, not where kernel code writes, and a Python
+// installation (pythonPrefix). The answer may be kernel code's.
+func (s *Sandbox) bindable(prefixes []string, inWritable func(string) bool) (out []string) {
+	for _, p := range prefixes {
 		switch {
 		case s.cfg.RootMode == RootHost, under(p, "/usr"):
 		case p == "/" || s.home != "" && under(s.home, p):
@@ -116,15 +128,12 @@ func (s *Sandbox) pythonFor(ctx context.Context, path, runDir string) (prefixes 
 		case inWritable(p):
 			s.log.Warn("sandbox: the Python prefix lies where kernel code writes; not bound", "prefix", p)
 		case !pythonPrefix(p):
-			s.log.Warn("sandbox: the interpreter's answer names a folder that holds no Python installation (lib/python3.*); not bound", "prefix", p)
+			s.log.Warn("sandbox: the interpreter's answer names a folder that holds no Python installation (lib/python3.* beside bin/python3 or a pyvenv.cfg); not bound", "prefix", p)
 		default:
-			prefixes = append(prefixes, p)
+			out = append(out, p)
 		}
 	}
-	if keepPath {
-		return append(prefixes, venvRO...), ""
-	}
-	return prefixes, info.executable
+	return out
 }
 
 // pythonPrefix reports whether dir holds a Python installation: a
