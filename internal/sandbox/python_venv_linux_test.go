@@ -105,8 +105,16 @@ func TestCommandNeverAsksReplaceablePython(t *testing.T) {
 	needSandbox(t)
 	x := newSbx(t, nil, nil)
 	marks := t.TempDir()
+	// Not under /tmp: another test of this process may have made /tmp
+	// writable to its kernels (allowWrite), and no interpreter there is
+	// asked then (the process-wide record of kernel-writable folders).
+	base, err := os.MkdirTemp("/var/tmp", "ipybox-asks-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
 	plant := func(name string, dirMode, fileMode os.FileMode, uid int) string {
-		dir := filepath.Join(t.TempDir(), name, "bin")
+		dir := filepath.Join(base, name, "bin")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
