@@ -329,15 +329,12 @@ func (s *Server) uiTurn(w http.ResponseWriter, r *http.Request, l *uiLogin) (fun
 	return done, true
 }
 
-// auditDecisions are the decisions an audit row can hold (policy.Entry).
-var auditDecisions = []string{"allow", "deny", "timeout", "abandoned"}
-
 // uiAudit answers principal p's rows of the audit log, newest first,
 // filtered by session (the page's name or the log's), tool (or command)
 // and decision: at most maxUIAuditRows.
 func (s *Server) uiAudit(w http.ResponseWriter, r *http.Request, l *uiLogin) {
-	if d := r.URL.Query().Get("decision"); d != "" && !slices.Contains(auditDecisions, d) {
-		http.Error(w, fmt.Sprintf("decision %q: want one of %s, or none for all", d, strings.Join(auditDecisions, ", ")), http.StatusBadRequest)
+	if d := r.URL.Query().Get("decision"); d != "" && !slices.Contains(policy.Decisions, d) {
+		http.Error(w, fmt.Sprintf("decision %q: want one of %s, or none for all", d, strings.Join(policy.Decisions, ", ")), http.StatusBadRequest)
 		return
 	}
 	if s.ui.auditLog == "" {

@@ -17,6 +17,9 @@ import (
 	"github.com/ipybox/ipybox/internal/trusted"
 )
 
+// Decisions are the values Entry.Decision takes.
+var Decisions = []string{"allow", "deny", "timeout", "abandoned"}
+
 // Entry is one line of the audit log: one decision about one call.
 type Entry struct {
 	Time    time.Time `json:"time"`
@@ -36,7 +39,8 @@ type Entry struct {
 	ArgsNote string          `json:"args_note,omitempty"`
 	Command  string          `json:"command,omitempty"`
 	// Decision is allow, deny, timeout (nobody decided in time) or
-	// abandoned (the cell ended, or the kernel gave up, first).
+	// abandoned (the cell ended, or the kernel gave up, first): one of
+	// Decisions.
 	Decision string `json:"decision"`
 	// By says who decided: "rule" (a rule of the policy file), "session"
 	// (an answer remembered for the session), "person" (someone asked
