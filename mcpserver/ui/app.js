@@ -9,7 +9,7 @@
 // ver holds each shown cell's change count: an event is applied only if
 // it is newer than what is shown. While the cells load, events of the
 // session wait in held and are applied after the snapshot.
-const state = { csrf: '', principal: '', session: '', cells: new Map(), ver: new Map(), loading: false, held: [], oldest: 0, view: 'sessions', events: null };
+const state = { csrf: '', principal: '', session: '', cells: new Map(), ver: new Map(), loading: false, loads: 0, held: [], oldest: 0, view: 'sessions', events: null };
 
 // csrfKey names the CSRF token in localStorage, which is per origin (so
 // per port): a page of another port of this host gets the cookie, never
@@ -155,15 +155,19 @@ function selectSession(id) {
 }
 
 async function loadCells(id) {
+  // Two loads may overlap (a session chosen as the stream reconnects):
+  // only the last renders, and events are held until it has, so that an
+  // older snapshot never replaces what a live event showed.
+  const load = ++state.loads;
   state.loading = true;
   state.held = [];
   let r;
   try {
     r = await api('/ui/api/cells?session=' + encodeURIComponent(id));
   } finally {
-    state.loading = false;
+    if (load === state.loads) state.loading = false;
   }
-  if (id !== state.session) return;
+  if (load !== state.loads || id !== state.session) return;
   state.cells.clear();
   state.ver.clear();
   $('cells').replaceChildren();
