@@ -73,7 +73,7 @@ type mcpFlags struct {
 	maxPerPrincipal            int
 	maxServers                 int
 	noZygote                   bool
-	sandboxZygote              bool
+	sandboxZygote              explicitBool
 	shutdownGrace              time.Duration
 	sandbox                    sandboxFlags
 	container                  containerFlags
@@ -244,8 +244,9 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.IntVar(&f.maxSessions, "max-sessions", defaults.MaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
 	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: half of --max-sessions, at least 1, with several principals, as --max-sessions with one; -1: no limit of its own)")
 	fs.IntVar(&f.maxServers, "max-registered-servers", 0, "most stdio MCP servers the clients of one principal may register (`N`; 0: 16; -1: no limit); each runs a process of its own in each session that uses it")
-	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every unsandboxed kernel cold instead of forking it from a pre-imported Python")
-	fs.BoolVar(&f.sandboxZygote, "sandbox-fork-server", false, "fork each sandboxed kernel into a sandbox of its own from a pre-imported Python instead of starting it cold (opt-in; docs/sandbox.md, \"Forked kernels\")")
+	fs.BoolVar(&f.noZygote, "no-fork-server", false, "start every kernel cold instead of forking it from a pre-imported Python (both fork servers off)")
+	f.sandboxZygote.v = true
+	fs.Var(&f.sandboxZygote, "sandbox-fork-server", "fork each sandboxed kernel into a sandbox of its own from a pre-imported Python instead of starting it cold (=false starts each cold; docs/sandbox.md, \"Forked kernels\")")
 	f.gateway.register(fs)
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long sessions may take to hibernate (a session not saved by then comes back from its last checkpoint), and then HTTP requests to finish")
 	f.sandbox.register(fs, true)
@@ -465,11 +466,14 @@ func mcpOptions(env *cliEnv, f *mcpFlags) (*mcpserver.Options, error) {
 			MaxSessionsPerPrincipal: f.maxPerPrincipal,
 			MaxRegisteredServers:    f.maxServers,
 			NoZygote:                f.noZygote,
-			SandboxZygote:           f.sandboxZygote,
+			SandboxZygote:           f.sandboxZygote.v && !f.noZygote,
 		},
 	}
 	if err := checkMCPApproval(f.approval); err != nil {
 		return nil, err
+	}
+	if f.noZygote && f.sandboxZygote.set && f.sandboxZygote.v {
+		return nil, errors.New("--no-fork-server starts every kernel cold, and --sandbox-fork-server forks sandboxed ones: drop one of them")
 	}
 	if len(f.allowTools) > 0 && mcpserver.ApprovalMode(f.approval) != mcpserver.ApprovalElicit {
 		return nil, errors.New("--allow-tool only matters with --approval elicit (auto approves every call)")
@@ -605,11 +609,27 @@ func (f *mcpFlags) backend(env *cliEnv, o *mcpserver.Options) error {
 // checkSandboxZygote refuses --sandbox-fork-server where kernels are not
 // sandboxed here; why says where they come from instead.
 func (f *mcpFlags) checkSandboxZygote(why string) error {
-	if f.sandboxZygote {
+	if f.sandboxZygote.set && f.sandboxZygote.v {
 		return fmt.Errorf("--sandbox-fork-server forks sandboxed kernels on this host, and %s: drop --sandbox-fork-server", why)
 	}
 	return nil
 }
+
+// explicitBool is a boolean flag that records whether the command line
+// gave it: a default that is on is not refused where it cannot apply.
+type explicitBool struct{ v, set bool }
+
+func (b *explicitBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	b.v, b.set = v, true
+	return nil
+}
+
+func (b *explicitBool) String() string   { return strconv.FormatBool(b != nil && b.v) }
+func (b *explicitBool) IsBoolFlag() bool { return true }
 
 // checkMCPApproval checks --approval's value.
 func checkMCPApproval(v string) error {

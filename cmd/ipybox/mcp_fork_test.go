@@ -13,9 +13,8 @@ import (
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
-// TestMCPSandboxForkServer runs a session of `ipybox mcp
-// --sandbox-fork-server` through the binary: its kernel is forked into a
-// sandbox of its own (parent pid 0: its parent, the fork server, is
+// TestMCPSandboxForkServer runs a session of `ipybox mcp` (default flags)
+// through the binary: its kernel is forked into a sandbox of its own (parent pid 0: its parent, the fork server, is
 // outside its pid namespace; a cold-started kernel's is the sandbox's
 // init, 1), keeps state, writes the workspace, resets into a fresh forked
 // kernel, and leaves no process behind once the server ends.
@@ -31,14 +30,17 @@ func TestMCPSandboxForkServer(t *testing.T) {
 	}
 	probe := "import os\nprint(os.getppid(), open('/proc/1/cmdline').read().count('sandbox-init') > 0, os.path.exists('/proc/self/ns/pid'))"
 
-	// The control: without the flag, the sandboxed kernel is the init's child.
-	cs, _ := start()
-	if got := runCell(t, cs, probe); got != "1 True True" {
-		t.Errorf("cold sandboxed kernel: %q, want its parent the sandbox's init (1 True True)", got)
+	// The controls: with --sandbox-fork-server=false or --no-fork-server,
+	// the sandboxed kernel starts cold, the init's child.
+	for _, off := range []string{"--sandbox-fork-server=false", "--no-fork-server"} {
+		cs, _ := start(off)
+		if got := runCell(t, cs, probe); got != "1 True True" {
+			t.Errorf("%s: cold sandboxed kernel: %q, want its parent the sandbox's init (1 True True)", off, got)
+		}
+		cs.Close()
 	}
-	cs.Close()
 
-	cs, cmd := start("--sandbox-fork-server")
+	cs, cmd := start()
 	if got := runCell(t, cs, probe); got != "0 True True" {
 		t.Errorf("forked kernel: %q, want parent pid 0 in a sandbox whose pid 1 is the init (0 True True)", got)
 	}

@@ -564,6 +564,8 @@ func TestMCPUsageErrors(t *testing.T) {
 		{[]string{"mcp", "--no-sandbox", "--sandbox-fork-server"}, "drop --sandbox-fork-server"},
 		{[]string{"mcp", "--container-tag", "x", "--sandbox-fork-server"}, "a container runs its image's python3"},
 		{[]string{"mcp", "--gateway-url", "http://127.0.0.1:1", "--sandbox-fork-server"}, "gateway kernels start on the gateway"},
+		{[]string{"mcp", "--no-fork-server", "--sandbox-fork-server"}, "drop one of them"},
+		{[]string{"mcp", "--sandbox-fork-server=maybe"}, "want true or false"},
 		{[]string{"mcp", "--no-sandbox", "--allowed-domain", "pypi.org"}, "--no-sandbox contradicts"},
 		{[]string{"mcp", "--no-sandbox", "--memory", "1g"}, "mean nothing with --no-sandbox"},
 		{[]string{"mcp", "--memory", "1m"}, "too small for Python"},
