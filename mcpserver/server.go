@@ -256,8 +256,9 @@ type SessionOptions struct {
 	// whenever the kernels are not sandboxed.
 	NoZygote bool
 	// SandboxZygote forks sandboxed kernels, each into a sandbox of its
-	// own, from a pre-imported Python (ipybox.NewSandboxZygote; an
-	// opt-in, see docs/sandbox.md, "Forked kernels"). False means every
+	// own, from a pre-imported Python (ipybox.NewSandboxZygote; see
+	// docs/sandbox.md, "Forked kernels"; `ipybox mcp` sets it unless
+	// --sandbox-fork-server=false or --no-fork-server). False means every
 	// sandboxed kernel starts cold.
 	SandboxZygote bool
 }

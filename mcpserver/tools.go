@@ -608,6 +608,13 @@ func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, a sess
 		// No kernel yet: the first cell gets a fresh one anyway.
 		return textResult("The session's kernel has not started yet; its first cell runs in a fresh one. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
 	}
+	swapped, err := s.swapReset(ctx, x, ex)
+	if swapped {
+		if err != nil {
+			return nil, nil, fmt.Errorf("reset: %w", err)
+		}
+		return textResult("The kernel was replaced by a fresh one started in advance. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+	}
 	if err := ex.Reset(ctx); err != nil {
 		return nil, nil, err
 	}
