@@ -27,8 +27,8 @@ import (
 // common start to each first result, and the proportional set size (PSS)
 // of the server's whole process tree but the server itself (kernels,
 // bwrap, the sandbox's init, the fork server and its children) divided by
-// N, for sandboxed kernels started cold (the default) and forked
-// (--sandbox-fork-server), beside unsandboxed (the fork server of
+// N, for sandboxed kernels forked (the default) and started cold
+// (--sandbox-fork-server=false), beside unsandboxed (the fork server of
 // unsandboxed kernels) in the same run. --pool 0, so that no kernel
 // waits unused. N is 1 and 20; IPYBOX_BENCH_DENSITY lists others
 // ("1,20,100"). Targets (issue 38): <= 12 MB PSS per idle sandboxed
@@ -57,8 +57,8 @@ func BenchmarkSandboxDensity(b *testing.B) {
 		args []string
 	}{
 		{"nosandbox", []string{"--no-sandbox"}},
-		{"sandbox-cold", nil},
-		{"sandbox-fork", []string{"--sandbox-fork-server"}},
+		{"sandbox-cold", []string{"--sandbox-fork-server=false"}},
+		{"sandbox-fork", nil}, // the default
 	} {
 		for _, n := range counts {
 			args := append([]string{"--pool", "0", "--max-sessions", "-1"}, c.args...)

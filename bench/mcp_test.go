@@ -97,8 +97,8 @@ func BenchmarkMCPBurst(b *testing.B) {
 		{"nosandbox", []string{"--no-sandbox"}},
 		{"sandbox-pool4", []string{"--pool", "4"}},
 		{"sandbox-pool20", []string{"--pool", "20"}}, // a pool the size of the burst
-		{"sandbox", nil}, // the default flags
-		{"sandbox-fork", []string{"--sandbox-fork-server"}}, // the opt-in of issue 38
+		{"sandbox", nil}, // the default flags: forked into sandboxes (issue 38)
+		{"sandbox-cold", []string{"--sandbox-fork-server=false"}}, // the default before issue 38
 	} {
 		if !slices.Contains(c.args, "--no-sandbox") && bwrapErr != nil {
 			fmt.Fprintf(&t, "%-44s skipped: no bwrap\n", strings.Join(c.args, " "))
@@ -121,7 +121,7 @@ func BenchmarkMCPBurst(b *testing.B) {
 func burstCase(b *testing.B, t *strings.Builder, bin, py, binName, name string, args []string, aMax float64) {
 	label := "ipybox mcp " + strings.Join(args, " ")
 	if args == nil {
-		label = "ipybox mcp (default flags: sandbox, pool 1)"
+		label = "ipybox mcp (default flags: sandbox, forked, pool 1)"
 	}
 	if binName != "" {
 		label, name = binName+": "+label, binName+"-"+name
