@@ -87,3 +87,41 @@ func (s *Server) closeLater(ex *ipybox.Executor, keep bool) {
 		}
 	}()
 }
+
+// resetAsleep resets x while it holds no kernel: a hibernated session's
+// saved namespace is deleted (a gateway session's detached kernel ends),
+// so that its next cell starts in a fresh kernel instead of restoring it;
+// its packages are kept. It returns x's executor instead, changing
+// nothing, when another call started one meanwhile, and reports whether
+// there was saved state to drop.
+func (s *Server) resetAsleep(ctx context.Context, x *session) (*ipybox.Executor, bool, error) {
+	x.startMu.Lock()
+	defer x.startMu.Unlock()
+	if x.durable() {
+		// The record may say more than this process knows (another one
+		// ran it since): read it, under the session's lock.
+		if err := x.reload(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	x.mu.Lock()
+	if ex := x.ex; ex != nil {
+		x.mu.Unlock()
+		return ex, false, nil
+	}
+	had := x.asleep != nil
+	var kid string
+	if had && x.asleep.detached {
+		kid = x.kernelID
+	}
+	snap := x.snap
+	x.asleep, x.snap, x.kernelID = nil, "", ""
+	x.mu.Unlock()
+	x.t.removeFolders("", snap)
+	if kid != "" {
+		s.deleteGatewayKernel(kid)
+	}
+	s.saveRecord(x)
+	x.unlock()
+	return nil, had, nil
+}

@@ -605,8 +605,17 @@ func (s *Server) resetTool(ctx context.Context, req *mcp.CallToolRequest, a sess
 	defer done()
 	ex := x.current()
 	if ex == nil {
-		// No kernel yet: the first cell gets a fresh one anyway.
-		return textResult("The session's kernel has not started yet; its first cell runs in a fresh one. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+		var had bool
+		if ex, had, err = s.resetAsleep(ctx, x); err != nil {
+			return nil, nil, fmt.Errorf("reset: %w", err)
+		}
+		switch {
+		case had:
+			return textResult("The session held no kernel (it hibernated), and the state it saved is deleted: its next cell runs in a fresh kernel. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+		case ex == nil:
+			return textResult("The session's kernel has not started yet; its first cell runs in a fresh one. Workspace files, tool modules, installed packages and registered MCP servers are kept."), nil, nil
+		}
+		// Another call of the session started its kernel meanwhile.
 	}
 	swapped, err := s.swapReset(ctx, x, ex)
 	if swapped {
