@@ -167,7 +167,7 @@ package_name is one pip requirement: a name with an optional version (pandas, re
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "reset",
 		Title:       "Reset the kernel",
-		Description: `Restart the kernel with a fresh state: variables, imports and definitions are gone. Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
+		Description: `Give the session a fresh kernel: variables, imports and definitions are gone (a hibernated session's saved state too). Files in the workspace, generated tool modules, installed packages and registered MCP servers persist. Use it to start over or when the kernel's state is broken. The session and its handle stay.` + threadHandle,
 		InputSchema: schema(`{"type": "object", "properties": {` + sessionProp + `}, "additionalProperties": false}`),
 		Annotations: &mcp.ToolAnnotations{Title: "Reset the kernel", DestructiveHint: boolPtr(true), IdempotentHint: true},
 	}, s.resetTool)
