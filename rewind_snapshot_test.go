@@ -159,3 +159,28 @@ func TestRewindSnapshotNeedsFolder(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 }
+
+// TestRewindSnapshotReportsDeath: a sandboxed kernel that dies between
+// cells is reported in the next cell's Result.Restarted, though the
+// boundary's save cell ran first (and found it dead); that cell cannot be
+// undone, and says so.
+func TestRewindSnapshotReportsDeath(t *testing.T) {
+	testenv.NeedsTool(t, "bwrap")
+	o := snapshotOpts(t.TempDir(), "s")
+	o.RewindDepth = 2
+	o.Sandbox = ipybox.DefaultSandbox()
+	ex := start(t, o)
+	ctx := context.Background()
+	frun(t, ex, "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), 9))).start()")
+	time.Sleep(time.Second)
+	res, err := ex.Execute(ctx, "print('after')", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Restarted == nil || strings.TrimSpace(res.Text) != "after" {
+		t.Fatalf("the kernel's death was not reported: %+v", res)
+	}
+	if _, err := ex.Rewind(ctx, 1); err == nil || !strings.Contains(err.Error(), "cannot be undone") {
+		t.Fatalf("rewind of the cell after the death: %v", err)
+	}
+}
