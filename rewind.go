@@ -226,13 +226,9 @@ func (e *Executor) snapshotBoundary(ctx context.Context) (string, error) {
 	// sleeps), and the cell waits for it.
 	ctx, cancel := context.WithTimeout(ctx, defaults.SnapshotSave)
 	defer cancel()
-	err := safefs.MkdirAll(e.snapshotDir, rel, 0o700)
-	if err == nil {
-		var died *kernel.DiedError
-		_, died, err = e.saveIn(ctx, rel, e.saved.max)
-		if died != nil {
-			err = fmt.Errorf("the kernel had died before the cell: %w", died)
-		}
+	_, died, err := e.saveIn(ctx, rel, e.saved.max)
+	if died != nil {
+		err = fmt.Errorf("the kernel had died before the cell: %w", died)
 	}
 	if err == nil {
 		err = e.boundRewindArea(rel)

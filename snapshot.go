@@ -177,8 +177,13 @@ func (e *Executor) saveIn(ctx context.Context, rel string, max int64, skip ...st
 	if limit == 0 {
 		limit = -1
 	}
-	dir := e.kernelPath(filepath.Join(e.snapshotDir, rel))
-	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).save(%s, %d)\n", pyruntime.Quote(dir), limit)
+	dir := pyruntime.Quote(e.kernelPath(filepath.Join(e.snapshotDir, rel)))
+	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).save(%s, %d)\n", dir, limit)
+	if rel != "." {
+		// The kernel makes the folder, as its own user's: a container's
+		// may not be the host's.
+		code = fmt.Sprintf("__import__('os').makedirs(%s, 0o700, exist_ok=True)\n", dir) + code
+	}
 	res, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 	if err != nil {
 		errors.As(err, &died)
