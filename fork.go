@@ -54,15 +54,23 @@ func forkNote(f *ForkInfo) string {
 	}
 	n := "this session is a fork of " + f.Source + ", made through a snapshot (its backend cannot fork a process)"
 	if f.Restore != nil {
-		n += fmt.Sprintf(": %d names came back, %d did not", f.Restore.RestoredCount, f.Restore.MissingCount)
-		for i, m := range f.Restore.Missing {
-			if i == 20 {
-				break
-			}
-			n += "; " + m.Name + " (" + m.Reason + ")"
-		}
+		n += restoreCounts(f.Restore)
 	}
 	return n + "; files are shared, not forked"
+}
+
+// restoreCounts words what a restore through a snapshot brought back, for
+// a note: how many names came back, and the first of those that did not,
+// with why.
+func restoreCounts(r *RestoreReport) string {
+	n := fmt.Sprintf(": %d names came back, %d did not", r.RestoredCount, r.MissingCount)
+	for i, m := range r.Missing {
+		if i == 20 {
+			break
+		}
+		n += "; " + m.Name + " (" + m.Reason + ")"
+	}
+	return n
 }
 
 // ForkInfo returns how this Executor was forked, or nil if it was not.

@@ -234,10 +234,17 @@ type Options struct {
 	SnapshotDir string
 
 	// RewindDepth is how many cell boundaries the Executor keeps for
-	// Rewind, at most maxRewindDepth: before each cell, a copy-on-write
-	// fork of the kernel, stopped, which costs a few milliseconds per
-	// cell and the memory the kernel changes since. Unsandboxed kernels
-	// only. Zero keeps none.
+	// Rewind, at most maxRewindDepth (3), one before each cell. For an
+	// unsandboxed kernel on Linux a boundary is a copy-on-write fork of
+	// the kernel, stopped, which costs a few milliseconds per cell and
+	// the memory the kernel changes since. A sandboxed or container
+	// kernel (or any off Linux) cannot be forked so: its boundary is a
+	// snapshot of the namespace that the kernel saves before each cell in
+	// a folder of SnapshotDir (which it then needs: Start fails without
+	// one), within the last Snapshot's MaxBytes, which costs what a
+	// Snapshot does, per cell (docs/fork.md measures it), and a rewind
+	// restarts the kernel and loads it. A gateway kernel keeps none.
+	// Zero keeps none.
 	RewindDepth int
 
 	// Container, when set, runs the kernel in a Docker container with this
@@ -486,6 +493,9 @@ func newExecutor(o *Options) (*Executor, error) {
 	}
 	if e.packageDir != "" && e.packageDir == e.snapshotDir {
 		return nil, errors.New("ipybox: Options.PackageDir and Options.SnapshotDir are the same folder; give each its own")
+	}
+	if err := checkRewind(o, e.snapshotDir); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

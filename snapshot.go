@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -154,15 +155,41 @@ type savedSnapshot struct {
 // snapshotLocked is Snapshot; the caller holds e.sem.
 func (e *Executor) snapshotLocked(ctx context.Context, o SnapshotOptions) (*SnapshotReport, error) {
 	e.saved = savedSnapshot{max: o.MaxBytes}
-	limit := o.MaxBytes
+	// The cell boundaries kept as snapshots (rewind.go) are bounded on
+	// their own, and a snapshot over its limit leaves them be.
+	rep, _, err := e.saveIn(ctx, ".", o.MaxBytes, e.rewindArea()...)
+	if err != nil {
+		return nil, err
+	}
+	e.saved = savedSnapshot{fresh: true, bytes: rep.Bytes, max: o.MaxBytes}
+	return rep, nil
+}
+
+// saveIn has the kernel save its namespace in the folder rel of the
+// snapshot folder, within max bytes (0: no limit). The host then measures
+// the folder, its top-level entries named in skip left out, and empties it
+// (but those) when it holds too much or too many files: kernel code can
+// write there, and the host does not guess what is what. died is a kernel
+// death the save cell saw (it restarted a dead kernel, or the kernel died
+// in it). The caller holds e.sem.
+func (e *Executor) saveIn(ctx context.Context, rel string, max int64, skip ...string) (rep *SnapshotReport, died *kernel.DiedError, err error) {
+	limit := max
 	if limit == 0 {
 		limit = -1
 	}
-	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).save(%s, %d)\n", pyruntime.Quote(e.kernelPath(e.snapshotDir)), limit)
+	dir := pyruntime.Quote(e.kernelPath(filepath.Join(e.snapshotDir, rel)))
+	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).save(%s, %d)\n", dir, limit)
+	if rel != "." {
+		// The kernel makes the folder, as its own user's: a container's
+		// may not be the host's.
+		code = fmt.Sprintf("__import__('os').makedirs(%s, 0o700, exist_ok=True)\n", dir) + code
+	}
 	res, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 	if err != nil {
-		return nil, snapshotErr("save", err)
+		errors.As(err, &died)
+		return nil, died, snapshotErr("save", err)
 	}
+	died = res.Restarted
 	var r struct {
 		Saved        []string    `json:"saved"`
 		SavedCount   int         `json:"saved_count"`
@@ -172,24 +199,21 @@ func (e *Executor) snapshotLocked(ctx context.Context, o SnapshotOptions) (*Snap
 		Seconds      float64     `json:"seconds"`
 	}
 	if err := reportOf(res, "save", &r); err != nil {
-		return nil, err
+		return nil, died, err
 	}
-	size, err := safefs.Size(e.snapshotDir, maxSnapshotEntries)
-	if err == nil && o.MaxBytes > 0 && size > o.MaxBytes {
-		err = fmt.Errorf("it holds %d bytes, over its limit of %d", size, o.MaxBytes)
+	size, err := safefs.SizeBeneath(e.snapshotDir, rel, maxSnapshotEntries, skip...)
+	if err == nil && max > 0 && size > max {
+		err = fmt.Errorf("it holds %d bytes, over its limit of %d", size, max)
 	}
 	if err != nil {
-		// Kernel code can write there, and the host does not guess what
-		// is what: the folder goes.
-		safefs.Empty(e.snapshotDir)
-		return nil, &SnapshotError{Op: "save", Reason: "the snapshot folder was emptied: " + err.Error()}
+		safefs.EmptyBeneath(e.snapshotDir, rel, skip...)
+		return nil, died, &SnapshotError{Op: "save", Reason: "the snapshot folder was emptied: " + err.Error()}
 	}
-	e.saved = savedSnapshot{fresh: true, bytes: size, max: o.MaxBytes}
 	return &SnapshotReport{
 		Saved: r.Saved, SavedCount: r.SavedCount, Imports: r.Imports,
 		Unsaved: notSaved(r.Unsaved), UnsavedCount: r.UnsavedCount,
 		Bytes: size, Took: seconds(r.Seconds),
-	}, nil
+	}, died, nil
 }
 
 // Restore loads the snapshot of Options.SnapshotDir into the kernel's
@@ -207,7 +231,14 @@ func (e *Executor) Restore(ctx context.Context) (*RestoreReport, error) {
 		return nil, err
 	}
 	defer e.release()
-	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).load(%s)\n", pyruntime.Quote(e.kernelPath(e.snapshotDir)))
+	return e.restoreIn(ctx, ".")
+}
+
+// restoreIn has the kernel load the snapshot in the folder rel of the
+// snapshot folder; the caller holds e.sem.
+func (e *Executor) restoreIn(ctx context.Context, rel string) (*RestoreReport, error) {
+	dir := e.kernelPath(filepath.Join(e.snapshotDir, rel))
+	code := fmt.Sprintf("__import__('ipybox_runtime._snapshot', fromlist=['_']).load(%s)\n", pyruntime.Quote(dir))
 	res, err := e.k.Execute(ctx, code, &kernel.ExecOptions{Silent: true})
 	if err != nil {
 		return nil, snapshotErr("restore", err)

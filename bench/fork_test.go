@@ -252,3 +252,52 @@ func BenchmarkRewind(b *testing.B) {
 		b.ReportMetric(p50(plain), "cell-without-rewind-p50-ms")
 	}
 }
+
+// BenchmarkRewindSnapshot measures rewind for a sandboxed kernel, whose
+// boundaries are snapshots of the namespace (a small one, and 100 MiB of
+// numpy arrays): what keeping one adds to each cell, against the same
+// cell in a session that keeps none, and a rewind of one cell to the next
+// result (a kernel restart and a load).
+func BenchmarkRewindSnapshot(b *testing.B) {
+	testenv.NeedsPython(b)
+	testenv.NeedsTool(b, "bwrap")
+	ctx := context.Background()
+	for b.Loop() {
+		b.ReportMetric(load1(b), "load-1m")
+		for _, ns := range []struct{ name, code string }{
+			{"small", "xs = list(range(100))\nd = {'a': 1}"},
+			{"100mib", "import numpy as np\narrs = [np.ones((10 << 20) // 8) for _ in range(10)]"},
+		} {
+			var plain, with, rw []float64
+			for _, depth := range []int{0, 1} {
+				ws := b.TempDir()
+				ex, err := ipybox.Start(ctx, &ipybox.Options{WorkDir: ws, Sandbox: ipybox.DefaultSandbox(), RewindDepth: depth,
+					SnapshotDir: filepath.Join(ws, ".ipybox", "snapshots", "s")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				fcell(b, ex, ns.code)
+				for range 5 {
+					t := time.Now()
+					fcell(b, ex, "x = 1")
+					if depth == 0 {
+						plain = append(plain, ms(time.Since(t)))
+						continue
+					}
+					with = append(with, ms(time.Since(t)))
+					t = time.Now()
+					if _, err := ex.Rewind(ctx, 1); err != nil {
+						b.Fatal(err)
+					}
+					fcell(b, ex, "pass")
+					rw = append(rw, ms(time.Since(t)))
+				}
+				ex.Close()
+			}
+			b.ReportMetric(p50(plain), ns.name+"-cell-without-rewind-p50-ms")
+			b.ReportMetric(p50(with), ns.name+"-cell-keeping-a-snapshot-boundary-p50-ms")
+			b.ReportMetric(p50(rw), ns.name+"-rewind-1-cell-to-next-result-p50-ms")
+		}
+		b.ReportMetric(load1(b), "load-1m-after")
+	}
+}

@@ -58,7 +58,7 @@ func (s *Server) addForkTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "rewind_session",
 		Title:       "Undo the last cells",
-		Description: fmt.Sprintf(`Return a session's variables to what they were before its last cells cells (at most %d; the server keeps only the last few cell boundaries, and says how many it can undo). Files, installed packages and registered servers are not undone. The next result says what came back.`, defaults.MaxRewindDepth) + threadHandle,
+		Description: fmt.Sprintf(`Return a session's variables to what they were before its last cells cells (at most %d; the server keeps only the last few cell boundaries, and says how many it can undo). Files, installed packages and registered servers are not undone. A sandboxed or container session is rewound through a snapshot of its variables saved before each cell: open files, sockets and threads do not come back. The next result says what came back.`, defaults.MaxRewindDepth) + threadHandle,
 		InputSchema: schema(fmt.Sprintf(`{
   "type": "object",
   "properties": {

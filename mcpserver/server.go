@@ -80,10 +80,11 @@ type Options struct {
 	// that processes start through ! (and so through shell approval); see
 	// ipybox.Options.RequireShellEscape. False means no guards.
 	RequireShellEscape bool
-	// RewindDepth is how many cell boundaries each unsandboxed session
-	// keeps for rewind_session (ipybox.Options.RewindDepth, at most
-	// defaults.MaxRewindDepth). Zero keeps none: rewind_session then says
-	// so.
+	// RewindDepth is how many cell boundaries each session keeps for
+	// rewind_session (ipybox.Options.RewindDepth, at most
+	// defaults.MaxRewindDepth): process copies for unsandboxed kernels,
+	// snapshots for sandboxed and container ones. Zero keeps none:
+	// rewind_session then says so.
 	RewindDepth int
 	// ImagesDir receives the images cells produce. Empty means
 	// <Workspace>/images. A sandboxed kernel can write only inside the

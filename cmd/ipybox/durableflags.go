@@ -25,7 +25,7 @@ func (f *durableFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.checkpoint, "checkpoint", string(mcpserver.CheckpointNone), "when a session's variables are saved besides hibernation and SIGTERM: none, or cell (after every cell that completes, in the kernel, behind the result; a SIGKILL then loses only the cell that ran)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` that keeps the sessions of create_session across restarts (default <workspace>/.ipybox/sessions; any other must be outside the workspace)")
 	fs.StringVar(&f.budget, "snapshot-budget", sandbox.FormatSize(defaults.SnapshotBytes), "most disk one session's saved state takes (`SIZE`: 512m, 2g, unlimited); values past it are not saved, and the restore names them")
-	fs.IntVar(&f.rewindDepth, "rewind-depth", 0, "cell boundaries each unsandboxed session keeps for rewind_session (0 to 3; each is a stopped copy-on-write copy of the kernel, which costs a fork per cell and the memory the kernel changes since; docs/fork.md)")
+	fs.IntVar(&f.rewindDepth, "rewind-depth", 0, "cell boundaries each session keeps for rewind_session (0 to 3): for an unsandboxed kernel a stopped copy-on-write copy of the kernel (a fork per cell, and the memory the kernel changes since); for a sandboxed or container kernel a snapshot of its namespace saved before each cell, on disk within --snapshot-budget (a save per cell); docs/fork.md")
 	fs.StringVar(&f.wsBudget, "snapshot-workspace-budget", sandbox.FormatSize(defaults.SnapshotWorkspaceBytes), "most disk the saved states of all sessions of the workspace take together (`SIZE`)")
 }
 

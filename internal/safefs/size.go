@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // ErrTooManyEntries is returned by Size for a folder with more entries
@@ -29,14 +30,26 @@ func Size(dir string, maxEntries int) (int64, error) {
 		return 0, err
 	}
 	defer r.Close()
+	return sizeRoot(r, dir, maxEntries, nil)
+}
+
+// sizeRoot is Size of the folder r (named dir in errors), its top-level
+// entries named in skip left out.
+func sizeRoot(r *os.Root, dir string, maxEntries int, skip []string) (int64, error) {
 	var total int64
 	n := 0
-	err = fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
 			return err
+		}
+		if p != "." && slices.Contains(skip, p) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		if n++; n > maxEntries {
 			return fmt.Errorf("%s: %w (more than %d)", dir, ErrTooManyEntries, maxEntries)
@@ -66,4 +79,68 @@ func Empty(dir string) error {
 		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
 	}
 	return errors.Join(errs...)
+}
+
+// SizeBeneath is Size for the folder rel beneath base, without leaving
+// base on the way there (a link among rel's parts that leads out of base
+// is refused): kernel code can replace a folder it writes with a link
+// while the host measures it. Top-level entries of rel named in skip are
+// not counted.
+func SizeBeneath(base, rel string, maxEntries int, skip ...string) (int64, error) {
+	r, err := openRootBeneath(base, rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	defer r.Close()
+	return sizeRoot(r, filepath.Join(base, rel), maxEntries, skip)
+}
+
+// EmptyBeneath removes what the folder rel beneath base holds, but not
+// the folder itself, nor its top-level entries named in keep, without
+// leaving base on the way (see SizeBeneath).
+func EmptyBeneath(base, rel string, keep ...string) error {
+	r, err := openRootBeneath(base, rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer r.Close()
+	ents, err := fs.ReadDir(r.FS(), ".")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if !slices.Contains(keep, e.Name()) {
+			errs = append(errs, r.RemoveAll(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveAllBeneath removes rel beneath base and what it holds, following
+// no link out of base on the way (a link as rel itself is removed, not
+// what it points to).
+func RemoveAllBeneath(base, rel string) error {
+	r, err := os.OpenRoot(base)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.RemoveAll(rel)
+}
+
+// openRootBeneath opens rel beneath base as a root of its own.
+func openRootBeneath(base, rel string) (*os.Root, error) {
+	r, err := os.OpenRoot(base)
+	if err != nil || rel == "." || rel == "" {
+		return r, err
+	}
+	defer r.Close()
+	return r.OpenRoot(rel)
 }
