@@ -61,6 +61,10 @@ const (
 	defaultSnapshotWorkspaceBytes = defaults.SnapshotWorkspaceBytes
 )
 
+// rewindFolder is where an ipybox.Executor keeps its cell boundaries
+// below its SnapshotDir (ipybox's rewind.go).
+const rewindFolder = "rewind"
+
 // maxSnapshotEntries bounds the entries the host counts in one snapshot
 // folder (kernel code can fill it).
 const maxSnapshotEntries = 10_000
@@ -319,6 +323,14 @@ func (s *Server) adopt(x *session, ex *ipybox.Executor) {
 			continue
 		}
 		from := filepath.Join(m.kind, m.old)
+		if m.kind == "snapshots" {
+			// The old kernel's cell boundaries (a reset's swap adopts
+			// before the old executor's Close removes them): a new kernel
+			// cannot rewind to them.
+			if err := safefs.RemoveAllBeneath(ipy, filepath.Join(from, rewindFolder)); err != nil {
+				s.log.Warn("removing the old kernel's cell boundaries", "session", x.id, "err", err)
+			}
+		}
 		if m.new != "" {
 			if err := merge(ipy, from, filepath.Join(m.kind, m.new)); err != nil {
 				s.log.Warn("moving a session's folder into its new kernel's", "session", x.id, "kind", m.kind, "err", err)

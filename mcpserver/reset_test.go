@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ func TestResetSwapsPooledKernel(t *testing.T) {
 			case "sandbox":
 				testenv.NeedsTool(t, "bwrap")
 				o.Sandbox, o.Sessions.SandboxZygote = ipybox.DefaultSandbox(), true
+				o.RewindDepth = 1 // cell boundaries, which a new kernel cannot rewind to
 			case "container":
 				testenv.NeedsDocker(t)
 				o.Container = &ipybox.ContainerConfig{}
@@ -49,9 +51,19 @@ func TestResetSwapsPooledKernel(t *testing.T) {
 				}
 			}
 			testenv.WaitFor(t, 120*time.Second, "the pool to fill", func() bool { return srv.factory.warm.Ready() == 1 })
+			boundaries := func() []string {
+				m, _ := filepath.Glob(filepath.Join(o.Workspace, ".ipybox", "snapshots", "*", "rewind"))
+				return m
+			}
+			if backend == "sandbox" && len(boundaries()) == 0 {
+				t.Fatal("no cell boundary kept before the reset")
+			}
 			res := call(t, cs, "reset", map[string]any{})
 			if res.IsError || !strings.Contains(text(res), "started in advance") {
 				t.Fatalf("reset with a kernel ready: %q, want a swap", text(res))
+			}
+			if b := boundaries(); len(b) != 0 {
+				t.Errorf("the old kernel's cell boundaries came along: %v", b)
 			}
 			if got := run(t, cs, "print('x' in globals())"); got != "False" {
 				t.Errorf("x after the swap: %q, want it gone", got)
