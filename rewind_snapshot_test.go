@@ -75,6 +75,9 @@ func TestRewindSnapshot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if rep.Cells != 2 || rep.Left != 0 {
+				t.Errorf("rewind of 2: %+v, want 2 cells undone and none left", rep)
+			}
 			if got := frun(t, ex, "print('xs' in dir())"); got != "False" {
 				t.Fatalf("rewound before the first cell: %q", got)
 			}
