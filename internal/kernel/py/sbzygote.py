@@ -25,6 +25,7 @@ import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
 #ipybox:include boundstreams.py
 #ipybox:include confine.py
 #ipybox:include sbchild.py
+#ipybox:include shelltemplate.py
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
@@ -36,6 +37,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 if _libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER: each C's G is ours once C exits
     raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 _base_path = list(sys.path)
+_template = _ipybox_shell_template()
 def _send(obj):
     try:
         _sock.send(json.dumps(obj).encode())
