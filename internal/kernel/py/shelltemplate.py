@@ -32,7 +32,10 @@ def _ipybox_shell_template():
     try:
         os.environ["IPYTHONDIR"] = d
         app = IPKernelApp()
-        app.parse_command_line(list(_IPYBOX_TEMPLATE_ARGS))
+        app.parse_command_line(["-f", "ipybox-template.json"] + _IPYBOX_TEMPLATE_ARGS)
+        cli = app.cli_config
+        if cli.IPKernelApp.connection_file != "ipybox-template.json" or app.extra_args:
+            raise ValueError("the kernel's arguments parse unexpectedly")
         shell = ZMQInteractiveShell.instance(parent=app, profile_dir=None, user_module=None, user_ns=None, kernel=None, compiler_class=XCachingCompiler)
     except Exception:
         _ipybox_drop_template({"added": added, "main": main})
@@ -44,9 +47,13 @@ def _ipybox_shell_template():
         os.chdir(cwd)
         # Not one random.Random more: a kernel's own are seeded afresh.
         tempfile.tempdir, tempfile._name_sequence = tmp, names
+    # A cell's first transform compiles tokenize's patterns (about 9 ms
+    # of CPU): done here once, not in every kernel. It reads and keeps
+    # nothing but the text it is given.
+    shell.transform_cell("pass\n")
     if threading.active_count() != 1:
         raise RuntimeError("the shell template started a thread; the fork server cannot fork")
-    return {"shell": shell, "added": added, "main": main}
+    return {"shell": shell, "added": added, "main": main, "cli": cli}
 def _ipybox_drop_template(t):
     import sys, atexit, builtins
     if t is None:
@@ -69,12 +76,24 @@ def _ipybox_template_fits(t, args):
 # The kernel, with the template's shell: the app's own start, whose
 # IPythonKernel takes the shell (a singleton) instead of building one.
 def _ipybox_start_with_template(t):
-    import os, pathlib
+    import os, sys, copy, pathlib
     from ipykernel.kernelapp import IPKernelApp
     from IPython.paths import get_ipython_dir
     from IPython.utils.path import get_home_dir
     shell = t["shell"]
     app = IPKernelApp.instance()
+    def parse_command_line(argv=None):
+        # What parsing the kernel's arguments gives (the template's
+        # arguments with this connection file), without the parsing (its
+        # argparse parser and the classes' traits: about 6 ms of CPU).
+        argv = sys.argv[1:] if argv is None else argv
+        app.argv = list(argv)
+        cli = copy.deepcopy(t["cli"])
+        cli.IPKernelApp.connection_file = argv[1]
+        app.cli_config = cli
+        app.update_config(cli)
+        app.extra_args = []
+    app.parse_command_line = parse_command_line
     init_kernel = app.init_kernel
     def init_kernel_with_template():
         if getattr(app, "loaded_config_files", None) != []:
