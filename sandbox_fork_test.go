@@ -69,6 +69,7 @@ def show(k, v):
 for k in ("starting_dir", "home_dir", "ipython_dir"):
     show(k, getattr(ip, k))
 show("profile_dir", ip.profile_dir.location)
+show("folders", sorted(os.path.relpath(os.path.join(d, n), ip.ipython_dir) for d, ds, fs in os.walk(ip.ipython_dir) for n in ds + fs))
 show("logger.home_dir", ip.logger.home_dir)
 show("dir_hist", [str(p) for p in ip.history_manager.dir_hist])
 show("history", (ip.history_manager.enabled, ip.history_manager.hist_file))
@@ -92,6 +93,12 @@ show("displayhook", (type(sys.displayhook).__name__, ip.displayhook.session is i
 show("display_pub", ip.display_pub.session is ip.kernel.session)
 show("compile", type(ip.compile).__name__)
 show("instances", (type(ip).initialized(), type(ip).instance() is ip))
+show("db", str(ip.db.root))
+import gc
+gc.collect()
+def template(v):
+    return isinstance(v, (str, os.PathLike)) and "/ipybox-shell-" in str(v)
+show("template paths", sorted({str(v) for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o) if template(v)} | {str(o) for o in gc.get_objects() if isinstance(o, os.PathLike) and template(o)}))
 `
 
 // TestSandboxForkedShellLikeCold: a forked sandboxed kernel's shell,
