@@ -126,3 +126,27 @@ func TestSandboxForkedShellLikeCold(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxForkedKernelConfigFile: a config file in the kernel's
+// IPython folder (kernel code may write one; the session's next kernel
+// reads it, as a cold one does) is obeyed by a forked kernel too, which
+// then builds its own shell instead of adopting the fork server's
+// template (py/shelltemplate.py).
+func TestSandboxForkedKernelConfigFile(t *testing.T) {
+	z := sandboxZygote(t, "")
+	ex := startSandboxed(t, &ipybox.Options{Zygote: z})
+	run(t, ex, `import os
+with open(os.path.join(os.environ["IPYTHONDIR"], "profile_default", "ipython_kernel_config.py"), "w") as f:
+    f.write("c.InteractiveShell.xmode = 'Minimal'\n")`)
+	if got := run(t, ex, "print(get_ipython().InteractiveTB.mode)").Text; strings.TrimSpace(got) == "Minimal" {
+		t.Fatalf("the config applies before a restart: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ex.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, ex, "import os; print(get_ipython().InteractiveTB.mode, os.environ['PAGER'], get_ipython().starting_dir == os.getcwd())").Text; strings.TrimSpace(got) != "Minimal cat True" {
+		t.Errorf("after a restart with a config file: %q, want Minimal cat True", got)
+	}
+}
