@@ -13,7 +13,9 @@
 # The fork server, a child subreaper, inherits G, keeps the init's report
 # socket (which G closes first thing), and reports G's wait status on it
 # when it reaps G. G then gets everything of its session from the init
-# (sbchild.py).
+# (sbchild.py). Before its first request, the fork server builds the
+# IPython shell that its kernels adopt (shelltemplate.py), from nothing
+# of any session.
 #ipybox:include nocwd.py
 #ipybox:include freshsignals.py
 #ipybox:include untrace.py
