@@ -37,6 +37,13 @@ def _ipybox_shell_template():
         if cli.IPKernelApp.connection_file != "ipybox-template.json" or app.extra_args:
             raise ValueError("the kernel's arguments parse unexpectedly")
         shell = ZMQInteractiveShell.instance(parent=app, profile_dir=None, user_module=None, user_ns=None, kernel=None, compiler_class=XCachingCompiler)
+        # What a kernel sets when it adopts the shell: a shell that lacks
+        # any of it (another IPython) is no template.
+        hm = shell.history_manager
+        for ok in ("ipython_dir" in shell._trait_values, hasattr(shell.logger, "home_dir"), isinstance(getattr(hm, "dir_hist", None), list),
+                   hasattr(hm, "_get_hist_file_name"), hasattr(shell.db, "root"), hasattr(shell, "init_environment"), hasattr(shell, "init_virtualenv")):
+            if not ok:
+                raise ValueError("not a shell this template knows")
     except Exception:
         _ipybox_drop_template({"added": added, "main": main})
         return None
