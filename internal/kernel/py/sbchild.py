@@ -92,8 +92,13 @@ def _ipybox_sandbox_child(setup):
     random.seed()
     if c.get("kernel"):
         sys.argv = ["ipykernel_launcher"] + list(argv[3:])
-        _app.launch_new_instance()
+        if _ipybox_template_fits(_template, argv[3:]):
+            _ipybox_start_with_template(_template)
+        else:
+            _ipybox_drop_template(_template)
+            _app.launch_new_instance()
         os._exit(0)
+    _ipybox_drop_template(_template)
     # `python -c CODE ARGS...`, as the interpreter would run it.
     sys.argv = ["-c"] + list(argv[3:])
     import types, builtins

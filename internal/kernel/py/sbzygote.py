@@ -13,7 +13,9 @@
 # The fork server, a child subreaper, inherits G, keeps the init's report
 # socket (which G closes first thing), and reports G's wait status on it
 # when it reaps G. G then gets everything of its session from the init
-# (sbchild.py).
+# (sbchild.py). Before its first request, the fork server builds the
+# IPython shell that its kernels adopt (shelltemplate.py), from nothing
+# of any session.
 #ipybox:include nocwd.py
 #ipybox:include freshsignals.py
 #ipybox:include untrace.py
@@ -25,6 +27,7 @@ import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
 #ipybox:include boundstreams.py
 #ipybox:include confine.py
 #ipybox:include sbchild.py
+#ipybox:include shelltemplate.py
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
@@ -36,6 +39,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 if _libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER: each C's G is ours once C exits
     raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 _base_path = list(sys.path)
+_template = _ipybox_shell_template()
 def _send(obj):
     try:
         _sock.send(json.dumps(obj).encode())
