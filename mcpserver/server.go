@@ -248,8 +248,9 @@ type SessionOptions struct {
 	// PoolMax is how far the pool grows with demand: each session that
 	// finds it empty raises what it keeps ready by one, up to PoolMax, and
 	// every two quiet minutes it shrinks by one back to Pool. Each pooled
-	// kernel holds about 48 MB resident sandboxed (32 MB of its own), so
-	// the default growth to 4 costs about 200 MB at its peak. Zero means
+	// sandboxed session costs about 20 MB of memory forked (its share of
+	// pages, PSS; 36 MB cold), so the default growth to 4 costs about
+	// 80 MB at its peak. Zero means
 	// 4 (or Pool, if larger); below Pool means Pool.
 	PoolMax int
 	// NoZygote turns off the fork server that unsandboxed kernels are

@@ -240,7 +240,7 @@ func (f *mcpFlags) flagSet(env *cliEnv) *flag.FlagSet {
 	fs.DurationVar(&f.startTimeout, "start-timeout", defaults.SessionStart, "how long a tool call waits for its kernel to start")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", defaults.Approval, "how long an approval question waits for the client, in cells without a timeout (a cell's remaining time bounds it otherwise)")
 	fs.IntVar(&f.pool, "pool", 1, "kernels kept started in advance for new sessions and resets (`N`; 0: none)")
-	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 48 MB per sandboxed kernel)")
+	fs.IntVar(&f.poolMax, "pool-max", 0, "how far the pool grows when sessions find it empty (`N`; 0: 4 or --pool; about 20 MB per sandboxed kernel)")
 	fs.IntVar(&f.maxSessions, "max-sessions", defaults.MaxSessions, "most sessions with a kernel at once, over all principals (`N`; -1: no limit); a session takes its kernel at its first cell, and one more gets an error that says so")
 	fs.IntVar(&f.maxPerPrincipal, "max-sessions-per-principal", 0, "most sessions with a kernel at once for each principal of --auth-token-file (`N`; 0: half of --max-sessions, at least 1, with several principals, as --max-sessions with one; -1: no limit of its own)")
 	fs.IntVar(&f.maxServers, "max-registered-servers", 0, "most stdio MCP servers the clients of one principal may register (`N`; 0: 16; -1: no limit); each runs a process of its own in each session that uses it")
