@@ -52,6 +52,14 @@ done
 status=0
 go test -race -timeout 20m "${pkgs[@]}" "$@" || status=$?
 
+# The sandbox's suites again, against kernels forked into sandboxes of
+# their own: ipybox mcp's default since issue 38 (docs/sandbox.md,
+# "Forked kernels"). About 2-3 minutes; skipped in a targeted run.
+if [ $# -eq 0 ]; then
+  echo "test: the sandbox's suites against forked kernels" >&2
+  IPYBOX_TEST_SANDBOX_FORK=1 go test -race -timeout 15m -run '^(TestRedteam|TestAttack|TestSandbox)' . || status=$?
+fi
+
 # --- issue 37: the kernel-facing tests again, on PyPI's kernel stack -------
 # (ipykernel 7, jupyter_client 8, jupyter_server 2, dill 0.4: the venv
 # scripts/pyvenv.sh pystack makes, which scripts/setup.sh has made) through
