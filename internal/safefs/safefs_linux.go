@@ -193,3 +193,7 @@ func syscallMode(m fs.FileMode) uint32 {
 	}
 	return o
 }
+
+// dirOpenFlags open a folder only, and never wait on what else is there
+// (openDir in size.go).
+const dirOpenFlags = unix.O_DIRECTORY | unix.O_NONBLOCK

@@ -105,3 +105,6 @@ func Remove(base, rel string) error {
 		return r.Remove(c)
 	})
 }
+
+// dirOpenFlags: openDir (size.go) checks what it opened instead.
+const dirOpenFlags = 0

@@ -3,8 +3,10 @@ package safefs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 )
@@ -22,72 +24,20 @@ var ErrTooManyEntries = errors.New("too many files to count")
 // fails with ErrTooManyEntries past them: kernel code can fill a folder
 // it writes with files. A dir that does not exist holds 0 bytes.
 func Size(dir string, maxEntries int) (int64, error) {
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, nil
-		}
-		return 0, err
-	}
-	defer r.Close()
-	return sizeRoot(r, dir, maxEntries, nil)
-}
-
-// sizeRoot is Size of the folder r (named dir in errors), its top-level
-// entries named in skip left out.
-func sizeRoot(r *os.Root, dir string, maxEntries int, skip []string) (int64, error) {
-	var total int64
-	n := 0
-	err := fs.WalkDir(r.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if p != "." && slices.Contains(skip, p) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if n++; n > maxEntries {
-			return fmt.Errorf("%s: %w (more than %d)", dir, ErrTooManyEntries, maxEntries)
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				total += min(fi.Size(), allocated(fi))
-			}
-		}
-		return nil
-	})
-	return total, err
+	return SizeBeneath(dir, ".", maxEntries)
 }
 
 // Empty removes what dir holds, but not dir itself (a sandbox may have it
-// mounted). os.RemoveAll removes a link, not what it points to.
-func Empty(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
-	}
-	return errors.Join(errs...)
-}
+// mounted), following no link: a link is removed, not what it points to.
+func Empty(dir string) error { return EmptyBeneath(dir, ".") }
 
 // SizeBeneath is Size for the folder rel beneath base, without leaving
 // base on the way there (a link among rel's parts that leads out of base
-// is refused): kernel code can replace a folder it writes with a link
-// while the host measures it. Top-level entries of rel named in skip are
-// not counted.
+// is refused, and a link at its end is not followed): kernel code can
+// replace a folder it writes with a link, or a FIFO, while the host
+// measures it. Top-level entries of rel named in skip are not counted.
 func SizeBeneath(base, rel string, maxEntries int, skip ...string) (int64, error) {
-	r, err := openRootBeneath(base, rel)
+	r, err := os.OpenRoot(base)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, nil
@@ -95,29 +45,70 @@ func SizeBeneath(base, rel string, maxEntries int, skip ...string) (int64, error
 		return 0, err
 	}
 	defer r.Close()
-	return sizeRoot(r, filepath.Join(base, rel), maxEntries, skip)
+	var total int64
+	n := 0
+	var walk func(p string) error
+	walk = func(p string) error {
+		f, err := openDir(r, p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // gone meanwhile, or never there: nothing to count
+			}
+			return err
+		}
+		defer f.Close()
+		for {
+			ents, err := f.ReadDir(256)
+			for _, e := range ents {
+				q := path.Join(p, e.Name())
+				if p == rel && slices.Contains(skip, e.Name()) {
+					continue
+				}
+				if n++; n > maxEntries {
+					return fmt.Errorf("%s: %w (more than %d)", filepath.Join(base, rel), ErrTooManyEntries, maxEntries)
+				}
+				switch {
+				case e.IsDir():
+					if err := walk(q); err != nil {
+						return err
+					}
+				case e.Type().IsRegular():
+					if fi, err := r.Lstat(q); err == nil && fi.Mode().IsRegular() {
+						total += min(fi.Size(), allocated(fi))
+					}
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return total, walk(path.Clean(filepath.ToSlash(rel)))
 }
 
 // EmptyBeneath removes what the folder rel beneath base holds, but not
 // the folder itself, nor its top-level entries named in keep, without
 // leaving base on the way (see SizeBeneath).
 func EmptyBeneath(base, rel string, keep ...string) error {
-	r, err := openRootBeneath(base, rel)
+	ents, err := ReadDirBeneath(base, rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return err
 	}
-	defer r.Close()
-	ents, err := fs.ReadDir(r.FS(), ".")
+	r, err := os.OpenRoot(base)
 	if err != nil {
 		return err
 	}
+	defer r.Close()
 	var errs []error
 	for _, e := range ents {
 		if !slices.Contains(keep, e.Name()) {
-			errs = append(errs, r.RemoveAll(e.Name()))
+			errs = append(errs, r.RemoveAll(filepath.Join(rel, e.Name())))
 		}
 	}
 	return errors.Join(errs...)
@@ -135,12 +126,52 @@ func RemoveAllBeneath(base, rel string) error {
 	return r.RemoveAll(rel)
 }
 
-// openRootBeneath opens rel beneath base as a root of its own.
-func openRootBeneath(base, rel string) (*os.Root, error) {
+// ReadDirBeneath lists the folder rel beneath base, without leaving base
+// on the way (see SizeBeneath), and without waiting on a FIFO put there.
+func ReadDirBeneath(base, rel string) ([]fs.DirEntry, error) {
 	r, err := os.OpenRoot(base)
-	if err != nil || rel == "." || rel == "" {
-		return r, err
+	if err != nil {
+		return nil, err
 	}
 	defer r.Close()
-	return r.OpenRoot(rel)
+	f, err := openDir(r, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
 }
+
+// IsDirBeneath reports whether rel beneath base is a folder, reached
+// without leaving base and without following a link at its end.
+func IsDirBeneath(base, rel string) bool {
+	r, err := os.OpenRoot(base)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	f, err := openDir(r, rel)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// openDir opens the folder name of r for reading. Anything else is
+// refused without waiting on it: os.Root's OpenRoot and Open block on a
+// FIFO that kernel code swapped in for a folder.
+func openDir(r *os.Root, name string) (*os.File, error) {
+	f, err := r.OpenFile(name, os.O_RDONLY|dirOpenFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: name, Err: errNotDir}
+	}
+	return f, nil
+}
+
+// errNotDir: what openDir found is not a folder.
+var errNotDir = errors.New("not a folder")
