@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ipybox/ipybox"
@@ -351,7 +350,7 @@ func (s *Server) adopt(x *session, ex *ipybox.Executor) {
 // folder is merged into it (a fresh kernel makes its package folder's
 // site-packages at its start).
 func merge(base, from, to string) error {
-	ents, err := readDirBeneath(base, from)
+	ents, err := safefs.ReadDirBeneath(base, from)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -361,48 +360,13 @@ func merge(base, from, to string) error {
 	var errs []error
 	for _, e := range ents {
 		f, t := filepath.Join(from, e.Name()), filepath.Join(to, e.Name())
-		if e.IsDir() && dirBeneath(base, t) {
+		if e.IsDir() && safefs.IsDirBeneath(base, t) {
 			errs = append(errs, merge(base, f, t))
 			continue
 		}
 		errs = append(errs, safefs.Rename(base, f, t))
 	}
 	return errors.Join(errs...)
-}
-
-// openDirBeneath opens folder rel below base, refusing a link in any
-// component, and never waiting on a FIFO put there.
-func openDirBeneath(base, rel string) (*os.File, error) {
-	f, err := safefs.OpenFile(base, rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-		f.Close()
-		return nil, fmt.Errorf("%s: not a folder", filepath.Join(base, rel))
-	}
-	return f, nil
-}
-
-// readDirBeneath lists folder rel below base (openDirBeneath).
-func readDirBeneath(base, rel string) ([]os.DirEntry, error) {
-	f, err := openDirBeneath(base, rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.ReadDir(-1)
-}
-
-// dirBeneath reports whether rel below base is a folder, reached without
-// a link.
-func dirBeneath(base, rel string) bool {
-	f, err := openDirBeneath(base, rel)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
 }
 
 // hibernate saves x's namespace and stops its kernel (a gateway session
