@@ -101,19 +101,19 @@ def template(v):
 show("template paths", sorted({str(v) for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o) if template(v)} | {str(o) for o in gc.get_objects() if isinstance(o, os.PathLike) and template(o)}))
 `
 
-// TestSandboxForkedShellLikeCold: a forked sandboxed kernel's shell,
-// which the fork server built before any session and the kernel then
-// adopted (py/shelltemplate.py), holds what a cold sandboxed kernel's
-// holds: its session's folders, home, working directory, environment and
-// configuration, and nothing of the fork server's.
-func TestSandboxForkedShellLikeCold(t *testing.T) {
+// compareColdForked runs probe in a cold sandboxed kernel and in a forked
+// one (the second kernel of its fork server, the usual one), in one
+// workspace, and reports each line they print differently; the cold
+// kernel's output must hold marker, so that a probe that failed is not
+// taken for two that agree. It returns what the forked kernel printed.
+func compareColdForked(t *testing.T, probe, marker string) string {
+	t.Helper()
 	z := sandboxZygote(t, "")
 	cold := startSandboxed(t, nil)
-	// Warm, not first: the second kernel of a fork server is the usual one.
 	run(t, startSandboxed(t, &ipybox.Options{Zygote: z, WorkDir: cold.Workspace()}), "1")
 	forked := startSandboxed(t, &ipybox.Options{Zygote: z, WorkDir: cold.Workspace()})
-	c, f := run(t, cold, probeShell).Text, run(t, forked, probeShell).Text
-	if !strings.Contains(c, "instances (True, True)") {
+	c, f := run(t, cold, probe).Text, run(t, forked, probe).Text
+	if !strings.Contains(c, marker) {
 		t.Fatalf("the probe printed:\n%s", c)
 	}
 	cl, fl := strings.Split(c, "\n"), strings.Split(f, "\n")
@@ -125,6 +125,16 @@ func TestSandboxForkedShellLikeCold(t *testing.T) {
 			t.Errorf("cold:   %s\nforked: %s", cl[i], fl[i])
 		}
 	}
+	return f
+}
+
+// TestSandboxForkedShellLikeCold: a forked sandboxed kernel's shell,
+// which the fork server built before any session and the kernel then
+// adopted (py/shelltemplate.py), holds what a cold sandboxed kernel's
+// holds: its session's folders, home, working directory, environment and
+// configuration, and nothing of the fork server's.
+func TestSandboxForkedShellLikeCold(t *testing.T) {
+	compareColdForked(t, probeShell, "instances (True, True)")
 }
 
 // TestSandboxForkedKernelConfigFile: a config file in the kernel's
