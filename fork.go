@@ -349,7 +349,7 @@ func (e *Executor) saveForFork(ctx context.Context) (savedSnapshot, error) {
 // a sparse file that the measure counts as nothing), which the host must
 // not copy count times. Then it restores them in its kernel.
 func (e *Executor) restoreFrom(ctx context.Context, src string, limit int64) (*RestoreReport, error) {
-	ents, err := os.ReadDir(src)
+	ents, err := safefs.ReadDirBeneath(src, ".")
 	if err != nil {
 		return nil, err
 	}
