@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // ErrTooManyEntries is returned by Size for a folder with more entries
@@ -126,8 +127,9 @@ func RemoveAllBeneath(base, rel string) error {
 	return r.RemoveAll(rel)
 }
 
-// ReadDirBeneath lists the folder rel beneath base, without leaving base
-// on the way (see SizeBeneath), and without waiting on a FIFO put there.
+// ReadDirBeneath lists the folder rel beneath base, sorted by name as
+// os.ReadDir does, without leaving base on the way (see SizeBeneath), and
+// without waiting on a FIFO put there.
 func ReadDirBeneath(base, rel string) ([]fs.DirEntry, error) {
 	r, err := os.OpenRoot(base)
 	if err != nil {
@@ -139,7 +141,9 @@ func ReadDirBeneath(base, rel string) ([]fs.DirEntry, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return f.ReadDir(-1)
+	ents, err := f.ReadDir(-1)
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, err
 }
 
 // IsDirBeneath reports whether rel beneath base is a folder, reached
