@@ -41,13 +41,13 @@ func (s *Server) swapReset(ctx context.Context, x *session, old *ipybox.Executor
 		return false, nil
 	}
 	if w.ex.Stale() {
-		s.closeLater(w.ex, false)
+		s.closeLater(w.ex)
 		return false, nil
 	}
 	x.mu.Lock()
 	if x.closed || x.ex != old || x.active != 1 {
 		x.mu.Unlock()
-		s.closeLater(w.ex, false)
+		s.closeLater(w.ex)
 		return false, nil
 	}
 	handoff.Session(old, w.ex)
@@ -59,7 +59,10 @@ func (s *Server) swapReset(ctx context.Context, x *session, old *ipybox.Executor
 	maps.Copy(x.synced, w.synced)
 	x.t.mu.Unlock()
 	s.adopt(x, w.ex)
-	s.closeLater(old, true) // its folders moved to the new executor's
+	// Its folders' contents moved to the new executor's; what the old
+	// kernel wrote into them since (it runs until its Close) goes with
+	// them, after it is dead.
+	s.closeLater(old)
 	x.mu.Lock()
 	x.kernelID = w.ex.KernelID()
 	x.mu.Unlock()
@@ -77,12 +80,13 @@ func (x *session) onlyCallOn(ex *ipybox.Executor) bool {
 	return !x.closed && x.ex == ex && x.active == 1
 }
 
-// closeLater closes ex in the background; the server's Close waits for it.
-func (s *Server) closeLater(ex *ipybox.Executor, keep bool) {
+// closeLater closes ex in the background, and removes its folders; the
+// server's Close waits for it.
+func (s *Server) closeLater(ex *ipybox.Executor) {
 	s.wg.Add()
 	go func() {
 		defer s.wg.Done()
-		if err := s.factory.closeExecutor(ex, keep); err != nil {
+		if err := s.factory.closeExecutor(ex, false); err != nil {
 			s.log.Warn("closing a replaced kernel", "err", err)
 		}
 	}()
