@@ -404,6 +404,39 @@ func TestLargeOutputRoundTrips(t *testing.T) {
 	}
 }
 
+// TestOutputBeforeIdle: ipybox's kernels skip ipykernel's wait on the IO
+// thread when nothing is buffered (boundstreams.py). A flush under way has
+// taken its text out of the buffer before it has scheduled all of its
+// messages, so a skip then would let status: idle overtake the text, and
+// the cell's result would lose its tail. Each cell here ends while the IO
+// thread is sending megabytes, in a cold and a forked kernel.
+func TestOutputBeforeIdle(t *testing.T) {
+	t.Parallel()
+	py := testenv.NeedsPython(t)
+	z, err := ipybox.NewZygote(context.Background(), py, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	for name, opts := range map[string]*ipybox.Options{"cold": nil, "forked": {Zygote: z}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := start(t, opts)
+			for i := range 3 {
+				res := run(t, ex, "import sys\nline = 'x' * 99 + '\\n'\nfor _ in range(100000):\n    sys.stdout.write(line)")
+				if len(res.Text) != 100000*100-1 || strings.Count(res.Text, "\n") != 100000-1 {
+					t.Errorf("cell %d: %d bytes of 9999999 arrived before its end", i, len(res.Text))
+				}
+			}
+			for i := range 50 {
+				if got := run(t, ex, fmt.Sprintf("print(%d)", i)).Text; got != strconv.Itoa(i) {
+					t.Fatalf("print(%d): %q", i, got)
+				}
+			}
+		})
+	}
+}
+
 func TestKernelEnv(t *testing.T) {
 	t.Setenv("IPYBOX_TEST_HOST_SECRET", "leaked")
 	ex := start(t, &ipybox.Options{KernelEnv: map[string]string{"GIVEN": "yes"}})
