@@ -433,6 +433,12 @@ func TestOutputBeforeIdle(t *testing.T) {
 					t.Fatalf("print(%d): %q", i, got)
 				}
 			}
+			// A forked child's prints take ipykernel's own write, which
+			// sends them to the kernel over its pipe.
+			got := run(t, ex, "import os, sys, time\npid = os.fork()\nif pid == 0:\n    print('from the child')\n    sys.stdout.flush()\n    time.sleep(0.3)\n    os._exit(0)\nos.waitpid(pid, 0)\ntime.sleep(0.3)\nprint('parent')").Text
+			if !strings.Contains(got, "from the child") || !strings.Contains(got, "parent") {
+				t.Errorf("a forked child's print: %q", got)
+			}
 		})
 	}
 }

@@ -79,6 +79,27 @@ def _ipybox_bound_streams():
     OutStream._flush = _flush
     OutStream._ipybox_rest = ""
     OutStream._ipybox_off = 0
+    # ipykernel 6's write, for the common case (a str, no echo, in the
+    # kernel's own process), with the bound above inlined: one call per
+    # write instead of three, and no getpid() system call per write (the
+    # pid is refreshed at each os.fork, so a multiprocessing child still
+    # takes ipykernel's own write). A cell writing 100 MB in 100-byte
+    # lines ran its loop in 0.76 s instead of 1.05.
+    import os
+    pid = [os.getpid()]
+    os.register_at_fork(after_in_child=lambda: pid.__setitem__(0, os.getpid()))
+    orig_write = OutStream.write
+    def write(self, string):
+        if string.__class__ is not str or self.echo is not None or self.pub_thread is None or pid[0] != self._master_pid:
+            return orig_write(self, string)
+        with self._buffer_lock:
+            buf = self._buffer
+            buf.write(string)
+            size = buf.tell()
+        if size >= soft or not self._flush_pending:
+            _schedule_flush(self)
+        return len(string)
+    OutStream.write = write
     _ipybox_quick_flush(OutStream, _pending)
 # ipybox reads a cell's output until the kernel's status: idle on IOPub,
 # which the IO thread sends after every message scheduled before it. So a
