@@ -473,7 +473,7 @@ func (k *Kernel) spawnProcess(ctx context.Context) (*instance, error) {
 // launchArgs are the interpreter arguments for ipykernel. History is off:
 // an agent's kernel needs no sqlite database, and it costs start time.
 func launchArgs(connFile string) []string {
-	return []string{"-c", launchShim, "-f", connFile,
+	return []string{"-c", launchShim(), "-f", connFile,
 		"--HistoryManager.enabled=False",
 		"--InteractiveShell.colors=NoColor",
 		"--IPKernelApp.quiet=True",

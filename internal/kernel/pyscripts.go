@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/ipybox/ipybox/internal/lifeline"
 )
@@ -14,17 +15,20 @@ import (
 //go:embed py/*.py
 var pyFiles embed.FS
 
+// The programs are assembled when first used, not at package init: the
+// sandbox's init is the same binary, runs in every sandbox, and needs
+// none of them (they were a third of the heap its package init allocated).
 var (
 	// launchShim starts ipykernel (py/launch.py).
-	launchShim = pyScript("launch.py")
+	launchShim = sync.OnceValue(func() string { return pyScript("launch.py") })
 	// zygoteScript is the fork server (py/zygote.py), marked so that
 	// process listings can tell it and its kernels.
-	zygoteScript = ZygoteMarker + "\n" + pyScript("zygote.py")
+	zygoteScript = sync.OnceValue(func() string { return ZygoteMarker + "\n" + pyScript("zygote.py") })
 	// sandboxZygoteScript is the sandbox fork server (py/sbzygote.py).
-	sandboxZygoteScript = ZygoteMarker + "\n" + pyScript("sbzygote.py")
+	sandboxZygoteScript = sync.OnceValue(func() string { return ZygoteMarker + "\n" + pyScript("sbzygote.py") })
 	// boundStreams is py/boundstreams.py, alone: a remote kernel gets it
 	// as init code, since its server, not launchShim, launched it.
-	boundStreams = pyScript("boundstreams.py")
+	boundStreams = sync.OnceValue(func() string { return pyScript("boundstreams.py") })
 )
 
 // includeMark starts a line that pyScript replaces with the named file of
@@ -35,7 +39,7 @@ const includeMark = "#ipybox:include "
 // include lines expanded, and comment-only and blank lines dropped, since
 // the program travels in the command line. The files hold no multi-line
 // strings, so no such line is data. A missing file is a build defect, and
-// panics at init.
+// panics when first used (TestPyScriptsCompile assembles each program).
 func pyScript(name string) string {
 	b, err := pyFiles.ReadFile("py/" + name)
 	if err != nil {
@@ -64,5 +68,5 @@ func pyScript(name string) string {
 // ones Start gives ipykernel: a sandbox fork server then launches the
 // kernel app itself, as the zygote does, instead of running the shim.
 func IsLaunch(args []string) bool {
-	return len(args) >= 2 && args[0] == "-c" && args[1] == launchShim
+	return len(args) >= 2 && args[0] == "-c" && args[1] == launchShim()
 }

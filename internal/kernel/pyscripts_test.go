@@ -25,9 +25,9 @@ func TestPyScriptsCompile(t *testing.T) {
 		ci.Missing(t, "%v", err)
 	}
 	programs := map[string]string{
-		"launchShim":   launchShim,
-		"zygoteScript": zygoteScript,
-		"boundStreams": boundStreams,
+		"launchShim":   launchShim(),
+		"zygoteScript": zygoteScript(),
+		"boundStreams": boundStreams(),
 		"lifeline":     lifeline.WatchPython,
 	}
 	files, _ := filepath.Glob("py/*.py")
@@ -51,7 +51,7 @@ func TestPyScriptsCompile(t *testing.T) {
 // include expanded, no comment left to lengthen the command line, and the
 // pieces in the order that the launch needs.
 func TestPyScriptAssembly(t *testing.T) {
-	for name, src := range map[string]string{"launchShim": launchShim, "zygoteScript": zygoteScript} {
+	for name, src := range map[string]string{"launchShim": launchShim(), "zygoteScript": zygoteScript()} {
 		if strings.Contains(src, includeMark) {
 			t.Errorf("%s keeps an include line", name)
 		}
@@ -62,13 +62,13 @@ func TestPyScriptAssembly(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasPrefix(zygoteScript, ZygoteMarker+"\n") {
+	if !strings.HasPrefix(zygoteScript(), ZygoteMarker+"\n") {
 		t.Errorf("zygote script does not start with its marker")
 	}
 	order := []string{"del sys.path[0]", "_ipybox_lifeline()", `_b = ("debugpy", "jedi")`, "from ipykernel import kernelapp", "del _b, _m, _e", "_ipybox_bound_streams()", "_app.launch_new_instance()"}
 	at := 0
 	for _, s := range order {
-		i := strings.Index(launchShim[at:], s)
+		i := strings.Index(launchShim()[at:], s)
 		if i < 0 {
 			t.Fatalf("launchShim: %q missing or out of order (after byte %d)", s, at)
 		}

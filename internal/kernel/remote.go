@@ -241,7 +241,7 @@ func (k *Kernel) spawnRemote(ctx context.Context) (*instance, error) {
 	// messages here, so that heavy printing leaves in messages of a few
 	// MiB rather than in one over the host's limit (which would drop the
 	// connection, and with it the kernel's state).
-	init := boundStreams + envCode(k.opts.Env) + k.opts.InitCode
+	init := boundStreams() + envCode(k.opts.Env) + k.opts.InitCode
 	if _, err := in.execute(ctx, init, &ExecOptions{Silent: true}); err != nil {
 		k.kill(in)
 		return nil, fmt.Errorf("kernel init code failed: %w", err)

@@ -143,9 +143,9 @@ func (z *Zygote) proc(ctx context.Context) (*zygoteProc, error) {
 	}
 	ctl, child := os.NewFile(uintptr(fds[0]), "zygote-ctl"), os.NewFile(uintptr(fds[1]), "zygote-ctl-child")
 	out := &linelog.Writer{Emit: func(line string) { z.log.Debug("zygote output", "line", line) }}
-	cmd := exec.Command(z.python, "-c", zygoteScript)
+	cmd := exec.Command(z.python, "-c", zygoteScript())
 	if z.join {
-		cmd = exec.Command(z.python, "-s", "-c", sandboxZygoteScript)
+		cmd = exec.Command(z.python, "-s", "-c", sandboxZygoteScript())
 	}
 	cmd.Env = z.env
 	cmd.Dir = "/"
@@ -258,7 +258,7 @@ func (z *Zygote) Start(ctx context.Context, spec *Spec) (Process, error) {
 	if spec.Path != z.python {
 		return nil, fmt.Errorf("fork server: it runs %s, not %s", z.python, spec.Path)
 	}
-	if len(spec.Args) < 2 || spec.Args[0] != "-c" || spec.Args[1] != launchShim {
+	if len(spec.Args) < 2 || spec.Args[0] != "-c" || spec.Args[1] != launchShim() {
 		return nil, errors.New("fork server: the spec does not launch ipykernel")
 	}
 	z.mu.Lock()
