@@ -17,7 +17,11 @@ import (
 // survive.
 // Before, ipykernel's unbounded stream buffer left as messages of over
 // 128 MiB (the connection was dropped), and a pong queued behind a long
-// message missed its beat.
+// message missed its beat. The cell writes at most 25 MB/s: unthrottled,
+// it wrote some hundreds of megabytes in its 2 s, which the Jupyter
+// Server, a Python process, took 20-60 s to relay on a loaded 2-core CI
+// machine under -race, and three 300 ms beats in that time could find
+// it silent (CI run 21).
 func TestGatewayHeavyOutputKeepsKernel(t *testing.T) {
 	j := testenv.JupyterServer(t, nil)
 	k := startGatewayKernel(t, j, kernel.Options{HeartbeatInterval: 300 * time.Millisecond})
@@ -32,6 +36,7 @@ t0 = time.time()
 line = 'x' * 2000 + '\n'
 while time.time() - t0 < 2:
     sys.stdout.write(line * 50)
+    time.sleep(0.004)
 `, &kernel.ExecOptions{KeepText: 4096})
 	t.Logf("the printing cell took %v", time.Since(start))
 	if err != nil {
