@@ -21,6 +21,9 @@ import (
 //     messages read from it and not yet handled pass the channel's budget,
 //     so a kernel that sends faster than the host handles waits (the
 //     kernel's own queue fills) instead of filling the host's memory.
+//     ipybox's local kernels bind IOPub with no high-water mark
+//     (boundstreams.py): at ipykernel's default of 1000 messages, a PUB
+//     socket drops what a held-back connection cannot take.
 
 // MaxMessage is the longest frame or message accepted from a kernel. A
 // stream message is at most a few MiB (the kernel's streams are bounded

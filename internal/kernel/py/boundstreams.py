@@ -45,6 +45,21 @@ def _ipybox_bound_streams():
     OutStream._schedule_flush = _schedule_flush
     OutStream._ipybox_flush_now = _ipybox_flush_now
     OutStream._ipybox_hurry = False
+    # IOPub is a PUB socket: past its high-water mark (1000 messages by
+    # default) it drops what it cannot send, silently. The host reads
+    # within its budgets, and a slow reader (a slow OnEvent, a loaded
+    # machine) let a cell of 4000 flushed lines arrive with 2493. With no
+    # mark, what the host has not yet read waits in the kernel's memory,
+    # which the kernel's own limits bound. The mark is set before the
+    # bind: a connection takes the options its listener was bound with.
+    import zmq
+    from ipykernel.kernelapp import IPKernelApp
+    orig_bind = IPKernelApp._bind_socket
+    def _bind_socket(self, s, port):
+        if s.socket_type in (zmq.PUB, zmq.XPUB):
+            s.setsockopt(zmq.SNDHWM, 0)
+        return orig_bind(self, s, port)
+    IPKernelApp._bind_socket = _bind_socket
     chunk = 2 << 20  # characters: at most 8 MiB of UTF-8
     if hasattr(OutStream, "_flush_buffers"):
         # ipykernel 7 keeps a buffer per parent (subshells) and flushes
@@ -113,7 +128,21 @@ def _ipybox_bound_streams():
 # before each execute_reply, which ipykernel marks as a workaround for
 # clients that stop at the reply, buys ipybox nothing either. A flush with
 # text buffered, under way or echoed waits as before.
+# A Python child that the kernel forked (os.fork, multiprocessing) sends
+# its output to the kernel over a pipe, which the IO thread reads: only
+# the wait of a flush gives it time to, so once the kernel has called
+# os.fork, every flush waits as ipykernel's does. IPython's `!cmd` forks
+# through os.forkpty and execs: it does not count.
 def _ipybox_quick_flush(OutStream, pending):
+    import os
+    forked = [False]
+    fork = os.fork
+    def _fork():
+        pid = fork()
+        forked[0] = pid != 0
+        return pid
+    _fork.__doc__, _fork.__name__ = fork.__doc__, fork.__name__
+    os.fork = _fork
     orig_flush, orig_inner = OutStream.flush, OutStream._flush
     def _flush(self):
         self._ipybox_flushing += 1
@@ -124,7 +153,7 @@ def _ipybox_quick_flush(OutStream, pending):
     def flush(self):
         if self.echo is None:
             try:
-                if pending(self) == 0 and self._ipybox_flushing == 0:
+                if pending(self) == 0 and self._ipybox_flushing == 0 and not forked[0]:
                     return
             except ValueError:
                 pass
