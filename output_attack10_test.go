@@ -1,3 +1,5 @@
+//go:build unix
+
 package ipybox_test
 
 // Attack 10: the kernel's stream output (internal/kernel/py/boundstreams.py,
