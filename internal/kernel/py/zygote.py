@@ -23,6 +23,7 @@ signal.set_wakeup_fd(_wr)
 signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _base_path = list(sys.path)
+#ipybox:include cowfreeze.py
 def _send(obj):
     try:
         _sock.send(json.dumps(obj).encode())
