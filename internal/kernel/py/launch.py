@@ -11,4 +11,5 @@ sys.argv[0] = "ipykernel_launcher"
 from ipykernel import kernelapp as _app
 #ipybox:include importguard_end.py
 #ipybox:include boundstreams.py
+#ipybox:include idletrim.py
 _app.launch_new_instance()

@@ -25,6 +25,7 @@ from ipykernel import kernelapp as _app
 import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
 #ipybox:include importguard_end.py
 #ipybox:include boundstreams.py
+#ipybox:include idletrim.py
 #ipybox:include confine.py
 #ipybox:include sbchild.py
 #ipybox:include shelltemplate.py

@@ -15,6 +15,7 @@ from ipykernel import kernelapp as _app
 import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
 #ipybox:include importguard_end.py
 #ipybox:include boundstreams.py
+#ipybox:include idletrim.py
 _libc = ctypes.CDLL(None, use_errno=True)
 _sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=3)
 _rd, _wr = os.pipe()

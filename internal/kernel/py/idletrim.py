@@ -1,0 +1,34 @@
+# Gives the C heap's free pages back to the system when a kernel has been
+# idle for 2 s after a cell (glibc's malloc_trim): what a cell's large
+# objects (dict tables, buffers, big strings) freed stays resident, and
+# in a forked kernel it stays copied, until malloc reuses it. An idle
+# forked sandboxed kernel held 0.77 MB less after it (issue 38). Once per
+# idle spell, on the kernel's own event loop, between requests; not on a
+# C library without malloc_trim.
+def _ipybox_idle_trim():
+    import ctypes, asyncio
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    from ipykernel.kernelapp import IPKernelApp
+    orig = IPKernelApp.init_kernel
+    def init_kernel(self):
+        orig(self)
+        shell = getattr(getattr(self, "kernel", None), "shell", None)
+        if shell is None:
+            return
+        pending = [None]
+        def later(*_):
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            if pending[0] is not None:
+                pending[0].cancel()
+            pending[0] = loop.call_later(2.0, trim, 0)
+        shell.events.register("post_run_cell", later)
+    IPKernelApp.init_kernel = init_kernel
+_ipybox_idle_trim()
+del _ipybox_idle_trim
