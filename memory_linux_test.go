@@ -1,0 +1,166 @@
+package ipybox_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/testenv"
+)
+
+// privateDirty is Python that prints the process's private dirty memory
+// in kB, from its own smaps_rollup.
+const privateDirty = `def _pd():
+    for l in open("/proc/self/smaps_rollup"):
+        if l.startswith("Private_Dirty:"):
+            return int(l.split()[1])
+`
+
+// kbs parses the whitespace-separated integers a cell printed.
+func kbs(t *testing.T, text string) []int {
+	t.Helper()
+	var out []int
+	for _, f := range strings.Fields(text) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("output %q: want integers", text)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// forkedKinds are kernels forked from a fork server: unsandboxed and
+// sandboxed.
+func forkedKinds(t *testing.T) map[string]func(t *testing.T) *ipybox.Executor {
+	kinds := attack10Kinds(t)
+	for k := range kinds {
+		if k != "forked" {
+			delete(kinds, k)
+		}
+	}
+	if _, err := exec.LookPath("bwrap"); err == nil {
+		kinds["sandboxed-forked"] = func(t *testing.T) *ipybox.Executor {
+			return start(t, &ipybox.Options{Sandbox: ipybox.DefaultSandbox(), Zygote: sandboxZygote(t, "")})
+		}
+	}
+	return kinds
+}
+
+// TestForkServerFreezesHeap: a full garbage collection in a forked kernel
+// does not copy the fork server's heap (cowfreeze.py). Without the
+// freeze, one gc.collect() made an idle sandboxed kernel's private memory
+// 7.4 MB larger.
+func TestForkServerFreezesHeap(t *testing.T) {
+	t.Parallel()
+	for name, mk := range forkedKinds(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := mk(t)
+			out := run(t, ex, privateDirty+`import gc
+before = _pd()
+gc.collect()
+print(gc.get_freeze_count(), before, _pd())`).Text
+			v := kbs(t, out)
+			if len(v) != 3 {
+				t.Fatalf("output %q: want the frozen count and two sizes", out)
+			}
+			if v[0] < 10000 {
+				t.Errorf("gc.get_freeze_count() = %d in a forked kernel, want the fork server's objects (tens of thousands) frozen", v[0])
+			}
+			if grew := v[2] - v[1]; grew > 3000 {
+				t.Errorf("a full collection made the kernel's private memory %d kB larger (%d -> %d kB), want under 3000: it copied the fork server's heap", grew, v[1], v[2])
+			}
+		})
+	}
+}
+
+// TestIdleTrim: once a kernel has been idle for 2 s after a cell, the
+// free pages of its C heap go back to the system (idletrim.py). The cell
+// leaves 50 MB of holes between small live blocks, which malloc keeps
+// without a trim.
+func TestIdleTrim(t *testing.T) {
+	t.Parallel()
+	kinds := attack10Kinds(t)
+	for k, mk := range forkedKinds(t) {
+		kinds[k] = mk
+	}
+	for name, mk := range kinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := mk(t)
+			out := run(t, ex, privateDirty+`pairs = [(bytes(100_000), bytearray(1000)) for _ in range(500)]
+keep = [p[1] for p in pairs]
+before = _pd()
+del pairs
+print(before, _pd())`).Text
+			v := kbs(t, out)
+			if len(v) != 2 {
+				t.Fatalf("output %q: want two sizes", out)
+			}
+			time.Sleep(3 * time.Second)
+			after := kbs(t, run(t, ex, privateDirty+"print(_pd())").Text)
+			if len(after) != 1 {
+				t.Fatalf("want one size")
+			}
+			if freed := v[1] - after[0]; freed < 30000 {
+				t.Errorf("private memory %d kB with 50 MB of holes, %d kB after 3 s idle: %d kB given back, want over 30000 (malloc_trim)", v[1], after[0], freed)
+			}
+		})
+	}
+}
+
+// TestSandboxInitEnv: the sandbox's init runs with one P (GOMAXPROCS=1,
+// and nothing else in its environment but bwrap's PWD), and the kernel, which gets its
+// session's environment, does not see it.
+func TestSandboxInitEnv(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsTool(t, "bwrap")
+	if os.Geteuid() != 0 {
+		t.Skip("skipped (needs root): the init is not dumpable, and only root reads its environment from the host")
+	}
+	for name, o := range map[string]func(t *testing.T) *ipybox.Options{
+		"cold": func(t *testing.T) *ipybox.Options { return &ipybox.Options{Sandbox: ipybox.DefaultSandbox()} },
+		"forked": func(t *testing.T) *ipybox.Options {
+			return &ipybox.Options{Sandbox: ipybox.DefaultSandbox(), Zygote: sandboxZygote(t, "")}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := start(t, o(t))
+			out := strings.Fields(run(t, ex, `import os; print(os.readlink("/proc/self/ns/pid"), os.environ.get("GOMAXPROCS", "unset"))`).Text)
+			if len(out) != 2 {
+				t.Fatalf("output %q: want the pid namespace and GOMAXPROCS", out)
+			}
+			if out[1] != "unset" {
+				t.Errorf("the kernel sees GOMAXPROCS=%s: the init's environment reached it", out[1])
+			}
+			var inits []string
+			for _, p := range testenv.Descendants(os.Getpid()) {
+				ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.Pid))
+				if err != nil || ns != out[0] || !strings.Contains(p.Cmdline, " __sandbox-init run ") {
+					continue
+				}
+				env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid))
+				if err != nil {
+					t.Fatalf("the init's environment: %v", err)
+				}
+				inits = append(inits, string(env))
+			}
+			if len(inits) != 1 {
+				t.Fatalf("the environments of the inits in the kernel's pid namespace: %q, want one", inits)
+			}
+			// bwrap sets PWD, the folder it starts the init in.
+			vars := strings.Split(strings.TrimSuffix(inits[0], "\x00"), "\x00")
+			if !slices.Contains(vars, "GOMAXPROCS=1") || slices.ContainsFunc(vars, func(kv string) bool { return kv != "GOMAXPROCS=1" && !strings.HasPrefix(kv, "PWD=") }) {
+				t.Errorf("the init's environment is %q, want GOMAXPROCS=1 and bwrap's PWD alone", vars)
+			}
+		})
+	}
+}
