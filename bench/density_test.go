@@ -29,8 +29,10 @@ import (
 // bwrap, the sandbox's init, the fork server and its children) divided by
 // N, for sandboxed kernels forked (the default) and started cold
 // (--sandbox-fork-server=false), beside unsandboxed (the fork server of
-// unsandboxed kernels) in the same run. --pool 0, so that no kernel
-// waits unused. N is 1 and 20; IPYBOX_BENCH_DENSITY lists others
+// unsandboxed kernels) in the same run; then the same PSS once every
+// session has run a full garbage collection (gc.collect(), which a
+// session that runs code does sooner or later). --pool 0, so that no
+// kernel waits unused. N is 1 and 20; IPYBOX_BENCH_DENSITY lists others
 // ("1,20,100"). Targets (issue 38): <= 12 MB PSS per idle sandboxed
 // session with 20 and 100 sessions, 100 sessions in < 2 GB.
 //
@@ -51,7 +53,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 		}
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%-40s %6s %10s %10s %7s %14s %12s\n", "", "N", "median ms", "max ms", "errors", "PSS/session MB", "tree PSS MB")
+	fmt.Fprintf(&t, "%-40s %6s %10s %10s %7s %14s %12s %15s\n", "", "N", "median ms", "max ms", "errors", "PSS/session MB", "tree PSS MB", "after gc MB/ses")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -62,7 +64,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 	} {
 		for _, n := range counts {
 			args := append([]string{"--pool", "0", "--max-sessions", "-1"}, c.args...)
-			ms, pss, kinds, errs := densityOnce(b, bin, py, n, args)
+			ms, pss, gcPSS, kinds, errs := densityOnce(b, bin, py, n, args)
 			for _, e := range errs {
 				b.Errorf("%s N=%d: %s", c.name, n, e)
 			}
@@ -70,11 +72,12 @@ func BenchmarkSandboxDensity(b *testing.B) {
 			if len(ms) > 0 {
 				med, mx = median(ms), slices.Max(ms)
 			}
-			per := pss / 1024 / float64(n)
+			per, gcPer := pss/1024/float64(n), gcPSS/1024/float64(n)
 			b.ReportMetric(mx, fmt.Sprintf("%s-%d-max-ms", c.name, n))
 			b.ReportMetric(per, fmt.Sprintf("%s-%d-PSS-MB", c.name, n))
-			fmt.Fprintf(&t, "%-40s %6d %10.0f %10.0f %7d %14.1f %12.0f\n",
-				"ipybox mcp --pool 0 "+strings.Join(c.args, " "), n, med, mx, len(errs), per, pss/1024)
+			b.ReportMetric(gcPer, fmt.Sprintf("%s-%d-gc-PSS-MB", c.name, n))
+			fmt.Fprintf(&t, "%-40s %6d %10.0f %10.0f %7d %14.1f %12.0f %15.1f\n",
+				"ipybox mcp --pool 0 "+strings.Join(c.args, " "), n, med, mx, len(errs), per, pss/1024, gcPer)
 			fmt.Fprintf(&t, "%-40s %s\n", "", kinds)
 		}
 	}
@@ -84,8 +87,9 @@ func BenchmarkSandboxDensity(b *testing.B) {
 // densityOnce starts a server with args, warms it with one session (then
 // closed), starts n sessions at once, waits for the tree to go idle, and
 // returns each session's time to its first result, the tree's PSS (kB),
-// the PSS per kind of process (procKind), and the failures.
-func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float64, pss float64, kinds string, errs []string) {
+// the same after a full garbage collection in each session, the PSS per
+// kind of process (procKind), and the failures.
+func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float64, pss, gcPSS float64, kinds string, errs []string) {
 	b.Helper()
 	ws := b.TempDir()
 	s := startMCP(b, bin, "127.0.0.1:0", ws, py, args...)
@@ -134,11 +138,39 @@ func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float
 	t0 = time.Now()
 	close(go1)
 	wg.Wait()
-	if !settle(s.pid(), 2*time.Minute) {
+	pss, kinds = idleTree(b, s.pid())
+	// A session that has run code has had a full garbage collection
+	// sooner or later: one in each, then the same measure.
+	for i, cs := range sessions {
+		if cs == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), callBound)
+		out, err := cell(ctx, cs, "import gc; gc.collect() >= 0")
+		cancel()
+		if err != nil || out != "True" {
+			errs = append(errs, fmt.Sprintf("session %d: gc.collect(): %q, %v", i, out, err))
+		}
+	}
+	gcPSS, _ = idleTree(b, s.pid())
+	if k := closeSessions(sessions); k > 0 {
+		errs = append(errs, fmt.Sprintf("%d session(s) did not close within 10s", k))
+	}
+	return ms, pss, gcPSS, kinds, errs
+}
+
+// idleTree waits for the tree below pid to go idle, and 3 s more (a
+// kernel gives its C heap's free pages back 2 s after its last cell), and
+// returns its PSS (kB, pid itself left out) and the PSS per kind of
+// process (procKind).
+func idleTree(b *testing.B, pid int) (pss float64, kinds string) {
+	b.Helper()
+	if !settle(pid, 2*time.Minute) {
 		b.Logf("the server's processes did not go idle within two minutes; measuring anyway")
 	}
+	time.Sleep(3 * time.Second)
 	byKind := map[string][2]float64{} // kind: count, PSS kB
-	for _, p := range testenv.Descendants(s.pid()) {
+	for _, p := range testenv.Descendants(pid) {
 		kb := procKB(p.Pid, "smaps_rollup", "Pss:")
 		pss += kb
 		k := byKind[procKind(p.Cmdline)]
@@ -147,10 +179,7 @@ func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float
 	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		kinds += fmt.Sprintf("%s %.0fx %.1f MB; ", k, byKind[k][0], byKind[k][1]/1024)
 	}
-	if k := closeSessions(sessions); k > 0 {
-		errs = append(errs, fmt.Sprintf("%d session(s) did not close within 10s", k))
-	}
-	return ms, pss, strings.TrimSuffix(kinds, "; "), errs
+	return pss, strings.TrimSuffix(kinds, "; ")
 }
 
 // procKind names the part of the server's tree a process is, for the
