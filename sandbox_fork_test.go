@@ -95,6 +95,7 @@ show("compile", type(ip.compile).__name__)
 show("instances", (type(ip).initialized(), type(ip).instance() is ip))
 show("db", str(ip.db.root))
 import gc
+gc.unfreeze()  # the fork server's objects (cowfreeze.py): get_objects lists the frozen only after this
 gc.collect()
 def template(v):
     return isinstance(v, (str, os.PathLike)) and "/ipybox-shell-" in str(v)

@@ -120,6 +120,7 @@ out("sys.argv", sys.argv)
 mods = set(sys.modules)
 out("modules.count>200", len(mods) > 200)
 import gc
+gc.unfreeze()  # the fork server freezes what it built (cowfreeze.py); kernel code can thaw it, and get_objects then lists it
 held = [(k, sorted(o[k])) for o in gc.get_objects() if isinstance(o, dict) for k in ("_reports", "_kids", "_pipes", "_early") if isinstance(o.get(k), (set, dict)) and o[k]]
 out("gc.fork_server_bookkeeping", held)
 out("hashseed.env", os.environ.get("PYTHONHASHSEED"))
@@ -263,6 +264,7 @@ print("SIGINT", signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
 // loaded, tempfile's name sequence, and the first values of each.
 const probeRandom = `
 import gc, sys, random, hashlib
+gc.unfreeze()  # the fork server's objects (cowfreeze.py), as kernel code can list them
 seen = set()
 for o in gc.get_objects():
     if isinstance(o, random.Random) and not isinstance(o, random.SystemRandom) and id(o) not in seen:
