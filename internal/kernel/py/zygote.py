@@ -12,7 +12,7 @@
 import os, sys, json, socket, signal, select, ctypes, random
 #ipybox:include importguard.py
 from ipykernel import kernelapp as _app
-import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop
+import IPython, ipykernel.ipkernel, ipykernel.zmqshell, zmq, tornado.ioloop, IPython.extensions.storemagic, faulthandler
 #ipybox:include importguard_end.py
 #ipybox:include boundstreams.py
 #ipybox:include idletrim.py
