@@ -161,23 +161,25 @@ func densityOnce(b *testing.B, bin, py string, n int, args []string) (ms []float
 
 // idleTree waits for the tree below pid to go idle, and 3 s more (a
 // kernel gives its C heap's free pages back 2 s after its last cell), and
-// returns its PSS (kB, pid itself left out) and the PSS per kind of
-// process (procKind).
+// returns its PSS (kB, pid itself left out) and, per kind of process
+// (procKind), their PSS and each one's private memory.
 func idleTree(b *testing.B, pid int) (pss float64, kinds string) {
 	b.Helper()
 	if !settle(pid, 2*time.Minute) {
 		b.Logf("the server's processes did not go idle within two minutes; measuring anyway")
 	}
 	time.Sleep(3 * time.Second)
-	byKind := map[string][2]float64{} // kind: count, PSS kB
+	byKind := map[string][3]float64{} // kind: count, PSS kB, private kB
 	for _, p := range testenv.Descendants(pid) {
 		kb := procKB(p.Pid, "smaps_rollup", "Pss:")
+		own := procKB(p.Pid, "smaps_rollup", "Private_Clean:") + procKB(p.Pid, "smaps_rollup", "Private_Dirty:")
 		pss += kb
 		k := byKind[procKind(p.Cmdline)]
-		byKind[procKind(p.Cmdline)] = [2]float64{k[0] + 1, k[1] + kb}
+		byKind[procKind(p.Cmdline)] = [3]float64{k[0] + 1, k[1] + kb, k[2] + own}
 	}
 	for _, k := range slices.Sorted(maps.Keys(byKind)) {
-		kinds += fmt.Sprintf("%s %.0fx %.1f MB; ", k, byKind[k][0], byKind[k][1]/1024)
+		v := byKind[k]
+		kinds += fmt.Sprintf("%s %.0fx %.1f MB (private %.2f MB each); ", k, v[0], v[1]/1024, v[2]/1024/v[0])
 	}
 	return pss, strings.TrimSuffix(kinds, "; ")
 }
