@@ -11,7 +11,8 @@ def setup(config):
 
     # Colours off: agents read plain text.
     try:
-        ip.run_line_magic("colors", "nocolor")
+        if str(getattr(ip, "colors", "")).lower() != "nocolor":
+            ip.run_line_magic("colors", "nocolor")
     except Exception:
         pass
 
