@@ -1,6 +1,7 @@
 package ipybox_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipybox/ipybox"
+	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -160,6 +162,54 @@ func TestSandboxInitEnv(t *testing.T) {
 			vars := strings.Split(strings.TrimSuffix(inits[0], "\x00"), "\x00")
 			if !slices.Contains(vars, "GOMAXPROCS=1") || slices.ContainsFunc(vars, func(kv string) bool { return kv != "GOMAXPROCS=1" && !strings.HasPrefix(kv, "PWD=") }) {
 				t.Errorf("the init's environment is %q, want GOMAXPROCS=1 and bwrap's PWD alone", vars)
+			}
+		})
+	}
+}
+
+// TestForkedKernelsShareInitCode: a kernel forked from a fork server
+// takes the definitions of ipybox's init code from the fork server
+// (pyruntime.Preload), a cold one runs them itself, and init code whose
+// source is not the fork server's (here: a kernel that changed the mark)
+// runs its own source, not the module it finds.
+func TestForkedKernelsShareInitCode(t *testing.T) {
+	t.Parallel()
+	kinds := attack10Kinds(t)
+	delete(kinds, "ipykernel7")
+	for k, mk := range forkedKinds(t) {
+		kinds[k] = mk
+	}
+	const probe = `import sys
+m = sys.modules.get("_ipybox_kernel_init")
+print(m is not None and len(getattr(m, "__ipybox_hash__", "")) == 16, any(getattr(cb, "__name__", "") == "_ipybox_restore_cwd" for cb in get_ipython().events.callbacks["post_run_cell"]))`
+	for name, mk := range kinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := mk(t)
+			want := "False True" // cold: its own definitions; the init ran
+			if strings.Contains(name, "forked") {
+				want = "True True"
+			}
+			if got := run(t, ex, probe).Text; got != want {
+				t.Fatalf("preloaded init module, init ran: %q, want %q", got, want)
+			}
+			if !strings.Contains(name, "forked") {
+				return
+			}
+			// A module whose mark is not this source's is not used: its
+			// setup would say so.
+			run(t, ex, `import sys
+m = sys.modules["_ipybox_kernel_init"]
+m.__ipybox_hash__ = "0" * 16
+def setup(config):
+    raise SystemExit("the stale module's setup ran")
+m.setup = setup`)
+			code := pyruntime.InitCode(pyruntime.InitConfig{WorkDir: ex.Workspace()})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := ex.Execute(ctx, code, nil)
+			if err != nil || strings.Contains(res.Text, "stale") {
+				t.Fatalf("init code with a stale module: %v, %+v", err, res)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ipybox/ipybox/internal/lifeline"
+	"github.com/ipybox/ipybox/internal/pyruntime"
 )
 
 // The Python that ipybox runs before a kernel's own code lives in py/, as
@@ -32,7 +33,8 @@ var (
 )
 
 // includeMark starts a line that pyScript replaces with the named file of
-// py/, or with lifeline.WatchPython for "lifeline".
+// py/, with lifeline.WatchPython for "lifeline", or with
+// pyruntime.Preload for "kernelinit".
 const includeMark = "#ipybox:include "
 
 // pyScript returns the file name of py/ as a program for `python -c`:
@@ -51,9 +53,12 @@ func pyScript(name string) string {
 		switch {
 		case strings.HasPrefix(line, includeMark):
 			inc := strings.TrimSpace(strings.TrimPrefix(line, includeMark))
-			if inc == "lifeline" {
+			switch inc {
+			case "lifeline":
 				out.WriteString(lifeline.WatchPython)
-			} else {
+			case "kernelinit":
+				out.WriteString(pyruntime.Preload())
+			default:
 				out.WriteString(pyScript(inc))
 			}
 		case trimmed == "" || strings.HasPrefix(trimmed, "#"):

@@ -1,4 +1,4 @@
-package pyruntime
+package pyruntime_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipybox/ipybox/internal/pyruntime"
 	"github.com/ipybox/ipybox/internal/testenv"
 )
 
@@ -21,7 +22,7 @@ func TestInstallCodeCleansUp(t *testing.T) {
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", InstallCode()+"\nimport ipybox_runtime\nprint(ipybox_runtime.__file__)")
+	cmd := exec.CommandContext(ctx, py, "-c", pyruntime.InstallCode()+"\nimport ipybox_runtime\nprint(ipybox_runtime.__file__)")
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output() // bound: ctx's 60 s, then WaitDelay

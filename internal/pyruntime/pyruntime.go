@@ -4,11 +4,14 @@
 package pyruntime
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"sync"
 
 	"github.com/ipybox/ipybox/internal/safefs"
 )
@@ -44,12 +47,37 @@ type InitConfig struct {
 }
 
 // InitCode returns the Python source to run silently in a fresh kernel. It
-// defines nothing in the user's namespace.
+// defines nothing in the user's namespace. A kernel forked from a fork
+// server that ran Preload takes the definitions from there, when they are
+// of this very source (its hash), and runs only setup.
 func InitCode(cfg InitConfig) string {
 	args, _ := json.Marshal(cfg)
 	// A JSON string literal is a valid Python string literal, so the
 	// source and the config travel without any Python-side escaping.
-	return fmt.Sprintf("(lambda __g: (exec(%s, __g), __g['setup'](__import__('json').loads(%s))))({'get_ipython': get_ipython})\n", Quote(initSource), Quote(string(args)))
+	return fmt.Sprintf("(lambda __m: (lambda __g: (__g.__setitem__('get_ipython', get_ipython), __g['setup'](__import__('json').loads(%s))))"+
+		"(__m.__dict__ if getattr(__m, '__ipybox_hash__', None) == %s else (lambda __g: (exec(%s, __g), __g)[1])({})))"+
+		"(__import__('sys').modules.get(%s))\n",
+		Quote(string(args)), Quote(initHash()), Quote(initSource), Quote(preloadModule))
+}
+
+// preloadModule is the module Preload makes.
+const preloadModule = "_ipybox_kernel_init"
+
+// initHash names initSource's text.
+var initHash = sync.OnceValue(func() string {
+	h := sha256.Sum256([]byte(initSource))
+	return hex.EncodeToString(h[:8])
+})
+
+// Preload returns one line of Python for a fork server, before it serves:
+// it runs the init code's definitions (not setup, which takes a session's
+// configuration) into a module, once, so that every kernel forked from
+// there shares them instead of compiling and defining them again: 1.3 MB
+// less of each forked kernel's private memory (issue 38). The definitions
+// read nothing of the process they run in.
+func Preload() string {
+	return fmt.Sprintf("(lambda __m: (exec(%s, __m.__dict__), setattr(__m, '__ipybox_hash__', %s), __import__('sys').modules.__setitem__(%s, __m)))(__import__('types').ModuleType(%s))\n",
+		Quote(initSource), Quote(initHash()), Quote(preloadModule), Quote(preloadModule))
 }
 
 // Install writes the ipybox_runtime package into dir (dir/ipybox_runtime)

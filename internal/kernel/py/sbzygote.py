@@ -41,6 +41,9 @@ if _libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER: each C's G is ou
     raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 _base_path = list(sys.path)
 _template = _ipybox_shell_template()
+# The definitions of ipybox's kernel init code (pyruntime.Preload), which
+# every kernel forked from here then shares.
+#ipybox:include kernelinit
 #ipybox:include cowfreeze.py
 def _send(obj):
     try:

@@ -24,6 +24,9 @@ signal.set_wakeup_fd(_wr)
 signal.signal(signal.SIGCHLD, lambda *a: None)
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 _base_path = list(sys.path)
+# The definitions of ipybox's kernel init code (pyruntime.Preload), which
+# every kernel forked from here then shares.
+#ipybox:include kernelinit
 #ipybox:include cowfreeze.py
 def _send(obj):
     try:
