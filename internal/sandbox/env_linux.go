@@ -20,15 +20,6 @@ import (
 // init's configuration and is applied at the program's exec alone.
 func initEnv() []string { return []string{} }
 
-// initRuntimeEnv is what the sandbox's init alone finds in its
-// environment: bwrap's options that set it after --clearenv. It holds
-// constants of ipybox's own, never a caller's value. One P (Go's
-// scheduler's processor): the init relays a few sockets and serves the
-// guard, and each P keeps partly used spans of its own heap; with one, an
-// idle init holds 0.25 MB less, a 1.5% of each idle sandboxed session
-// (issue 38).
-var initRuntimeEnv = []string{"--setenv", "GOMAXPROCS", "1"}
-
 // lookPathIn finds a program name that has no slash on the PATH of env
 // (not the caller's own).
 func lookPathIn(name string, env []string) (string, error) {

@@ -347,7 +347,7 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 	}
 	// The program's environment goes to the init's configuration, which
 	// applies it at the program's exec; bwrap and the init start with
-	// initEnv (bwrap's --clearenv), and the init with initRuntimeEnv.
+	// initEnv (bwrap's --clearenv).
 	ic.Env = s.programEnv(env)
 	for _, kv := range ic.Env {
 		if strings.IndexByte(kv, 0) >= 0 {
@@ -377,7 +377,7 @@ func (s *Sandbox) launchCmd(v *view, env []string, ic *initConfig, extra ...*os.
 		extra = append(append([]*os.File(nil), extra...), v.fds...)
 	}
 	var buf bytes.Buffer
-	for _, a := range append(append(append([]string{}, args...), "--clearenv"), initRuntimeEnv...) {
+	for _, a := range append(append([]string{}, args...), "--clearenv") {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: an option contains a NUL byte")
 		}
