@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -253,9 +254,7 @@ gc.collect()
 print(a11_ref() is None, a11_fired == [1])`
 	const thawed = "gc.unfreeze(); gc.collect(); print(a11_ref() is None, a11_fired == [1])"
 	kinds := map[string]func(t *testing.T) *ipybox.Executor{"cold": func(t *testing.T) *ipybox.Executor { return start(t, nil) }}
-	for k, mk := range forkedKinds(t) {
-		kinds[k] = mk
-	}
+	maps.Copy(kinds, forkedKinds(t))
 	for name, mk := range kinds {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -3,6 +3,7 @@ package ipybox_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -91,9 +92,7 @@ print(gc.get_freeze_count(), before, _pd())`).Text
 func TestIdleTrim(t *testing.T) {
 	t.Parallel()
 	kinds := attack10Kinds(t)
-	for k, mk := range forkedKinds(t) {
-		kinds[k] = mk
-	}
+	maps.Copy(kinds, forkedKinds(t))
 	for name, mk := range kinds {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -183,9 +182,7 @@ func TestForkedKernelsShareInitCode(t *testing.T) {
 	t.Parallel()
 	kinds := attack10Kinds(t)
 	delete(kinds, "ipykernel7")
-	for k, mk := range forkedKinds(t) {
-		kinds[k] = mk
-	}
+	maps.Copy(kinds, forkedKinds(t))
 	const probe = `import sys
 m = sys.modules.get("_ipybox_kernel_init")
 print(m is not None and len(getattr(m, "__ipybox_hash__", "")) == 16, any(getattr(cb, "__name__", "") == "_ipybox_restore_cwd" for cb in get_ipython().events.callbacks["post_run_cell"]))`
