@@ -218,3 +218,38 @@ m.setup = setup`)
 		})
 	}
 }
+
+// TestForkServerCompactsModuleNames: in a forked kernel, sys.modules'
+// names lie on a few pages (cowfreeze.py), so that a set of them (every
+// kernel's start makes one) copies those pages alone; in a cold kernel
+// they lie where the imports made them. Modules are found by name as
+// before.
+func TestForkServerCompactsModuleNames(t *testing.T) {
+	t.Parallel()
+	kinds := forkedKinds(t)
+	kinds["cold"] = func(t *testing.T) *ipybox.Executor { return start(t, nil) }
+	const probe = `import sys, json, importlib
+pages = len({id(k) >> 12 for k in sys.modules})
+print(len(sys.modules) > 400, pages, importlib.import_module("json") is json, sys.modules["ipykernel.kernelapp"].__name__)`
+	for name, mk := range kinds {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ex := mk(t)
+			f := strings.Fields(run(t, ex, probe).Text)
+			if len(f) != 4 || f[0] != "True" || f[2] != "True" || f[3] != "ipykernel.kernelapp" {
+				t.Fatalf("probe: %q, want over 400 modules, found by name", f)
+			}
+			pages, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: the names of sys.modules lie on %d pages", name, pages)
+			if name == "cold" && pages < 100 {
+				t.Errorf("a cold kernel's module names lie on %d pages, want 100 or more: the probe shows nothing", pages)
+			}
+			if name != "cold" && pages > 60 {
+				t.Errorf("a forked kernel's module names lie on %d pages, want at most 60", pages)
+			}
+		})
+	}
+}
