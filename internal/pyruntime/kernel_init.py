@@ -11,8 +11,7 @@ def setup(config):
 
     # Colours off: agents read plain text.
     try:
-        if str(getattr(ip, "colors", "")).lower() != "nocolor":
-            ip.run_line_magic("colors", "nocolor")
+        ip.run_line_magic("colors", "nocolor")
     except Exception:
         pass
 
