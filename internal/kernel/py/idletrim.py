@@ -21,21 +21,26 @@ def _ipybox_idle_trim():
         if shell is None:
             return
         pending = [None]
-        def cancel(*_):
+        def _ipybox_trim_cancel(*_):
             if pending[0] is not None:
                 pending[0].cancel()
                 pending[0] = None
-        def later(*_):
-            cancel()
+        def _ipybox_trim_later(*_):
+            _ipybox_trim_cancel()
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
             pending[0] = loop.call_later(2.0, trim, 0)
         # A cell that awaits lets the loop run: the next cell's start
-        # cancels the trim, which would otherwise land inside it.
-        shell.events.register("pre_execute", cancel)
-        shell.events.register("post_run_cell", later)
+        # cancels the trim, which would otherwise land inside it. One pair
+        # of hooks: a session fork keeps its source's shell, and starts
+        # its app again.
+        for event, hook in (("pre_execute", _ipybox_trim_cancel), ("post_run_cell", _ipybox_trim_later)):
+            for cb in list(shell.events.callbacks.get(event, [])):
+                if getattr(cb, "__name__", "") == hook.__name__:
+                    shell.events.unregister(event, cb)
+            shell.events.register(event, hook)
     IPKernelApp.init_kernel = init_kernel
 _ipybox_idle_trim()
 del _ipybox_idle_trim
