@@ -117,6 +117,12 @@ class _WorkspaceFinder:
                 continue
             if f.f_globals is self.user_ns:
                 return True
+            if not os.path.isabs(fn):
+                # exec'd or compiled text ("<string>", "<doctest ...>"):
+                # whose it is, is its caller's (a relative name would
+                # otherwise resolve into the working directory).
+                f = f.f_back
+                continue
             real = os.path.realpath(fn)
             return any(real.startswith(d) for d in self.real)
         return False
