@@ -9,9 +9,22 @@ def setup(config):
 
     ip = get_ipython()  # noqa: F821 (provided by the caller's namespace)
 
-    # Colours off: agents read plain text.
+    # Colours off: agents read plain text. Not again where every part that
+    # colours (the shell, its two traceback handlers, the inspector) is
+    # off already, as a kernel's arguments ask: a forked kernel's start
+    # then copies 0.1 MB less. A session fork keeps its source's handlers,
+    # which kernel code may have coloured without the shell's setting.
+    def scheme(table):
+        return str(getattr(table, "active_scheme_name", "")).lower()
+
     try:
-        ip.run_line_magic("colors", "nocolor")
+        if not (
+            str(getattr(ip, "colors", "")).lower() == "nocolor"
+            and scheme(getattr(ip.InteractiveTB, "color_scheme_table", None)) == "nocolor"
+            and scheme(getattr(ip.SyntaxTB, "color_scheme_table", None)) == "nocolor"
+            and scheme(getattr(ip.inspector, "color_table", None)) == "nocolor"
+        ):
+            ip.run_line_magic("colors", "nocolor")
     except Exception:
         pass
 
